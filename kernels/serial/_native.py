@@ -24,10 +24,8 @@ CUDA_COMPILER = "nvcc"
 # No fast math anywhere: the contract fixes plain expf and IEEE division, and
 # it has no fused multiply-add, so contraction is off on both sides.
 HOST_FLAGS = ["-O2", "-shared", "-fPIC", "-std=c++17", "-ffp-contract=off", "-fno-fast-math"]
-CUDA_FLAGS = [
-    "-O3", "-shared", "-std=c++17", "-Xcompiler", "-fPIC", "-Xcompiler", "-ffp-contract=off",
-    "-fmad=false", "-ftz=false", "-prec-div=true", "-prec-sqrt=true",
-]  # fmt: skip
+CUDA_DEVICE_FLAGS = ["-O3", "-std=c++17", "-fmad=false", "-ftz=false", "-prec-div=true", "-prec-sqrt=true"]
+CUDA_FLAGS = ["-shared", "-Xcompiler", "-fPIC", "-Xcompiler", "-ffp-contract=off", *CUDA_DEVICE_FLAGS]
 
 DTYPE_CODES = {"float32": 0, "bfloat16": 1}
 BLOCK_ARGMAX_MAX_EXPERTS = 12288  # mirrors serial_cuda.cu: E fp32 values in 48 KiB of shared memory
