@@ -1,0 +1,72 @@
+// Cross-lane primitives of the radix-4 router for NVIDIA CUDA: one warp of
+// 32 lanes routes one token. Needs sm_80+ for the redux.sync reductions
+// (__reduce_add_sync and friends), which sum a 32-bit value over the warp
+// in one instruction: the 16-bin histogram is eight of them per round.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace radix4 {
+
+struct Warp32 {
+    static constexpr int kLanes = 32;
+    using Stream = cudaStream_t;
+
+    static __device__ __forceinline__ int lane() { return threadIdx.x & 31; }
+    static __device__ __forceinline__ int group() { return threadIdx.x >> 5; }
+
+    static __device__ __forceinline__ uint32_t sum(uint32_t v) { return __reduce_add_sync(0xffffffffu, v); }
+    static __device__ __forceinline__ uint32_t all_and(uint32_t v) { return __reduce_and_sync(0xffffffffu, v); }
+    static __device__ __forceinline__ uint32_t all_or(uint32_t v) { return __reduce_or_sync(0xffffffffu, v); }
+
+    // Sum of v over lanes below this one.
+    static __device__ __forceinline__ uint32_t exclusive_scan(uint32_t v) {
+        uint32_t x = v;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            uint32_t y = __shfl_up_sync(0xffffffffu, x, d);
+            if (lane() >= d) x += y;
+        }
+        return x - v;
+    }
+
+    // Butterfly sum, then lane 0's result for everyone: the butterfly
+    // associates differently on each lane, and every weight of a token must
+    // be divided by the same total.
+    static __device__ __forceinline__ float sum_f32(float v) {
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+        return __shfl_sync(0xffffffffu, v, 0);
+    }
+
+    static __device__ __forceinline__ void sync() { __syncwarp(); }
+
+    // 1 << (4 * t) for t < 16, else 0. PTX clamps a 64-bit shift amount to
+    // 64, which yields 0, so the out-of-range case costs only the min.
+    static __device__ __forceinline__ uint64_t one_hot_nibble(uint32_t t) {
+        uint64_t r;
+        asm("shl.b64 %0, %1, %2;" : "=l"(r) : "l"(1ull), "r"(min(t, 16u) * 4u));
+        return r;
+    }
+
+    // Bytes b0 b1 b2 b3 of x -> (b0 | b1 << 16, b2 | b3 << 16).
+    static __device__ __forceinline__ uint32_t bytes01_to_pair(uint32_t x) { return __byte_perm(x, 0u, 0x4140); }
+    static __device__ __forceinline__ uint32_t bytes23_to_pair(uint32_t x) { return __byte_perm(x, 0u, 0x4342); }
+
+    static __device__ __forceinline__ float as_float(uint32_t u) { return __uint_as_float(u); }
+    static __device__ __forceinline__ uint32_t as_uint(float f) { return __float_as_uint(f); }
+    static __device__ __forceinline__ int count_leading_zeros(uint32_t v) { return __clz(v); }
+};
+
+struct CudaRuntime {
+    using Stream = cudaStream_t;
+    // Returns 0 after a good launch, else the runtime's error code.
+    static int last_error() { return static_cast<int>(cudaGetLastError()); }
+    static const char* error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
+};
+
+using Lanes = Warp32;
+using Runtime = CudaRuntime;
+
+}  // namespace radix4

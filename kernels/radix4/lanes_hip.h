@@ -1,0 +1,100 @@
+// Cross-lane primitives of the radix-4 router for AMD HIP (CDNA, wave64):
+// one 64-lane wave routes one token. Sums across the wave are DPP prefix
+// sums (row_shr:1,2,4,8 inside each 16-lane row, then row_bcast:15 into
+// rows 1 and 3 and row_bcast:31 into rows 2 and 3); lane 63 then holds the
+// total and readlane makes it wave-uniform (a scalar register). Builds with
+// HIP 5.2 (clang 15) for gfx90a/gfx940 and with clang 19 for gfx942; uses no
+// bf16 header (HIP 5.2 has none).
+#pragma once
+
+#include <hip/hip_runtime.h>
+#include <stdint.h>
+
+namespace radix4 {
+
+struct Wave64 {
+    static constexpr int kLanes = 64;
+
+    static __device__ __forceinline__ int lane() { return threadIdx.x & 63; }
+    static __device__ __forceinline__ int group() { return threadIdx.x >> 6; }
+
+    // DPP controls (AMDGPU ISA, DPP_CTRL field).
+    static constexpr int kRowShr1 = 0x111, kRowShr2 = 0x112, kRowShr4 = 0x114, kRowShr8 = 0x118;
+    static constexpr int kRowBcast15 = 0x142, kRowBcast31 = 0x143;
+
+    // A lane whose DPP source is outside its row, or whose row is masked
+    // off, reads `old` = 0, so each step adds nothing there.
+    template <int kCtrl, int kRowMask>
+    static __device__ __forceinline__ uint32_t dpp_moved(uint32_t v) {
+        return static_cast<uint32_t>(
+            __builtin_amdgcn_update_dpp(0, static_cast<int>(v), kCtrl, kRowMask, 0xf, false));
+    }
+
+    static __device__ __forceinline__ uint32_t inclusive_scan(uint32_t v) {
+        v += dpp_moved<kRowShr1, 0xf>(v);
+        v += dpp_moved<kRowShr2, 0xf>(v);
+        v += dpp_moved<kRowShr4, 0xf>(v);
+        v += dpp_moved<kRowShr8, 0xf>(v);
+        v += dpp_moved<kRowBcast15, 0xa>(v);
+        v += dpp_moved<kRowBcast31, 0xc>(v);
+        return v;
+    }
+
+    static __device__ __forceinline__ uint32_t sum(uint32_t v) {
+        return static_cast<uint32_t>(__builtin_amdgcn_readlane(static_cast<int>(inclusive_scan(v)), 63));
+    }
+    static __device__ __forceinline__ uint32_t exclusive_scan(uint32_t v) { return inclusive_scan(v) - v; }
+
+    static __device__ __forceinline__ uint32_t all_and(uint32_t v) {
+#pragma unroll
+        for (int d = 32; d > 0; d >>= 1) v &= static_cast<uint32_t>(__shfl_xor(static_cast<int>(v), d, 64));
+        return v;
+    }
+    static __device__ __forceinline__ uint32_t all_or(uint32_t v) {
+#pragma unroll
+        for (int d = 32; d > 0; d >>= 1) v |= static_cast<uint32_t>(__shfl_xor(static_cast<int>(v), d, 64));
+        return v;
+    }
+
+    // Butterfly sum, then lane 0's result for every lane (see Warp32::sum_f32).
+    static __device__ __forceinline__ float sum_f32(float v) {
+#pragma unroll
+        for (int d = 32; d > 0; d >>= 1) v += __shfl_xor(v, d, 64);
+        return as_float(static_cast<uint32_t>(__builtin_amdgcn_readlane(static_cast<int>(as_uint(v)), 0)));
+    }
+
+    // Lanes of a wave run in lockstep, but the compiler must not move LDS
+    // reads of other lanes' entries above this point.
+    static __device__ __forceinline__ void sync() {
+        __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+        __builtin_amdgcn_wave_barrier();
+        __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+    }
+
+    // 1 << (4 * t) for t < 16, else 0 (AMD masks shift amounts, so test).
+    static __device__ __forceinline__ uint64_t one_hot_nibble(uint32_t t) {
+        return t < 16u ? (uint64_t{1} << (4u * t)) : uint64_t{0};
+    }
+
+    static __device__ __forceinline__ uint32_t bytes01_to_pair(uint32_t x) {
+        return (x & 0xffu) | ((x & 0xff00u) << 8);
+    }
+    static __device__ __forceinline__ uint32_t bytes23_to_pair(uint32_t x) {
+        return ((x >> 16) & 0xffu) | ((x >> 8) & 0x00ff0000u);
+    }
+
+    static __device__ __forceinline__ float as_float(uint32_t u) { return __builtin_bit_cast(float, u); }
+    static __device__ __forceinline__ uint32_t as_uint(float f) { return __builtin_bit_cast(uint32_t, f); }
+    static __device__ __forceinline__ int count_leading_zeros(uint32_t v) { return __builtin_clz(v); }
+};
+
+struct HipRuntime {
+    using Stream = hipStream_t;
+    static int last_error() { return static_cast<int>(hipGetLastError()); }
+    static const char* error_string(int code) { return hipGetErrorString(static_cast<hipError_t>(code)); }
+};
+
+using Lanes = Wave64;
+using Runtime = HipRuntime;
+
+}  // namespace radix4

@@ -1,0 +1,155 @@
+// The C ABI of the radix-4 router, compiled once per back end (radix4.cu
+// with lanes_cuda.cuh, radix4.hip with lanes_hip.h). No torch headers: a
+// caller passes raw device pointers, the row stride in elements and its
+// stream (cudaStream_t / hipStream_t) as void*.
+//
+//   int radix4_route(scores, scores_dtype, row_stride, bias, bias_dtype,
+//                    rows, experts, topk, flags, routed_scaling_factor,
+//                    weights, ids, stream)
+//
+//   scores   [rows, experts] at `row_stride` elements per row, column stride 1
+//   bias     [experts], contiguous
+//   dtypes   RADIX4_FLOAT32 = 0, RADIX4_BFLOAT16 = 1 (any pairing)
+//   flags    RADIX4_RENORMALIZE = 1
+//   weights  fp32 [rows, topk] and ids int32 [rows, topk], contiguous
+//   returns  RADIX4_OK = 0, or a status below; radix4_status_string(status)
+//            says which, and after RADIX4_LAUNCH_FAILED
+//            radix4_runtime_error_string() gives the runtime's own message.
+//
+// Shapes: (experts, topk) in {(896, 16), (384, 8)}: Kimi-K3 and Kimi-K2.
+// Tokens per block: RADIX4_TOKENS_PER_BLOCK (default 4; 1 to 16). Fewer
+// spreads small batches over more multiprocessors, more shares a block's
+// start-up cost; the GPU benchmark times the choices.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "radix4_router.h"
+
+#ifndef RADIX4_TOKENS_PER_BLOCK
+#define RADIX4_TOKENS_PER_BLOCK 4
+#endif
+
+namespace radix4 {
+
+enum Status : int {
+    kOk = 0,
+    kUnsupportedShape = 1,
+    kUnsupportedDtype = 2,
+    kBadArgument = 3,
+    kLaunchFailed = 4,
+};
+enum Dtype : int { kFloat32 = 0, kBFloat16 = 1 };
+enum Flags : int { kRenormalize = 1 };
+
+constexpr int kTokensPerBlock = RADIX4_TOKENS_PER_BLOCK;
+static_assert(kTokensPerBlock >= 1 && kTokensPerBlock <= 16, "RADIX4_TOKENS_PER_BLOCK must be 1..16");
+
+inline int& last_runtime_error() {
+    static thread_local int code = 0;
+    return code;
+}
+
+struct Args {
+    const void* scores;
+    int64_t row_stride;
+    const void* bias;
+    int rows;
+    int renormalize;
+    float routed_scaling_factor;
+    float* weights;
+    int32_t* ids;
+    Runtime::Stream stream;
+};
+
+template <int E, int K, class Score, class Bias, bool kVec>
+int launch(const Args& a) {
+    const int blocks = (a.rows + kTokensPerBlock - 1) / kTokensPerBlock;
+    route_kernel<Lanes, E, K, Score, Bias, kVec, kTokensPerBlock>
+        <<<blocks, Lanes::kLanes * kTokensPerBlock, 0, a.stream>>>(
+            static_cast<const typename Score::Raw*>(a.scores), a.row_stride,
+            static_cast<const typename Bias::Raw*>(a.bias), a.rows, a.renormalize, a.routed_scaling_factor,
+            a.weights, a.ids);
+    const int err = Runtime::last_error();
+    if (err != 0) {
+        last_runtime_error() = err;
+        return kLaunchFailed;
+    }
+    return kOk;
+}
+
+// Vector loads need every group of 4 experts aligned to 4 elements.
+template <class Score, class Bias>
+bool vector_loads_aligned(const Args& a) {
+    const uintptr_t s = reinterpret_cast<uintptr_t>(a.scores), b = reinterpret_cast<uintptr_t>(a.bias);
+    return s % (4 * sizeof(typename Score::Raw)) == 0 && a.row_stride % 4 == 0 &&
+           b % (4 * sizeof(typename Bias::Raw)) == 0;
+}
+
+template <int E, int K, class Score, class Bias>
+int launch_aligned_or_not(const Args& a) {
+    return vector_loads_aligned<Score, Bias>(a) ? launch<E, K, Score, Bias, true>(a)
+                                                : launch<E, K, Score, Bias, false>(a);
+}
+
+template <int E, int K, class Score>
+int launch_bias_dtype(const Args& a, int bias_dtype) {
+    switch (bias_dtype) {
+        case kFloat32: return launch_aligned_or_not<E, K, Score, F32>(a);
+        case kBFloat16: return launch_aligned_or_not<E, K, Score, Bf16>(a);
+        default: return kUnsupportedDtype;
+    }
+}
+
+template <int E, int K>
+int launch_dtypes(const Args& a, int scores_dtype, int bias_dtype) {
+    switch (scores_dtype) {
+        case kFloat32: return launch_bias_dtype<E, K, F32>(a, bias_dtype);
+        case kBFloat16: return launch_bias_dtype<E, K, Bf16>(a, bias_dtype);
+        default: return kUnsupportedDtype;
+    }
+}
+
+}  // namespace radix4
+
+extern "C" {
+
+int radix4_route(const void* scores, int scores_dtype, int64_t row_stride, const void* bias, int bias_dtype,
+                 int64_t rows, int experts, int topk, int flags, float routed_scaling_factor, float* weights,
+                 int32_t* ids, void* stream) {
+    using namespace radix4;
+    const bool k3 = experts == 896 && topk == 16, k2 = experts == 384 && topk == 8;
+    if (!k3 && !k2) return kUnsupportedShape;
+    if ((scores_dtype != kFloat32 && scores_dtype != kBFloat16) ||
+        (bias_dtype != kFloat32 && bias_dtype != kBFloat16)) {
+        return kUnsupportedDtype;
+    }
+    if (rows < 0 || rows > INT32_MAX - kTokensPerBlock || row_stride < experts || (flags & ~kRenormalize) != 0) {
+        return kBadArgument;
+    }
+    if (rows == 0) return kOk;
+    if (scores == nullptr || bias == nullptr || weights == nullptr || ids == nullptr) return kBadArgument;
+    const Args a{scores, row_stride, bias, static_cast<int>(rows), flags & kRenormalize, routed_scaling_factor,
+                 weights, ids, static_cast<Runtime::Stream>(stream)};
+    return k3 ? launch_dtypes<896, 16>(a, scores_dtype, bias_dtype) : launch_dtypes<384, 8>(a, scores_dtype, bias_dtype);
+}
+
+const char* radix4_status_string(int status) {
+    switch (status) {
+        case radix4::kOk: return "ok";
+        case radix4::kUnsupportedShape: return "unsupported (experts, topk): supported are (896, 16) and (384, 8)";
+        case radix4::kUnsupportedDtype: return "unsupported dtype code: 0 = float32, 1 = bfloat16";
+        case radix4::kBadArgument: return "bad argument: rows out of range, row_stride < experts, unknown flag or null pointer";
+        case radix4::kLaunchFailed: return "kernel launch failed (see radix4_runtime_error_string)";
+        default: return "unknown status";
+    }
+}
+
+const char* radix4_runtime_error_string(void) {
+    return radix4::Runtime::error_string(radix4::last_runtime_error());
+}
+
+int radix4_tokens_per_block(void) { return radix4::kTokensPerBlock; }
+
+}  // extern "C"
