@@ -27,7 +27,7 @@ Layout. Two kernel modules, each with the same five functions:
 - ``kernels.serial.scan`` (``NAME = "serial"``): CPU (host build, g++) and CUDA
   (one thread per row).
 - ``kernels.serial.block_argmax`` (``NAME = "block_argmax"``): CUDA only (one block
-  per row), bit-identical to ``scan`` on CUDA; ``MAX_EXPERTS = 12288``.
+  per row), bit-identical to ``scan`` on CUDA; ``MAX_EXPERTS = 4096``.
 
 ::
 

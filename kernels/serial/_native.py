@@ -28,14 +28,14 @@ CUDA_DEVICE_FLAGS = ["-O3", "-std=c++17", "-fmad=false", "-ftz=false", "-prec-di
 CUDA_FLAGS = ["-shared", "-Xcompiler", "-fPIC", "-Xcompiler", "-ffp-contract=off", *CUDA_DEVICE_FLAGS]
 
 DTYPE_CODES = {"float32": 0, "bfloat16": 1}
-BLOCK_ARGMAX_MAX_EXPERTS = 12288  # mirrors serial_cuda.cu: E fp32 values in 48 KiB of shared memory
+BLOCK_ARGMAX_MAX_EXPERTS = 4096  # mirrors serial_cuda.cu: (2 E + topk) fp32 in 48 KiB of shared memory
 
 _ERRORS = {
     1: "a null pointer was passed",
     2: "the shape is out of range (M < 0, E < 1, topk < 1 or topk > E)",
     3: "the row stride is smaller than E",
     4: "a dtype flag is neither float32 nor bfloat16",
-    5: f"E exceeds {BLOCK_ARGMAX_MAX_EXPERTS} experts (shared memory of block argmax)",
+    5: f"E exceeds {BLOCK_ARGMAX_MAX_EXPERTS} experts (the shared memory of block argmax)",
     6: "the host build could not allocate its scratch row",
 }
 _CUDA_ERROR_BASE = 1000

@@ -1,8 +1,8 @@
 """Kernel ``block_argmax``: one CUDA block per row, a block argmax per round; CUDA only.
 
 Bit-identical to the serial scan (same ``serial_row.h`` arithmetic, lowest
-index on equal values). Takes E <= 12288 (the ranking values live in 48 KiB
-of shared memory).
+index on equal values). Takes E <= 4096 (ranking values, sigs and chosen
+sigs live in the default 48 KiB of shared memory).
 """
 
 from __future__ import annotations

@@ -16,14 +16,16 @@
 //
 // block_argmax_kernel (entry point block_argmax_route_cuda)
 //   One block of BLOCK_ARGMAX_THREADS = 128 threads per row. The E ranking
-//   values go to shared memory (E * 4 bytes, dynamic; E <= 12288 so the
-//   default 48 KiB suffice). Each round, every thread scans experts
+//   values, the E sigs and the topk chosen sigs go to shared memory
+//   ((2 E + topk) * 4 bytes, dynamic; E <= 4096 so the default 48 KiB
+//   suffice). Each round, every thread scans experts
 //   tid, tid + 128, ... with the same strict '>' against the sentinel (so its
 //   own candidate is its lowest-index maximum), then a warp-shuffle and a
 //   cross-warp reduction keep the larger value, the lower index on equal
 //   values. That order is total, so the winner is the serial scan's winner
-//   whatever the reduction tree. Thread 0 retires the winner to the sentinel
-//   and writes its id and sig. 128 threads: 7 values per thread at E = 896;
+//   whatever the reduction tree. Thread 0 retires the winner to the sentinel,
+//   writes its id and keeps its sig on chip; at the end thread 0 forms the
+//   weights (serial_finish_weights) and the block writes them. 128 threads: 7 values per thread at E = 896;
 //   fewer warps make the two barriers per round cheaper, more would only
 //   shorten a scan that is already short.
 //
@@ -36,10 +38,11 @@
 
 #define SERIAL_SCAN_THREADS 32
 #define BLOCK_ARGMAX_THREADS 128
-#define BLOCK_ARGMAX_MAX_EXPERTS 12288  // 48 KiB of fp32 ranking values
+#define BLOCK_ARGMAX_MAX_EXPERTS 4096  // (2 E + topk) fp32 within the default 48 KiB, topk <= E
 
 static_assert(BLOCK_ARGMAX_THREADS % 32 == 0 && BLOCK_ARGMAX_THREADS <= 1024, "whole warps, one block");
 static_assert(BLOCK_ARGMAX_THREADS / 32 <= 32, "the cross-warp reduction runs in one warp");
+static_assert(3 * BLOCK_ARGMAX_MAX_EXPERTS * sizeof(float) <= 48 * 1024, "fits the default dynamic shared memory");
 
 __global__ void __launch_bounds__(SERIAL_SCAN_THREADS)
     serial_scan_kernel(const void* __restrict__ scores, int64_t row_stride, int scores_dtype,
@@ -59,9 +62,12 @@ __device__ __forceinline__ bool argmax_prefers(float v, int i, float best_v, int
     return v > best_v || (v == best_v && i < best_i);
 }
 
+// Argmax over groups of kWidth lanes (xor offsets stay inside a group).
+template <int kWidth>
 __device__ __forceinline__ void warp_argmax(float& v, int& i) {
+    static_assert(kWidth >= 1 && kWidth <= 32 && (kWidth & (kWidth - 1)) == 0, "a power of two up to 32");
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
+    for (int offset = kWidth / 2; offset > 0; offset >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, v, offset);
         const int oi = __shfl_xor_sync(0xffffffffu, i, offset);
         if (argmax_prefers(ov, oi, v, i)) {
@@ -71,22 +77,30 @@ __device__ __forceinline__ void warp_argmax(float& v, int& i) {
     }
 }
 
+// Shared memory: biased[E], sig[E], chosen[topk] fp32 (dynamic). Keeping
+// sig and the chosen sigs on chip takes the winner's sigmoid and the final
+// weight pass off global memory, where each round would wait on a round trip.
 __global__ void __launch_bounds__(BLOCK_ARGMAX_THREADS)
     block_argmax_kernel(const void* __restrict__ scores, int64_t row_stride, int scores_dtype,
                         const void* __restrict__ bias, int bias_dtype, int E, int topk, int renormalize, float rs,
                         float* __restrict__ weights, int32_t* __restrict__ ids) {
     constexpr int kWarps = BLOCK_ARGMAX_THREADS / 32;
-    extern __shared__ float biased[];
+    extern __shared__ float smem[];
+    float* biased = smem;
+    float* sig = smem + E;
+    float* chosen = smem + 2 * E;
     __shared__ float warp_best[kWarps];
     __shared__ int warp_index[kWarps];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t r = blockIdx.x;
     const void* row = serial_row(scores, r, row_stride, scores_dtype);
-    float* w = weights + r * topk;
-    int32_t* out_ids = ids + r * topk;
 
-    for (int e = tid; e < E; e += BLOCK_ARGMAX_THREADS) biased[e] = serial_biased(row, scores_dtype, bias, bias_dtype, e);
+    for (int e = tid; e < E; e += BLOCK_ARGMAX_THREADS) {
+        const float s = serial_sig(row, scores_dtype, e);
+        sig[e] = s;
+        biased[e] = serial_rank(s, bias, bias_dtype, e);
+    }
     __syncthreads();
 
     for (int j = 0; j < topk; ++j) {
@@ -99,7 +113,7 @@ __global__ void __launch_bounds__(BLOCK_ARGMAX_THREADS)
                 bi = e;
             }
         }
-        warp_argmax(best, bi);
+        warp_argmax<32>(best, bi);
         if (lane == 0) {
             warp_best[warp] = best;
             warp_index[warp] = bi;
@@ -108,17 +122,19 @@ __global__ void __launch_bounds__(BLOCK_ARGMAX_THREADS)
         if (warp == 0) {
             best = lane < kWarps ? warp_best[lane] : SERIAL_SENTINEL;
             bi = lane < kWarps ? warp_index[lane] : INT_MAX;
-            warp_argmax(best, bi);
+            warp_argmax<kWarps>(best, bi);
             if (lane == 0) {
                 if (bi == INT_MAX) bi = 0;  // nothing beat the sentinel: expert 0, again if taken
                 biased[bi] = SERIAL_SENTINEL;
-                out_ids[j] = bi;
-                w[j] = serial_winner_sig(row, scores_dtype, bi);
+                chosen[j] = sig[bi];
+                ids[r * topk + j] = bi;
             }
         }
         __syncthreads();
     }
-    if (tid == 0) serial_finish_weights(w, topk, renormalize, rs);
+    if (tid == 0) serial_finish_weights(chosen, topk, renormalize, rs);
+    __syncthreads();
+    for (int j = tid; j < topk; j += BLOCK_ARGMAX_THREADS) weights[r * topk + j] = chosen[j];
 }
 
 static int cuda_status() {
@@ -148,7 +164,8 @@ extern "C" int block_argmax_route_cuda(const void* scores, int64_t row_stride, i
     if (E > BLOCK_ARGMAX_MAX_EXPERTS) return SERIAL_ERR_TOO_MANY_EXPERTS;
     if (M == 0) return SERIAL_OK;
     if (M > INT_MAX) return SERIAL_ERR_SHAPE;
-    block_argmax_kernel<<<(unsigned)M, BLOCK_ARGMAX_THREADS, (size_t)E * sizeof(float), (cudaStream_t)stream>>>(
+    const size_t smem = (size_t)(2 * E + topk) * sizeof(float);
+    block_argmax_kernel<<<(unsigned)M, BLOCK_ARGMAX_THREADS, smem, (cudaStream_t)stream>>>(
         scores, row_stride, scores_dtype, bias, bias_dtype, E, topk, renormalize, rs, weights, ids);
     return cuda_status();
 }

@@ -31,8 +31,14 @@
 
 #ifdef __CUDACC__
 #define SERIAL_HD __host__ __device__ __forceinline__
+// One thread's scan is a chain of compare-and-select steps; unrolling lets
+// the loads of 16 steps be in flight together (the first round reads the
+// scratch from L2). It does not change the order of the comparisons.
+#define SERIAL_PRAGMA(x) _Pragma(#x)
+#define SERIAL_UNROLL(n) SERIAL_PRAGMA(unroll n)
 #else
 #define SERIAL_HD static inline
+#define SERIAL_UNROLL(n)
 #endif
 
 // Values of the dtype flags taken by every entry point.
@@ -79,14 +85,16 @@ SERIAL_HD const void* serial_row(const void* base, int64_t r, int64_t row_stride
 
 SERIAL_HD float serial_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// The ranking value of expert e: sigmoid plus bias, fp32.
-SERIAL_HD float serial_biased(const void* row, int row_dtype, const void* bias, int bias_dtype, int e) {
-    return serial_sigmoid(serial_load(row, e, row_dtype)) + serial_load(bias, e, bias_dtype);
+// sig of expert e: the weight numerator (no bias).
+SERIAL_HD float serial_sig(const void* row, int row_dtype, int e) { return serial_sigmoid(serial_load(row, e, row_dtype)); }
+
+// The ranking value of expert e from its sig: sig plus bias, fp32.
+SERIAL_HD float serial_rank(float sig, const void* bias, int bias_dtype, int e) {
+    return sig + serial_load(bias, e, bias_dtype);
 }
 
-// The weight numerator of expert e (no bias).
-SERIAL_HD float serial_winner_sig(const void* row, int row_dtype, int e) {
-    return serial_sigmoid(serial_load(row, e, row_dtype));
+SERIAL_HD float serial_biased(const void* row, int row_dtype, const void* bias, int bias_dtype, int e) {
+    return serial_rank(serial_sig(row, row_dtype, e), bias, bias_dtype, e);
 }
 
 // On entry w[0..topk) holds the winners' sig in selection order; on exit the
@@ -108,10 +116,12 @@ SERIAL_HD void serial_finish_weights(float* w, int topk, int renormalize, float 
 SERIAL_HD void serial_route_row(const void* row, int row_dtype, const void* bias, int bias_dtype, int E, int topk,
                                 int renormalize, float rs, float* scratch, int64_t scratch_stride, float* w,
                                 int32_t* ids) {
+    SERIAL_UNROLL(4)
     for (int e = 0; e < E; ++e) scratch[e * scratch_stride] = serial_biased(row, row_dtype, bias, bias_dtype, e);
     for (int j = 0; j < topk; ++j) {
         float best = SERIAL_SENTINEL;
         int bi = 0;
+        SERIAL_UNROLL(16)
         for (int e = 0; e < E; ++e) {
             const float v = scratch[e * scratch_stride];
             if (v > best) {
@@ -121,7 +131,7 @@ SERIAL_HD void serial_route_row(const void* row, int row_dtype, const void* bias
         }
         scratch[bi * scratch_stride] = SERIAL_SENTINEL;
         ids[j] = bi;
-        w[j] = serial_winner_sig(row, row_dtype, bi);
+        w[j] = serial_sig(row, row_dtype, bi);
     }
     serial_finish_weights(w, topk, renormalize, rs);
 }
