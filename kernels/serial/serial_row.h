@@ -31,9 +31,9 @@
 
 #ifdef __CUDACC__
 #define SERIAL_HD __host__ __device__ __forceinline__
-// One thread's scan is a chain of compare-and-select steps; unrolling lets
-// the loads of 16 steps be in flight together (the first round reads the
-// scratch from L2). It does not change the order of the comparisons.
+// Unrolling never changes the order of the comparisons. Measured on an H200
+// (E=896, top-16, M=1): 16-deep and nvcc's own 4-deep unroll of the scan
+// both take about 220 us, so the loads are not what bounds the serial scan.
 #define SERIAL_PRAGMA(x) _Pragma(#x)
 #define SERIAL_UNROLL(n) SERIAL_PRAGMA(unroll n)
 #else
