@@ -227,8 +227,6 @@ def _check_args(scores, bias, topk, renormalize, routed_scaling_factor) -> tuple
     if scores.dim() != 2:
         raise ValueError(f"scores.shape={tuple(scores.shape)} is not 2-D; pass logits of shape [M, E]")
     M, E = scores.shape
-    if scores.device.type != "cuda":
-        raise ValueError(f"scores.device={scores.device} is not a GPU; radix4 runs on CUDA or ROCm devices")
     if _dtype_name(scores.dtype) not in _DTYPE_CODES:
         raise ValueError(f"scores.dtype={scores.dtype} is not supported; pass bfloat16 or float32 (scores.float())")
     if _dtype_name(bias.dtype) not in _DTYPE_CODES:
@@ -258,6 +256,8 @@ def _check_args(scores, bias, topk, renormalize, routed_scaling_factor) -> tuple
     rs = float(routed_scaling_factor)
     if not math.isfinite(rs):
         raise ValueError(f"routed_scaling_factor={rs} is not finite; pass a finite float such as 1.0")
+    if scores.device.type != "cuda":
+        raise ValueError(f"scores.device={scores.device} is not a GPU; radix4 runs on CUDA or ROCm devices")
     return M, E, row_stride, rs
 
 

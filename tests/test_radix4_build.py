@@ -1,0 +1,405 @@
+"""CPU-only tests of the radix-4 router (kernels/radix4): builds, assembly, gates, and the algorithm.
+
+- CUDA: the source compiles for sm_90 into a shared library whose C ABI
+  answers argument errors without touching a GPU.
+- HIP: the same algorithm compiles for gfx90a and gfx940 (Debian's hipcc,
+  HIP 5.2) and gfx942 (clang++-19), and the assembly carries the DPP prefix
+  sums (row_shr, row_bcast) and the hardware exp2.
+- build() raises BuildError on a broken source; without a GPU,
+  supported_hardware() and available() say no in one line.
+- The algorithm itself: the kernel template is compiled for the host with
+  lanes emulated by threads in lockstep (32 lanes as on CUDA, 64 as on HIP),
+  and compared to a plain reference of contract ``aiter`` built from the
+  emulation's own sigmoid. This runs the real select/tie/placement code of
+  radix4_router.h on ties, NaN, infinities and strided rows.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import kernels.radix4 as radix4
+from kernels._build import BuildError, compile_shared, compile_to_assembly, load_library
+
+HERE = Path(radix4.__file__).resolve().parent
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+needs_hipcc = pytest.mark.skipif(shutil.which("hipcc") is None, reason="hipcc is not on PATH (apt-get install hipcc)")
+needs_clang19 = pytest.mark.skipif(shutil.which("clang++-19") is None, reason="clang++-19 is not installed")
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+
+LANE_RANK = [
+    56, 57, 58, 59, 63, 62, 61, 60, 52, 53, 54, 55, 51, 50, 49, 48,
+    40, 41, 42, 43, 47, 46, 45, 44, 36, 37, 38, 39, 35, 34, 33, 32,
+    24, 25, 26, 27, 31, 30, 29, 28, 20, 21, 22, 23, 19, 18, 17, 16,
+    8, 9, 10, 11, 15, 14, 13, 12, 4, 5, 6, 7, 3, 2, 1, 0,
+]  # fmt: skip
+
+
+def tie_priority(E: int) -> list[int]:
+    """Plain definition: position of e when experts are sorted by (LANE_RANK[(e >> 2) & 63], e)."""
+    order = sorted(range(E), key=lambda e: (LANE_RANK[(e >> 2) & 63], e))
+    prio = [0] * E
+    for position, e in enumerate(order):
+        prio[e] = position
+    return prio
+
+
+# ---------------------------------------------------------------- CUDA
+
+
+@needs_nvcc
+def test_cuda_source_builds_for_sm90_and_its_abi_checks_arguments():
+    lib = ctypes.CDLL(str(radix4.build(arch="sm_90")))
+    fn = lib.radix4_route
+    p, i, i64, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
+    fn.argtypes, fn.restype = [p, i, i64, p, i, i64, i, i, i, f, p, p, p], i
+    lib.radix4_status_string.argtypes, lib.radix4_status_string.restype = [i], ctypes.c_char_p
+    # These return before any CUDA call, so they run without a GPU.
+    assert fn(None, 1, 896, None, 0, 4, 896, 8, 1, 1.0, None, None, None) == 1  # E=896 needs topk 16
+    assert fn(None, 7, 896, None, 0, 4, 896, 16, 1, 1.0, None, None, None) == 2  # dtype code
+    assert fn(None, 1, 895, None, 0, 4, 896, 16, 1, 1.0, None, None, None) == 3  # row stride < E
+    assert fn(None, 1, 896, None, 0, 4, 896, 16, 2, 1.0, None, None, None) == 3  # unknown flag
+    assert fn(None, 1, 896, None, 0, 0, 896, 16, 1, 1.0, None, None, None) == 0  # empty batch
+    assert b"(896, 16)" in lib.radix4_status_string(1)
+
+
+@needs_nvcc
+def test_cuda_build_has_no_local_memory_spills():
+    cmd = ["nvcc", *radix4.CUDA_FLAGS, "-arch=sm_90", "-Xptxas", "-v", "-o", "/dev/null", str(radix4.cuda_source())]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    report = out.stdout + out.stderr
+    assert "registers" in report
+    assert "bytes spill" in report and all(
+        "0 bytes spill stores, 0 bytes spill loads" in line for line in report.splitlines() if "spill" in line
+    )
+
+
+# ---------------------------------------------------------------- HIP
+
+
+def _hip_assembly(arch: str, tmp_path: Path) -> str:
+    out = tmp_path / f"radix4_{arch}.s"
+    if arch == "gfx942":  # HIP 5.2's clang does not know gfx942; clang 19 with hipcc's headers does
+        flags = ["-x", "hip", f"--offload-arch={arch}", "-nogpulib", "--cuda-device-only", "-O3", "-std=c++17",
+                 "-ffp-contract=off", "-I/usr/include"]  # fmt: skip
+        compile_to_assembly(radix4.hip_source(), compiler="clang++-19", flags=flags, out=out)
+    else:
+        flags = [f"--offload-arch={arch}", "-O3", "-std=c++17", "-ffp-contract=off", "--cuda-device-only"]
+        env = {"HIP_PLATFORM": "amd", "PATH": "/usr/bin:/bin"}
+        compile_to_assembly(radix4.hip_source(), compiler="hipcc", flags=flags, out=out, env=env)
+    return out.read_text()
+
+
+def _check_amd_assembly(asm: str) -> None:
+    for needle in ("row_shr:1", "row_shr:8", "row_bcast:15", "row_bcast:31", "v_exp_f32", "v_readlane_b32"):
+        assert needle in asm, f"{needle} not in the assembly"
+    assert "amdhsa_private_segment_fixed_size 0" in asm, "the kernel spills to scratch"
+
+
+@needs_hipcc
+@pytest.mark.parametrize("arch", ["gfx90a", "gfx940"])
+def test_hip_source_compiles_with_dpp_prefix_sums(arch, tmp_path):
+    _check_amd_assembly(_hip_assembly(arch, tmp_path))
+
+
+@needs_hipcc
+@needs_clang19
+def test_hip_source_compiles_for_gfx942_with_clang19(tmp_path):
+    _check_amd_assembly(_hip_assembly("gfx942", tmp_path))
+
+
+# ---------------------------------------------------------------- build path and gates
+
+
+@needs_nvcc
+def test_build_raises_build_error_on_a_broken_source(tmp_path):
+    for name in ["radix4.cu", *(p.name for p in radix4.headers("cuda"))]:
+        shutil.copy(HERE / name, tmp_path / name)
+    broken = tmp_path / "radix4_router.h"
+    broken.write_text(broken.read_text().replace("struct Pick {", "struct Pick { this is not C++;", 1))
+    with pytest.raises(BuildError, match="compile failed"):
+        radix4._compile(tmp_path / "radix4.cu", "sm_90", depends=[broken])
+
+
+def test_build_refuses_an_unknown_architecture():
+    with pytest.raises(ValueError, match="arch='tpu_v5'"):
+        radix4.build(arch="tpu_v5")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_without_a_gpu_the_kernel_says_why_in_one_line():
+    for ok, why in (radix4.supported_hardware(), radix4.available()):
+        assert ok is False
+        assert why and "\n" not in why and "GPU" in why
+    with pytest.raises(BuildError, match="cannot pick an architecture"):
+        radix4.build()
+
+
+def test_covered_gates_shape_rows_and_dtypes():
+    ok = dict(rows=1024, experts=896, topk=16, dtype=torch.bfloat16, bias_dtype=torch.float32)
+    assert radix4.covered(**ok)
+    assert radix4.covered(**{**ok, "experts": 384, "topk": 8, "dtype": "float32", "bias_dtype": "bfloat16"})
+    assert not radix4.covered(**{**ok, "rows": radix4.MAX_ROWS + 1})
+    assert not radix4.covered(**{**ok, "topk": 8})
+    assert not radix4.covered(**{**ok, "dtype": torch.float16})
+
+
+def test_route_names_the_bad_argument():
+    scores, bias = torch.zeros(2, 896), torch.zeros(896)
+    with pytest.raises(ValueError, match="scores.device=cpu"):
+        radix4.route(scores, bias, 16)
+    with pytest.raises(ValueError, match=r"\(E, topk\)=\(896, 8\)"):
+        radix4._check_args(scores, bias, 8, True, 1.0)
+
+
+def test_importing_the_wrapper_does_not_build_anything():
+    assert radix4._libraries == {}
+
+
+# ---------------------------------------------------------------- the algorithm, emulated on the host
+
+EMULATION = r"""
+// The radix4 kernel template compiled for the host: each lane is a thread,
+// cross-lane operations exchange through a shared array between barriers.
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__ static
+struct uint2 { uint32_t x, y; };
+struct uint4 { uint32_t x, y, z, w; };
+struct Dim3 { unsigned x = 0, y = 0, z = 0; };
+thread_local Dim3 threadIdx, blockIdx;
+inline int __popcll(uint64_t v) { return __builtin_popcountll(v); }
+
+#include "radix4_router.h"
+
+template <int N>
+struct EmuLanes {
+    static constexpr int kLanes = N;
+    static inline std::barrier<>* barrier = nullptr;
+    static inline uint64_t slot[N];
+    static int lane() { return threadIdx.x % N; }
+    static int group() { return threadIdx.x / N; }
+    static void sync() { barrier->arrive_and_wait(); }
+    template <class F> static uint64_t exchange(uint64_t v, F f) {
+        slot[lane()] = v; sync(); uint64_t r = f(); sync(); return r;
+    }
+    static uint32_t sum(uint32_t v) { return exchange(v, [] { uint64_t s = 0; for (int i = 0; i < N; ++i) s += slot[i]; return s; }); }
+    static uint32_t all_and(uint32_t v) { return exchange(v, [] { uint64_t s = ~0ull; for (int i = 0; i < N; ++i) s &= slot[i]; return s; }); }
+    static uint32_t all_or(uint32_t v) { return exchange(v, [] { uint64_t s = 0; for (int i = 0; i < N; ++i) s |= slot[i]; return s; }); }
+    static uint32_t exclusive_scan(uint32_t v) {
+        const int me = lane();
+        return exchange(v, [me] { uint64_t s = 0; for (int i = 0; i < me; ++i) s += slot[i]; return s; });
+    }
+    static float sum_f32(float v) {  // the butterfly, association for association, then lane 0's
+        for (int d = N / 2; d > 0; d >>= 1) {
+            const int me = lane();
+            const uint32_t other = exchange(as_uint(v), [me, d] { return slot[me ^ d]; });
+            v += as_float(other);
+        }
+        return as_float(exchange(as_uint(v), [] { return slot[0]; }));
+    }
+    static uint64_t one_hot_nibble(uint32_t t) { return t < 16u ? (uint64_t{1} << (4u * t)) : 0u; }
+    static uint32_t bytes01_to_pair(uint32_t x) { return (x & 0xffu) | ((x & 0xff00u) << 8); }
+    static uint32_t bytes23_to_pair(uint32_t x) { return ((x >> 16) & 0xffu) | ((x >> 8) & 0x00ff0000u); }
+    static float as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+    static uint32_t as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+    static int count_leading_zeros(uint32_t v) { return __builtin_clz(v); }
+};
+
+template <int N, int E, int K, class S, class B, bool kVec>
+void run(const void* scores, int64_t stride, const void* bias, int rows, int renorm, float rs, float* w, int32_t* ids) {
+    std::barrier<> barrier(N);
+    EmuLanes<N>::barrier = &barrier;
+    for (int token = 0; token < rows; ++token) {
+        std::vector<std::thread> lanes;
+        for (int lane = 0; lane < N; ++lane) {
+            lanes.emplace_back([=] {
+                threadIdx.x = lane;
+                blockIdx.x = token;
+                radix4::route_kernel<EmuLanes<N>, E, K, S, B, kVec, 1>(
+                    static_cast<const typename S::Raw*>(scores), stride, static_cast<const typename B::Raw*>(bias),
+                    rows, renorm, rs, w, ids);
+            });
+        }
+        for (auto& t : lanes) t.join();
+    }
+}
+
+template <int N, int E, int K, class S>
+int with_bias(int bdt, bool vec, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
+    using radix4::Bf16; using radix4::F32;
+    if (bdt == 0) vec ? run<N, E, K, S, F32, true>(s, st, b, rows, rn, rs, w, i) : run<N, E, K, S, F32, false>(s, st, b, rows, rn, rs, w, i);
+    else vec ? run<N, E, K, S, Bf16, true>(s, st, b, rows, rn, rs, w, i) : run<N, E, K, S, Bf16, false>(s, st, b, rows, rn, rs, w, i);
+    return 0;
+}
+
+template <int N, int E, int K>
+int with_dtypes(int sdt, int bdt, bool vec, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
+    return sdt == 0 ? with_bias<N, E, K, radix4::F32>(bdt, vec, s, st, b, rows, rn, rs, w, i)
+                    : with_bias<N, E, K, radix4::Bf16>(bdt, vec, s, st, b, rows, rn, rs, w, i);
+}
+
+extern "C" int emu_route(int lanes, const void* s, int sdt, int64_t st, const void* b, int bdt, int rows, int E, int K,
+                         int vec, int rn, float rs, float* w, int32_t* i) {
+    if (E == 896 && K == 16) return lanes == 32 ? with_dtypes<32, 896, 16>(sdt, bdt, vec, s, st, b, rows, rn, rs, w, i)
+                                                : with_dtypes<64, 896, 16>(sdt, bdt, vec, s, st, b, rows, rn, rs, w, i);
+    if (E == 384 && K == 8) return lanes == 32 ? with_dtypes<32, 384, 8>(sdt, bdt, vec, s, st, b, rows, rn, rs, w, i)
+                                               : with_dtypes<64, 384, 8>(sdt, bdt, vec, s, st, b, rows, rn, rs, w, i);
+    return 1;
+}
+
+extern "C" void emu_sigmoid(const float* x, float* out, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) out[k] = radix4::contract_sigmoid(x[k]);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def emulation(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not on PATH")
+    src = tmp_path_factory.mktemp("radix4_emulation") / "radix4_emulation.cpp"
+    src.write_text(EMULATION)
+    flags = ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-ffp-contract=off", f"-I{HERE}"]
+    lib = load_library(compile_shared(src, compiler="g++", flags=flags, depends=radix4.headers("cuda")[:2]))
+    p, i, i64, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
+    lib.emu_route.argtypes = [i, p, i, i64, p, i, i, i, i, i, i, f, p, p]
+    lib.emu_route.restype = i
+    lib.emu_sigmoid.argtypes = [p, p, i64]
+    return lib
+
+
+CODES = {torch.float32: 0, torch.bfloat16: 1}
+
+
+def emulated_route(lib, lanes, scores, bias, topk, renormalize, rs, *, vec=True):
+    M, E = scores.shape
+    weights = torch.empty(M, topk, dtype=torch.float32)
+    ids = torch.empty(M, topk, dtype=torch.int32)
+    rc = lib.emu_route(lanes, scores.data_ptr(), CODES[scores.dtype], scores.stride(0), bias.data_ptr(),
+                       CODES[bias.dtype], M, E, topk, int(vec), int(renormalize), rs, weights.data_ptr(),
+                       ids.data_ptr())  # fmt: skip
+    assert rc == 0
+    return weights, ids
+
+
+def reference(lib, scores, bias, topk, renormalize, rs):
+    """Contract aiter, plainly: sort experts by (rank key desc, tie priority asc)."""
+    x = scores.float().contiguous()
+    sig = torch.empty_like(x)
+    lib.emu_sigmoid(x.data_ptr(), sig.data_ptr(), x.numel())
+    r = sig + bias.float()
+    prio = tie_priority(scores.shape[1])
+    weights, ids = [], []
+    for row in range(scores.shape[0]):
+        def rank(e, row=row):
+            v = float(r[row, e])
+            return (1, 0.0 if v == 0 else v, -prio[e]) if v == v else (0, 0.0, -prio[e])  # NaN below all
+
+        chosen = sorted(range(scores.shape[1]), key=rank, reverse=True)[:topk]
+        w = sig[row, chosen]
+        total = w.sum()
+        if renormalize and total > 0:
+            w = w / total
+        weights.append(w * torch.tensor(rs, dtype=torch.float32))
+        ids.append(chosen)
+    return torch.stack(weights), torch.tensor(ids, dtype=torch.int32)
+
+
+def _cases():
+    g = torch.Generator().manual_seed(0)
+    E, K = 896, 16
+    yield "random bf16 / fp32 bias", (torch.randn(6, E, generator=g) * 2).bfloat16(), torch.randn(E, generator=g) * 0.05, K
+    yield "random fp32 / bf16 bias", torch.randn(4, E, generator=g), (torch.randn(E, generator=g) * 0.1).bfloat16(), K
+    yield "all equal", torch.zeros(2, E, dtype=torch.bfloat16), torch.zeros(E), K
+    straddle = torch.full((4, E), -2.0)
+    for row in range(4):
+        perm = torch.randperm(E, generator=g)
+        straddle[row, perm[: 3 + 4 * row]] = 3.0
+        straddle[row, perm[3 + 4 * row : 43 + 4 * row]] = 1.0
+    yield "tie pool straddling the cutoff", straddle.bfloat16(), torch.zeros(E), K
+    levels = torch.tensor([-1.0, 0.0, 0.5, 1.0])[torch.randint(0, 4, (3, E), generator=g)]
+    yield "four levels, bias levels", levels, torch.randint(0, 3, (E,), generator=g) * 0.25, K
+    nan = torch.randn(4, E, generator=g)
+    nan[0] = float("nan")
+    nan[1, 100:] = float("nan")
+    nan[2, :890] = float("nan")
+    nan[3, ::3] = float("nan")
+    yield "NaN rows", nan, torch.randn(E, generator=g) * 0.05, K
+    inf = torch.randn(3, E, generator=g)
+    inf[:, ::7] = float("inf")
+    inf[:, 3::11] = float("-inf")
+    inf[0] = float("-inf")
+    yield "+-inf logits, all -inf row", inf, torch.zeros(E), K
+    yield "saturated sigmoid", torch.randint(0, 4, (3, E), generator=g).float() * 43 - 100, torch.zeros(E), K
+    yield "negative ranking values", torch.randn(3, E, generator=g), torch.full((E,), -2.0), K
+    yield "Kimi-K2 random", (torch.randn(4, 384, generator=g) * 2).bfloat16(), torch.randn(384, generator=g) * 0.05, 8
+    yield "Kimi-K2 all equal", torch.zeros(2, 384), torch.zeros(384), 8
+
+
+CASES = list(_cases())
+
+
+@needs_gxx
+@pytest.mark.parametrize("lanes", [32, 64], ids=["warp32", "wave64"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_emulated_kernel_matches_plain_reference(emulation, lanes, case):
+    _, scores, bias, topk = case
+    for renormalize, rs in ((True, 2.5), (False, 1.0)):
+        w, ids = emulated_route(emulation, lanes, scores, bias, topk, renormalize, rs)
+        rw, rids = reference(emulation, scores, bias, topk, renormalize, rs)
+        assert torch.equal(ids, rids), f"ids differ in rows {(ids != rids).any(1).nonzero().flatten().tolist()}"
+        torch.testing.assert_close(w, rw, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@needs_gxx
+@pytest.mark.parametrize("lanes", [32, 64], ids=["warp32", "wave64"])
+def test_emulated_kernel_strided_rows_and_scalar_loads(emulation, lanes):
+    g = torch.Generator().manual_seed(3)
+    backing = (torch.randn(3, 1000, generator=g) * 2).bfloat16()
+    scores, bias = backing[:, 3 : 3 + 896], torch.randn(896, generator=g) * 0.05
+    w, ids = emulated_route(emulation, lanes, scores, bias, 16, True, 2.5, vec=False)
+    rw, rids = reference(emulation, scores, bias, 16, True, 2.5)
+    assert torch.equal(ids, rids)
+    torch.testing.assert_close(w, rw, rtol=1e-5, atol=1e-6)
+
+
+@needs_gxx
+def test_emulated_all_equal_row_starts_with_aiters_first_lane(emulation):
+    _, ids = emulated_route(emulation, 32, torch.zeros(1, 896), torch.zeros(896), 16, True, 1.0)
+    assert ids[0, :8].tolist() == [252, 253, 254, 255, 508, 509, 510, 511]
+
+
+@needs_gxx
+def test_tie_table_matches_the_contracts_closed_form(tmp_path):
+    src = tmp_path / "tie.cpp"
+    src.write_text(
+        '#include "tie_order.h"\n#include <cstdio>\n'
+        "int main() { for (int e = 0; e < 896; ++e) std::printf(\"%d\\n\", radix4::tie_priority<896>(e)); }\n"
+    )
+    exe = tmp_path / "tie"
+    subprocess.run(["g++", "-std=c++17", f"-I{HERE}", str(src), "-o", str(exe)], check=True)
+    got = [int(v) for v in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
+
+    def closed_form(e):  # ROUTING_CONTRACTS.md section 3, E = 896
+        vec = e >> 2
+        rank, bank = LANE_RANK[vec & 63], vec >> 6
+        vec_rank = rank * 3 + bank if rank < 32 else 96 + (rank - 32) * 4 + bank
+        return vec_rank * 4 + (e & 3)
+
+    assert got == [closed_form(e) for e in range(896)] == tie_priority(896)
