@@ -1,0 +1,104 @@
+"""Compile kernel sources into cached shared libraries and load them with ctypes.
+
+Kernel sources in this package need no torch headers: they expose plain
+``extern "C"`` entry points taking raw pointers, strides and a stream handle.
+That keeps them compilable on a machine without a GPU (CI compiles every
+back end) and lets a serving engine load them without this harness.
+
+Cache key: the bytes of every source and header that goes into the build, the
+compiler's ``--version`` text, the target architecture and the flags. A change
+to any of them builds a new library; an unchanged one is reused. The cache
+lives in ``$ROUTER_KERNEL_CACHE`` or ``~/.cache/router-contracts/kernels``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["BuildError", "cache_dir", "compile_shared", "compile_to_assembly", "compiler_version", "load_library"]
+
+
+class BuildError(RuntimeError):
+    """The platform compiler rejected a kernel source (its output is in the message)."""
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("ROUTER_KERNEL_CACHE")
+    path = Path(root) if root else Path.home() / ".cache" / "router-contracts" / "kernels"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(compiler: str) -> str:
+    """The compiler's own ``--version`` text; raises BuildError if it is not installed."""
+    exe = shutil.which(compiler)
+    if exe is None:
+        raise BuildError(f"compiler {compiler!r} is not on PATH; install it (see README) or use a host that has it")
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout + out.stderr
+
+
+def _digest(sources: list[Path], extra: list[str]) -> str:
+    h = hashlib.sha256()
+    for src in sources:
+        h.update(src.name.encode())
+        h.update(src.read_bytes())
+    for item in extra:
+        h.update(b"\0" + item.encode())
+    return h.hexdigest()[:20]
+
+
+def _run_compiler(cmd: list[str], env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip()[-4000:]
+        raise BuildError(f"compile failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
+
+
+def compile_shared(
+    main_source: Path,
+    *,
+    compiler: str,
+    flags: list[str],
+    depends: list[Path] = (),
+    env: dict[str, str] | None = None,
+) -> Path:
+    """Build ``main_source`` into a shared library, or return the cached one.
+
+    ``depends`` lists headers the source includes, so that editing a header
+    invalidates the cache. ``flags`` must include the architecture flag: it is
+    part of the cache key through them.
+    """
+    sources = [Path(main_source), *map(Path, depends)]
+    key = _digest(sources, [compiler, compiler_version(compiler), *flags])
+    target = cache_dir() / f"{Path(main_source).stem}-{key}.so"
+    if target.exists():
+        return target
+    # Build into a temporary name and rename: two processes building at once
+    # must never load a half-written library.
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        partial = Path(tmp) / target.name
+        _run_compiler([compiler, *flags, "-o", str(partial), str(main_source)], env=env)
+        os.replace(partial, target)
+    return target
+
+
+def compile_to_assembly(
+    main_source: Path, *, compiler: str, flags: list[str], out: Path, env: dict[str, str] | None = None
+) -> Path:
+    """Compile device code to assembly text (``-S``), for instruction checks in CI."""
+    _run_compiler([compiler, *flags, "-S", "-o", str(out), str(main_source)], env=env)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def load_library(path: Path) -> ctypes.CDLL:
+    return ctypes.CDLL(str(path))

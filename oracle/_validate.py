@@ -1,0 +1,52 @@
+"""Argument checks for the routing API: one line per argument, each error
+names the argument, its value and the fix."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["LOGIT_DTYPES", "RoutingArgumentError", "check_route_args"]
+
+LOGIT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+class RoutingArgumentError(ValueError):
+    """A routing argument is malformed (the message says which and how to fix it)."""
+
+
+def _fail(message: str) -> None:
+    raise RoutingArgumentError(message)
+
+
+def check_route_args(scores, bias, topk, renormalize, routed_scaling_factor) -> None:
+    if not isinstance(scores, torch.Tensor):
+        _fail(f"scores must be a torch.Tensor of shape [M, E], got {type(scores).__name__}")
+    if scores.dim() != 2:
+        _fail(f"scores.shape={tuple(scores.shape)} must be 2-D [M, E]; reshape to (-1, E)")
+    if scores.dtype not in LOGIT_DTYPES:
+        _fail(f"scores.dtype={scores.dtype} is not supported; use torch.bfloat16 or torch.float32")
+    experts = scores.shape[1]
+    if experts < 1:
+        _fail(f"scores.shape={tuple(scores.shape)} has no experts (E=0); E must be >= 1")
+    if experts > 1 and scores.stride(1) != 1:
+        _fail(f"scores.stride()={scores.stride()} has column stride {scores.stride(1)}; it must be 1 (use .contiguous())")
+    if not isinstance(bias, torch.Tensor):
+        _fail(f"bias must be a torch.Tensor of shape [E]={experts}, got {type(bias).__name__}")
+    if bias.dim() != 1 or bias.shape[0] != experts:
+        _fail(f"bias.shape={tuple(bias.shape)} must be [{experts}] (one correction bias per expert, E={experts})")
+    if bias.dtype not in LOGIT_DTYPES:
+        _fail(f"bias.dtype={bias.dtype} is not supported; use torch.float32 or torch.bfloat16")
+    if bias.device != scores.device:
+        _fail(f"bias.device={bias.device} differs from scores.device={scores.device}; move both to one device")
+    if isinstance(topk, bool) or not isinstance(topk, int):
+        _fail(f"topk={topk!r} must be an int")
+    if not 1 <= topk <= experts:
+        _fail(f"topk={topk} must satisfy 1 <= topk <= E={experts}")
+    if not isinstance(renormalize, bool):
+        _fail(f"renormalize={renormalize!r} must be a bool")
+    if isinstance(routed_scaling_factor, bool) or not isinstance(routed_scaling_factor, (int, float)):
+        _fail(f"routed_scaling_factor={routed_scaling_factor!r} must be a float")
+    if not math.isfinite(routed_scaling_factor):
+        _fail(f"routed_scaling_factor={routed_scaling_factor!r} must be finite")
