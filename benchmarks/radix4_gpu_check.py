@@ -46,7 +46,8 @@ import kernels.radix4 as radix4  # noqa: E402
 from kernels._build import compile_shared, load_library  # noqa: E402
 
 TIMING_ROWS = (1, 8, 64, 256, 1024, 1536, 4096)
-TOKENS_PER_BLOCK = (1, 2, 4, 8)
+TOKENS_PER_BLOCK = (1, 2, 4, 8)  # warp-per-token builds timed
+LAUNCH_SHAPES = (None, "block", "warp")  # checked for correctness
 LAUNCHES_PER_GRAPH = 20
 REPLAYS = 25
 NEG_LOG2E = -1.44269504088896340736
@@ -183,6 +184,10 @@ def compare_to_oracle(scores, bias, topk, renormalize, rs, ids):
     return len(differ), worst
 
 
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
+
+
 def run_checks(device) -> tuple[bool, list[dict]]:
     try:
         import oracle  # noqa: F401
@@ -191,19 +196,22 @@ def run_checks(device) -> tuple[bool, list[dict]]:
     except ImportError:
         have_oracle = False
     results, ok = [], True
-    for name, scores, bias, topk, renorm, rs in case_families(device):
-        before = (scores.clone(), bias.clone())
-        w, ids = radix4.route(scores, bias, topk, renorm, rs)
+    for (name, scores, bias, topk, renorm, rs), shape in (
+        (case, shape) for case in case_families(device) for shape in LAUNCH_SHAPES
+    ):
+        name = f"{name} [{shape or 'auto'}]"
+        before = (bits(scores).clone(), bits(bias).clone())
+        w, ids = radix4.route(scores, bias, topk, renorm, rs, launch_shape=shape)
         rw, rids = reference(scores, bias, topk, renorm, rs)
         M = scores.shape[0]
         id_rows = int((ids != rids).any(dim=1).sum())
         close = torch.isclose(w, rw, rtol=RTOL, atol=ATOL, equal_nan=True)
         w_bad = int((~close).sum())
         worst_w = float(((w - rw).abs() / rw.abs().clamp_min(1e-30)).nan_to_num(0.0).max())
-        untouched = torch.equal(before[0], scores) and torch.equal(before[1], bias)
+        untouched = torch.equal(before[0], bits(scores)) and torch.equal(before[1], bits(bias))
         entry = {"case": name, "rows": M, "id_rows_mismatch": id_rows, "weights_mismatch": w_bad,
                  "weights_worst_rel": worst_w, "inputs_untouched": untouched}  # fmt: skip
-        if have_oracle:
+        if have_oracle and shape is None:
             try:
                 entry["oracle_set_rows_differ"], entry["oracle_worst_ulp"] = compare_to_oracle(
                     scores, bias, topk, renorm, rs, ids
@@ -222,7 +230,7 @@ def run_checks(device) -> tuple[bool, list[dict]]:
             extra = f"  oracle: {entry['oracle_set_rows_differ']} rows differ (worst {entry['oracle_worst_ulp']} ulp)"
         elif "oracle_error" in entry:
             extra = f"  oracle: {entry['oracle_error']}"
-        print(f"{flag} {name:42s} M={M:5d} id rows {id_rows}/{M}, weights {w_bad}/{w.numel()} "
+        print(f"{flag} {name:50s} M={M:5d} id rows {id_rows}/{M}, weights {w_bad}/{w.numel()} "
               f"(worst rel {worst_w:.1e}){extra}")  # fmt: skip
         if "first_bad_row" in entry:
             print("     ", entry["first_bad_row"])
@@ -244,7 +252,8 @@ def run_determinism(device) -> tuple[bool, dict]:
     eager = radix4.route(scores, bias, 16, True, 2.5)
     repeats_equal = all(
         torch.equal(eager[0], w) and torch.equal(eager[1], i)
-        for w, i in (radix4.route(scores, bias, 16, True, 2.5) for _ in range(10))
+        for shape in LAUNCH_SHAPES
+        for w, i in (radix4.route(scores, bias, 16, True, 2.5, launch_shape=shape) for _ in range(10))
     )
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -322,10 +331,10 @@ def torch_native(scores, bias, topk, rs):
     return w / w.sum(dim=-1, keepdim=True) * rs, ids
 
 
-def route_with(lib, scores, bias, weights, ids):
-    """Launch a given library build (a RADIX4_TOKENS_PER_BLOCK variant) with preallocated outputs."""
+def route_with(lib, scores, bias, weights, ids, shape_flag):
+    """Launch a given library build in a given launch shape (flag 2: block per token, 4: warp per token)."""
     M, E = scores.shape
-    rc = lib.radix4_route(scores.data_ptr(), 1, E, bias.data_ptr(), 0, M, E, 16, 1, 2.5,
+    rc = lib.radix4_route(scores.data_ptr(), 1, E, bias.data_ptr(), 0, M, E, 16, 1 | shape_flag, 2.5,
                           weights.data_ptr(), ids.data_ptr(), torch.cuda.current_stream().cuda_stream)  # fmt: skip
     if rc:
         raise RuntimeError(f"radix4_route returned {rc}")
@@ -345,10 +354,12 @@ def run_timing(device) -> list[dict]:
         weights = torch.empty(M, 16, device=device)
         ids = torch.empty(M, 16, dtype=torch.int32, device=device)
         entry = {"M": M}
+        entry["block_per_token"] = time_graph(lambda: route_with(libs[4], scores, bias, weights, ids, 2))
         for tpb, lib in libs.items():
-            entry[f"radix4_tpb{tpb}"] = time_graph(lambda lib=lib: route_with(lib, scores, bias, weights, ids))
-        entry["radix4_route"] = time_graph(lambda: radix4.route(scores, bias, 16, True, 2.5))
-        entry["radix4_all_equal_rows"] = time_graph(lambda: radix4.route(ties, bias, 16, True, 2.5))
+            entry[f"warp_per_token_x{tpb}"] = time_graph(lambda lib=lib: route_with(lib, scores, bias, weights, ids, 4))
+        entry["route_default"] = time_graph(lambda: radix4.route(scores, bias, 16, True, 2.5))
+        entry["all_equal_block"] = time_graph(lambda: route_with(libs[4], ties, bias, weights, ids, 2))
+        entry["all_equal_warp_x4"] = time_graph(lambda: route_with(libs[4], ties, bias, weights, ids, 4))
         entry["torch_native"] = time_graph(lambda: torch_native(scores, bias, 16, 2.5))
         rows.append(entry)
     return rows, floor
@@ -358,9 +369,9 @@ def print_table(rows, floor):
     cols = [k for k in rows[0] if k != "M"]
     print(f"\nus per launch (CUDA graph replay, median of {REPLAYS} replays x {LAUNCHES_PER_GRAPH} launches; "
           f"bf16 logits, fp32 bias, E=896, top-16; empty kernel {floor:.2f} us)")  # fmt: skip
-    print(f"{'M':>6} " + " ".join(f"{c:>22}" for c in cols))
+    print(f"{'M':>6} " + " ".join(f"{c:>18}" for c in cols))
     for r in rows:
-        print(f"{r['M']:>6} " + " ".join(f"{r[c]:>22.2f}" for c in cols))
+        print(f"{r['M']:>6} " + " ".join(f"{r[c]:>18.2f}" for c in cols))
 
 
 def ptxas_report(arch: str) -> str:

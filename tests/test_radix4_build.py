@@ -10,7 +10,8 @@
 - The algorithm itself: the kernel template is compiled for the host with
   lanes emulated by threads in lockstep (32 lanes as on CUDA, 64 as on HIP),
   and compared to a plain reference of contract ``aiter`` built from the
-  emulation's own sigmoid. This runs the real select/tie/placement code of
+  emulation's own sigmoid, in both launch shapes (a block per token, a warp
+  per token). This runs the real select/tie/placement code of
   radix4_router.h on ties, NaN, infinities and strided rows.
 """
 
@@ -165,12 +166,15 @@ def test_importing_the_wrapper_does_not_build_anything():
 # ---------------------------------------------------------------- the algorithm, emulated on the host
 
 EMULATION = r"""
-// The radix4 kernel template compiled for the host: each lane is a thread,
-// cross-lane operations exchange through a shared array between barriers.
+// The radix4 kernel template compiled for the host: each GPU thread is a
+// thread, cross-lane operations exchange through a shared array between
+// barriers (one barrier per warp, one per block for __syncthreads).
 #include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -184,34 +188,37 @@ struct uint4 { uint32_t x, y, z, w; };
 struct Dim3 { unsigned x = 0, y = 0, z = 0; };
 thread_local Dim3 threadIdx, blockIdx;
 inline int __popcll(uint64_t v) { return __builtin_popcountll(v); }
+inline std::barrier<>* emu_block_barrier = nullptr;
+inline void __syncthreads() { emu_block_barrier->arrive_and_wait(); }
+inline std::mutex emu_atomic_mutex;
+inline uint32_t atomicAdd(uint32_t* p, uint32_t v) {
+    std::lock_guard<std::mutex> guard(emu_atomic_mutex);
+    const uint32_t old = *p;
+    *p = old + v;
+    return old;
+}
 
 #include "radix4_router.h"
 
 template <int N>
 struct EmuLanes {
     static constexpr int kLanes = N;
-    static inline std::barrier<>* barrier = nullptr;
-    static inline uint64_t slot[N];
+    static constexpr int kMaxWarps = 16;
+    static inline std::barrier<>* barrier[kMaxWarps];
+    static inline uint64_t slot[kMaxWarps][N];
     static int lane() { return threadIdx.x % N; }
     static int group() { return threadIdx.x / N; }
-    static void sync() { barrier->arrive_and_wait(); }
+    static void sync() { barrier[group()]->arrive_and_wait(); }
     template <class F> static uint64_t exchange(uint64_t v, F f) {
-        slot[lane()] = v; sync(); uint64_t r = f(); sync(); return r;
+        uint64_t* mine = slot[group()];
+        mine[lane()] = v; sync(); const uint64_t r = f(mine); sync(); return r;
     }
-    static uint32_t sum(uint32_t v) { return exchange(v, [] { uint64_t s = 0; for (int i = 0; i < N; ++i) s += slot[i]; return s; }); }
-    static uint32_t all_and(uint32_t v) { return exchange(v, [] { uint64_t s = ~0ull; for (int i = 0; i < N; ++i) s &= slot[i]; return s; }); }
-    static uint32_t all_or(uint32_t v) { return exchange(v, [] { uint64_t s = 0; for (int i = 0; i < N; ++i) s |= slot[i]; return s; }); }
+    static uint32_t sum(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t += s[i]; return t; }); }
+    static uint32_t all_and(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = ~0ull; for (int i = 0; i < N; ++i) t &= s[i]; return t; }); }
+    static uint32_t all_or(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t |= s[i]; return t; }); }
     static uint32_t exclusive_scan(uint32_t v) {
         const int me = lane();
-        return exchange(v, [me] { uint64_t s = 0; for (int i = 0; i < me; ++i) s += slot[i]; return s; });
-    }
-    static float sum_f32(float v) {  // the butterfly, association for association, then lane 0's
-        for (int d = N / 2; d > 0; d >>= 1) {
-            const int me = lane();
-            const uint32_t other = exchange(as_uint(v), [me, d] { return slot[me ^ d]; });
-            v += as_float(other);
-        }
-        return as_float(exchange(as_uint(v), [] { return slot[0]; }));
+        return exchange(v, [me](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < me; ++i) t += s[i]; return t; });
     }
     static uint64_t one_hot_nibble(uint32_t t) { return t < 16u ? (uint64_t{1} << (4u * t)) : 0u; }
     static uint32_t bytes01_to_pair(uint32_t x) { return (x & 0xffu) | ((x & 0xff00u) << 8); }
@@ -221,45 +228,62 @@ struct EmuLanes {
     static int count_leading_zeros(uint32_t v) { return __builtin_clz(v); }
 };
 
-template <int N, int E, int K, class S, class B, bool kVec>
+template <int N, int E, int K, class S, class B, bool kVec, int kWarps>
 void run(const void* scores, int64_t stride, const void* bias, int rows, int renorm, float rs, float* w, int32_t* ids) {
-    std::barrier<> barrier(N);
-    EmuLanes<N>::barrier = &barrier;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    for (int i = 0; i < kWarps; ++i) {
+        warps.emplace_back(new std::barrier<>(N));
+        EmuLanes<N>::barrier[i] = warps.back().get();
+    }
+    std::barrier<> block(N * kWarps);
+    emu_block_barrier = &block;
     for (int token = 0; token < rows; ++token) {
-        std::vector<std::thread> lanes;
-        for (int lane = 0; lane < N; ++lane) {
-            lanes.emplace_back([=] {
-                threadIdx.x = lane;
+        std::vector<std::thread> threads;
+        for (int t = 0; t < N * kWarps; ++t) {
+            threads.emplace_back([=] {
+                threadIdx.x = t;
                 blockIdx.x = token;
-                radix4::route_kernel<EmuLanes<N>, E, K, S, B, kVec, 1>(
+                radix4::route_kernel<EmuLanes<N>, E, K, S, B, kVec, kWarps, 1>(
                     static_cast<const typename S::Raw*>(scores), stride, static_cast<const typename B::Raw*>(bias),
                     rows, renorm, rs, w, ids);
             });
         }
-        for (auto& t : lanes) t.join();
+        for (auto& t : threads) t.join();
     }
 }
 
+template <int N, int E, int K, class S, class B, bool kVec>
+void shaped(bool block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
+    constexpr int kWarpsPerToken = (E / 4 + N - 1) / N;  // as radix4_entry.h launches a block per token
+    if (block) run<N, E, K, S, B, kVec, kWarpsPerToken>(s, st, b, rows, rn, rs, w, i);
+    else run<N, E, K, S, B, kVec, 1>(s, st, b, rows, rn, rs, w, i);
+}
+
 template <int N, int E, int K, class S>
-int with_bias(int bdt, bool vec, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
+void with_bias(int bdt, bool vec, bool block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
     using radix4::Bf16; using radix4::F32;
-    if (bdt == 0) vec ? run<N, E, K, S, F32, true>(s, st, b, rows, rn, rs, w, i) : run<N, E, K, S, F32, false>(s, st, b, rows, rn, rs, w, i);
-    else vec ? run<N, E, K, S, Bf16, true>(s, st, b, rows, rn, rs, w, i) : run<N, E, K, S, Bf16, false>(s, st, b, rows, rn, rs, w, i);
-    return 0;
+    if (bdt == 0) vec ? shaped<N, E, K, S, F32, true>(block, s, st, b, rows, rn, rs, w, i) : shaped<N, E, K, S, F32, false>(block, s, st, b, rows, rn, rs, w, i);
+    else vec ? shaped<N, E, K, S, Bf16, true>(block, s, st, b, rows, rn, rs, w, i) : shaped<N, E, K, S, Bf16, false>(block, s, st, b, rows, rn, rs, w, i);
 }
 
 template <int N, int E, int K>
-int with_dtypes(int sdt, int bdt, bool vec, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
-    return sdt == 0 ? with_bias<N, E, K, radix4::F32>(bdt, vec, s, st, b, rows, rn, rs, w, i)
-                    : with_bias<N, E, K, radix4::Bf16>(bdt, vec, s, st, b, rows, rn, rs, w, i);
+void with_dtypes(int sdt, int bdt, bool vec, bool block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
+    if (sdt == 0) with_bias<N, E, K, radix4::F32>(bdt, vec, block, s, st, b, rows, rn, rs, w, i);
+    else with_bias<N, E, K, radix4::Bf16>(bdt, vec, block, s, st, b, rows, rn, rs, w, i);
 }
 
-extern "C" int emu_route(int lanes, const void* s, int sdt, int64_t st, const void* b, int bdt, int rows, int E, int K,
-                         int vec, int rn, float rs, float* w, int32_t* i) {
-    if (E == 896 && K == 16) return lanes == 32 ? with_dtypes<32, 896, 16>(sdt, bdt, vec, s, st, b, rows, rn, rs, w, i)
-                                                : with_dtypes<64, 896, 16>(sdt, bdt, vec, s, st, b, rows, rn, rs, w, i);
-    if (E == 384 && K == 8) return lanes == 32 ? with_dtypes<32, 384, 8>(sdt, bdt, vec, s, st, b, rows, rn, rs, w, i)
-                                               : with_dtypes<64, 384, 8>(sdt, bdt, vec, s, st, b, rows, rn, rs, w, i);
+extern "C" int emu_route(int lanes, int block, const void* s, int sdt, int64_t st, const void* b, int bdt, int rows,
+                         int E, int K, int vec, int rn, float rs, float* w, int32_t* i) {
+    if (E == 896 && K == 16) {
+        lanes == 32 ? with_dtypes<32, 896, 16>(sdt, bdt, vec, block, s, st, b, rows, rn, rs, w, i)
+                    : with_dtypes<64, 896, 16>(sdt, bdt, vec, block, s, st, b, rows, rn, rs, w, i);
+        return 0;
+    }
+    if (E == 384 && K == 8) {
+        lanes == 32 ? with_dtypes<32, 384, 8>(sdt, bdt, vec, block, s, st, b, rows, rn, rs, w, i)
+                    : with_dtypes<64, 384, 8>(sdt, bdt, vec, block, s, st, b, rows, rn, rs, w, i);
+        return 0;
+    }
     return 1;
 }
 
@@ -278,7 +302,7 @@ def emulation(tmp_path_factory):
     flags = ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-ffp-contract=off", f"-I{HERE}"]
     lib = load_library(compile_shared(src, compiler="g++", flags=flags, depends=radix4.headers("cuda")[:2]))
     p, i, i64, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
-    lib.emu_route.argtypes = [i, p, i, i64, p, i, i, i, i, i, i, f, p, p]
+    lib.emu_route.argtypes = [i, i, p, i, i64, p, i, i, i, i, i, i, f, p, p]
     lib.emu_route.restype = i
     lib.emu_sigmoid.argtypes = [p, p, i64]
     return lib
@@ -287,11 +311,11 @@ def emulation(tmp_path_factory):
 CODES = {torch.float32: 0, torch.bfloat16: 1}
 
 
-def emulated_route(lib, lanes, scores, bias, topk, renormalize, rs, *, vec=True):
+def emulated_route(lib, lanes, scores, bias, topk, renormalize, rs, *, block=False, vec=True):
     M, E = scores.shape
     weights = torch.empty(M, topk, dtype=torch.float32)
     ids = torch.empty(M, topk, dtype=torch.int32)
-    rc = lib.emu_route(lanes, scores.data_ptr(), CODES[scores.dtype], scores.stride(0), bias.data_ptr(),
+    rc = lib.emu_route(lanes, int(block), scores.data_ptr(), CODES[scores.dtype], scores.stride(0), bias.data_ptr(),
                        CODES[bias.dtype], M, E, topk, int(vec), int(renormalize), rs, weights.data_ptr(),
                        ids.data_ptr())  # fmt: skip
     assert rc == 0
@@ -355,25 +379,31 @@ def _cases():
 CASES = list(_cases())
 
 
+SHAPES = pytest.mark.parametrize(
+    "lanes,block", [(32, True), (32, False), (64, True), (64, False)],
+    ids=["warp32-block-per-token", "warp32-warp-per-token", "wave64-block-per-token", "wave64-wave-per-token"],
+)
+
+
 @needs_gxx
-@pytest.mark.parametrize("lanes", [32, 64], ids=["warp32", "wave64"])
+@SHAPES
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_emulated_kernel_matches_plain_reference(emulation, lanes, case):
+def test_emulated_kernel_matches_plain_reference(emulation, lanes, block, case):
     _, scores, bias, topk = case
     for renormalize, rs in ((True, 2.5), (False, 1.0)):
-        w, ids = emulated_route(emulation, lanes, scores, bias, topk, renormalize, rs)
+        w, ids = emulated_route(emulation, lanes, scores, bias, topk, renormalize, rs, block=block)
         rw, rids = reference(emulation, scores, bias, topk, renormalize, rs)
         assert torch.equal(ids, rids), f"ids differ in rows {(ids != rids).any(1).nonzero().flatten().tolist()}"
         torch.testing.assert_close(w, rw, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 @needs_gxx
-@pytest.mark.parametrize("lanes", [32, 64], ids=["warp32", "wave64"])
-def test_emulated_kernel_strided_rows_and_scalar_loads(emulation, lanes):
+@SHAPES
+def test_emulated_kernel_strided_rows_and_scalar_loads(emulation, lanes, block):
     g = torch.Generator().manual_seed(3)
     backing = (torch.randn(3, 1000, generator=g) * 2).bfloat16()
     scores, bias = backing[:, 3 : 3 + 896], torch.randn(896, generator=g) * 0.05
-    w, ids = emulated_route(emulation, lanes, scores, bias, 16, True, 2.5, vec=False)
+    w, ids = emulated_route(emulation, lanes, scores, bias, 16, True, 2.5, block=block, vec=False)
     rw, rids = reference(emulation, scores, bias, 16, True, 2.5)
     assert torch.equal(ids, rids)
     torch.testing.assert_close(w, rw, rtol=1e-5, atol=1e-6)

@@ -76,6 +76,7 @@ HIP_SUPPORTED = ("gfx942", "gfx950")
 
 _DTYPE_CODES = {"float32": 0, "bfloat16": 1}
 _RENORMALIZE = 1
+_LAUNCH_SHAPES = {None: 0, "block": 2, "warp": 4}  # mirrors radix4_entry.h's flags
 _STATUS = {
     1: "unsupported (experts, topk)",
     2: "unsupported dtype",
@@ -261,14 +262,19 @@ def _check_args(scores, bias, topk, renormalize, routed_scaling_factor) -> tuple
     return M, E, row_stride, rs
 
 
-def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_factor: float = 1.0):
+def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_factor: float = 1.0, *,
+          launch_shape: str | None = None):  # fmt: skip
     """Route GPU ``scores`` [M, E] under contract ``aiter``; return ``(weights, ids)``.
 
     Launches on ``torch.cuda.current_stream(scores.device)``, so a CUDA graph
-    captures it. Inputs are not modified.
+    captures it. Inputs are not modified. ``launch_shape`` ('block': a block
+    per token, 'warp': a warp per token) overrides the choice by batch size,
+    for benchmarks and tests; both give the same results.
     """
     import torch
 
+    if launch_shape not in _LAUNCH_SHAPES:
+        raise ValueError(f"launch_shape={launch_shape!r} is not one of None, 'block', 'warp'; leave it None")
     M, E, row_stride, rs = _check_args(scores, bias, topk, renormalize, routed_scaling_factor)
     weights = torch.empty((M, topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((M, topk), dtype=torch.int32, device=scores.device)
@@ -280,7 +286,7 @@ def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_fact
         rc = lib.radix4_route(
             scores.data_ptr(), _DTYPE_CODES[_dtype_name(scores.dtype)], row_stride,
             bias.data_ptr(), _DTYPE_CODES[_dtype_name(bias.dtype)], M, E, topk,
-            _RENORMALIZE if renormalize else 0, rs, weights.data_ptr(), ids.data_ptr(), stream,
+            (_RENORMALIZE if renormalize else 0) | _LAUNCH_SHAPES[launch_shape], rs, weights.data_ptr(), ids.data_ptr(), stream,
         )  # fmt: skip
     if rc != 0:
         detail = lib.radix4_status_string(rc).decode(errors="replace")

@@ -31,14 +31,6 @@ struct Warp32 {
         return x - v;
     }
 
-    // Butterfly sum, then lane 0's result for everyone: the butterfly
-    // associates differently on each lane, and every weight of a token must
-    // be divided by the same total.
-    static __device__ __forceinline__ float sum_f32(float v) {
-#pragma unroll
-        for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-        return __shfl_sync(0xffffffffu, v, 0);
-    }
 
     static __device__ __forceinline__ void sync() { __syncwarp(); }
 

@@ -56,12 +56,6 @@ struct Wave64 {
         return v;
     }
 
-    // Butterfly sum, then lane 0's result for every lane (see Warp32::sum_f32).
-    static __device__ __forceinline__ float sum_f32(float v) {
-#pragma unroll
-        for (int d = 32; d > 0; d >>= 1) v += __shfl_xor(v, d, 64);
-        return as_float(static_cast<uint32_t>(__builtin_amdgcn_readlane(static_cast<int>(as_uint(v)), 0)));
-    }
 
     // Lanes of a wave run in lockstep, but the compiler must not move LDS
     // reads of other lanes' entries above this point.

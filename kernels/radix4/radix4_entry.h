@@ -10,16 +10,21 @@
 //   scores   [rows, experts] at `row_stride` elements per row, column stride 1
 //   bias     [experts], contiguous
 //   dtypes   RADIX4_FLOAT32 = 0, RADIX4_BFLOAT16 = 1 (any pairing)
-//   flags    RADIX4_RENORMALIZE = 1
+//   flags    RADIX4_RENORMALIZE = 1; RADIX4_BLOCK_PER_TOKEN = 2 and
+//            RADIX4_WARP_PER_TOKEN = 4 force a launch shape (benchmarks);
+//            by default rows <= RADIX4_BLOCK_PER_TOKEN_MAX_ROWS take a block
+//            per token, larger batches a warp per token
 //   weights  fp32 [rows, topk] and ids int32 [rows, topk], contiguous
 //   returns  RADIX4_OK = 0, or a status below; radix4_status_string(status)
 //            says which, and after RADIX4_LAUNCH_FAILED
 //            radix4_runtime_error_string() gives the runtime's own message.
 //
 // Shapes: (experts, topk) in {(896, 16), (384, 8)}: Kimi-K3 and Kimi-K2.
-// Tokens per block: RADIX4_TOKENS_PER_BLOCK (default 4; 1 to 16). Fewer
-// spreads small batches over more multiprocessors, more shares a block's
-// start-up cost; the GPU benchmark times the choices.
+// Launch shapes (radix4_router.h): a block per token spreads one token's
+// experts over E/4 threads (7 warps on CUDA, 4 waves on HIP for E=896) and
+// has the lowest latency; a warp per token (RADIX4_TOKENS_PER_BLOCK warps a
+// block, default 4) has the least overhead per token. The defaults come from
+// benchmarks/radix4_gpu_check.py on an H200.
 #pragma once
 
 #include <stddef.h>
@@ -29,6 +34,9 @@
 
 #ifndef RADIX4_TOKENS_PER_BLOCK
 #define RADIX4_TOKENS_PER_BLOCK 4
+#endif
+#ifndef RADIX4_BLOCK_PER_TOKEN_MAX_ROWS
+#define RADIX4_BLOCK_PER_TOKEN_MAX_ROWS (1 << 30)
 #endif
 
 namespace radix4 {
@@ -41,10 +49,11 @@ enum Status : int {
     kLaunchFailed = 4,
 };
 enum Dtype : int { kFloat32 = 0, kBFloat16 = 1 };
-enum Flags : int { kRenormalize = 1 };
+enum Flags : int { kRenormalize = 1, kBlockPerToken = 2, kWarpPerToken = 4 };
 
 constexpr int kTokensPerBlock = RADIX4_TOKENS_PER_BLOCK;
 static_assert(kTokensPerBlock >= 1 && kTokensPerBlock <= 16, "RADIX4_TOKENS_PER_BLOCK must be 1..16");
+constexpr int64_t kBlockPerTokenMaxRows = RADIX4_BLOCK_PER_TOKEN_MAX_ROWS;
 
 inline int& last_runtime_error() {
     static thread_local int code = 0;
@@ -57,20 +66,30 @@ struct Args {
     const void* bias;
     int rows;
     int renormalize;
+    bool block_per_token;
     float routed_scaling_factor;
     float* weights;
     int32_t* ids;
     Runtime::Stream stream;
 };
 
+template <class L, int E, int K, class Score, class Bias, bool kVec, int kWarps, int kTokens>
+void launch_shape(const Args& a) {
+    const int blocks = (a.rows + kTokens - 1) / kTokens;
+    route_kernel<L, E, K, Score, Bias, kVec, kWarps, kTokens><<<blocks, L::kLanes * kWarps * kTokens, 0, a.stream>>>(
+        static_cast<const typename Score::Raw*>(a.scores), a.row_stride, static_cast<const typename Bias::Raw*>(a.bias),
+        a.rows, a.renormalize, a.routed_scaling_factor, a.weights, a.ids);
+}
+
 template <int E, int K, class Score, class Bias, bool kVec>
 int launch(const Args& a) {
-    const int blocks = (a.rows + kTokensPerBlock - 1) / kTokensPerBlock;
-    route_kernel<Lanes, E, K, Score, Bias, kVec, kTokensPerBlock>
-        <<<blocks, Lanes::kLanes * kTokensPerBlock, 0, a.stream>>>(
-            static_cast<const typename Score::Raw*>(a.scores), a.row_stride,
-            static_cast<const typename Bias::Raw*>(a.bias), a.rows, a.renormalize, a.routed_scaling_factor,
-            a.weights, a.ids);
+    // One vector of 4 experts per thread when a block routes one token.
+    constexpr int kWarpsPerToken = (E / 4 + Lanes::kLanes - 1) / Lanes::kLanes;
+    if (a.block_per_token) {
+        launch_shape<Lanes, E, K, Score, Bias, kVec, kWarpsPerToken, 1>(a);
+    } else {
+        launch_shape<Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock>(a);
+    }
     const int err = Runtime::last_error();
     if (err != 0) {
         last_runtime_error() = err;
@@ -125,13 +144,15 @@ int radix4_route(const void* scores, int scores_dtype, int64_t row_stride, const
         (bias_dtype != kFloat32 && bias_dtype != kBFloat16)) {
         return kUnsupportedDtype;
     }
-    if (rows < 0 || rows > INT32_MAX - kTokensPerBlock || row_stride < experts || (flags & ~kRenormalize) != 0) {
+    if (rows < 0 || rows > INT32_MAX - kTokensPerBlock || row_stride < experts || (flags & ~(kRenormalize | kBlockPerToken | kWarpPerToken)) != 0 ||
+        (flags & kBlockPerToken && flags & kWarpPerToken)) {
         return kBadArgument;
     }
     if (rows == 0) return kOk;
     if (scores == nullptr || bias == nullptr || weights == nullptr || ids == nullptr) return kBadArgument;
-    const Args a{scores, row_stride, bias, static_cast<int>(rows), flags & kRenormalize, routed_scaling_factor,
-                 weights, ids, static_cast<Runtime::Stream>(stream)};
+    const bool block_per_token = (flags & kBlockPerToken) || (!(flags & kWarpPerToken) && rows <= kBlockPerTokenMaxRows);
+    const Args a{scores, row_stride, bias, static_cast<int>(rows), flags & kRenormalize, block_per_token,
+                 routed_scaling_factor, weights, ids, static_cast<Runtime::Stream>(stream)};
     return k3 ? launch_dtypes<896, 16>(a, scores_dtype, bias_dtype) : launch_dtypes<384, 8>(a, scores_dtype, bias_dtype);
 }
 
@@ -140,7 +161,7 @@ const char* radix4_status_string(int status) {
         case radix4::kOk: return "ok";
         case radix4::kUnsupportedShape: return "unsupported (experts, topk): supported are (896, 16) and (384, 8)";
         case radix4::kUnsupportedDtype: return "unsupported dtype code: 0 = float32, 1 = bfloat16";
-        case radix4::kBadArgument: return "bad argument: rows out of range, row_stride < experts, unknown flag or null pointer";
+        case radix4::kBadArgument: return "bad argument: rows out of range, row_stride < experts, unknown or conflicting flags, or null pointer";
         case radix4::kLaunchFailed: return "kernel launch failed (see radix4_runtime_error_string)";
         default: return "unknown status";
     }

@@ -12,29 +12,33 @@
 //
 // The tie priority is aiter's wave64 traversal order (tie_order.h).
 //
-// How: each token is routed by one group of Lanes::kLanes lanes (a warp on
-// CUDA, a wave on HIP) that holds its E scores in registers, 4 consecutive
-// experts per group of registers: vector g = e >> 2 lives on lane
-// g % kLanes, slot g / kLanes. A radix select over the composite key
+// How: each token is routed by kWarpsPerToken lane groups of L::kLanes
+// lanes (warps on CUDA, waves on HIP) that hold its E scores in registers,
+// 4 consecutive experts per vector: vector g = e >> 2 lives on the token's
+// thread g % threads, slot g / threads. A radix select over the composite key
 // (rank key, 12-bit inverted tie priority) finds the k-th largest composite,
 // 4 bits per round: every round builds a 16-bin histogram of the current
-// digit of the remaining candidates, sums it across the lanes and walks the
-// bins from the top. The composite is unique per expert, so the cutoff is
-// exact and there are exactly k winners. The number of rounds depends on the
+// digit of the remaining candidates, sums it over the token's threads and
+// finds the bin holding the cutoff. The composite is unique per expert, so
+// the cutoff is exact and there are exactly k winners. The number of rounds depends on the
 // key width, not on k; two shortcuts keep it small:
 //   - digits that every key shares (the sign and most of the exponent, for
 //     sigmoid scores) are skipped with one AND/OR reduction;
 //   - the select stops as soon as the cutoff bin holds exactly the winners
 //     still needed; the tie-priority digits are visited only when whole
 //     rank keys tie at the cutoff.
-// Winners are then written to shared memory in lane order and each of the
+// Winners are then written to shared memory in any order and each of the
 // first k lanes places one of them by its rank among the winners, which
-// gives the output order (key desc, tie priority asc).
+// gives the output order (key desc, tie priority asc); the renormalizing
+// total is summed in that order.
 //
-// Launch shape: grid = ceil(M / kTokensPerBlock), block = kLanes *
-// kTokensPerBlock threads, 16 * k * kTokensPerBlock bytes of static shared
-// memory. No fast math anywhere: the sigmoid must round like the contract's
-// so that ids stay comparable.
+// Launch shape: either a block per token (kWarpsPerToken warps, grid = M;
+// the low-latency choice for small batches) or a warp per token
+// (kTokensPerBlock warps per block, grid = ceil(M / kTokensPerBlock)); the
+// entry point picks by M (radix4_entry.h). Static shared memory: about
+// 20 * k * kTokensPerBlock + 64 * kWarpsPerToken bytes. No fast math
+// anywhere: the sigmoid must round like the contract's so that ids stay
+// comparable.
 #pragma once
 
 #include <stdint.h>
@@ -104,21 +108,21 @@ __device__ __forceinline__ uint32_t rank_key(float r) {
     return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
-// ---- one radix round: histogram, cross-lane sum, bin walk ----
+// ---- one radix round: histogram, sum over the token's threads, bin walk ----
 
 struct Pick {
-    uint32_t digit;   // the bin holding the k-th candidate
+    uint32_t digit;   // the bin holding the needed-th largest candidate
     uint32_t above;   // candidates in higher bins (all winners)
     uint32_t in_bin;  // candidates in that bin
 };
 
-// Per-lane histogram: 16 nibble counters per uint64_t, one uint64_t per
+// Per-thread histogram: 16 nibble counters per uint64_t, one uint64_t per
 // kValsPerCounter values so that no nibble overflows.
 template <class L, int kVals>
 struct Histogram {
     static constexpr int kValsPerCounter = 15;
     static constexpr int kCounters = (kVals + kValsPerCounter - 1) / kValsPerCounter;
-    static_assert(kVals <= 255, "per-lane bin counts are widened through bytes");
+    static_assert(kVals <= 255, "per-thread bin counts are widened through bytes");
     uint64_t counter[kCounters];
 
     __device__ __forceinline__ Histogram() {
@@ -128,9 +132,10 @@ struct Histogram {
     // t = the value's digit if it is a candidate, anything >= 16 if not.
     __device__ __forceinline__ void add(int j, uint32_t t) { counter[j / kValsPerCounter] += L::one_hot_nibble(t); }
 
-    // Sum over the lanes and find the bin where the `needed`-th largest
-    // candidate lies.
-    __device__ __forceinline__ Pick pick(uint32_t needed) const {
+    // Eight words of two 16-bit bin counts, ready to be summed as integers
+    // (a token has at most 4096 experts, so sums never carry between
+    // halves): out[q] holds bins 4q and 4q+2, out[4+q] bins 4q+1 and 4q+3.
+    __device__ __forceinline__ void words(uint32_t out[8]) const {
         constexpr uint64_t kLowNibbles = 0x0f0f0f0f0f0f0f0full;
         uint64_t even = 0, odd = 0;  // bytes: bins 0,2,..,14 and 1,3,..,15
 #pragma unroll
@@ -138,39 +143,45 @@ struct Histogram {
             even += counter[c] & kLowNibbles;
             odd += (counter[c] >> 4) & kLowNibbles;
         }
-        // Eight words of two 16-bit bin counts; a token has at most 4096
-        // experts, so the cross-lane sums never carry between halves.
         const uint32_t e0 = static_cast<uint32_t>(even), e1 = static_cast<uint32_t>(even >> 32);
         const uint32_t o0 = static_cast<uint32_t>(odd), o1 = static_cast<uint32_t>(odd >> 32);
-        const uint32_t words[8] = {
-            L::bytes01_to_pair(e0), L::bytes23_to_pair(e0), L::bytes01_to_pair(e1), L::bytes23_to_pair(e1),
-            L::bytes01_to_pair(o0), L::bytes23_to_pair(o0), L::bytes01_to_pair(o1), L::bytes23_to_pair(o1),
-        };
-        uint32_t total[8];
-#pragma unroll
-        for (int w = 0; w < 8; ++w) total[w] = L::sum(words[w]);
-
-        Pick p{0u, 0u, 0u};
-        bool found = false;
-#pragma unroll
-        for (int b = 15; b >= 0; --b) {
-            // bin 2m is half m&1 of word m>>1; bin 2m+1 the same in word 4 + (m>>1)
-            const int m = b >> 1;
-            const uint32_t word = total[(b & 1) * 4 + (m >> 1)];
-            const uint32_t count = (m & 1) ? (word >> 16) : (word & 0xffffu);
-            if (!found) {
-                if (p.above + count >= needed) {
-                    found = true;
-                    p.digit = static_cast<uint32_t>(b);
-                    p.in_bin = count;
-                } else {
-                    p.above += count;
-                }
-            }
-        }
-        return p;
+        out[0] = L::bytes01_to_pair(e0), out[1] = L::bytes23_to_pair(e0);
+        out[2] = L::bytes01_to_pair(e1), out[3] = L::bytes23_to_pair(e1);
+        out[4] = L::bytes01_to_pair(o0), out[5] = L::bytes23_to_pair(o0);
+        out[6] = L::bytes01_to_pair(o1), out[7] = L::bytes23_to_pair(o1);
     }
 };
+
+// The bin walk, without a loop over bins: suffix sums S(b) = count of
+// candidates in bins >= b, four 16-bit fields per uint64_t, then
+// digit = #{b : S(b) >= needed} - 1 by a packed compare and popcounts.
+// A sequential walk is a chain of 16 dependent steps; this is about 12.
+__device__ __forceinline__ Pick pick_bin(const uint32_t total[8], uint32_t needed) {
+    constexpr uint64_t kOnes = 0x0001000100010001ull, kHigh = 0x8000800080008000ull;
+    uint64_t s[4];  // s[q] field f = count of bin 4q + f, then S(4q + f)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        // bin 4q and 4q+2 are halves of total[q], 4q+1 and 4q+3 of total[4+q]
+        const uint32_t lo = (total[q] & 0xffffu) | (total[4 + q] << 16);
+        const uint32_t hi = (total[q] >> 16) | (total[4 + q] & 0xffff0000u);
+        s[q] = (static_cast<uint64_t>(hi) << 32) | lo;
+        s[q] += s[q] >> 16;
+        s[q] += s[q] >> 32;
+    }
+#pragma unroll
+    for (int q = 2; q >= 0; --q) s[q] += (s[q + 1] & 0xffffu) * kOnes;
+    uint32_t at_least = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) at_least += __popcll(((s[q] | kHigh) - needed * kOnes) & kHigh);
+    const uint32_t digit = at_least - 1;  // S(0) = all candidates >= needed
+    auto suffix = [&](uint32_t b) -> uint32_t {
+        const uint64_t word = b < 4 ? s[0] : b < 8 ? s[1] : b < 12 ? s[2] : s[3];
+        return static_cast<uint32_t>(word >> (16 * (b & 3))) & 0xffffu;
+    };
+    const uint32_t at_digit = suffix(digit);
+    const uint32_t above = digit == 15 ? 0u : suffix(digit + 1);
+    return Pick{digit, above, at_digit - above};
+}
 
 // ---- the kernel ----
 
@@ -179,20 +190,30 @@ struct Histogram {
 template <int E>
 __device__ const TieTable<E> kDeviceTieTable = make_tie_table<E>();
 
-template <class L, int E, int K, class Score, class Bias, bool kVec, int kTokensPerBlock>
-__global__ void __launch_bounds__(L::kLanes * kTokensPerBlock)
+// kWarpsPerToken lane groups (warps / waves) route one token together; with
+// more than one, a block is one token and histograms are summed across the
+// warps through shared memory (one barrier per round). With one,
+// kTokensPerBlock warps each route their own token and never synchronize
+// beyond the warp. Many warps per token cut a token's latency (small
+// batches); one warp per token has the least overhead per token (large
+// batches).
+template <class L, int E, int K, class Score, class Bias, bool kVec, int kWarpsPerToken, int kTokensPerBlock>
+__global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock)
 route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
              const typename Bias::Raw* __restrict__ bias, int rows, int renormalize, float routed_scaling_factor,
              float* __restrict__ weights, int32_t* __restrict__ ids) {
     constexpr int kLanes = L::kLanes;
+    constexpr int kThreads = kLanes * kWarpsPerToken;  // threads per token
     constexpr int kGroups = E / 4;
-    constexpr int kSlots = (kGroups + kLanes - 1) / kLanes;  // vectors per lane
+    constexpr int kSlots = (kGroups + kThreads - 1) / kThreads;  // vectors of 4 per thread
     constexpr int kVals = 4 * kSlots;
-    constexpr bool kRagged = kGroups % kLanes != 0;  // last slot empty on some lanes
-    constexpr int kPrioBits = 12;                    // tie priority < 4096
+    constexpr bool kRagged = kGroups % kThreads != 0;  // last slot empty on some threads
+    constexpr bool kShared = kWarpsPerToken > 1;
+    constexpr int kPrioBits = 12;  // tie priority < 4096
     static_assert(E % 4 == 0 && E <= (1 << kPrioBits), "E must be a multiple of 4, at most 4096");
     static_assert(K >= 1 && K <= kLanes && K <= E, "one lane places each winner: 1 <= k <= lanes, k <= E");
-    static_assert(kVals <= 64, "a lane keeps its winners in a 64-bit mask");
+    static_assert(kVals <= 64, "a thread keeps its winners in a 64-bit mask");
+    static_assert(!kShared || kTokensPerBlock == 1, "a token spread over warps owns its block");
 
     struct Entry {
         uint64_t composite;  // key << 32 | inverted priority: larger ranks first
@@ -200,42 +221,74 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         int32_t id;
     };
     __shared__ Entry winners[kTokensPerBlock][K];
+    __shared__ float ranked_sig[kTokensPerBlock][K];
+    __shared__ uint32_t partial[2][kWarpsPerToken][8];  // per-warp sums, double-buffered by round
+    __shared__ uint32_t winner_count;
 
     const int lane = L::lane();
-    const int token = blockIdx.x * kTokensPerBlock + L::group();
-    if (token >= rows) return;  // whole lane groups leave together
+    const int warp = L::group();
+    const int local = kShared ? 0 : warp;  // this token's index in the block
+    const int tid = kShared ? static_cast<int>(threadIdx.x) : lane;
+    const int token = blockIdx.x * kTokensPerBlock + local;
+    if (token >= rows) return;  // whole warps leave together
+
+    // Sums over the token's threads. With several warps: each warp's sum
+    // goes to shared memory, one barrier, every thread adds the warps'
+    // parts in the same order. Alternating buffers make one barrier per
+    // round enough: a warp can only overwrite a buffer after every warp has
+    // passed the next barrier, hence finished reading it.
+    int parity = 0;
+    auto token_sum = [&](uint32_t v[8]) {
+#pragma unroll
+        for (int w = 0; w < 8; ++w) v[w] = L::sum(v[w]);
+        if constexpr (kShared) {
+            if (lane == 0) {
+#pragma unroll
+                for (int w = 0; w < 8; ++w) partial[parity][warp][w] = v[w];
+            }
+            __syncthreads();
+#pragma unroll
+            for (int w = 0; w < 8; ++w) v[w] = 0;
+#pragma unroll
+            for (int i = 0; i < kWarpsPerToken; ++i) {
+#pragma unroll
+                for (int w = 0; w < 8; ++w) v[w] += partial[parity][i][w];
+            }
+            parity ^= 1;
+        }
+    };
 
     // ---- load, sigmoid, rank keys ----
     const typename Score::Raw* row = scores + static_cast<int64_t>(token) * row_stride;
     float sig[kVals];
     uint32_t key[kVals];
+    uint32_t vec_base[kSlots];  // aiter's vector rank of this thread's vectors, less the bank
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
-        const int g = lane + kLanes * s;
+        const int g = tid + kThreads * s;
         if (!kRagged || s < kSlots - 1 || g < kGroups) {
             float x[4], b[4];
             load4<Score, L, kVec>(row + 4 * g, x);
             load4<Bias, L, kVec>(bias + 4 * g, b);
+            vec_base[s] = kDeviceTieTable<E>.vec_base[g & 63];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 sig[4 * s + i] = contract_sigmoid(x[i]);
                 key[4 * s + i] = rank_key<L>(sig[4 * s + i] + b[i]);
             }
         } else {
+            vec_base[s] = 0;
 #pragma unroll
             for (int i = 0; i < 4; ++i) sig[4 * s + i] = 0.0f, key[4 * s + i] = 0u;
         }
     }
-    // aiter's lane of vector g is g & 63: with 32 lanes that alternates
-    // between this lane and lane + 32, with 64 it is always this lane.
-    const uint32_t vec_base[2] = {kDeviceTieTable<E>.vec_base[lane & 63],
-                                  kDeviceTieTable<E>.vec_base[(lane + kLanes) & 63]};
+    if (kShared && threadIdx.x == 0) winner_count = 0;  // ordered by the first barrier below
 
-    auto valid = [&](int j) -> bool { return !kRagged || j / 4 < kSlots - 1 || lane + kLanes * (j / 4) < kGroups; };
+    auto valid = [&](int j) -> bool { return !kRagged || j / 4 < kSlots - 1 || tid + kThreads * (j / 4) < kGroups; };
     // Inverted tie priority: larger wins, like the key.
     auto inv_priority = [&](int j) -> uint32_t {
-        const int s = j / 4, g = lane + kLanes * s;
-        const uint32_t priority = 4u * (vec_base[s & 1] + static_cast<uint32_t>(g >> 6)) + static_cast<uint32_t>(j & 3);
+        const int g = tid + kThreads * (j / 4);
+        const uint32_t priority = 4u * (vec_base[j / 4] + static_cast<uint32_t>(g >> 6)) + static_cast<uint32_t>(j & 3);
         return static_cast<uint32_t>(E - 1) - priority;
     };
 
@@ -245,6 +298,8 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     uint32_t needed = K;
     uint32_t kshift = 0, khi = 0, qshift = 31, qhi = 0;
 
+    // Leading bits that all keys share need no round: AND and OR of the
+    // keys agree there (carried in the first two words of a token_sum).
     uint32_t all_and = ~0u, all_or = 0u;
 #pragma unroll
     for (int j = 0; j < kVals; ++j) {
@@ -252,6 +307,13 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     }
     all_and = L::all_and(all_and);
     all_or = L::all_or(all_or);
+    if constexpr (kShared) {
+        if (lane == 0) partial[parity][warp][0] = all_and, partial[parity][warp][1] = all_or;
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < kWarpsPerToken; ++i) all_and &= partial[parity][i][0], all_or |= partial[parity][i][1];
+        parity ^= 1;
+    }
     const uint32_t differ = all_and ^ all_or;
 
     bool key_tied = true;  // whole keys tie at the cutoff: rank by priority
@@ -264,7 +326,10 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
             Histogram<L, kVals> hist;
 #pragma unroll
             for (int j = 0; j < kVals; ++j) hist.add(j, (key[j] >> shift) - base);
-            const Pick p = hist.pick(needed);
+            uint32_t total[8];
+            hist.words(total);
+            token_sum(total);
+            const Pick p = pick_bin(total, needed);
             needed -= p.above;
             hi = base | p.digit;
             if (p.in_bin == needed) {
@@ -290,7 +355,10 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
             for (int j = 0; j < kVals; ++j) {
                 hist.add(j, (valid(j) && key[j] == cut_key) ? (inv_priority(j) >> shift) - base : 16u);
             }
-            const Pick p = hist.pick(needed);
+            uint32_t total[8];
+            hist.words(total);
+            token_sum(total);
+            const Pick p = pick_bin(total, needed);
             needed -= p.above;
             hi = base | p.digit;
             // Priorities are distinct, so by shift 0 the bin holds exactly one.
@@ -311,16 +379,28 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         const bool win = top > khi || (top == khi && valid(j) && (inv_priority(j) >> qshift) >= qhi);
         won |= static_cast<uint64_t>(win) << j;
     }
-    uint32_t slot = L::exclusive_scan(static_cast<uint32_t>(__popcll(won)));
-    Entry* mine = winners[L::group()];
+    const uint32_t n_won = static_cast<uint32_t>(__popcll(won));
+    uint32_t slot;
+    if constexpr (kShared) {
+        // Slots in arrival order: the placement below does not depend on it.
+        slot = n_won ? atomicAdd(&winner_count, n_won) : 0u;
+    } else {
+        slot = L::exclusive_scan(n_won);
+    }
+    Entry* mine = winners[local];
 #pragma unroll
     for (int j = 0; j < kVals; ++j) {
         if ((won >> j) & 1u) {
-            const int expert = 4 * (lane + kLanes * (j / 4)) + (j & 3);
+            const int expert = 4 * (tid + kThreads * (j / 4)) + (j & 3);
             mine[slot++] = Entry{(static_cast<uint64_t>(key[j]) << 32) | inv_priority(j), sig[j], expert};
         }
     }
-    L::sync();
+    if constexpr (kShared) {
+        __syncthreads();
+        if (warp != 0) return;
+    } else {
+        L::sync();
+    }
 
     Entry w{0u, 0.0f, 0};
     int rank = 0;
@@ -328,8 +408,13 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         w = mine[lane];
 #pragma unroll
         for (int i = 0; i < K; ++i) rank += mine[i].composite > w.composite;
+        ranked_sig[local][rank] = w.sig;
     }
-    const float total = L::sum_f32(lane < K ? w.sig : 0.0f);
+    L::sync();
+    // The total in output order, the same on every lane.
+    float total = 0.0f;
+#pragma unroll
+    for (int i = 0; i < K; ++i) total += ranked_sig[local][i];
     if (lane < K) {
         float weight = w.sig;
         if (renormalize && total > 0.0f) weight = weight / total;
