@@ -1,7 +1,7 @@
 """GPU check and timing of the radix-4 router (kernels/radix4). Needs a GPU and its compiler.
 
-1. Builds the library for the device (and, for timing, one build per
-   RADIX4_TOKENS_PER_BLOCK in TOKENS_PER_BLOCK).
+1. Builds the library for the device (and, for timing, the builds that
+   VARIANTS names).
 2. Correctness against a plain torch reference of contract ``aiter`` that
    does the kernel's arithmetic on the same device (exp2 sigmoid, IEEE
    reciprocal, rank keys, composite (key, tie priority) sort): ids must be
@@ -15,13 +15,17 @@
    near ties; rows whose id sets differ are counted with the largest ULP
    distance (oracle ranking values) between a differing expert and the
    oracle's k-th value.
+   Every case runs in both launch shapes (a block per token, a warp per
+   token) and in the default choice by M.
 4. CUDA graph replay equals eager, and 10 eager repeats are bit-identical.
-5. Timing: bf16 logits, fp32 bias, E=896, top-16, rs=2.5, renormalize; each
-   router captured LAUNCHES_PER_GRAPH times in a CUDA graph, replayed REPLAYS
-   times; us per launch = replay time / launches, median over replays. Inputs
-   stay the same (they fit in L2, as in a decode step). Torch-native routing
-   (fp32 sigmoid, +bias, torch.topk, gather, renormalize) and an empty kernel
-   are timed the same way.
+5. Timing: bf16 logits (every fifth row all-equal), fp32 bias, E=896,
+   top-16, rs=2.5, renormalize; each router captured LAUNCHES_PER_GRAPH times
+   in a CUDA graph, replayed REPLAYS times; us per launch = replay time /
+   launches, median over replays. Inputs stay the same (they fit in L2, as in
+   a decode step). Columns: launch-shape variants (VARIANTS, each checked
+   bit-identical to route()), route() with its default choice, all-equal rows,
+   torch-native routing (fp32 sigmoid, +bias, torch.topk, gather,
+   renormalize); an empty kernel gives the floor.
 
 Run from the repository root: ``python benchmarks/radix4_gpu_check.py [--json out.json]``.
 Exit code 0 when every check passes, 1 otherwise.
@@ -46,7 +50,6 @@ import kernels.radix4 as radix4  # noqa: E402
 from kernels._build import compile_shared, load_library  # noqa: E402
 
 TIMING_ROWS = (1, 8, 64, 256, 1024, 1536, 4096)
-TOKENS_PER_BLOCK = (1, 2, 4, 8)  # warp-per-token builds timed
 LAUNCH_SHAPES = (None, "block", "warp")  # checked for correctness
 LAUNCHES_PER_GRAPH = 20
 REPLAYS = 25
@@ -340,29 +343,44 @@ def route_with(lib, scores, bias, weights, ids, shape_flag):
         raise RuntimeError(f"radix4_route returned {rc}")
 
 
-def run_timing(device) -> list[dict]:
-    libs = {tpb: radix4.library(defines=(f"RADIX4_TOKENS_PER_BLOCK={tpb}",)) for tpb in TOKENS_PER_BLOCK}
+VARIANTS = {  # column -> (build defines, shape flag: 2 block per token, 4 warp per token)
+    "block_7w": ((), 2),
+    "block_4w": (("RADIX4_WARPS_PER_TOKEN=4",), 2),
+    "block_2w": (("RADIX4_WARPS_PER_TOKEN=2",), 2),
+    "warp_x4": ((), 4),
+    "warp_x1": (("RADIX4_TOKENS_PER_BLOCK=1",), 4),
+}
+
+
+def run_timing(device) -> tuple[list[dict], float, bool]:
+    libs = {name: radix4.library(defines=defines) for name, (defines, _) in VARIANTS.items()}
     empty = empty_launcher()
     floor = time_graph(empty)
     print(f"\nempty kernel: {floor:.2f} us per launch")
     g = torch.Generator(device="cpu").manual_seed(2)
     bias = (torch.randn(896, generator=g) * 0.05).to(device)
-    rows = []
+    rows, variants_agree = [], True
     for M in TIMING_ROWS:
         scores = (torch.randn(M, 896, generator=g) * 2).bfloat16().to(device)
+        scores[::5] = torch.tensor(0.25, dtype=torch.bfloat16)  # a few tie-heavy rows
         ties = torch.zeros(M, 896, dtype=torch.bfloat16, device=device)
         weights = torch.empty(M, 16, device=device)
         ids = torch.empty(M, 16, dtype=torch.int32, device=device)
+        want = radix4.route(scores, bias, 16, True, 2.5)
         entry = {"M": M}
-        entry["block_per_token"] = time_graph(lambda: route_with(libs[4], scores, bias, weights, ids, 2))
-        for tpb, lib in libs.items():
-            entry[f"warp_per_token_x{tpb}"] = time_graph(lambda lib=lib: route_with(lib, scores, bias, weights, ids, 4))
-        entry["route_default"] = time_graph(lambda: radix4.route(scores, bias, 16, True, 2.5))
-        entry["all_equal_block"] = time_graph(lambda: route_with(libs[4], ties, bias, weights, ids, 2))
-        entry["all_equal_warp_x4"] = time_graph(lambda: route_with(libs[4], ties, bias, weights, ids, 4))
+        for name, (_, flag) in VARIANTS.items():
+            route_with(libs[name], scores, bias, weights, ids, flag)
+            same = torch.equal(weights, want[0]) and torch.equal(ids, want[1])
+            if not same:
+                print(f"FAIL variant {name} differs from route() at M={M}")
+            variants_agree &= same
+            entry[name] = time_graph(lambda lib=libs[name], flag=flag: route_with(lib, scores, bias, weights, ids, flag))
+        entry["route_auto"] = time_graph(lambda: radix4.route(scores, bias, 16, True, 2.5))
+        entry["route_all_equal"] = time_graph(lambda: radix4.route(ties, bias, 16, True, 2.5))
         entry["torch_native"] = time_graph(lambda: torch_native(scores, bias, 16, 2.5))
         rows.append(entry)
-    return rows, floor
+    print(f"variants bit-identical to route(): {variants_agree}")
+    return rows, floor, variants_agree
 
 
 def print_table(rows, floor):
@@ -402,9 +420,10 @@ def main(argv=None) -> int:
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "checks": results,
               "determinism": det}  # fmt: skip
     if not args.skip_timing and torch.version.cuda:
-        rows, floor = run_timing(device)
+        rows, floor, variants_agree = run_timing(device)
         print_table(rows, floor)
         report["timing_us"], report["empty_kernel_us"] = rows, floor
+        det_ok &= variants_agree
     if args.json:
         tmp = args.json.with_suffix(".tmp")
         tmp.write_text(json.dumps(report, indent=1))

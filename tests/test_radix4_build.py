@@ -10,8 +10,8 @@
 - The algorithm itself: the kernel template is compiled for the host with
   lanes emulated by threads in lockstep (32 lanes as on CUDA, 64 as on HIP),
   and compared to a plain reference of contract ``aiter`` built from the
-  emulation's own sigmoid, in both launch shapes (a block per token, a warp
-  per token). This runs the real select/tie/placement code of
+  emulation's own sigmoid, in both launch shapes (a block per token with
+  one or several vectors per thread, a warp per token). This runs the real select/tie/placement code of
   radix4_router.h on ties, NaN, infinities and strided rows.
 """
 
@@ -252,22 +252,25 @@ void run(const void* scores, int64_t stride, const void* bias, int rows, int ren
     }
 }
 
+// block: 0 = a warp per token, 1 = a block per token with one vector per
+// thread (radix4_entry.h's default), 2 = a block of two warps per token.
 template <int N, int E, int K, class S, class B, bool kVec>
-void shaped(bool block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
-    constexpr int kWarpsPerToken = (E / 4 + N - 1) / N;  // as radix4_entry.h launches a block per token
-    if (block) run<N, E, K, S, B, kVec, kWarpsPerToken>(s, st, b, rows, rn, rs, w, i);
+void shaped(int block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
+    constexpr int kFull = (E / 4 + N - 1) / N;
+    if (block == 1) run<N, E, K, S, B, kVec, kFull>(s, st, b, rows, rn, rs, w, i);
+    else if (block == 2) run<N, E, K, S, B, kVec, 2>(s, st, b, rows, rn, rs, w, i);
     else run<N, E, K, S, B, kVec, 1>(s, st, b, rows, rn, rs, w, i);
 }
 
 template <int N, int E, int K, class S>
-void with_bias(int bdt, bool vec, bool block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
+void with_bias(int bdt, bool vec, int block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
     using radix4::Bf16; using radix4::F32;
     if (bdt == 0) vec ? shaped<N, E, K, S, F32, true>(block, s, st, b, rows, rn, rs, w, i) : shaped<N, E, K, S, F32, false>(block, s, st, b, rows, rn, rs, w, i);
     else vec ? shaped<N, E, K, S, Bf16, true>(block, s, st, b, rows, rn, rs, w, i) : shaped<N, E, K, S, Bf16, false>(block, s, st, b, rows, rn, rs, w, i);
 }
 
 template <int N, int E, int K>
-void with_dtypes(int sdt, int bdt, bool vec, bool block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
+void with_dtypes(int sdt, int bdt, bool vec, int block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
     if (sdt == 0) with_bias<N, E, K, radix4::F32>(bdt, vec, block, s, st, b, rows, rn, rs, w, i);
     else with_bias<N, E, K, radix4::Bf16>(bdt, vec, block, s, st, b, rows, rn, rs, w, i);
 }
@@ -311,11 +314,11 @@ def emulation(tmp_path_factory):
 CODES = {torch.float32: 0, torch.bfloat16: 1}
 
 
-def emulated_route(lib, lanes, scores, bias, topk, renormalize, rs, *, block=False, vec=True):
+def emulated_route(lib, lanes, scores, bias, topk, renormalize, rs, *, block=0, vec=True):
     M, E = scores.shape
     weights = torch.empty(M, topk, dtype=torch.float32)
     ids = torch.empty(M, topk, dtype=torch.int32)
-    rc = lib.emu_route(lanes, int(block), scores.data_ptr(), CODES[scores.dtype], scores.stride(0), bias.data_ptr(),
+    rc = lib.emu_route(lanes, block, scores.data_ptr(), CODES[scores.dtype], scores.stride(0), bias.data_ptr(),
                        CODES[bias.dtype], M, E, topk, int(vec), int(renormalize), rs, weights.data_ptr(),
                        ids.data_ptr())  # fmt: skip
     assert rc == 0
@@ -380,8 +383,8 @@ CASES = list(_cases())
 
 
 SHAPES = pytest.mark.parametrize(
-    "lanes,block", [(32, True), (32, False), (64, True), (64, False)],
-    ids=["warp32-block-per-token", "warp32-warp-per-token", "wave64-block-per-token", "wave64-wave-per-token"],
+    "lanes,block", [(32, 1), (32, 2), (32, 0), (64, 1), (64, 2), (64, 0)],
+    ids=["warp32-block", "warp32-2-warps", "warp32-warp-per-token", "wave64-block", "wave64-2-waves", "wave64-wave"],
 )
 
 

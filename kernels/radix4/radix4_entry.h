@@ -36,7 +36,12 @@
 #define RADIX4_TOKENS_PER_BLOCK 4
 #endif
 #ifndef RADIX4_BLOCK_PER_TOKEN_MAX_ROWS
-#define RADIX4_BLOCK_PER_TOKEN_MAX_ROWS (1 << 30)
+#define RADIX4_BLOCK_PER_TOKEN_MAX_ROWS 384
+#endif
+// Warps (waves) per token in the block-per-token shape; 0 = one vector of 4
+// experts per thread (7 warps on CUDA, 4 waves on HIP for E=896).
+#ifndef RADIX4_WARPS_PER_TOKEN
+#define RADIX4_WARPS_PER_TOKEN 0
 #endif
 
 namespace radix4 {
@@ -83,8 +88,9 @@ void launch_shape(const Args& a) {
 
 template <int E, int K, class Score, class Bias, bool kVec>
 int launch(const Args& a) {
-    // One vector of 4 experts per thread when a block routes one token.
-    constexpr int kWarpsPerToken = (E / 4 + Lanes::kLanes - 1) / Lanes::kLanes;
+    constexpr int kFull = (E / 4 + Lanes::kLanes - 1) / Lanes::kLanes;
+    constexpr int kAsked = RADIX4_WARPS_PER_TOKEN;
+    constexpr int kWarpsPerToken = kAsked > 0 && kAsked < kFull ? kAsked : kFull;
     if (a.block_per_token) {
         launch_shape<Lanes, E, K, Score, Bias, kVec, kWarpsPerToken, 1>(a);
     } else {
