@@ -1,0 +1,3 @@
+from .check import main
+
+raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""The built-in candidates, registered by name.
+
+Kernel modules are imported lazily inside the gates and the route, so that
+listing candidates never compiles or loads GPU code.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import oracle
+
+from .registry import Candidate, register
+
+_TORCH_NATIVE_DEVIATIONS = {
+    "tie_order": "torch.topk breaks exact ties in an unspecified, device-dependent order",
+    "nan_last": "torch.topk ranks NaN above every number",
+    "renorm_guard": "divides by the sum of the weights with no guard (a zero sum gives NaN)",
+}
+
+_AITER_MODEL_DEVIATIONS = {
+    "renorm_guard": "aiter divides by the sum with no guard: a zero sum gives NaN weights",
+    "nan_last": "aiter emits the round index as the expert id when no value > -inf remains",
+    "weight_accuracy": "aiter computes w * (rsf / sum), not (w / sum) * rsf: ULP-level differences",
+}
+
+
+def _lazy(module: str, attr: str):
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
+
+    call.__qualname__ = f"{module}.{attr}"
+    return call
+
+
+def _same_dtype_bias(*, dtype, bias_dtype, **_shape) -> bool:
+    return dtype == bias_dtype
+
+
+def _oracle_route(contract):
+    def route(scores, bias, topk, renormalize, routed_scaling_factor):
+        return oracle.route(
+            scores, bias, topk, renormalize=renormalize, routed_scaling_factor=routed_scaling_factor, contract=contract
+        )
+
+    return route
+
+
+def _radix4_hardware(device):
+    return importlib.import_module("kernels.radix4").supported_hardware()
+
+
+def _radix4_build(device):
+    return importlib.import_module("kernels.radix4").build()
+
+
+def _cuda_only_gate(module):
+    def supported(device):
+        return importlib.import_module(module).supported_hardware(device)
+
+    def build(device):
+        return importlib.import_module(module).build(device)
+
+    return supported, build
+
+
+register(
+    Candidate(
+        name="oracle",
+        route=_oracle_route("aiter"),
+        contract="aiter",
+        description="the oracle itself, under the contract being checked (a self-check of the harness)",
+        origin="oracle",
+        route_for_contract=_oracle_route,
+    )
+)
+register(
+    Candidate(
+        name="torch-native",
+        route=_lazy("kernels.adapters.torch_native", "route"),
+        contract="aiter",
+        description="sigmoid + bias + torch.topk + gather + renormalize, as serving engines' fallback",
+        expected_deviations={
+            "aiter": dict(_TORCH_NATIVE_DEVIATIONS),
+            "serial": {
+                **_TORCH_NATIVE_DEVIATIONS,
+                "tie_order": "torch.topk does not break ties to the lowest index",
+                "sentinel_fallback": "torch.topk has no -1e30 sentinel and no expert-0 fallback",
+            },
+        },
+        origin="kernels.adapters.torch_native",
+    )
+)
+register(
+    Candidate(
+        name="aiter-model",
+        route=_lazy("kernels.adapters.aiter_model", "route"),
+        contract="aiter",
+        description="pure-torch behavioural model of AMD aiter's generic biased_grouped_topk",
+        expected_deviations={"aiter": dict(_AITER_MODEL_DEVIATIONS)},
+        # aiter reads the bias in the logits dtype: calls with an fp32 bias and bf16
+        # logits would round the bias, so they are outside what aiter serves.
+        covered=_same_dtype_bias,
+        origin="kernels.adapters.aiter_model",
+    )
+)
+register(
+    Candidate(
+        name="radix4",
+        route=_lazy("kernels.radix4", "route"),
+        contract="aiter",
+        devices=("cuda",),
+        description="our radix-4 select kernel (CUDA warp32 / HIP wave64), aiter tie order",
+        supported_hardware=_radix4_hardware,
+        build=_radix4_build,
+        covered=_lazy("kernels.radix4", "covered"),
+        origin="kernels.radix4",
+    )
+)
+_scan_hw, _scan_build = _cuda_only_gate("kernels.serial.scan")
+register(
+    Candidate(
+        name="serial",
+        route=_lazy("kernels.serial.scan", "route"),
+        contract="serial",
+        devices=("cpu", "cuda"),
+        description="serial scan, one thread per row (host build on CPU, CUDA kernel on GPU)",
+        supported_hardware=_scan_hw,
+        build=_scan_build,
+        covered=_lazy("kernels.serial.scan", "covered"),
+        origin="kernels.serial.scan",
+    )
+)
+_ba_hw, _ba_build = _cuda_only_gate("kernels.serial.block_argmax")
+register(
+    Candidate(
+        name="block-argmax",
+        route=_lazy("kernels.serial.block_argmax", "route"),
+        contract="serial",
+        devices=("cuda",),
+        description="block-parallel argmax, one block per row, lowest-index ties",
+        supported_hardware=_ba_hw,
+        build=_ba_build,
+        covered=_lazy("kernels.serial.block_argmax", "covered"),
+        origin="kernels.serial.block_argmax",
+    )
+)

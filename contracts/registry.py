@@ -1,0 +1,194 @@
+"""The candidate registry: what can be checked, under which contract, where.
+
+A candidate is a router under test. It has a name, the contract it claims,
+the devices it runs on, gates, and the deviations from its contract that it
+declares (reported as expected, never failing a run).
+
+Gates, in the order the runner asks them:
+- ``supported_hardware(device)`` -> (ok, why): can this host run it at all?
+- ``build(device)``: compile or load; raises on failure (tests want it red).
+- ``available(device)`` -> (ok, why): never raises; the two above, swallowed.
+- ``covered(rows=, experts=, topk=, dtype=, bias_dtype=)`` -> bool: the shapes
+  it serves; rows outside are skipped and counted, not checked.
+
+Candidates come from three places: built-ins (``contracts.builtin``), a
+``package.module:attr`` spec on the command line (``attr`` is a routing
+callable or a ``Candidate``; the module is imported from ``sys.path``), and
+the ``router_contracts`` entry-point group of installed packages.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import re
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+__all__ = [
+    "Candidate",
+    "CandidateLoadError",
+    "DuplicateCandidateError",
+    "UnknownCandidateError",
+    "all_candidates",
+    "get_candidate",
+    "load_spec",
+    "register",
+]
+
+ENTRY_POINT_GROUP = "router_contracts"
+
+
+class CandidateLoadError(ValueError):
+    """A ``module:attr`` spec could not be turned into a candidate."""
+
+
+class UnknownCandidateError(CandidateLoadError):
+    """No candidate of that name."""
+
+
+class DuplicateCandidateError(ValueError):
+    """Two candidates claim one name."""
+
+
+def _always(**_shape) -> bool:
+    return True
+
+
+def _any_hardware(device: str) -> tuple[bool, str]:
+    return True, "runs on any device torch supports"
+
+
+def _nothing_to_build(device: str) -> None:
+    return None
+
+
+@dataclass
+class Candidate:
+    """A router under test. ``route(scores, bias, topk, renormalize, routed_scaling_factor) -> (weights, ids)``."""
+
+    name: str
+    route: Callable
+    contract: str = "aiter"
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    description: str = ""
+    supported_hardware: Callable[[str], tuple[bool, str]] = _any_hardware
+    build: Callable[[str], object] = _nothing_to_build
+    covered: Callable[..., bool] = _always
+    # contract name -> {clause: why}; deviations this candidate is known to have.
+    expected_deviations: dict[str, dict[str, str]] = field(default_factory=dict)
+    third_party: bool = False
+    # The module that holds the routing code, so an isolated worker can import it afresh.
+    origin: str = ""
+    # For candidates that can follow either contract (the oracle itself):
+    # contract name -> the route to use when that contract is checked.
+    route_for_contract: Callable[[str], Callable] | None = None
+
+    def route_under(self, contract: str) -> Callable:
+        return self.route_for_contract(contract) if self.route_for_contract else self.route
+
+    def deviations(self, contract: str) -> dict[str, str]:
+        return dict(self.expected_deviations.get(contract, {}))
+
+    def available(self, device: str) -> tuple[bool, str]:
+        """Never raises. ``(True, detail)`` or ``(False, the reason in one line)``."""
+        kind = device.split(":")[0]
+        if kind not in self.devices:
+            return False, f"{self.name} runs on {'/'.join(self.devices)}, not on {kind}"
+        try:
+            ok, why = self.supported_hardware(device)
+        except Exception as exc:  # a gate must never take the harness down
+            return False, f"supported_hardware() raised {type(exc).__name__}: {exc}"
+        if not ok:
+            return False, why
+        try:
+            self.build(device)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            return False, f"build failed: {type(exc).__name__}: {first}"
+        return True, why
+
+
+_REGISTRY: dict[str, Candidate] = {}
+_LOADED_DEFAULTS = False
+
+
+def register(candidate: Candidate) -> Candidate:
+    if candidate.name in _REGISTRY and _REGISTRY[candidate.name] is not candidate:
+        raise DuplicateCandidateError(
+            f"candidate name {candidate.name!r} is already registered "
+            f"(by {_REGISTRY[candidate.name].origin or 'a built-in'}); choose another name"
+        )
+    _REGISTRY[candidate.name] = candidate
+    return candidate
+
+
+def _load_defaults() -> None:
+    global _LOADED_DEFAULTS
+    if _LOADED_DEFAULTS:
+        return
+    _LOADED_DEFAULTS = True
+    from . import builtin  # noqa: F401  (registers the built-ins)
+
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        candidate = _as_candidate(ep.load(), ep.name, origin=ep.value)
+        register(candidate)
+
+
+def all_candidates() -> dict[str, Candidate]:
+    _load_defaults()
+    return dict(_REGISTRY)
+
+
+_SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+def _as_candidate(obj, name: str, origin: str) -> Candidate:
+    if isinstance(obj, Candidate):
+        if not obj.origin:
+            obj.origin = origin
+        obj.third_party = True
+        return obj
+    if callable(obj):
+        return Candidate(
+            name=name,
+            route=obj,
+            description=f"user callable {origin}",
+            third_party=True,
+            origin=origin,
+        )
+    raise CandidateLoadError(f"{origin} is a {type(obj).__name__}; it must be a routing callable or a contracts.Candidate")
+
+
+def load_spec(spec: str) -> Candidate:
+    """``package.module:attr`` -> Candidate (imported from ``sys.path``)."""
+    if not _SPEC.match(spec):
+        raise CandidateLoadError(
+            f"--candidate {spec!r} is neither a known name nor 'package.module:attr' "
+            "(e.g. mypkg.router:route); check the spelling"
+        )
+    module_name, attr = spec.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        tail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        raise CandidateLoadError(f"could not import {module_name!r} for --candidate {spec}: {tail}") from exc
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise CandidateLoadError(f"module {module_name!r} has no attribute {attr!r} (from --candidate {spec})")
+        obj = getattr(obj, part)
+    return _as_candidate(obj, name=spec, origin=spec)
+
+
+def get_candidate(name: str) -> Candidate:
+    """A registered name, or a ``module:attr`` spec."""
+    known = all_candidates()
+    if name in known:
+        return known[name]
+    if ":" in name:
+        return load_spec(name)
+    raise UnknownCandidateError(
+        f"unknown candidate {name!r}; known: {', '.join(sorted(known))} (or give package.module:attr)"
+    )
