@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--topk", type=_positive_int("--topk"), default=16)
     ap.add_argument("--replay", metavar="FAMILY:SEED:ROWS", help="run exactly one case (from a report's replay line)")
     ap.add_argument("--row", type=int, help="with --replay: print this row side by side")
+    ap.add_argument("--shard", metavar="I/N", help="run the I-th of N deterministic slices of the cases (1-based); merge with contracts.merge")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     return ap
 
@@ -104,6 +105,18 @@ def _replay_spec(text: str, experts: int, topk: int) -> fams.CaseSpec:
     if spec.rows < 1:
         raise UsageError(f"--replay rows must be >= 1, got {spec.rows}")
     return spec
+
+
+def _shard(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {text!r} must look like I/N, e.g. 2/4") from None
+    if n < 1 or not 1 <= i <= n:
+        raise UsageError(f"--shard {text}: need 1 <= I <= N (got I={i}, N={n})")
+    return i, n
 
 
 def _device_for(candidate: Candidate, requested: str | None) -> str:
@@ -185,6 +198,7 @@ def _verdict_table(results: list[CheckResult]) -> str:
 def _run(args, argv_text: str) -> int:
     names = _split_names(args.candidate)
     fam_list = _families(args.families)
+    shard = _shard(args.shard)
     if args.topk > args.experts:
         raise UsageError(f"--topk {args.topk} is larger than --experts {args.experts}")
     if args.row is not None and not args.replay:
@@ -232,6 +246,9 @@ def _run(args, argv_text: str) -> int:
                 specs_for[key] = [_replay_spec(args.replay, args.experts, args.topk)]
             else:
                 specs_for[key] = fams.plan(fam_list, args.rows, args.seed, args.experts, args.topk)
+                if shard:
+                    i, n = shard
+                    specs_for[key] = [s for index, s in enumerate(specs_for[key]) if index % n == i - 1]
         specs = specs_for[key]
         total = sum(s.rows for s in specs)
         from tqdm import tqdm
@@ -242,6 +259,7 @@ def _run(args, argv_text: str) -> int:
                 seed=args.seed, command=argv_text, progress=bar,
             )  # fmt: skip
         result.summary["environment"] = environment(device)
+        result.summary["shard"] = args.shard
         results.append(result)
 
     for r in results:

@@ -7,11 +7,11 @@ cd "$(dirname "$0")/.."
 
 if [[ "${1:-}" == "--ci-tools" ]]; then
     # hipcc (HIP 5.2) and clang-19 compile the HIP back end without an AMD GPU;
-    # chromium renders report.html in the browser test. Debian packages.
-    if command -v apt-get >/dev/null && { ! command -v hipcc >/dev/null || ! command -v clang++-19 >/dev/null || ! command -v chromium >/dev/null; }; then
+    # chromium and chromium-driver render report.html in the browser test. Debian packages.
+    if command -v apt-get >/dev/null && { ! command -v hipcc >/dev/null || ! command -v clang++-19 >/dev/null || ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; }; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
-        apt-get install -y -qq hipcc clang-19 chromium >/dev/null
+        apt-get install -y -qq hipcc clang-19 chromium chromium-driver >/dev/null
     fi
 fi
 
