@@ -252,13 +252,15 @@ void run(const void* scores, int64_t stride, const void* bias, int rows, int ren
     }
 }
 
-// block: 0 = a warp per token, 1 = a block per token with one vector per
-// thread (radix4_entry.h's default), 2 = a block of two warps per token.
+// block: 0 = a warp per token; 1 = a block of min(4, E/4/N) warps per token
+// (radix4_entry.h's default); 2 = two warps per token; 3 = one vector of 4
+// experts per thread.
 template <int N, int E, int K, class S, class B, bool kVec>
 void shaped(int block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
     constexpr int kFull = (E / 4 + N - 1) / N;
-    if (block == 1) run<N, E, K, S, B, kVec, kFull>(s, st, b, rows, rn, rs, w, i);
+    if (block == 1) run<N, E, K, S, B, kVec, (kFull < 4 ? kFull : 4)>(s, st, b, rows, rn, rs, w, i);
     else if (block == 2) run<N, E, K, S, B, kVec, 2>(s, st, b, rows, rn, rs, w, i);
+    else if (block == 3) run<N, E, K, S, B, kVec, kFull>(s, st, b, rows, rn, rs, w, i);
     else run<N, E, K, S, B, kVec, 1>(s, st, b, rows, rn, rs, w, i);
 }
 
@@ -383,8 +385,9 @@ CASES = list(_cases())
 
 
 SHAPES = pytest.mark.parametrize(
-    "lanes,block", [(32, 1), (32, 2), (32, 0), (64, 1), (64, 2), (64, 0)],
-    ids=["warp32-block", "warp32-2-warps", "warp32-warp-per-token", "wave64-block", "wave64-2-waves", "wave64-wave"],
+    "lanes,block", [(32, 1), (32, 2), (32, 3), (32, 0), (64, 1), (64, 2), (64, 0)],
+    ids=["warp32-4-warps", "warp32-2-warps", "warp32-vector-per-thread", "warp32-warp-per-token",
+         "wave64-4-waves", "wave64-2-waves", "wave64-wave-per-token"],
 )
 
 

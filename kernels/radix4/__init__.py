@@ -23,10 +23,13 @@ or (384, 8) (Kimi-K2).
     build(*, arch=None) -> pathlib.Path          # BuildError on compiler error
     available() -> tuple[bool, str]              # never raises
     covered(*, rows, experts, topk, dtype, bias_dtype) -> bool
-    route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0) -> (weights, ids)
+    route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, launch_shape=None)
+        -> (weights, ids)
 
 ``arch`` is ``'sm_90'`` (nvcc) or ``'gfx942'`` (hipcc) and lets a machine without
-a GPU compile the library. ``route`` launches on ``torch.cuda.current_stream``,
+a GPU compile the library. Launch shape: a block of 4 warps per token up to 512
+rows (lowest latency), a warp per token above (least work per token); H200
+figures are in radix4_entry.h and benchmarks/radix4_gpu_check.py. ``route`` launches on ``torch.cuda.current_stream``,
 so a CUDA graph captures it, and never modifies its inputs.
 
 Sources (no torch headers): ``radix4_router.h`` (the algorithm, shared),

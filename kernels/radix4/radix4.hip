@@ -4,9 +4,10 @@
 // Computes, per token, the top-k experts of contract `aiter` (sigmoid
 // scores plus a correction bias, aiter's tie order, NaN last) and their
 // weights: see radix4_router.h for the contract as plain torch and the
-// algorithm. Launch shape: one 64-lane wave per token,
-// RADIX4_TOKENS_PER_BLOCK waves per block; cross-lane sums are DPP prefix
-// sums (lanes_hip.h). C ABI: radix4_entry.h.
+// algorithm. Launch shape: a block of RADIX4_WARPS_PER_TOKEN waves per token
+// up to RADIX4_BLOCK_PER_TOKEN_MAX_ROWS rows, else one 64-lane wave per
+// token, RADIX4_TOKENS_PER_BLOCK waves per block; cross-lane sums are DPP
+// prefix sums (lanes_hip.h). C ABI: radix4_entry.h.
 //
 // Build: hipcc --offload-arch=gfx942 -O3 -shared -fPIC -std=c++17 radix4.hip
 // (HIP_PLATFORM=amd where nvcc is also installed; no fast math).

@@ -21,10 +21,12 @@
 //
 // Shapes: (experts, topk) in {(896, 16), (384, 8)}: Kimi-K3 and Kimi-K2.
 // Launch shapes (radix4_router.h): a block per token spreads one token's
-// experts over E/4 threads (7 warps on CUDA, 4 waves on HIP for E=896) and
-// has the lowest latency; a warp per token (RADIX4_TOKENS_PER_BLOCK warps a
-// block, default 4) has the least overhead per token. The defaults come from
-// benchmarks/radix4_gpu_check.py on an H200.
+// experts over RADIX4_WARPS_PER_TOKEN warps (4 on CUDA, 4 waves on HIP for
+// E=896) and has the lowest latency; a warp per token
+// (RADIX4_TOKENS_PER_BLOCK warps a block, default 4) has the least overhead
+// per token. The defaults come from benchmarks/radix4_gpu_check.py on an
+// H200: a block per token won up to 256 rows (6.06 against 9.15 us), a warp
+// per token from 1024 rows (11.20 against 11.90 us); 512 lies between.
 #pragma once
 
 #include <stddef.h>
@@ -36,12 +38,14 @@
 #define RADIX4_TOKENS_PER_BLOCK 4
 #endif
 #ifndef RADIX4_BLOCK_PER_TOKEN_MAX_ROWS
-#define RADIX4_BLOCK_PER_TOKEN_MAX_ROWS 384
+#define RADIX4_BLOCK_PER_TOKEN_MAX_ROWS 512
 #endif
-// Warps (waves) per token in the block-per-token shape; 0 = one vector of 4
-// experts per thread (7 warps on CUDA, 4 waves on HIP for E=896).
+// Warps (waves) per token in the block-per-token shape, at most one vector of
+// 4 experts per thread (0 = exactly one). H200, E=896, graph replay: 4 warps
+// (two vectors per thread) 4.48 / 5.31 / 6.06 us at M = 1 / 64 / 256 against
+// 4.43 / 5.68 / 7.18 us with 7 warps and 5.96 / 6.86 / 7.29 with 2.
 #ifndef RADIX4_WARPS_PER_TOKEN
-#define RADIX4_WARPS_PER_TOKEN 0
+#define RADIX4_WARPS_PER_TOKEN 4
 #endif
 
 namespace radix4 {
