@@ -296,6 +296,14 @@ def compare_case(
         finite = ulps[torch.isfinite(ulps)]
         out.max_weight_ulp = float(finite.max()) if finite.numel() else 0.0
 
+    experts = case.scores.shape[1]
+    out_of_range = ((ids_act < 0) | (ids_act >= experts)).any(1)
+    ordered = ids_act.sort(dim=1).values
+    repeats = ordered[:, 1:] == ordered[:, :-1]
+    if c.allows_duplicate_ids:  # only the expert-0 fallback may repeat
+        repeats &= ordered[:, 1:] != 0
+    invalid_rows = out_of_range | repeats.any(1)
+    good &= ~invalid_rows
     bad = (~good).nonzero().squeeze(1).tolist()
     if not bad:
         out.verdict_counts = counts
@@ -314,6 +322,8 @@ def compare_case(
         "ranking": exp.ranking[bad_t].tolist(),
         "scores": case.scores[bad_t].float().tolist(),
         "ids_eq": ids_equal[bad_t].tolist(),
+        "invalid": invalid_rows[bad_t].tolist(),
+        "out_of_range": out_of_range[bad_t].tolist(),
         "group": group[bad_t].tolist(),
         "straddles": straddles[bad_t].tolist(),
         "nan": nan_count[bad_t].tolist(),
@@ -331,7 +341,10 @@ def compare_case(
             c, sel["e"][i], sel["a"][i], sel["keys"][i], sel["ranking"][i], sel["scores"][i], bias, priority,
             sel["numbers"][i], sel["valid"][i], sel["sig"][i],
         )  # fmt: skip
-        if sel["ids_eq"][i]:
+        if sel["invalid"][i]:
+            what = "an expert id out of [0, E)" if sel["out_of_range"][i] else "an expert id twice"
+            clause, reason = "validity", f"row holds {what}"
+        elif sel["ids_eq"][i]:
             ids_row = torch.tensor(sel["e"][i])
             sig_sel = sig_rows[i].cpu()[ids_row].tolist()
             rank_sel = [sel["ranking"][i][x] for x in sel["e"][i]]

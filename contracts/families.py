@@ -213,8 +213,8 @@ FAMILIES: dict[str, Family] = {
     for f in [
         Family("random_bf16", "normal logits, bf16", _random_bf16, share=3.0, sizes=(1, 64, 1024, 4096)),
         Family("random_fp32", "normal logits, fp32", _random_fp32, share=2.0, sizes=(1, 64, 1024, 4096)),
-        Family("bf16_near_ties", "a narrow band of bf16 logits and a bias on a 2^-9 grid: exact and near ties", _bf16_near_ties, share=2.0, sizes=(1, 64, 1024)),
-        Family("all_equal", "every expert of a row has the same logit", _all_equal, share=0.5, sizes=(1, 8, 256)),
+        Family("bf16_near_ties", "a narrow band of bf16 logits and a bias on a 2^-9 grid: exact and near ties", _bf16_near_ties, share=2.0, sizes=(1, 64, 1024, 1536)),
+        Family("all_equal", "every expert of a row has the same logit", _all_equal, share=0.5, sizes=(1, 8, 256, 1025)),
         Family("tie_pool_straddle", "a pool of 2..E tied experts straddles the top-k cutoff", _tie_pool_straddle, share=0.6, sizes=(1, 16, 128)),
         Family("tie_pool_above", "a tie pool lies entirely above the cutoff", _tie_pool_above, share=0.3, sizes=(1, 16, 128)),
         Family("nan_sparse", "about 5% NaN logits", _nan_sparse, share=0.6, sizes=(1, 64, 1024)),

@@ -1,0 +1,83 @@
+"""The runner catches planted defects, names the right clause, and passes correct routers."""
+
+import json
+
+import pytest
+
+from contracts.check import main
+
+PLANTED = "tests.broken_candidates:"
+
+
+def _check(tmp_path, candidate, families, rows=3000, extra=()):
+    out = tmp_path / "bundle"
+    code = main(["--candidate", candidate, "--families", families, "--rows", str(rows), "--out", str(out), "--quiet", *extra])
+    summary = json.loads((out / "summary.json").read_text())
+    return code, summary, out
+
+
+def _worst_clause(summary):
+    return max(summary["clauses"], key=lambda c: summary["clauses"][c])
+
+
+@pytest.mark.parametrize("candidate", ["oracle", PLANTED + "correct_argsort"])
+def test_correct_routers_pass_every_family(tmp_path, candidate):
+    code, s, out = _check(tmp_path, candidate, ",".join(__import__("contracts.families").families.FAMILIES), rows=12000)
+    assert code == 0, (out / "report.md").read_text()
+    assert s["status"] == "pass" and s["mismatched_rows"] == 0 and s["rows_checked"] >= 11000
+
+
+@pytest.mark.parametrize(
+    "name, families, clause",
+    [
+        ("wrong_tie_order", "all_equal,tie_pool_straddle", "tie_order"),
+        ("nan_like_neg_inf", "nan_neg_inf_bias,nan_dense", "nan_last"),
+        ("bias_in_weights", "random_bf16", "bias_in_weight"),
+        ("no_renorm_guard", "zero_sum", "renorm_guard"),
+        ("scaled_twice", "random_fp32", "scaling"),
+        ("output_in_id_order", "random_bf16", "output_order"),
+        ("duplicate_ids", "random_bf16", "validity"),
+        ("writes_its_input", "random_bf16", "validity"),
+        ("int64_ids", "random_bf16", "validity"),
+    ],
+)
+def test_planted_defect_is_caught_with_its_clause(tmp_path, name, families, clause):
+    code, s, out = _check(tmp_path, PLANTED + name, families)
+    assert code == 1
+    assert s["status"] == "fail"
+    assert _worst_clause(s) == clause, s["clauses"]
+    report = (out / "report.md").read_text()
+    assert f"`{clause}`" in report and "Replay: `python -m contracts.check" in report
+
+
+def test_tie_order_rule_that_changes_above_1024_rows_is_caught_only_there(tmp_path):
+    code, s, out = _check(tmp_path, PLANTED + "other_tie_rule_above_1024_rows", "all_equal", rows=4000)
+    assert code == 1 and _worst_clause(s) == "tie_order"
+    import pandas as pd
+
+    cells = pd.read_csv(out / "mismatches.csv")
+    rows_per_case = cells["case"].str.split(":").str[2].astype(int)
+    assert (rows_per_case > 1024).all()
+
+
+def test_tie_order_mismatch_replays_to_the_same_row(tmp_path, capsys):
+    code, s, out = _check(tmp_path, PLANTED + "wrong_tie_order", "all_equal", rows=300)
+    details = json.loads((out / "details.json").read_text())
+    replay = details[0]["replay"].split()
+    argv = replay[3:] + ["--out", str(tmp_path / "replay"), "--quiet"]
+    assert main(argv) == 1
+    printed = capsys.readouterr().out
+    assert f"row {details[0]['row']}: tie_order" in printed
+
+
+def test_candidate_that_raises_is_reported_not_fatal(tmp_path):
+    code, s, out = _check(tmp_path, PLANTED + "raises", "random_bf16", rows=200)
+    assert code == 1 and s["clauses"]["validity"] == s["rows_checked"]
+    assert "planted failure" in (out / "report.md").read_text()
+
+
+def test_torch_native_shows_declared_tie_order_deviation(tmp_path):
+    code, s, _ = _check(tmp_path, "torch-native", "all_equal,tie_pool_straddle", rows=2000, extra=["--contract", "aiter"])
+    assert s["expected_deviations"]["tie_order"]["observed"]
+    assert s["expected_deviations"]["tie_order"]["rows"] > 0
+    assert code == 0 and s["mismatched_rows"] == 0
