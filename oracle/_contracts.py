@@ -24,9 +24,13 @@ class Contract:
 
     ``weight_rtol``/``weight_atol``: a weight ``a`` matches the oracle's ``e``
     when ``|a - e| <= atol + rtol * |e|`` (NaN matches only NaN).
-    ``near_tie_ulp``: ranking values this many fp32 ULP or fewer from the
-    cutoff may swap between two faithful sigmoid implementations (spec §9);
-    such rows are "near ties", not mismatches. Zero means bit-exact.
+    Near ties (spec §9): two faithful implementations of the contract's
+    sigmoid may differ by a few ULP, so two experts whose ranking values are
+    closer than both sigmoids' error bounds may swap. The bound of one
+    expert's sigmoid is ``(near_tie_ulp + near_tie_x_ulp * (1 - sig) * |x|)``
+    ULP of ``sig``: the second term models a sigmoid computed as
+    ``exp2(-log2(e) * x)``, whose rounded product carries ``|x|`` times
+    more relative error (aiter's form). Zero for both means bit-exact.
     """
 
     name: str
@@ -37,6 +41,7 @@ class Contract:
     weight_rtol: float
     weight_atol: float
     near_tie_ulp: int
+    near_tie_x_ulp: float
     allows_duplicate_ids: bool
 
     @property
@@ -79,6 +84,7 @@ AITER = Contract(
     weight_rtol=1e-5,
     weight_atol=1e-6,
     near_tie_ulp=4,
+    near_tie_x_ulp=1.0,
     allows_duplicate_ids=False,
 )
 
@@ -103,6 +109,7 @@ SERIAL = Contract(
     weight_rtol=1e-5,
     weight_atol=1e-6,
     near_tie_ulp=4,
+    near_tie_x_ulp=0.0,
     allows_duplicate_ids=True,
 )
 
