@@ -1,0 +1,560 @@
+"""``python -m contracts.bench``: latency per launch of router candidates against batch size M.
+
+Examples::
+
+    python -m contracts.bench --candidate oracle,torch-native
+    python -m contracts.bench --candidate radix4,torch-native,serial,block-argmax,aiter-model --device cuda --out DIR
+
+How a figure is taken (``method`` in bench.json says the same):
+
+- GPU (``--device cuda``): each candidate's route is captured ``--launches``
+  times (default 20) in one CUDA graph, after 3 eager warm-up calls on a side
+  stream; the graph is replayed ``--warmup`` times untimed, then ``--replays``
+  times (default 25) between CUDA events. One sample = replay time /
+  launches. A candidate whose route cannot be captured (it synchronizes,
+  copies from the host, ...) is timed eagerly instead: ``--launches`` calls
+  between two events per sample. Its points say ``timer: cuda-eager`` and why.
+- CPU: wall-clock (``time.perf_counter``) per call. One sample is a loop of
+  ``n`` calls divided by ``n``, ``n`` chosen once so a sample lasts >= 2 ms;
+  ``--repeats`` samples (default 10) after 2 warm-up calls. Labelled
+  "cpu wall-clock" in the JSON, the table and the plot.
+
+Figures are the median over samples; the spread is min / p25 / p75 / p90 /
+max over the same samples. Every candidate gets the same input tensors for a
+given M (seeded ``--seed``; logits ``randn * 2`` in ``--dtype``, bias
+``randn * 0.05`` in ``--bias-dtype``). Inputs are not rotated by default (one
+buffer, which stays in cache as in a decode step); ``--rotate R`` cycles
+through R distinct buffers instead.
+
+Each candidate is resolved with the registry, gated with ``available(device)``
+(an unavailable candidate is listed with its reason) and, per M, with
+``covered(...)`` (an uncovered M is recorded as skipped, not timed).
+
+Writes ``bench.json`` and ``bench.png`` (latency vs M, log-log, crossovers of
+each candidate with the first one marked) under ``--out`` and prints a table
+with ratios to the first candidate. Exit codes: 0 written; 2 usage error;
+3 no candidate could be timed on this host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import shlex
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ._atomic import write_atomic, write_json
+from .environment import environment
+from .registry import Candidate, CandidateLoadError, DuplicateCandidateError, get_candidate
+
+__all__ = ["BENCH_SCHEMA_VERSION", "DEFAULT_M", "crossovers", "main"]
+
+BENCH_SCHEMA_VERSION = 1
+DEFAULT_M = (1, 8, 64, 256, 1024, 1536, 4096)
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+EXIT_OK, EXIT_USAGE, EXIT_NOTHING_TIMED = 0, 2, 3
+CPU_LABEL = "cpu wall-clock"
+GRAPH_LABEL = "CUDA graph replay"
+EAGER_LABEL = "CUDA eager (graph capture failed)"
+CPU_SAMPLE_SECONDS = 2e-3
+CPU_MAX_CALLS_PER_SAMPLE = 1000
+RENORMALIZE, ROUTED_SCALING_FACTOR = True, 2.5
+
+
+class UsageError(Exception):
+    """Bad command-line input; the message names the argument and the fix."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, through main()'s error path, instead of usage + message
+        raise UsageError(f"{message} (see python -m contracts.bench --help)")
+
+
+def _positive_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
+        return value
+
+    return parse
+
+
+def _m_list(text: str) -> list[int]:
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--m {text!r}: {part!r} is not an integer; give comma-separated row counts >= 1, e.g. --m 1,64,1024"
+            ) from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"--m {text!r}: {value} is not >= 1; every M is a row count, e.g. --m 1,64,1024")
+        values.append(value)
+    return sorted(set(values))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m contracts.bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--candidate", action="append", required=True, metavar="A,B,C",
+                    help="candidates (names or package.module:attr), comma-separated; ratios are against the first")  # fmt: skip
+    ap.add_argument("--m", type=_m_list, default=list(DEFAULT_M), metavar="M1,M2,...",
+                    help=f"batch sizes (rows) to time (default {','.join(map(str, DEFAULT_M))})")  # fmt: skip
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="logits dtype (default bf16)")
+    ap.add_argument("--bias-dtype", choices=["same", *sorted(DTYPES)], default="same",
+                    help="bias dtype (default: the logits dtype, as aiter reads it)")  # fmt: skip
+    ap.add_argument("--experts", type=_positive_int("--experts"), default=896)
+    ap.add_argument("--topk", type=_positive_int("--topk"), default=16)
+    ap.add_argument("--device", help="cpu or cuda (default: cuda when torch sees a GPU, else cpu)")
+    ap.add_argument("--out", type=Path, help="output directory (default reports/<UTC time>-bench)")
+    ap.add_argument("--replays", type=_positive_int("--replays"), default=25, help="GPU: timed graph replays (default 25)")
+    ap.add_argument("--launches", type=_positive_int("--launches"), default=20, help="GPU: launches captured per graph (default 20)")
+    ap.add_argument("--warmup", type=_positive_int("--warmup"), default=3, help="GPU: untimed replays first (default 3)")
+    ap.add_argument("--repeats", type=_positive_int("--repeats"), default=10, help="CPU: timed samples per point (default 10)")
+    ap.add_argument("--rotate", type=_positive_int("--rotate"), default=1,
+                    help="cycle through this many distinct input buffers (default 1: not rotated)")  # fmt: skip
+    ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+# ---------------------------------------------------------------- timers
+
+
+@dataclass
+class Timing:
+    timer: str  # "cuda-graph", "cuda-eager", "cpu-wall-clock"
+    samples_us: list[float]
+    calls_per_sample: int
+    note: str = ""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def time_cpu(fn, repeats: int) -> Timing:
+    fn()
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = time.perf_counter() - start
+    calls = max(1, min(CPU_MAX_CALLS_PER_SAMPLE, math.ceil(CPU_SAMPLE_SECONDS / max(once, 1e-9))))
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) * 1e6 / calls)
+    return Timing("cpu-wall-clock", samples, calls)
+
+
+def _cuda_eager(fn, launches: int, replays: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        for _ in range(launches):
+            fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(replays):
+        start.record()
+        for _ in range(launches):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / launches)
+    return samples
+
+
+def time_cuda(fn, launches: int, replays: int, warmup: int) -> Timing:
+    """Graph replay; eager events if the route cannot be captured."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(launches):
+                fn()
+    except Exception as exc:  # not capturable: time it eagerly, and say so
+        del graph
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 -- a failed capture may leave an error to clear
+            pass
+        reason = f"graph capture failed ({_first_line(exc)}); timed eagerly"
+        return Timing("cuda-eager", _cuda_eager(fn, launches, replays, warmup), launches, reason)
+    for _ in range(warmup):
+        graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / launches)
+    del graph
+    return Timing("cuda-graph", samples, launches)
+
+
+def _spread(samples: list[float]) -> dict:
+    s = pd.Series(samples, dtype="float64")
+    return {
+        "min": round(float(s.min()), 4),
+        "p25": round(float(s.quantile(0.25)), 4),
+        "p75": round(float(s.quantile(0.75)), 4),
+        "p90": round(float(s.quantile(0.90)), 4),
+        "max": round(float(s.max()), 4),
+    }
+
+
+# ---------------------------------------------------------------- inputs and the run
+
+
+def make_inputs(M: int, *, experts: int, dtype, bias_dtype, device: str, seed: int, rotate: int):
+    """``rotate`` distinct logits buffers [M, E] and one bias [E], the same for every candidate."""
+    g = torch.Generator(device="cpu").manual_seed(seed * 1_000_003 + M)
+    scores = [(torch.randn(M, experts, generator=g) * 2).to(dtype).to(device) for _ in range(rotate)]
+    bias = (torch.randn(experts, generator=g) * 0.05).to(bias_dtype).to(device)
+    return scores, bias
+
+
+def _caller(route, scores: list, bias, topk: int):
+    if len(scores) == 1:
+        only = scores[0]
+        return lambda: route(only, bias, topk, RENORMALIZE, ROUTED_SCALING_FACTOR)
+    state = {"i": 0}
+
+    def call():
+        s = scores[state["i"] % len(scores)]
+        state["i"] += 1
+        return route(s, bias, topk, RENORMALIZE, ROUTED_SCALING_FACTOR)
+
+    return call
+
+
+def bench_point(candidate: Candidate, route, M: int, inputs, args, device: str) -> dict:
+    scores, bias = inputs
+    entry: dict = {"m": M}
+    shape = dict(rows=M, experts=args.experts, topk=args.topk, dtype=scores[0].dtype, bias_dtype=bias.dtype)
+    try:
+        covered = bool(candidate.covered(**shape))
+    except Exception as exc:  # noqa: BLE001 -- a gate must not take the run down
+        covered, why = False, f"covered() raised {_first_line(exc)}"
+    else:
+        why = f"not covered: {candidate.name} does not serve rows={M}, experts={args.experts}, topk={args.topk}, " \
+              f"dtype={args.dtype}, bias {_dtype_word(bias.dtype)}"  # fmt: skip
+    if not covered:
+        return {**entry, "status": "skipped", "reason": why, "median_us": None, "spread": None, "samples": []}
+    fn = _caller(route, scores, bias, args.topk)
+    try:
+        if device.startswith("cuda"):
+            timing = time_cuda(fn, args.launches, args.replays, args.warmup)
+        else:
+            timing = time_cpu(fn, args.repeats)
+    except Exception as exc:  # the candidate's failure is a finding, not a crash of the run
+        tb = traceback.format_exc(limit=2)[-600:]
+        return {**entry, "status": "error", "reason": f"route raised {_first_line(exc)}", "traceback": tb,
+                "median_us": None, "spread": None, "samples": []}  # fmt: skip
+    out = {
+        **entry,
+        "status": "timed",
+        "timer": timing.timer,
+        "median_us": round(statistics.median(timing.samples_us), 4),
+        "spread": _spread(timing.samples_us),
+        "samples": [round(x, 4) for x in timing.samples_us],
+        "calls_per_sample": timing.calls_per_sample,
+    }
+    if timing.note:
+        out["reason"] = timing.note
+    return out
+
+
+def _dtype_word(dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def _method(args, device: str) -> dict:
+    bias_dtype = args.dtype if args.bias_dtype == "same" else args.bias_dtype
+    inputs = (
+        "not rotated: the same logits buffer for every launch (it stays in cache, as in a decode step)"
+        if args.rotate == 1
+        else f"rotated: {args.rotate} distinct logits buffers, cycled launch by launch"
+    )
+    common = {
+        "dtype": args.dtype, "bias_dtype": bias_dtype, "experts": args.experts, "topk": args.topk,
+        "renormalize": RENORMALIZE, "routed_scaling_factor": ROUTED_SCALING_FACTOR, "seed": args.seed,
+        "rotate": args.rotate, "inputs": inputs + "; the same tensors for every candidate (logits randn*2, bias randn*0.05)",
+        "statistic": "median over samples; spread min/p25/p75/p90/max over the same samples",
+    }  # fmt: skip
+    if device.startswith("cuda"):
+        return {
+            "timer": GRAPH_LABEL,
+            "description": f"{args.launches} launches captured in one CUDA graph (after 3 eager warm-up calls), "
+            f"{args.warmup} untimed replays, then {args.replays} replays between CUDA events; sample = replay time / "
+            f"{args.launches}. A route that cannot be captured is timed eagerly ({args.launches} calls between events "
+            "per sample) and its points say timer cuda-eager.",
+            "launches_per_graph": args.launches, "replays": args.replays, "warmup_replays": args.warmup, **common,
+        }  # fmt: skip
+    return {
+        "timer": CPU_LABEL,
+        "description": f"{CPU_LABEL}: time.perf_counter around a loop of n calls (n chosen so a sample lasts >= "
+        f"{CPU_SAMPLE_SECONDS * 1e3:g} ms), sample = elapsed / n; 2 warm-up calls; {args.repeats} samples.",
+        "repeats": args.repeats, "torch_threads": torch.get_num_threads(), **common,
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------- crossovers, table, plot
+
+
+def _timed(points: list[dict]) -> dict[int, float]:
+    return {p["m"]: p["median_us"] for p in points if p.get("status") == "timed" and p.get("median_us")}
+
+
+def crossovers(baseline: dict, other: dict) -> list[dict]:
+    """Where ``other``'s latency curve crosses ``baseline``'s, between consecutive M both timed (log-log interpolation)."""
+    a, b = _timed(baseline["results"]), _timed(other["results"])
+    ms = sorted(set(a) & set(b))
+    found = []
+    for m0, m1 in zip(ms, ms[1:]):
+        d0, d1 = math.log(b[m0] / a[m0]), math.log(b[m1] / a[m1])
+        if d0 == 0 or d0 * d1 >= 0:
+            continue
+        t = d0 / (d0 - d1)
+        lm = math.log(m0) + t * (math.log(m1) - math.log(m0))
+        lu = math.log(a[m0]) + t * (math.log(a[m1]) - math.log(a[m0]))
+        faster_after = other["name"] if d1 < 0 else baseline["name"]
+        found.append(
+            {"baseline": baseline["name"], "candidate": other["name"], "between_m": [m0, m1],
+             "m": round(math.exp(lm), 1), "latency_us": round(math.exp(lu), 3), "faster_above": faster_after}
+        )  # fmt: skip
+    return found
+
+
+def results_table(report: dict) -> pd.DataFrame:
+    """M x candidates: median us per launch, and each one's ratio to the first candidate."""
+    timed = [c for c in report["candidates"] if c["status"] == "ok"]
+    if not timed:
+        return pd.DataFrame()
+    base = timed[0]
+    base_t = _timed(base["results"])
+    rows = []
+    for M in report["m"]:
+        row = {"M": M}
+        for c in timed:
+            point = next(p for p in c["results"] if p["m"] == M)
+            if point["status"] != "timed":
+                row[c["name"]] = point["status"]
+                continue
+            cell = f"{point['median_us']:.2f}" + ("*" if point.get("timer") == "cuda-eager" else "")
+            if c is not base:
+                cell += f" ({point['median_us'] / base_t[M]:.2f}x)" if M in base_t else " (-)"
+            row[c["name"]] = cell
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write_plot(path: Path, report: dict) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = report["method"]
+    timer = m["timer"]
+    notes = [
+        f"({i}) {x['candidate']} crosses {x['baseline']} near M={x['m']:.0f}, {x['latency_us']:.3g} us; "
+        f"{x['faster_above']} faster above"
+        for i, x in enumerate(report["crossovers"], 1)
+    ]
+    fig = plt.figure(figsize=(9, 5.2 + 0.2 * len(notes)), dpi=110)
+    ax = fig.add_axes([0.09, 0.12 + 0.035 * len(notes), 0.62, 0.72 - 0.035 * len(notes)])
+    colors = {}
+    for c in report["candidates"]:
+        pts = [p for p in c["results"] if p["status"] == "timed"]
+        if c["status"] != "ok" or not pts:
+            continue
+        xs, ys = [p["m"] for p in pts], [p["median_us"] for p in pts]
+        lows = [p["median_us"] - p["spread"]["min"] for p in pts]
+        highs = [p["spread"]["p90"] - p["median_us"] for p in pts]
+        eager = any(p.get("timer") == "cuda-eager" for p in pts)
+        bars = ax.errorbar(xs, ys, yerr=[lows, highs], marker="o", capsize=3,
+                           label=c["name"] + (" (eager: not capturable)" if eager else ""),
+                           linestyle="--" if eager else "-", markerfacecolor="none" if eager else None)  # fmt: skip
+        colors[c["name"]] = bars.lines[0].get_color()
+    for i, x in enumerate(report["crossovers"], 1):
+        ax.plot([x["m"]], [x["latency_us"]], marker="*", markersize=15, color=colors.get(x["candidate"], "black"),
+                markeredgecolor="black", zorder=5, linestyle="none")  # fmt: skip
+        ax.annotate(f"({i})", (x["m"], x["latency_us"]), textcoords="offset points", xytext=(6, 6), fontsize=9, weight="bold")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("M (rows per launch)")
+    ax.set_ylabel(f"us per launch ({timer})")
+    ax.grid(True, which="both", alpha=0.3)
+    dev = report["environment"].get("device_name") or report["device"]
+    fig.suptitle(
+        f"Router latency vs M: {timer}, {dev}\n"
+        f"E={m['experts']}, top-{m['topk']}, {m['dtype']} logits, {m['bias_dtype']} bias; median, bars min to p90",
+        fontsize=10,
+    )
+    handles, labels = ax.get_legend_handles_labels()
+    skipped = [f"{c['name']}: unavailable" for c in report["candidates"] if c["status"] != "ok"]
+    if handles:
+        ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    if skipped:
+        fig.text(0.74, 0.12 + 0.035 * len(notes), "\n".join(skipped), fontsize=7, color="0.35", va="bottom", wrap=True)
+    for i, note in enumerate(notes):
+        fig.text(0.02, 0.02 + 0.035 * (len(notes) - 1 - i), note, fontsize=8)
+    write_atomic(path, lambda p: fig.savefig(p, format="png"))
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------- command line
+
+
+def _split_names(values: list[str]) -> list[str]:
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--candidate needs at least one name, e.g. --candidate oracle,torch-native")
+    if len(set(names)) != len(names):
+        raise UsageError(f"--candidate {','.join(names)} names a candidate twice; give each once")
+    return names
+
+
+def _device(requested: str | None) -> str:
+    if requested is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    kind = requested.split(":")[0]
+    if kind not in ("cpu", "cuda"):
+        raise UsageError(f"--device {requested!r} is not supported; use cpu or cuda")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was asked for, but torch sees no GPU on this host; use --device cpu")
+    return requested
+
+
+def _out_dir(out: Path | None) -> Path:
+    if out is None:
+        out = Path("reports") / f"{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-bench"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--out {out} is not writable ({exc.strerror or exc}); choose another directory") from None
+    return out
+
+
+def run(args, command: str) -> tuple[dict, Path]:
+    names = _split_names(args.candidate)
+    if args.topk > args.experts:
+        raise UsageError(f"--topk {args.topk} is larger than --experts {args.experts}; lower --topk")
+    device = _device(args.device)
+    candidates = [get_candidate(n) for n in names]
+    out = _out_dir(args.out)
+    dtype = DTYPES[args.dtype]
+    bias_dtype = dtype if args.bias_dtype == "same" else DTYPES[args.bias_dtype]
+
+    entries = []
+    for cand in candidates:
+        ok, why = cand.available(device)
+        entries.append({"name": cand.name, "contract": cand.contract, "status": "ok" if ok else "unavailable",
+                        "reason": None if ok else why, "results": []})  # fmt: skip
+    usable = [(c, e) for c, e in zip(candidates, entries) if e["status"] == "ok"]
+    for M in args.m:
+        inputs = make_inputs(M, experts=args.experts, dtype=dtype, bias_dtype=bias_dtype, device=device,
+                             seed=args.seed, rotate=args.rotate)  # fmt: skip
+        for cand, entry in usable:
+            point = bench_point(cand, cand.route, M, inputs, args, device)
+            entry["results"].append(point)
+            shown = f"{point['median_us']:.2f} us" if point["status"] == "timed" else point["status"]
+            print(f"  {cand.name:>16} M={M:<6} {shown}", file=sys.stderr)
+        del inputs
+    report = {
+        "schema_version": BENCH_SCHEMA_VERSION,
+        "kind": "bench",
+        "command": command,
+        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+        "environment": environment(device),
+        "method": _method(args, device),
+        "m": list(args.m),
+        "baseline": names[0],
+        "candidates": entries,
+        "crossovers": [],
+    }
+    base = entries[0]
+    if base["status"] == "ok":
+        for other in entries[1:]:
+            if other["status"] == "ok":
+                report["crossovers"].extend(crossovers(base, other))
+    return report, out
+
+
+def print_summary(report: dict, out: Path) -> None:
+    timer = report["method"]["timer"]
+    table = results_table(report)
+    print(f"us per launch ({timer}; median of samples; spread in bench.json); (ratio) = candidate / {report['baseline']}")
+    if not table.empty:
+        print(table.to_string(index=False))
+    if any(p.get("timer") == "cuda-eager" for c in report["candidates"] for p in c["results"]):
+        print("* timed eagerly: the route could not be captured in a CUDA graph (bench.json says why)")
+    for c in report["candidates"]:
+        if c["status"] != "ok":
+            print(f"unavailable: {c['name']}: {c['reason']}")
+        for p in c["results"]:
+            if p["status"] in ("skipped", "error"):
+                print(f"{p['status']}: {c['name']} M={p['m']}: {p['reason']}")
+    for x in report["crossovers"]:
+        print(f"crossover: {x['candidate']} and {x['baseline']} cross near M={x['m']:.0f} "
+              f"(between {x['between_m'][0]} and {x['between_m'][1]}); {x['faster_above']} is faster above")  # fmt: skip
+    print(f"bench: {out / 'bench.json'}  plot: {out / 'bench.png'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = shlex.join(["python", "-m", "contracts.bench", *argv])
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help
+        return EXIT_OK if not exc.code else EXIT_USAGE
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        report, out = run(args, command)
+    except (UsageError, CandidateLoadError, DuplicateCandidateError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    write_json(out / "bench.json", report)
+    write_plot(out / "bench.png", report)
+    print_summary(report, out)
+    if not any(p["status"] == "timed" for c in report["candidates"] for p in c["results"]):
+        print("error: no candidate could be timed on this host (see the reasons above)", file=sys.stderr)
+        return EXIT_NOTHING_TIMED
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
