@@ -145,3 +145,24 @@ register(
         origin="kernels.serial.block_argmax",
     )
 )
+
+# AMD aiter itself (ROCm, gfx942/gfx950), through kernels.adapters.aiter. Its
+# ``available`` gate (hardware, then ``import aiter``) stands in the hardware
+# slot so the one-line reason says which is missing; ``build`` makes one call
+# so aiter's JIT compile happens before the check starts. The deviations are
+# aiter's, the ones its behavioural model declares; ``--against aiter-model``
+# compares the two with none declared (model drift).
+register(
+    Candidate(
+        name="aiter",
+        route=_lazy("kernels.adapters.aiter", "route"),
+        contract="aiter",
+        devices=("cuda",),
+        description="AMD aiter's biased_grouped_topk, generic path (ROCm gfx942/gfx950; pip install amd-aiter)",
+        supported_hardware=_lazy("kernels.adapters.aiter", "available"),
+        build=_lazy("kernels.adapters.aiter", "build"),
+        covered=_lazy("kernels.adapters.aiter", "covered"),
+        expected_deviations={"aiter": dict(_AITER_MODEL_DEVIATIONS)},
+        origin="kernels.adapters.aiter",
+    )
+)

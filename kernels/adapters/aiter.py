@@ -1,0 +1,224 @@
+"""Adapter for AMD aiter's ``biased_grouped_topk`` (spec §3), the library router on ROCm.
+
+What it calls (package ``amd-aiter``, import name ``aiter``, ROCm only)::
+
+    aiter.biased_grouped_topk(gating_output, correction_bias, topk_weights, topk_ids,
+                              num_expert_group, topk_group, need_renorm, routed_scaling_factor)
+
+It fills ``topk_weights`` (fp32) and ``topk_ids`` (int32), both ``[M, topk]``,
+in place and returns nothing. How this adapter drives it:
+
+- ``gating_output``: the caller's ``scores`` as they are (bf16, fp16 or fp32),
+  column stride 1 required (a ``ValueError`` otherwise), any row stride >= E
+  (a column slice of a wider buffer is passed without a copy);
+- ``correction_bias``: converted to the gating dtype first, because aiter reads
+  it as that dtype (as sglang and vLLM do before they call it). An fp32 bias
+  with bf16 logits is therefore rounded to bf16: ``covered`` leaves such calls
+  out, since the contract ranks with the fp32 bias;
+- ``topk_weights`` / ``topk_ids``: two fresh contiguous tensors. The kernel
+  takes one row stride (``topk_ids.stride(0)``) for both outputs, so they must
+  share it; fp32 and int32 are both 4 bytes, so two contiguous ``[M, topk]``
+  tensors have the same strides ``(topk, 1)``. (One shared allocation with two
+  views would also satisfy the kernel, but serving engines allocate two
+  tensors, and two tensors keep each output independently freeable.)
+- ``num_expert_group=1``, ``topk_group=1``: Kimi routes without groups. With
+  one group of E > 32 experts aiter always takes its generic kernel (one wave64
+  selection round per output column), the kernel ``kernels.adapters.aiter_model``
+  models; DeepSeek's grouped fast path is never reached from here.
+- ``need_renorm=renormalize``, ``routed_scaling_factor`` as given.
+
+Gates (none of them imports aiter unless the hardware can run it)::
+
+    supported_hardware(device) -> (ok, why)   # a ROCm build of torch and a gfx942/gfx950 GPU
+    available(device) -> (ok, why)            # the above, and ``import aiter`` works
+    build(device)                             # one tiny call: aiter JIT-compiles its op on first use
+    covered(*, rows, experts, topk, dtype, bias_dtype) -> bool
+
+Test seam: the module imported as aiter is named by the environment variable
+``ROUTER_AITER_MODULE`` (default ``aiter``) and read at every call by
+``_import_aiter``. Tests point it at ``tests.standins.aiter_standin``, a
+stand-in with aiter's signature built on the behavioural model; it is NOT
+aiter. Production use leaves the variable unset.
+
+This module never imports aiter at import time, so listing candidates or
+importing ``kernels`` works on any host.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import numbers
+import os
+
+__all__ = [
+    "ENV_MODULE",
+    "SUPPORTED_ARCHS",
+    "available",
+    "build",
+    "covered",
+    "module_name",
+    "route",
+    "supported_hardware",
+]
+
+ENV_MODULE = "ROUTER_AITER_MODULE"
+SUPPORTED_ARCHS = ("gfx942", "gfx950")  # MI300X/MI325X (CDNA3), MI350X/MI355X (CDNA4)
+INSTALL_HINT = "pip install amd-aiter, or this project's extra: pip install -e '.[rocm]'"
+# Experts per group must exceed 32 for the generic kernel; with one group that is E.
+GENERIC_MIN_EXPERTS = 33
+# Conservative: every shape we route (Kimi-K3 896 and 224, Kimi-K2 384, 256)
+# is a multiple of 32; aiter's exact requirement on E was not verified on hardware.
+EXPERT_MULTIPLE = 32
+_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32")
+
+
+def module_name() -> str:
+    """The module imported as aiter: ``$ROUTER_AITER_MODULE`` (a test seam) or ``aiter``."""
+    return os.environ.get(ENV_MODULE) or "aiter"
+
+
+def _import_aiter():
+    """Import aiter (or the test stand-in named by ``$ROUTER_AITER_MODULE``); the only import site."""
+    return importlib.import_module(module_name())
+
+
+def _installed(name: str) -> bool:
+    # find_spec locates a top-level module without running it.
+    try:
+        return importlib.util.find_spec(name.split(".")[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def supported_hardware(device: str = "cuda") -> tuple[bool, str]:
+    """(True, arch) on a ROCm build of torch with a gfx942/gfx950 GPU; (False, why) otherwise. Never raises."""
+    try:
+        import torch
+
+        kind = str(device).split(":")[0]
+        if kind != "cuda":
+            return False, f"aiter runs on ROCm GPUs (torch device 'cuda'), not on {kind}"
+        if not torch.version.hip:
+            flavour = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only"
+            return False, f"aiter needs a ROCm build of torch; this is torch {torch.__version__} ({flavour}, torch.version.hip is None)"
+        if not torch.cuda.is_available():
+            return False, f"no GPU: ROCm torch {torch.__version__} sees none (torch.cuda.is_available() is False)"
+        index = torch.device(device).index
+        props = torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index)
+        arch = props.gcnArchName.split(":")[0]
+        if arch not in SUPPORTED_ARCHS:
+            return False, f"AMD device {arch} ({props.name}) is not a target here; aiter's router is checked on {', '.join(SUPPORTED_ARCHS)}"
+        return True, f"{arch} ({props.name}), ROCm {torch.version.hip}"
+    except Exception as exc:  # noqa: BLE001 -- a gate reports, it does not raise
+        return False, f"{type(exc).__name__}: {exc}"
+
+
+def available(device: str = "cuda") -> tuple[bool, str]:
+    """(True, detail) when aiter imports on a supported host; else (False, the reason in one line). Never raises."""
+    name = module_name()
+    ok, why = supported_hardware(device)
+    if not ok:
+        if not _installed(name):
+            why += f"; {name} is not installed either: {INSTALL_HINT}"
+        return False, why
+    if not _installed(name):
+        return False, f"{name} is not installed: {INSTALL_HINT}"
+    try:
+        module = _import_aiter()
+    except Exception as exc:  # noqa: BLE001
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return False, f"import {name} failed: {type(exc).__name__}: {first}"
+    if not callable(getattr(module, "biased_grouped_topk", None)):
+        version = getattr(module, "__version__", "unknown version")
+        return False, f"{name} ({version}) has no biased_grouped_topk; install a release that has it: {INSTALL_HINT}"
+    return True, f"{why}, {name} {getattr(module, '__version__', '')}".rstrip()
+
+
+def build(device: str = "cuda") -> None:
+    """Route one Kimi-shaped row so aiter JIT-compiles its op now, not inside a timed check. Raises on failure."""
+    import torch
+
+    scores = torch.zeros((1, 896), dtype=torch.bfloat16, device=device)
+    bias = torch.zeros(896, dtype=torch.bfloat16, device=device)
+    route(scores, bias, 16, True, 1.0)
+    if scores.device.type == "cuda":
+        torch.cuda.synchronize(scores.device)
+
+
+def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bool:
+    """The calls aiter's generic path serves exactly as the contract poses them.
+
+    E a multiple of 32 and > 32 (one group of more than 32 experts takes the
+    generic kernel), 1 <= topk <= E, bf16/fp16/fp32 logits, and a bias of the
+    logits dtype (aiter reads the bias in the gating dtype; an fp32 bias with
+    bf16 logits would be rounded, so aiter would rank with another bias than
+    the contract does).
+    """
+    return (
+        rows >= 0
+        and experts >= GENERIC_MIN_EXPERTS
+        and experts % EXPERT_MULTIPLE == 0
+        and 1 <= topk <= experts
+        and str(dtype) in _DTYPES
+        and bias_dtype == dtype
+    )
+
+
+def _check_args(scores, bias, topk, renormalize, routed_scaling_factor) -> float:
+    """Validate ``route`` arguments, one line each; return the scaling factor as a float."""
+    import torch
+
+    if not isinstance(scores, torch.Tensor):
+        raise ValueError(f"scores={type(scores).__name__} is not a tensor; pass a torch.Tensor of shape [M, E]")
+    if not isinstance(bias, torch.Tensor):
+        raise ValueError(f"bias={type(bias).__name__} is not a tensor; pass a torch.Tensor of shape [E]")
+    if scores.dim() != 2:
+        raise ValueError(f"scores.shape={tuple(scores.shape)} is not 2-D; pass logits of shape [M, E]")
+    M, E = scores.shape
+    if str(scores.dtype) not in _DTYPES:
+        raise ValueError(f"scores.dtype={scores.dtype} is not supported by aiter; pass bfloat16, float16 or float32")
+    if not bias.dtype.is_floating_point:
+        raise ValueError(f"bias.dtype={bias.dtype} is not a floating type; pass the model's float bias")
+    if tuple(bias.shape) != (E,):
+        raise ValueError(f"bias.shape={tuple(bias.shape)} does not match E={E}; pass a bias of shape [{E}]")
+    if bias.device != scores.device:
+        raise ValueError(f"bias.device={bias.device} differs from scores.device={scores.device}; move bias there")
+    if E > 1 and scores.stride(1) != 1:
+        raise ValueError(f"scores.stride(1)={scores.stride(1)} is not 1; aiter reads rows with column stride 1, pass scores.contiguous()")
+    if M > 1 and scores.stride(0) < E:
+        raise ValueError(f"scores.stride(0)={scores.stride(0)} is smaller than E={E}; pass scores.contiguous()")
+    if isinstance(topk, bool) or not isinstance(topk, numbers.Integral):
+        raise ValueError(f"topk={topk!r} is not an integer; pass the model's top-k (16 for E=896)")
+    if not 1 <= topk <= E:
+        raise ValueError(f"topk={topk} is outside 1..E={E}; pass 1 <= topk <= E")
+    if not isinstance(renormalize, bool):
+        raise ValueError(f"renormalize={renormalize!r} is not a bool; pass True or False")
+    if isinstance(routed_scaling_factor, bool) or not isinstance(routed_scaling_factor, numbers.Real):
+        raise ValueError(f"routed_scaling_factor={routed_scaling_factor!r} is not a number; pass a float such as 1.0")
+    rsf = float(routed_scaling_factor)
+    if not math.isfinite(rsf):
+        raise ValueError(f"routed_scaling_factor={rsf} is not finite; pass a finite float such as 1.0")
+    return rsf
+
+
+def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_factor: float = 1.0):
+    """Route ``scores`` [M, E] with aiter's ``biased_grouped_topk``; return ``(weights fp32, ids int32)``.
+
+    Inputs are not modified (the bias is converted into a new tensor when its
+    dtype differs). Runs on aiter's current stream; M == 0 returns empty
+    outputs without calling aiter.
+    """
+    import torch
+
+    rsf = _check_args(scores, bias, topk, renormalize, routed_scaling_factor)
+    M = scores.shape[0]
+    weights = torch.empty((M, topk), dtype=torch.float32, device=scores.device)
+    ids = torch.empty((M, topk), dtype=torch.int32, device=scores.device)
+    assert weights.stride() == ids.stride(), "the kernel indexes both outputs with one row stride"
+    if M == 0:
+        return weights, ids
+    gating_bias = bias.to(scores.dtype).contiguous()
+    _import_aiter().biased_grouped_topk(scores, gating_bias, weights, ids, 1, 1, renormalize, rsf)
+    return weights, ids
