@@ -412,9 +412,9 @@ def write_plot(path: Path, report: dict) -> Path:
     ax.set_ylabel(f"us per launch ({timer})")
     ax.grid(True, which="both", alpha=0.3)
     dev = report["environment"].get("device_name") or report["device"]
+    title = f"Router latency vs M: {timer}, {dev}"
     fig.suptitle(
-        f"Router latency vs M: {timer}, {dev}\n"
-        f"E={m['experts']}, top-{m['topk']}, {m['dtype']} logits, {m['bias_dtype']} bias; median, bars min to p90",
+        f"{title}\nE={m['experts']}, top-{m['topk']}, {m['dtype']} logits, {m['bias_dtype']} bias; median, bars min to p90",
         fontsize=10,
     )
     handles, labels = ax.get_legend_handles_labels()
@@ -425,7 +425,8 @@ def write_plot(path: Path, report: dict) -> Path:
         fig.text(0.74, 0.12 + 0.035 * len(notes), "\n".join(skipped), fontsize=7, color="0.35", va="bottom", wrap=True)
     for i, note in enumerate(notes):
         fig.text(0.02, 0.02 + 0.035 * (len(notes) - 1 - i), note, fontsize=8)
-    write_atomic(path, lambda p: fig.savefig(p, format="png"))
+    # The title also goes into the PNG's text chunk, so a file alone says how it was timed.
+    write_atomic(path, lambda p: fig.savefig(p, format="png", metadata={"Title": title, "Description": m["description"]}))
     plt.close(fig)
     return path
 
