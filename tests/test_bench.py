@@ -1,0 +1,175 @@
+"""contracts.bench on the CPU: the files it writes, its table, its gates and its usage errors."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+
+import pytest
+import torch
+
+from contracts import bench
+from contracts.registry import Candidate, all_candidates, register
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _torch_native(scores, bias, topk, renormalize, routed_scaling_factor):
+    from kernels.adapters import torch_native
+
+    return torch_native.route(scores, bias, topk, renormalize, routed_scaling_factor)
+
+
+def _raises(scores, bias, topk, renormalize, routed_scaling_factor):
+    raise RuntimeError("planted failure <in the route>")
+
+
+def _register_once(candidate: Candidate) -> None:
+    if candidate.name not in all_candidates():
+        register(candidate)
+
+
+_register_once(Candidate(name="test-bench-up-to-4-rows", route=_torch_native, covered=lambda *, rows, **_: rows <= 4))
+_register_once(Candidate(name="test-bench-raises", route=_raises))
+
+
+def run_bench(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = bench.main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    argv = ["--candidate", "oracle,torch-native,radix4,test-bench-up-to-4-rows", "--m", "1,8,64", "--out", str(out),
+            "--repeats", "2", "--device", "cpu"]  # fmt: skip
+    code, stdout, stderr = run_bench(argv)
+    return code, stdout, stderr, out, json.loads((out / "bench.json").read_text())
+
+
+def _entry(report: dict, name: str) -> dict:
+    return next(c for c in report["candidates"] if c["name"] == name)
+
+
+def test_cpu_run_writes_versioned_json_with_environment_and_method(cpu_run):
+    code, _, stderr, _, report = cpu_run
+    assert code == 0, stderr
+    assert report["schema_version"] == bench.BENCH_SCHEMA_VERSION
+    assert report["environment"]["device"] == "cpu" and report["environment"]["torch"] == torch.__version__
+    assert report["method"]["timer"] == "cpu wall-clock"
+    assert "not rotated" in report["method"]["inputs"]
+    assert report["m"] == [1, 8, 64] and report["baseline"] == "oracle"
+
+
+def test_every_timed_point_has_median_spread_and_samples(cpu_run):
+    report = cpu_run[4]
+    for name in ("oracle", "torch-native"):
+        points = _entry(report, name)["results"]
+        assert [p["m"] for p in points] == [1, 8, 64]
+        for p in points:
+            assert p["status"] == "timed" and p["timer"] == "cpu-wall-clock"
+            assert len(p["samples"]) == 2 and p["median_us"] > 0
+            assert p["spread"]["min"] <= p["median_us"] <= p["spread"]["max"]
+
+
+def test_unavailable_candidate_is_listed_with_its_reason(cpu_run):
+    _, stdout, _, _, report = cpu_run
+    radix4 = _entry(report, "radix4")
+    assert radix4["status"] == "unavailable" and radix4["results"] == []
+    assert "cpu" in radix4["reason"]
+    assert f"unavailable: radix4: {radix4['reason']}" in stdout
+
+
+def test_uncovered_m_is_recorded_as_skipped_not_timed(cpu_run):
+    _, stdout, _, _, report = cpu_run
+    points = {p["m"]: p for p in _entry(report, "test-bench-up-to-4-rows")["results"]}
+    assert points[1]["status"] == "timed"
+    for m in (8, 64):
+        assert points[m]["status"] == "skipped" and points[m]["median_us"] is None
+        assert "not covered" in points[m]["reason"] and f"rows={m}" in points[m]["reason"]
+    assert "skipped: test-bench-up-to-4-rows M=8: not covered" in stdout
+
+
+def test_table_prints_ratios_against_the_first_candidate(cpu_run):
+    _, stdout, _, _, report = cpu_run
+    assert "cpu wall-clock" in stdout and "= candidate / oracle" in stdout
+    row_m1 = next(line for line in stdout.splitlines() if line.split()[:1] == ["1"])
+    base = _entry(report, "oracle")["results"][0]["median_us"]
+    other = _entry(report, "torch-native")["results"][0]["median_us"]
+    assert f"({other / base:.2f}x)" in row_m1
+
+
+def test_plot_is_a_png_labelled_with_the_timer(cpu_run):
+    data = (cpu_run[3] / "bench.png").read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 10_000
+    assert b"cpu wall-clock" in data  # the title, in the PNG's text chunk
+
+
+def test_a_route_that_raises_is_recorded_as_an_error_and_the_run_goes_on(tmp_path):
+    code, stdout, _ = run_bench(["--candidate", "torch-native,test-bench-raises", "--m", "1", "--repeats", "1",
+                                 "--out", str(tmp_path), "--device", "cpu"])  # fmt: skip
+    assert code == 0
+    point = _entry(json.loads((tmp_path / "bench.json").read_text()), "test-bench-raises")["results"][0]
+    assert point["status"] == "error" and "planted failure" in point["reason"]
+    assert "error: test-bench-raises M=1: route raised RuntimeError" in stdout
+
+
+def test_nothing_timed_exits_3(tmp_path):
+    code, _, stderr = run_bench(["--candidate", "radix4", "--m", "1", "--out", str(tmp_path), "--device", "cpu"])
+    assert code == bench.EXIT_NOTHING_TIMED and "no candidate could be timed" in stderr
+    assert (tmp_path / "bench.json").is_file()
+
+
+def test_default_out_is_under_reports(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, _ = run_bench(["--candidate", "torch-native", "--m", "1", "--repeats", "1", "--device", "cpu"])
+    assert code == 0
+    (made,) = (tmp_path / "reports").glob("*-bench")
+    assert (made / "bench.json").is_file() and (made / "bench.png").is_file()
+
+
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (["--candidate", "no-such-router"], "no-such-router"),
+        (["--candidate", "oracle", "--m", "0"], "--m"),
+        (["--candidate", "oracle", "--m", "-8"], "--m"),
+        (["--candidate", "oracle", "--m", "1,eight"], "--m"),
+        (["--candidate", "oracle", "--m", "1.5"], "--m"),
+        (["--candidate", "oracle", "--dtype", "fp16"], "--dtype"),
+        (["--candidate", "oracle", "--device", "tpu"], "--device"),
+        (["--candidate", "oracle", "--repeats", "0"], "--repeats"),
+        (["--candidate", "oracle,oracle"], "--candidate"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_naming_the_argument(args, names, tmp_path):
+    code, stdout, stderr = run_bench([*args, "--out", str(tmp_path / "out")])
+    assert code == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and names in lines[0]
+    assert not (tmp_path / "out" / "bench.json").exists()
+
+
+def test_unwritable_out_exits_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, _, stderr = run_bench(["--candidate", "oracle", "--m", "1", "--out", str(blocker / "sub")])
+    assert code == 2
+    assert stderr.count("\n") == 1 and "--out" in stderr and "choose another directory" in stderr
+
+
+def _curve(name, points):
+    return {"name": name, "results": [{"m": m, "status": "timed", "median_us": us} for m, us in points]}
+
+
+def test_crossover_is_interpolated_in_log_log_space():
+    base = _curve("a", [(1, 10.0), (10, 10.0), (100, 10.0)])
+    other = _curve("b", [(1, 5.0), (10, 20.0), (100, 40.0)])
+    (x,) = bench.crossovers(base, other)
+    assert x["between_m"] == [1, 10] and x["faster_above"] == "a"
+    assert math.isclose(x["m"], math.sqrt(10), rel_tol=0.02) and math.isclose(x["latency_us"], 10.0, rel_tol=1e-3)
+    assert bench.crossovers(base, _curve("c", [(1, 5.0), (10, 6.0), (100, 7.0)])) == []
