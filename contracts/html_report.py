@@ -329,7 +329,8 @@ def _heatmap(s: dict, declared: dict[tuple[str, str], int]) -> str:
     note = (
         "Cell: rows with an unexpected mismatch attributed to that clause (red, darker = more). "
         "'decl.': rows showing a declared deviation of that clause (amber), counted from the recorded mismatch cells"
-        + (f" ({recorded:,} cells recorded; counts may be capped)" if isinstance(recorded, int) else "")
+        + (f" ({recorded:,} cells recorded; the runner caps that number, so on large runs these counts are a floor)"
+           if isinstance(recorded, int) else "")
         + "."
     )
     return (
