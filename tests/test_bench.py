@@ -173,3 +173,115 @@ def test_crossover_is_interpolated_in_log_log_space():
     assert x["between_m"] == [1, 10] and x["faster_above"] == "a"
     assert math.isclose(x["m"], math.sqrt(10), rel_tol=0.02) and math.isclose(x["latency_us"], 10.0, rel_tol=1e-3)
     assert bench.crossovers(base, _curve("c", [(1, 5.0), (10, 6.0), (100, 7.0)])) == []
+
+
+class _FakeCuda:
+    """Just enough of torch.cuda to walk bench.time_cuda's control flow on a CPU-only host."""
+
+    def __init__(self, elapsed_ms: float):
+        self.capturing = False
+        self.elapsed_ms = elapsed_ms
+        self.replays = 0
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                pass
+
+            def record(self):
+                pass
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other):
+                return fake.elapsed_ms
+
+        class Graph:
+            def replay(self):
+                fake.replays += 1
+
+        @contextlib.contextmanager
+        def graph(g):
+            fake.capturing = True
+            try:
+                yield
+            finally:
+                fake.capturing = False
+
+        class Stream:
+            def wait_stream(self, other):
+                pass
+
+        self.Event, self.CUDAGraph, self.graph, self.Stream = Event, Graph, graph, Stream
+
+    def install(self, monkeypatch):
+        for name in ("Event", "CUDAGraph", "graph", "Stream"):
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: self.Stream())
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+
+
+def test_cuda_timer_replays_a_graph_and_divides_by_launches(monkeypatch):
+    fake = _FakeCuda(elapsed_ms=0.2)
+    fake.install(monkeypatch)
+    calls = []
+    timing = bench.time_cuda(lambda: calls.append(fake.capturing), launches=20, replays=5, warmup=3)
+    assert timing.timer == "cuda-graph" and timing.calls_per_sample == 20 and not timing.note
+    assert timing.samples_us == pytest.approx([10.0] * 5)  # 0.2 ms / 20 launches
+    assert calls.count(True) == 20 and calls.count(False) == 3  # 20 captured, 3 eager warm-up calls
+    assert fake.replays == 3 + 5
+
+
+def test_cuda_timer_falls_back_to_eager_when_capture_fails(monkeypatch):
+    fake = _FakeCuda(elapsed_ms=0.5)
+    fake.install(monkeypatch)
+
+    def syncs_inside():
+        if fake.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    timing = bench.time_cuda(syncs_inside, launches=10, replays=4, warmup=1)
+    assert timing.timer == "cuda-eager" and "graph capture failed" in timing.note and "not permitted" in timing.note
+    assert timing.samples_us == pytest.approx([50.0] * 4)
+    assert fake.replays == 0
+
+
+def test_cuda_points_carry_the_timer_and_its_reason(monkeypatch):
+    fake = _FakeCuda(elapsed_ms=0.1)
+    fake.install(monkeypatch)
+    args = bench.build_parser().parse_args(["--candidate", "x", "--launches", "10", "--replays", "3", "--warmup", "1"])
+    candidate = all_candidates()["torch-native"]
+    inputs = bench.make_inputs(4, experts=896, dtype=torch.bfloat16, bias_dtype=torch.bfloat16, device="cpu", seed=0, rotate=2)
+    point = bench.bench_point(candidate, candidate.route, 4, inputs, args, "cuda")
+    assert point["status"] == "timed" and point["timer"] == "cuda-graph" and point["median_us"] == pytest.approx(10.0)
+
+    def host_sync(scores, *rest):
+        if fake.capturing:
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported")
+        return candidate.route(scores, *rest)
+
+    point = bench.bench_point(candidate, host_sync, 4, inputs, args, "cuda")
+    assert point["timer"] == "cuda-eager" and "graph capture failed" in point["reason"]
+    report = {"m": [4], "baseline": "a", "candidates": [{"name": "a", "status": "ok", "results": [point]}]}
+    assert "*" in bench.results_table(report).iloc[0]["a"]
+
+
+def test_plot_draws_crossovers_eager_points_and_unavailable_candidates(tmp_path):
+    def curve(name, points, timer="cuda-graph"):
+        results = [{"m": m, "status": "timed", "timer": timer, "median_us": us,
+                    "spread": {"min": us * 0.9, "p90": us * 1.1}} for m, us in points]  # fmt: skip
+        return {"name": name, "status": "ok", "results": results}
+
+    base = curve("a", [(1, 10.0), (64, 12.0), (4096, 80.0)])
+    other = curve("b", [(1, 30.0), (64, 20.0), (4096, 40.0)], timer="cuda-eager")
+    report = {
+        "device": "cuda", "environment": {"device_name": "a GPU"}, "m": [1, 64, 4096], "baseline": "a",
+        "method": {"timer": bench.GRAPH_LABEL, "description": "d", "experts": 896, "topk": 16, "dtype": "bf16", "bias_dtype": "bf16"},
+        "candidates": [base, other, {"name": "c", "status": "unavailable", "reason": "no GPU", "results": []}],
+        "crossovers": bench.crossovers(base, other),
+    }  # fmt: skip
+    assert len(report["crossovers"]) == 1 and report["crossovers"][0]["faster_above"] == "b"
+    data = bench.write_plot(tmp_path / "bench.png", report).read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and bench.GRAPH_LABEL.encode() in data
