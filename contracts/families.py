@@ -275,17 +275,13 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     bias_in_logits_dtype = bool(torch.randint(0, 2, (1,), generator=gen))
     x, bias, dtype = family.make(gen, spec.rows, spec.experts, spec.topk)
     scores = x.to(dtype)
+    backing, offset = scores, 0
     if spec.family == "strided":
         offset = int(torch.randint(1, 64, (1,), generator=gen))
         backing = torch.full((spec.rows, offset + spec.experts + 37), 9.0, dtype=dtype)
         backing[:, offset : offset + spec.experts] = scores
-        scores = backing[:, offset : offset + spec.experts]
     bias = bias.to(dtype) if bias_in_logits_dtype else bias.float()
-    if device != "cpu":
-        if scores.is_contiguous():
-            scores = scores.to(device)
-        else:  # keep the row stride on the device too
-            offset = scores.storage_offset()
-            scores = scores.base.to(device)[:, offset : offset + spec.experts]
-        bias = bias.to(device)
+    # Move the whole backing buffer, so strided rows keep their row stride on the device.
+    scores = backing.to(device)[:, offset : offset + spec.experts]
+    bias = bias.to(device)
     return Case(spec, scores, bias, renormalize, rsf)
