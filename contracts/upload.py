@@ -1,0 +1,228 @@
+"""Copy a report bundle to object storage (any fsspec URL) and read bundles back.
+
+Layout at the destination: ``URL/YYYY/MM/DD/<bundle name>/`` (the date is the
+bundle's UTC day). Rules:
+
+- Never overwrite: if the destination prefix already holds anything, the
+  upload is refused with :class:`UploadExistsError` naming it. Nightly bundle
+  names carry a UTC timestamp and the backend, so a clash means the same
+  bundle is being uploaded twice.
+- Transient errors (connection resets, timeouts, throttling, 5xx) are retried
+  with exponential backoff; other errors fail at once.
+- Every file is read back after it is written and its size and sha256 are
+  compared with the local file; a difference is an :class:`UploadError`.
+- ``nightly.json`` (or ``summary.json``) is written last, so its presence at
+  the destination means the bundle is complete: :func:`list_bundles` only
+  lists bundles that have it.
+
+Credentials and endpoints come from the usual places (``AWS_*`` variables,
+``~/.aws``, ``GOOGLE_APPLICATION_CREDENTIALS``...). An S3-compatible server
+other than AWS takes ``AWS_ENDPOINT_URL`` or ``FSSPEC_S3_ENDPOINT_URL``;
+callers of the functions can pass ``storage_options`` instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+__all__ = [
+    "UploadError",
+    "UploadExistsError",
+    "download_bundle",
+    "dated_destination",
+    "list_bundles",
+    "upload_bundle",
+]
+
+# Written last (and read first): their presence marks a complete bundle.
+COMPLETION_MARKERS = ("nightly.json", "summary.json")
+_CHUNK = 1 << 20
+_TRANSIENT_WORDS = ("timeout", "timed out", "connection", "throttl", "slowdown", "slow down", "unavailable",
+                    "internalerror", "internal error", "too many requests", "503", "500", "502", "504", "reset")  # fmt: skip
+_STAMP = re.compile(r"(\d{8}T\d{6}Z)")
+
+
+class UploadError(RuntimeError):
+    """The upload failed or what was read back differs from what was written."""
+
+
+class UploadExistsError(UploadError):
+    """The destination already holds a bundle; uploads never overwrite."""
+
+
+@dataclass(frozen=True)
+class RemoteBundle:
+    url: str  # full URL of the bundle folder
+    name: str  # the bundle folder's name
+    day: str  # YYYY/MM/DD
+
+
+def _fs(url: str, storage_options: dict | None):
+    import fsspec
+
+    return fsspec.core.url_to_fs(url, **(storage_options or {}))
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)):
+        return False
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(word in text for word in _TRANSIENT_WORDS)
+
+
+def _with_retries(what: str, action: Callable, *, retries: int, backoff_s: float, sleep: Callable[[float], None]):
+    for attempt in range(retries + 1):
+        try:
+            return action()
+        except Exception as exc:
+            if attempt == retries or not _is_transient(exc):
+                raise UploadError(f"{what} failed after {attempt + 1} attempt(s): {type(exc).__name__}: {exc}") from exc
+            sleep(backoff_s * 2**attempt)
+
+
+def _sha256_local(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(_CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _sha256_remote(fs, path: str) -> tuple[int, str]:
+    h, size = hashlib.sha256(), 0
+    with fs.open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(_CHUNK), b""):
+            h.update(block)
+            size += len(block)
+    return size, h.hexdigest()
+
+
+def bundle_day(name: str, fallback: dt.datetime | None = None) -> dt.datetime:
+    """The UTC day a bundle belongs to: the timestamp in its name, else ``fallback`` (default now)."""
+    match = _STAMP.search(name)
+    if match:
+        return dt.datetime.strptime(match.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+    return fallback or dt.datetime.now(dt.timezone.utc)
+
+
+def dated_destination(url: str, name: str, when: dt.datetime | None = None) -> str:
+    """``URL/YYYY/MM/DD/<name>`` for a bundle called ``name``."""
+    day = when or bundle_day(name)
+    return f"{url.rstrip('/')}/{day:%Y/%m/%d}/{name}"
+
+
+def _upload_order(files: list[Path], root: Path) -> list[Path]:
+    # Completion markers last, in the order of COMPLETION_MARKERS reversed
+    # (summary.json before nightly.json): the outermost marker is the very last write.
+    def key(p: Path):
+        rel = p.relative_to(root).as_posix()
+        rank = COMPLETION_MARKERS.index(rel) if rel in COMPLETION_MARKERS else len(COMPLETION_MARKERS)
+        return (-rank, rel)
+
+    return sorted(files, key=key)
+
+
+def upload_bundle(
+    local_dir: str | Path,
+    url: str,
+    *,
+    when: dt.datetime | None = None,
+    storage_options: dict | None = None,
+    retries: int = 5,
+    backoff_s: float = 0.5,
+    sleep: Callable[[float], None] = time.sleep,
+    log: Callable[[str], None] | None = print,
+) -> str:
+    """Copy ``local_dir`` to ``URL/YYYY/MM/DD/<name>/``, verify it, return the destination URL."""
+    local_dir = Path(local_dir)
+    if not local_dir.is_dir():
+        raise UploadError(f"bundle {local_dir} is not a directory")
+    files = [p for p in local_dir.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    if not files:
+        raise UploadError(f"bundle {local_dir} holds no files")
+    destination = dated_destination(url, local_dir.name, when)
+    fs, root = _fs(destination, storage_options)
+    root = root.rstrip("/")
+    policy = dict(retries=retries, backoff_s=backoff_s, sleep=sleep)
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    local = "file" in protocols
+
+    if _with_retries(f"checking {destination}", lambda: fs.exists(root), **policy):
+        raise UploadExistsError(
+            f"{destination} already exists; refusing to overwrite it (upload each bundle once, or choose another --upload URL)"
+        )
+    total = 0
+    for path in _upload_order(files, local_dir):
+        rel = path.relative_to(local_dir).as_posix()
+        target = f"{root}/{rel}"
+        data = path.read_bytes()
+        want = (len(data), hashlib.sha256(data).hexdigest())
+
+        def put(target=target, data=data):
+            parent = target.rsplit("/", 1)[0]
+            if local:  # object stores have no folders to make
+                fs.makedirs(parent, exist_ok=True)
+            fs.pipe_file(target, data)
+            fs.invalidate_cache(target)
+
+        _with_retries(f"writing {rel}", put, **policy)
+        got = _with_retries(f"reading back {rel}", lambda target=target: _sha256_remote(fs, target), **policy)
+        if got != want:
+            raise UploadError(
+                f"verification failed for {fs.unstrip_protocol(target)}: wrote {want[0]} bytes sha256 {want[1][:16]}..., "
+                f"read back {got[0]} bytes sha256 {got[1][:16]}..."
+            )
+        total += want[0]
+    if log:
+        log(f"uploaded {len(files)} files ({total:,} bytes, sizes and sha256 verified) to {destination}")
+    return destination
+
+
+def _read_json(fs, path: str):
+    with fs.open(path, "rb") as fh:
+        return json.loads(fh.read().decode("utf-8"))
+
+
+def list_bundles(url: str, *, storage_options: dict | None = None, marker: str = "nightly.json") -> list[RemoteBundle]:
+    """Complete bundles under ``URL/YYYY/MM/DD/``, oldest first (by day, then name)."""
+    fs, root = _fs(url, storage_options)
+    root = root.rstrip("/")
+    found = []
+    for path in fs.glob(f"{root}/[0-9][0-9][0-9][0-9]/[0-9][0-9]/[0-9][0-9]/*/{marker}"):
+        folder = path.rsplit("/", 1)[0]
+        parts = folder[len(root) + 1 :].split("/")
+        if len(parts) != 4:
+            continue
+        found.append(RemoteBundle(url=fs.unstrip_protocol(folder), name=parts[3], day="/".join(parts[:3])))
+    return sorted(found, key=lambda b: (b.day, b.name))
+
+
+def read_remote_json(url: str, *, storage_options: dict | None = None):
+    fs, path = _fs(url, storage_options)
+    return _read_json(fs, path)
+
+
+def download_bundle(url: str, dest: str | Path, *, storage_options: dict | None = None, suffixes=(".json",)) -> Path:
+    """Copy the files of a remote bundle whose names end in ``suffixes`` (all if None) to ``dest``."""
+    fs, root = _fs(url, storage_options)
+    root = root.rstrip("/")
+    dest = Path(dest)
+    paths = fs.find(root)
+    if not paths:
+        raise FileNotFoundError(f"no bundle at {url}")
+    for path in paths:
+        if suffixes and not path.endswith(tuple(suffixes)):
+            continue
+        target = dest / path[len(root) + 1 :]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fs.get_file(path, str(target))
+    return dest
