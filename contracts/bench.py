@@ -472,7 +472,13 @@ def run(args, command: str) -> tuple[dict, Path]:
     if args.topk > args.experts:
         raise UsageError(f"--topk {args.topk} is larger than --experts {args.experts}; lower --topk")
     device = _device(args.device)
-    candidates = [get_candidate(n) for n in names]
+    candidates = []
+    for name in names:
+        try:
+            candidates.append(get_candidate(name))
+        except CandidateLoadError as exc:
+            text = str(exc)
+            raise UsageError(text if "--candidate" in text else f"--candidate: {text}") from None
     out = _out_dir(args.out)
     dtype = DTYPES[args.dtype]
     bias_dtype = dtype if args.bias_dtype == "same" else DTYPES[args.bias_dtype]
