@@ -525,16 +525,21 @@ def _bench_table(bench: dict) -> str:
     return "".join(out)
 
 
-def _error(s: dict) -> str:
+def _error(s: dict, ids: _Ids) -> str:
     err = s.get("error")
     if not err:
         return ""
-    if isinstance(err, dict):
-        return (
-            f'<section id="error"><h2>First error</h2><p>In case <code>{e(err.get("case"))}</code>:</p>'
-            f'<pre class="tb">{e(err.get("traceback"))}</pre></section>'
-        )
-    return f'<section id="error"><h2>First error</h2><pre class="tb">{e(err)}</pre></section>'
+    if not isinstance(err, dict):
+        return f'<section id="error"><h2>First error</h2><pre class="tb">{e(err)}</pre></section>'
+    kind = f" ({err['kind']})" if err.get("kind") else ""
+    parts = [f'<section id="error"><h2>First error{e(kind)}</h2><p>In case <code>{e(err.get("case"))}</code>'
+             + (f": {e(err['message'])}" if err.get("message") else "") + "</p>"]  # fmt: skip
+    if err.get("traceback"):
+        parts.append(f'<pre class="tb">{e(err["traceback"])}</pre>')
+    if err.get("replay"):
+        parts.append(_command_block(err["replay"], ids))
+    parts.append("</section>")
+    return "".join(parts)
 
 
 def _environment(s: dict) -> str:
@@ -557,7 +562,7 @@ def render_html(summary: dict, details: list[dict] | None = None, *, declared: d
         sections = [_replays(s, [], ids), _bench(bench, bench_png), _environment(s)]
     else:
         sections = [
-            _cards(s), _error(s), _clause_table(s), _heatmap(s, declared or {}), _examples(details, ids),
+            _cards(s), _error(s, ids), _clause_table(s), _heatmap(s, declared or {}), _examples(details, ids),
             _replays(s, details, ids), _deviations(s), _bench(bench, bench_png), _environment(s),
         ]  # fmt: skip
     return (

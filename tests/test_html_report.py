@@ -229,3 +229,13 @@ def check_report_in_browser(browser, report: Path, tmp_path: Path) -> None:
     keep = os.environ.get("ROUTER_KEEP_SCREENSHOT")
     if keep:
         shutil.copy(shot, keep)
+
+
+def test_candidate_error_is_shown_escaped_with_its_replay():
+    summary = {"status": "error", "candidate": "c", "contract": "aiter", "device": "cpu", "clauses": {}, "families": {},
+               "error": {"kind": "exception", "case": "f:1:2", "message": "raised RuntimeError: <b>x</b>",
+                         "traceback": "Traceback ...\nRuntimeError: <b>x</b>", "replay": "python -m contracts.check --replay f:1:2"}}  # fmt: skip
+    page = render_html(summary, [])
+    section = page[page.index('id="error"') :]
+    assert 'class="verdict error"' in page and "<b>x</b>" not in page
+    assert section.count("&lt;b&gt;x&lt;/b&gt;") == 2 and "--replay f:1:2" in section
