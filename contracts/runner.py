@@ -2,29 +2,38 @@
 
 Data flows one way: case -> candidate and oracle -> comparison -> aggregate.
 Counts are accumulated case by case, so memory stays bounded by the largest
-case however many rows run; per-cell records are capped (``max_cells``) while
-the counts stay exact.
+case however many rows run: the plan is an iterator (``iter_plan``), per-cell
+records are capped (``max_cells``), row-level examples are capped per clause,
+and only the counts grow, exactly.
+
+A candidate runs in this process or, given a ``contracts.isolation.Worker``,
+in a worker process; either way a crash, hang, out-of-memory or CUDA error
+ends its run with status ``error``, keeping every row checked before it. A
+``should_stop`` callable that turns true (the command line's SIGINT/SIGTERM
+handler) ends the run after the current case with status ``interrupted``.
 """
 
 from __future__ import annotations
 
 import shlex
 import time
-import traceback
 from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
 
 import torch
 
 import oracle
 
 from .compare import Expected, compare_case, expected_for
-from .families import CaseSpec, build_case
+from .families import FAMILIES, CaseSpec, _seed, build_case
+from .isolation import CallOutcome, CaseRunner, Interrupted, Worker, WorkerFailure
 from .registry import Candidate
 
-__all__ = ["CheckResult", "check_candidate", "replay_command"]
+__all__ = ["CheckResult", "check_candidate", "iter_plan", "planned_rows", "replay_command"]
 
 SCHEMA_VERSION = 1
 DETAILS_PER_CLAUSE = 5
+DETERMINISM_EXAMPLES = 5
 
 
 @dataclass
@@ -34,7 +43,44 @@ class CheckResult:
     details: list[dict] = field(default_factory=list)  # row-level examples for the report
 
 
-def replay_command(candidate: str, contract: str, device: str, spec: CaseSpec, row: int | None, against: str | None, exact: bool) -> str:
+def _budgets(families: list[str], total_rows: int) -> dict[str, int]:
+    whole = sum(FAMILIES[name].share for name in families)
+    return {name: max(1, round(total_rows * FAMILIES[name].share / whole)) for name in families}
+
+
+def planned_rows(families: list[str], total_rows: int) -> int:
+    """Rows ``iter_plan`` yields in all (each family's budget, at least 1)."""
+    return sum(_budgets(families, total_rows).values())
+
+
+def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int) -> Iterator[CaseSpec]:
+    """``families.plan`` as an iterator: the same specs in the same order, in constant memory.
+
+    100 million rows are about 400,000 specs; this yields them one at a time.
+    (``tests/test_robustness.py`` holds the two equal.)
+    """
+    for name, budget in _budgets(families, total_rows).items():
+        sizes = FAMILIES[name].sizes
+        gen = None
+        index, used = 0, 0
+        while used < budget:
+            if index < len(sizes):
+                rows = sizes[index]
+            elif name == "batch_sizes":
+                if gen is None:
+                    gen = torch.Generator().manual_seed(_seed(seed, name, "sizes"))
+                rows = int(torch.randint(1, 1026, (1,), generator=gen))
+            else:
+                rows = sizes[index % len(sizes)]
+            rows = min(rows, budget - used) if used else rows
+            yield CaseSpec(name, _seed(seed, name, index), rows, experts, topk)
+            used += rows
+            index += 1
+
+
+def replay_command(
+    candidate: str, contract: str, device: str, spec: CaseSpec, row: int | None, against: str | None, exact: bool, repeat: int = 1
+) -> str:
     parts = ["python", "-m", "contracts.check", "--candidate", candidate, "--contract", contract, "--device", device]
     if against:
         parts += ["--against", against]
@@ -42,28 +88,26 @@ def replay_command(candidate: str, contract: str, device: str, spec: CaseSpec, r
         parts.append("--exact")
     if (spec.experts, spec.topk) != (896, 16):
         parts += ["--experts", str(spec.experts), "--topk", str(spec.topk)]
+    if repeat > 1:
+        parts += ["--repeat", str(repeat)]
     parts += ["--replay", spec.replay_id]
     if row is not None:
         parts += ["--row", str(row)]
     return shlex.join(parts)
 
 
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    as_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return bool(torch.equal(a.view(as_int), b.view(as_int)))
-
-
-def _call(route, case):
-    return route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor)
-
-
 def _empty_family():
     return {"rows": 0, "rows_skipped": 0, "mismatched_rows": 0, "near_tie_rows": 0, "expected_rows": 0, "clauses": {}}
 
 
+def _error_record(kind: str, spec: CaseSpec, message: str, traceback_text: str, replay: str) -> dict:
+    # ``case`` and ``traceback`` are what report.md shows; the rest is for machines.
+    return {"kind": kind, "case": spec.replay_id, "message": message, "traceback": traceback_text or message, "replay": replay}
+
+
 def check_candidate(
     candidate: Candidate,
-    specs: list[CaseSpec],
+    specs: Iterable[CaseSpec],
     *,
     contract: str,
     device: str,
@@ -73,11 +117,26 @@ def check_candidate(
     command: str = "",
     progress=None,
     max_cells: int = 100_000,
+    repeat: int = 1,
+    worker: Worker | None = None,
+    should_stop: Callable[[], object] | None = None,
 ) -> CheckResult:
+    """Check ``candidate`` on ``specs`` (any iterable; consumed once).
+
+    ``worker``: a loaded ``isolation.Worker`` that runs the candidate (and
+    ``against``) in its own process; without it they run here. ``repeat``:
+    calls per case (differences are a ``determinism`` finding).
+    """
     c = oracle.get_contract(contract)
     deviations = {} if against is not None else candidate.deviations(contract)
-    route = candidate.route_under(contract)
-    other = against.route_under(contract) if against is not None else None
+    if worker is None:
+        case_runner = CaseRunner(
+            candidate.route_under(contract),
+            other=against.route_under(contract) if against is not None else None,
+            other_name=against.name if against is not None else "",
+            repeat=repeat,
+            graph=device.startswith("cuda") and repeat > 1,
+        )
     fam: dict[str, dict] = {}
     clauses = dict.fromkeys(c.clause_names, 0)
     expected_seen = dict.fromkeys(deviations, 0)
@@ -85,79 +144,116 @@ def check_candidate(
     cells: list[dict] = []
     details: dict[str, list] = {}
     inexact_rows, max_ulp = 0, 0.0
-    error = None
-    start = time.perf_counter()
+    error = None  # the first failure: a Python exception (a finding) or what ended the run
+    fatal = False
+    interrupted = None
+    nondeterminism_declared = deviations.get("determinism")
+    determinism = {
+        "repeat": repeat,
+        "graph_replay": device.startswith("cuda") and repeat > 1,
+        "rows_differing": 0,
+        "cases": 0,
+        "examples": [],
+        "declared": nondeterminism_declared,
+        "notes": [],
+    }
+    against_name = against.name if against else None
 
-    for spec in specs:
-        f = fam.setdefault(spec.family, _empty_family())
-        case = build_case(spec, device)
-        shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.bias.dtype)
-        skip = not candidate.covered(**shape) or (against is not None and not against.covered(**shape))
-        if skip:
-            f["rows_skipped"] += spec.rows
+    def replay(spec, row=None):
+        return replay_command(candidate.name, contract, device, spec, row, against_name, exact, repeat)
+
+    start = time.perf_counter()
+    specs_iter = iter(specs)
+    try:  # a KeyboardInterrupt outside a call (no signal handler installed) still keeps what ran
+        while True:
+            reason = should_stop() if should_stop else None
+            if reason:
+                interrupted = str(reason)
+                break
+            try:
+                spec = next(specs_iter)
+            except StopIteration:
+                break
+            try:
+                f = fam.setdefault(spec.family, _empty_family())
+                case = build_case(spec, device)
+                if worker is not None:
+                    call = worker.run(spec)
+                else:
+                    shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.bias.dtype)
+                    try:
+                        covered = candidate.covered(**shape) and (against is None or against.covered(**shape))
+                    except Exception as exc:  # noqa: BLE001 -- a gate that raises ends the candidate's run
+                        error = _error_record("gate_failed", spec, f"covered() raised {type(exc).__name__}: {exc}", "", replay(spec))
+                        fatal = True
+                        break
+                    call = case_runner.run(case) if covered else None
+            except WorkerFailure as failure:
+                text = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
+                error = _error_record(failure.kind, spec, failure.message, text, replay(spec))
+                error["stderr_tail"] = failure.stderr_tail
+                fatal = True
+                break
+            except (Interrupted, KeyboardInterrupt) as exc:
+                interrupted = str(exc) or "KeyboardInterrupt"
+                break
+            if call is None:
+                f["rows_skipped"] += spec.rows
+                if progress:
+                    progress.update(spec.rows)
+                continue
+            if call.fatal:
+                error = _error_record(call.fatal["kind"], spec, call.fatal["message"], call.fatal["traceback"], replay(spec))
+                fatal = True
+                break
+            determinism["notes"].extend(n for n in call.notes if n not in determinism["notes"])
+
+            actual = call.actual
+            if call.traceback is not None and error is None:  # it raised: keep the first traceback
+                error = _error_record("exception", spec, actual, call.traceback or actual, replay(spec))
+            exp = expected_for(case, c)
+            if call.other is not None:
+                w, i = call.other
+                exp = Expected(w, i, exp.sig, exp.ranking, exp.keys)
+            actual_for_compare = (actual,) if isinstance(actual, str) else actual  # a message fails validity
+            outcome = compare_case(case, exp, actual_for_compare, c, deviations=deviations, inputs_changed=call.changed, exact=exact)
+            if isinstance(actual, str):
+                for d in outcome.rows_detail + outcome.cells:
+                    d["reason"] = actual
+
+            f["rows"] += spec.rows
+            for verdict, n in outcome.verdict_counts.items():
+                verdicts[verdict] = verdicts.get(verdict, 0) + n
+            f["mismatched_rows"] += outcome.verdict_counts.get("mismatch", 0)
+            f["near_tie_rows"] += outcome.verdict_counts.get("near_tie", 0)
+            f["expected_rows"] += outcome.verdict_counts.get("expected", 0)
+            for clause, n in outcome.clause_rows.items():
+                clauses[clause] = clauses.get(clause, 0) + n
+                f["clauses"][clause] = f["clauses"].get(clause, 0) + n
+            for clause, n in outcome.expected_rows.items():
+                expected_seen[clause] = expected_seen.get(clause, 0) + n
+            inexact_rows += outcome.inexact_weight_rows
+            max_ulp = max(max_ulp, outcome.max_weight_ulp)
+
+            meta = {"family": spec.family, "case_seed": spec.case_seed, "case": spec.replay_id}
+            for cell in outcome.cells:
+                if len(cells) >= max_cells:
+                    break
+                cells.append({**meta, **cell})
+            for d in outcome.rows_detail:
+                key = d["clause"] if d["verdict"] != "near_tie" else "near_tie"
+                bucket = details.setdefault(key, [])
+                if len(bucket) < DETAILS_PER_CLAUSE or (d.get("straddles_cutoff") and not all(x.get("straddles_cutoff") for x in bucket)):
+                    d = {**meta, **d, "renormalize": case.renormalize, "routed_scaling_factor": case.routed_scaling_factor, "replay": replay(spec, d["row"])}
+                    bucket.append(d)
+                    bucket.sort(key=lambda x: not x.get("straddles_cutoff"))
+                    del bucket[DETAILS_PER_CLAUSE:]
+            if call.differing_rows:
+                _record_nondeterminism(determinism, details, call, spec, meta, case, replay)
             if progress:
                 progress.update(spec.rows)
-            continue
-        before = (case.scores.clone(), case.bias.clone())
-        try:
-            actual = _call(route, case)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-        except Exception as exc:  # the candidate's failure is a finding, not a harness crash
-            actual = f"raised {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-            if error is None:
-                error = {"case": spec.replay_id, "traceback": traceback.format_exc(limit=3)[-2000:]}
-        changed = not (_same_bits(case.scores, before[0]) and _same_bits(case.bias, before[1]))
-        if other is not None:
-            ref = expected_for(case, c)
-            w, i = _call(other, case)
-            exp = Expected(w, i, ref.sig, ref.ranking, ref.keys)
-        else:
-            exp = expected_for(case, c)
-        if isinstance(actual, str):
-            actual_for_compare = (actual,)  # fails validity with the message below
-        else:
-            actual_for_compare = actual
-        outcome = compare_case(case, exp, actual_for_compare, c, deviations=deviations, inputs_changed=changed, exact=exact)
-        if isinstance(actual, str):
-            for d in outcome.rows_detail + outcome.cells:
-                d["reason"] = actual
-
-        f["rows"] += spec.rows
-        for verdict, n in outcome.verdict_counts.items():
-            verdicts[verdict] = verdicts.get(verdict, 0) + n
-        f["mismatched_rows"] += outcome.verdict_counts.get("mismatch", 0)
-        f["near_tie_rows"] += outcome.verdict_counts.get("near_tie", 0)
-        f["expected_rows"] += outcome.verdict_counts.get("expected", 0)
-        for clause, n in outcome.clause_rows.items():
-            clauses[clause] = clauses.get(clause, 0) + n
-            f["clauses"][clause] = f["clauses"].get(clause, 0) + n
-        for clause, n in outcome.expected_rows.items():
-            expected_seen[clause] = expected_seen.get(clause, 0) + n
-        inexact_rows += outcome.inexact_weight_rows
-        max_ulp = max(max_ulp, outcome.max_weight_ulp)
-
-        meta = {"family": spec.family, "case_seed": spec.case_seed, "case": spec.replay_id}
-        for cell in outcome.cells:
-            if len(cells) >= max_cells:
-                break
-            cells.append({**meta, **cell})
-        for d in outcome.rows_detail:
-            key = d["clause"] if d["verdict"] != "near_tie" else "near_tie"
-            bucket = details.setdefault(key, [])
-            if len(bucket) < DETAILS_PER_CLAUSE or (d.get("straddles_cutoff") and not all(x.get("straddles_cutoff") for x in bucket)):
-                d = {
-                    **meta,
-                    **d,
-                    "renormalize": case.renormalize,
-                    "routed_scaling_factor": case.routed_scaling_factor,
-                    "replay": replay_command(candidate.name, contract, device, spec, d["row"], against.name if against else None, exact),
-                }
-                bucket.append(d)
-                bucket.sort(key=lambda x: not x.get("straddles_cutoff"))
-                del bucket[DETAILS_PER_CLAUSE:]
-        if progress:
-            progress.update(spec.rows)
+    except KeyboardInterrupt:
+        interrupted = interrupted or "KeyboardInterrupt"
 
     elapsed = time.perf_counter() - start
     rows_checked = sum(v["rows"] for v in fam.values())
@@ -170,12 +266,23 @@ def check_candidate(
         # Within tolerance yet not bit-equal: the ULP-level deviation shows here.
         expected_summary["weight_accuracy"]["inexact_rows"] = inexact_rows
         expected_summary["weight_accuracy"]["observed"] = True
-    status = "fail" if mismatched else ("error" if error and not rows_checked else "pass")
+    if nondeterminism_declared:
+        expected_summary["determinism"]["rows"] = determinism["rows_differing"]
+        expected_summary["determinism"]["observed"] = determinism["rows_differing"] > 0
+    nondeterministic = determinism["rows_differing"] > 0 and not nondeterminism_declared
+    if interrupted:
+        status = "interrupted"
+    elif fatal:
+        status = "error"
+    elif mismatched or nondeterministic:
+        status = "fail"
+    else:
+        status = "error" if error and not rows_checked else "pass"
     summary = {
         "schema_version": SCHEMA_VERSION,
         "candidate": candidate.name,
         "contract": c.name,
-        "against": against.name if against else None,
+        "against": against_name,
         "device": device,
         "status": status,
         "rows_checked": rows_checked,
@@ -191,6 +298,9 @@ def check_candidate(
         "expected_deviations": expected_summary,
         "bit_exact": exact,
         "error": error,
+        "determinism": determinism,
+        "interrupted": interrupted,
+        "isolated": worker is not None,
         "environment": None,  # filled by the caller, who knows the process
         "seed": seed,
         "command": command,
@@ -200,3 +310,33 @@ def check_candidate(
     }
     flat_details = [d for key in sorted(details) for d in details[key]]
     return CheckResult(summary, cells, flat_details)
+
+
+def _record_nondeterminism(determinism: dict, details: dict, call: CallOutcome, spec: CaseSpec, meta: dict, case, replay) -> None:
+    determinism["rows_differing"] += call.differing_rows
+    determinism["cases"] += 1
+    if len(determinism["examples"]) < DETERMINISM_EXAMPLES:
+        determinism["examples"].append(
+            {**meta, "calls": call.differing_calls, "rows_differing": call.differing_rows, "rows": call.differing_sample, "replay": replay(spec)}
+        )
+    bucket = details.setdefault("determinism", [])
+    if len(bucket) < DETAILS_PER_CLAUSE and call.difference:
+        d = call.difference
+        bucket.append(
+            {
+                **meta,
+                "row": d["row"],
+                "clause": "determinism",
+                "verdict": "expected" if determinism["declared"] else "mismatch",
+                "reason": f"{d['call']} differs from call 1 on {call.differing_rows} of {spec.rows} rows"
+                + (f" ({d['message']})" if d.get("message") else ""),
+                # "expected" is the first call's answer, "actual" the differing call's
+                "expected_ids": d["first_ids"],
+                "actual_ids": d["ids"],
+                "expected_weights": d["first_weights"],
+                "actual_weights": d["weights"],
+                "renormalize": case.renormalize,
+                "routed_scaling_factor": case.routed_scaling_factor,
+                "replay": replay(spec, d["row"]),
+            }
+        )
