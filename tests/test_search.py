@@ -1,0 +1,108 @@
+"""The property-based search finds a planted tie bug, shrinks it to a tiny row, and replays it."""
+
+import json
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import oracle
+from contracts import strategies as strat
+from contracts.search import main
+
+SPEC = "tests.test_search:"
+
+
+def straddle_lowest(scores, bias, topk, renormalize, rsf):
+    """The aiter contract, except that a tie straddling the cutoff goes to the lowest index."""
+    experts = scores.shape[1]
+    _, ids = oracle.route(scores, bias, topk, renormalize=renormalize, routed_scaling_factor=rsf, contract="aiter")
+    sig, ranking = oracle.ranking_values(scores, bias, "aiter")
+    keys = oracle.rank_keys(ranking).long()
+    cutoff = keys.gather(1, ids.long()[:, -1:])
+    straddles = (keys == cutoff).sum(1) > (keys.gather(1, ids.long()) == cutoff).sum(1)
+    if straddles.any():
+        lowest = keys[straddles] * experts + (experts - 1 - torch.arange(experts))
+        ids[straddles] = torch.topk(lowest, topk, dim=1).indices.to(torch.int32)
+    w = sig.gather(1, ids.long())
+    if renormalize:
+        total = w.sum(1, keepdim=True)
+        w = w / torch.where(total > 0, total, torch.ones_like(total))
+    return w * rsf, ids
+
+
+def _search(tmp_path, candidate, *extra, examples=40):
+    out = tmp_path / "bundle"
+    db = tmp_path / "db"
+    code = main(["--candidate", candidate, "--examples", str(examples), "--seed", "0", "--database", str(db), "--out", str(out), *extra])
+    return code, out, db
+
+
+def test_search_finds_and_shrinks_a_planted_straddle_tie_bug(tmp_path, capsys):
+    code, out, db = _search(tmp_path, SPEC + "straddle_lowest")
+    assert code == 1
+    doc = json.loads((out / "search.json").read_text())
+    assert doc["status"] == "fail" and "tie_order" in doc["clauses"]
+    minimal = torch.load(out / "minimal.pt", weights_only=True)
+    assert minimal["clause"] == "tie_order" and minimal["candidate"] == SPEC + "straddle_lowest"
+    assert {"scores", "bias", "topk", "renormalize", "routed_scaling_factor", "contract", "candidate"} <= set(minimal)
+    row = minimal["scores"][minimal["row"]]
+    # Shrunk: one row, and within it only a handful of values differ from the rest.
+    assert minimal["scores"].shape[0] <= 2
+    assert len(strat.nondefault_entries(row)) <= 4
+    assert len(strat.nondefault_entries(minimal["bias"])) <= 4
+    # The minimal input really straddles: more experts tie at the cutoff than fit.
+    _, ids = oracle.route(minimal["scores"], minimal["bias"], minimal["topk"], contract="aiter")
+    _, ranking = oracle.ranking_values(minimal["scores"], minimal["bias"], "aiter")
+    cutoff = ranking[minimal["row"], ids[minimal["row"], -1].long()]
+    assert int((ranking[minimal["row"]] == cutoff).sum()) > int((ranking[minimal["row"], ids[minimal["row"]].long()] == cutoff).sum())
+    md = (out / "search.md").read_text()
+    replay = f"python -m contracts.search --replay {out / 'minimal.pt'} --candidate {SPEC}straddle_lowest"
+    assert replay in md and "expected" in md and "tie_order" in md
+    assert any(db.rglob("*")), "the failing example should be kept in the database"
+
+    capsys.readouterr()
+    assert main(["--replay", str(out / "minimal.pt"), "--candidate", SPEC + "straddle_lowest"]) == 1
+    shown = capsys.readouterr().out
+    assert "expected" in shown and "actual" in shown and "tie_order" in shown
+    assert main(["--replay", str(out / "minimal.pt"), "--candidate", "oracle"]) == 0
+
+
+def test_search_passes_the_oracle(tmp_path):
+    code, out, _ = _search(tmp_path, "oracle", examples=15)
+    assert code == 0
+    doc = json.loads((out / "search.json").read_text())
+    assert doc["status"] == "pass" and doc["examples_run"] >= 15 and not (out / "minimal.pt").exists()
+
+
+def test_search_usage_and_availability(tmp_path):
+    assert main(["--examples", "5", "--out", str(tmp_path / "a")]) == 2  # no candidate
+    assert main(["--candidate", "radix4", "--device", "cpu", "--out", str(tmp_path / "b")]) == 3
+    assert main(["--replay", str(tmp_path / "missing.pt"), "--candidate", "oracle"]) == 2
+
+
+@settings(max_examples=25, deadline=None)
+@given(strat.routing_examples(shapes=((64, 4), (896, 16))))
+def test_strategy_builds_valid_router_inputs(example):
+    scores, bias = example.tensors()
+    assert scores.shape == (example.total_rows, example.experts) and scores.stride(1) == 1
+    assert bias.shape == (example.experts,)
+    assert str(scores.dtype) == f"torch.{example.dtype}" and str(bias.dtype) == f"torch.{example.bias_dtype}"
+    again, _ = example.tensors()
+    assert torch.equal(scores.view(torch.int16 if scores.dtype == torch.bfloat16 else torch.int32).contiguous(),
+                       again.view(torch.int16 if again.dtype == torch.bfloat16 else torch.int32).contiguous())  # fmt: skip
+    oracle.route(scores, bias, example.topk, contract="aiter")  # the oracle accepts every input
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_cutoff_pool_straddles_the_cutoff(data):
+    experts, topk = data.draw(st.sampled_from(((896, 16), (64, 4))))
+    patches = data.draw(strat.cutoff_pool(experts, topk))
+    row = torch.full((experts,), -8.0)
+    for p in patches:
+        row[p.experts(experts)] = p.value
+    tie = patches[-1].value
+    tied = int((row == tie).sum())
+    higher = int((row > tie).sum())
+    assert higher < topk < higher + tied
