@@ -138,8 +138,10 @@ def _row_facts(exp: Expected, topk: int):
 class _RowAttribution:
     """Works out which clause one mismatched row breaks. Plain Python on one row."""
 
-    def __init__(self, contract, exp_ids, act_ids, keys, ranking, scores, bias, priority, numbers, valid, sig):
+    def __init__(self, contract, exp_ids, act_ids, keys, ranking, scores, bias, priority, numbers, valid, sig, experts):
+        # keys, ranking, scores, bias, sig: indexable by expert id (dicts over the row's expected and actual ids)
         self.c = contract
+        self.experts = experts
         self.sig = sig
         self.numbers, self.valid = numbers, valid  # non-NaN values; values > the serial sentinel
         self.e, self.a = exp_ids, act_ids
@@ -149,7 +151,7 @@ class _RowAttribution:
         self.k = len(exp_ids)
 
     def _key(self, expert):
-        return self.keys[expert] if 0 <= expert < len(self.keys) else None
+        return self.keys[expert] if 0 <= expert < self.experts else None
 
     def _allowance(self, expert):
         sig, x = self.sig[expert], self.scores[expert]
@@ -158,17 +160,36 @@ class _RowAttribution:
         ulps = self.c.near_tie_ulp + self.c.near_tie_x_ulp * (1.0 - sig) * abs(x)
         return ulps * _f32_ulp(sig)
 
-    def _same_inputs(self, a, b):
-        """Equal logits and equal bias: every faithful implementation then ranks them equal."""
+    def _tie_is_exact(self, a, b):
+        """Whether every faithful implementation ranks experts a and b equal.
+
+        True for equal logits and equal bias; for logits both deep in saturation
+        (sigmoid exactly 1.0 above 20, exactly 0.0 below -104, in any
+        implementation) with equal bias; and for equal infinite ranking values.
+        Otherwise equal oracle values are a coincidence of rounding (a near tie).
+        """
 
         def same(u, v):
             return u == v or (math.isnan(u) and math.isnan(v))
 
-        return same(self.scores[a], self.scores[b]) and same(self.bias[a], self.bias[b])
+        ra, rb = self.ranking[a], self.ranking[b]
+        if math.isinf(ra) and ra == rb:
+            return True
+        xa, xb = self.scores[a], self.scores[b]
+        saturated = (xa >= 20 and xb >= 20) or (xa <= -104 and xb <= -104)
+        return same(self.bias[a], self.bias[b]) and (same(xa, xb) or saturated)
+
+    def round_index(self):
+        """aiter's round index: slot j holds id j where only -inf/NaN were left to rank."""
+        for j in range(self.k):
+            e = self.e[j]
+            if self.a[j] == j and self.e[j] != j and (self._is_nan(e) or self.ranking[e] == -float("inf")):
+                return "nan_last", f"round index {j} emitted as the expert id where only -inf/NaN remain"
+        return None
 
     def _near_experts(self, a, b):
         """Whether experts a and b are near-tied: closer than both sigmoids' error bounds, but not equal."""
-        if not (0 <= a < len(self.keys) and 0 <= b < len(self.keys)):
+        if not (0 <= a < self.experts and 0 <= b < self.experts):
             return False
         ra, rb = self.ranking[a], self.ranking[b]
         if not (math.isfinite(ra) and math.isfinite(rb)):
@@ -176,7 +197,7 @@ class _RowAttribution:
         return abs(ra - rb) <= self._allowance(a) + self._allowance(b)
 
     def _is_nan(self, expert):
-        return 0 <= expert < len(self.keys) and self.keys[expert] == oracle.NAN_KEY
+        return 0 <= expert < self.experts and self.keys[expert] == oracle.NAN_KEY
 
     def ids(self, signed_zero_match: bool = False) -> tuple[str, str]:
         """(clause or 'near_tie', reason) for a row whose ids differ."""
@@ -190,9 +211,9 @@ class _RowAttribution:
                 return "sentinel_fallback", f"only {valid} values beat -1e30; slots {valid}.. must hold expert 0"
         else:
             numbers = self.numbers
-            for j in diff:
-                if a[j] == j and self._key(e[j]) is not None and (self._is_nan(e[j]) or self.ranking[e[j]] == -float("inf")):
-                    return "nan_last", f"round index {j} emitted as the expert id where only -inf/NaN remain"
+            found = self.round_index()
+            if found:
+                return found
             if any(self._is_nan(x) for x in a if x not in e) and any(not self._is_nan(m) for m in e if m not in a):
                 return "nan_last", "a NaN expert was chosen over a number"
             if any(j >= numbers for j in diff):
@@ -200,7 +221,7 @@ class _RowAttribution:
         if set(e) == set(a):
             j = diff[0]
             ke, ka = self._key(e[j]), self._key(a[j])
-            if ke == ka and not self._same_inputs(e[j], a[j]):
+            if ke == ka and not self._tie_is_exact(e[j], a[j]):
                 return "near_tie", f"slot {j}: different inputs that happen to round to one ranking value"
             if ke == ka:
                 return "tie_order", f"same expert set, equal keys, other priority order (slot {j}: {a[j]} before {e[j]})"
@@ -209,9 +230,9 @@ class _RowAttribution:
             return "output_order", f"same expert set in another order (slot {j}: expected {e[j]}, got {a[j]})"
         extra = [x for x in a if x not in e]
         missing = [m for m in e if m not in a]
-        if any(x < 0 or x >= len(self.keys) for x in extra):
+        if any(x < 0 or x >= self.experts for x in extra):
             return "validity", "expert id out of range"
-        if all(any(self._key(x) == self._key(m) and self._same_inputs(x, m) for m in missing) for x in extra):
+        if all(any(self._key(x) == self._key(m) and self._tie_is_exact(x, m) for m in missing) for x in extra):
             return "tie_order", "equal keys at the cutoff, other experts chosen (tie priority not followed)"
         if all(any(self._near_experts(x, m) for m in missing) for x in extra):
             return "near_tie", "each differing expert is within the sigmoid tolerance of an expected one at the cutoff"
@@ -318,9 +339,14 @@ def compare_case(
         "a": ids_act[bad_t].tolist(),
         "we": w_exp[bad_t].tolist(),
         "wa": w_act[bad_t].tolist(),
-        "keys": exp.keys[bad_t].tolist(),
-        "ranking": exp.ranking[bad_t].tolist(),
-        "scores": case.scores[bad_t].float().tolist(),
+    }
+    # Only the columns attribution looks at: the row's expected and actual experts.
+    cols = torch.cat([ids_exp[bad_t].long(), ids_act[bad_t].long().clamp(0, experts - 1)], dim=1)
+    cols_list = cols.tolist()
+    for name, matrix in (("keys", exp.keys), ("ranking", exp.ranking), ("sig", exp.sig), ("scores", case.scores)):
+        sel[name] = matrix[bad_t].float().gather(1, cols).tolist() if name != "keys" else matrix[bad_t].gather(1, cols).tolist()
+    sel["bias"] = case.bias.float()[cols].tolist()
+    sel.update({
         "ids_eq": ids_equal[bad_t].tolist(),
         "invalid": invalid_rows[bad_t].tolist(),
         "out_of_range": out_of_range[bad_t].tolist(),
@@ -328,26 +354,23 @@ def compare_case(
         "straddles": straddles[bad_t].tolist(),
         "nan": nan_count[bad_t].tolist(),
         "close": close[bad_t].tolist(),
-        "sig": exp.sig[bad_t].tolist(),
         "ulp": ulp_distance(w_act[bad_t], w_exp[bad_t]).tolist(),
         "numbers": (~torch.isnan(exp.ranking[bad_t])).sum(1).tolist(),
         "valid": (exp.ranking[bad_t] > oracle.SERIAL_SENTINEL).sum(1).tolist(),
-    }
-    bias = case.bias.float().tolist()
-    sig_rows = exp.sig[bad_t]
+    })
     signed = [(alt[bad_t] == ids_act[bad_t]).all(1).tolist() for alt in _signed_zero_orders(case, exp, c)]
     for i, row in enumerate(bad):
+        by_expert = {name: dict(zip(cols_list[i], sel[name][i])) for name in ("keys", "ranking", "scores", "bias", "sig")}
         attr = _RowAttribution(
-            c, sel["e"][i], sel["a"][i], sel["keys"][i], sel["ranking"][i], sel["scores"][i], bias, priority,
-            sel["numbers"][i], sel["valid"][i], sel["sig"][i],
+            c, sel["e"][i], sel["a"][i], by_expert["keys"], by_expert["ranking"], by_expert["scores"], by_expert["bias"],
+            priority, sel["numbers"][i], sel["valid"][i], by_expert["sig"], experts,
         )  # fmt: skip
         if sel["invalid"][i]:
             what = "an expert id out of [0, E)" if sel["out_of_range"][i] else "an expert id twice"
-            clause, reason = "validity", f"row holds {what}"
+            clause, reason = (c.name == "aiter" and attr.round_index()) or ("validity", f"row holds {what}")
         elif sel["ids_eq"][i]:
-            ids_row = torch.tensor(sel["e"][i])
-            sig_sel = sig_rows[i].cpu()[ids_row].tolist()
-            rank_sel = [sel["ranking"][i][x] for x in sel["e"][i]]
+            sig_sel = [by_expert["sig"][x] for x in sel["e"][i]]
+            rank_sel = [by_expert["ranking"][x] for x in sel["e"][i]]
             clause, reason = attr.weights(sel["we"][i], sel["wa"][i], sig_sel, rank_sel, case.renormalize, case.routed_scaling_factor)
         else:
             clause, reason = attr.ids(signed_zero_match=any(m[i] for m in signed))

@@ -1,4 +1,4 @@
-"""Write a check's bundle: summary.json, mismatches.csv (+ .parquet), report.md.
+"""Write a check's bundle: summary.json, mismatches.csv (+ .parquet), report.md, report.html.
 
 Everything is written atomically; text is made here, from the data the
 runner gathered, and nowhere else.
@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ._atomic import write_atomic, write_json, write_text
+from .html_report import write_html
 from .runner import CheckResult
 
 __all__ = ["CELL_COLUMNS", "render_markdown", "write_bundle"]
@@ -124,6 +125,7 @@ def write_bundle(out_dir: Path, result: CheckResult) -> Path:
         write_atomic(out_dir / "mismatches.parquet", lambda p: frame.to_parquet(p, index=False))
     write_text(out_dir / "report.md", render_markdown(result))
     write_json(out_dir / "details.json", result.details)
-    # summary.json last: its presence means the bundle is complete.
+    # summary.json after the data files: its presence means they are complete.
     write_json(out_dir / "summary.json", result.summary)
+    write_html(out_dir)  # derived from the files above
     return out_dir
