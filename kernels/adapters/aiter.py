@@ -8,24 +8,34 @@ What it calls (package ``amd-aiter``, import name ``aiter``, ROCm only)::
 It fills ``topk_weights`` (fp32) and ``topk_ids`` (int32), both ``[M, topk]``,
 in place and returns nothing. How this adapter drives it:
 
-- ``gating_output``: the caller's ``scores`` as they are (bf16, fp16 or fp32),
-  column stride 1 required (a ``ValueError`` otherwise), any row stride >= E
-  (a column slice of a wider buffer is passed without a copy);
-- ``correction_bias``: converted to the gating dtype first, because aiter reads
-  it as that dtype (as sglang and vLLM do before they call it). An fp32 bias
-  with bf16 logits is therefore rounded to bf16: ``covered`` leaves such calls
-  out, since the contract ranks with the fp32 bias;
+- ``gating_output``: the caller's ``scores`` (bf16, fp16 or fp32), column
+  stride 1 required (a ``ValueError`` otherwise). aiter's kernel reads row
+  ``t`` at ``gating_output + t * E`` whatever the row stride, with 4-wide
+  vector loads, so rows that are not dense, or a start that is not 16-byte
+  aligned (a column slice of a wider buffer), are copied into a dense tensor
+  first; dense inputs are passed as they are.
+- ``correction_bias``: converted to the gating dtype first; aiter checks that
+  the dtypes are equal and reads the bias as that dtype (sglang and vLLM
+  convert the same way). An fp32 bias with bf16 logits is therefore rounded
+  to bf16: ``covered`` leaves such calls out, since the contract ranks with
+  the fp32 bias.
 - ``topk_weights`` / ``topk_ids``: two fresh contiguous tensors. The kernel
-  takes one row stride (``topk_ids.stride(0)``) for both outputs, so they must
-  share it; fp32 and int32 are both 4 bytes, so two contiguous ``[M, topk]``
-  tensors have the same strides ``(topk, 1)``. (One shared allocation with two
-  views would also satisfy the kernel, but serving engines allocate two
-  tensors, and two tensors keep each output independently freeable.)
+  indexes both outputs with one row stride (``topk_ids.stride(0)``, checked
+  equal to ``topk_weights.stride(0)``); fp32 and int32 are both 4 bytes, so two
+  contiguous ``[M, topk]`` tensors have the same strides ``(topk, 1)``. (Two
+  views of one allocation would also do; serving engines pass two tensors,
+  and two tensors can be freed independently.)
 - ``num_expert_group=1``, ``topk_group=1``: Kimi routes without groups. With
-  one group of E > 32 experts aiter always takes its generic kernel (one wave64
+  one group of E > 32 experts aiter takes its generic kernel (one wave64
   selection round per output column), the kernel ``kernels.adapters.aiter_model``
-  models; DeepSeek's grouped fast path is never reached from here.
+  models; DeepSeek's grouped fast path is never reached from here. aiter's
+  wrapper sends batches above 212 x (compute units) to another kernel
+  (``moe_fused_gate``); ``covered`` stays below that on every supported GPU.
 - ``need_renorm=renormalize``, ``routed_scaling_factor`` as given.
+
+The facts about aiter's kernel above were read from the source of the PyPI
+wheel amd-aiter 0.1.7.post2.dev18 (``csrc/kernels/topk_softmax_kernels_group.cu``,
+``aiter/ops/topk.py``), not run: no AMD GPU was at hand.
 
 Gates (none of them imports aiter unless the hardware can run it)::
 
@@ -71,6 +81,14 @@ GENERIC_MIN_EXPERTS = 33
 # Conservative: every shape we route (Kimi-K3 896 and 224, Kimi-K2 384, 256)
 # is a multiple of 32; aiter's exact requirement on E was not verified on hardware.
 EXPERT_MULTIPLE = 32
+# The generic kernel's 64 lanes each write one output column.
+MAX_TOPK = 64
+# aiter's Python wrapper sends batches above 212 x (compute units) to another
+# kernel (moe_fused_gate); 32 CUs is the smallest gfx942/gfx950 partition (a
+# gfx950 XCD in CPX mode), so up to this many rows the generic kernel is taken.
+GENERIC_MAX_ROWS = 212 * 32
+# aiter loads 4 logits (and 4 bias values) at a time.
+_ALIGN = 16
 _DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32")
 
 
@@ -151,16 +169,17 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bool:
     """The calls aiter's generic path serves exactly as the contract poses them.
 
     E a multiple of 32 and > 32 (one group of more than 32 experts takes the
-    generic kernel), 1 <= topk <= E, bf16/fp16/fp32 logits, and a bias of the
+    generic kernel), 1 <= topk <= min(E, 64), at most ``GENERIC_MAX_ROWS``
+    rows (larger batches go to another kernel), bf16/fp16/fp32 logits, and a bias of the
     logits dtype (aiter reads the bias in the gating dtype; an fp32 bias with
     bf16 logits would be rounded, so aiter would rank with another bias than
     the contract does).
     """
     return (
-        rows >= 0
+        0 <= rows <= GENERIC_MAX_ROWS
         and experts >= GENERIC_MIN_EXPERTS
         and experts % EXPERT_MULTIPLE == 0
-        and 1 <= topk <= experts
+        and 1 <= topk <= min(experts, MAX_TOPK)
         and str(dtype) in _DTYPES
         and bias_dtype == dtype
     )
@@ -206,8 +225,8 @@ def _check_args(scores, bias, topk, renormalize, routed_scaling_factor) -> float
 def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_factor: float = 1.0):
     """Route ``scores`` [M, E] with aiter's ``biased_grouped_topk``; return ``(weights fp32, ids int32)``.
 
-    Inputs are not modified (the bias is converted into a new tensor when its
-    dtype differs). Runs on aiter's current stream; M == 0 returns empty
+    Inputs are not modified (the bias is converted, and strided logits copied,
+    into new tensors when aiter could not read them as they are). Runs on aiter's current stream; M == 0 returns empty
     outputs without calling aiter.
     """
     import torch
@@ -219,6 +238,16 @@ def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_fact
     assert weights.stride() == ids.stride(), "the kernel indexes both outputs with one row stride"
     if M == 0:
         return weights, ids
-    gating_bias = bias.to(scores.dtype).contiguous()
-    _import_aiter().biased_grouped_topk(scores, gating_bias, weights, ids, 1, 1, renormalize, rsf)
+    gating = _dense_aligned(scores)
+    gating_bias = _dense_aligned(bias.to(scores.dtype))
+    _import_aiter().biased_grouped_topk(gating, gating_bias, weights, ids, 1, 1, renormalize, rsf)
     return weights, ids
+
+
+def _dense_aligned(t):
+    """``t`` when aiter can read it in place (dense, 16-byte aligned start); else a dense copy."""
+    import torch
+
+    if t.is_contiguous() and t.data_ptr() % _ALIGN == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)

@@ -7,9 +7,11 @@ Same signature and conventions as the real op (spec §3)::
 
 It fills ``topk_weights`` (fp32) and ``topk_ids`` (int32) in place and
 returns ``None``. It checks what the real op requires of its arguments
-(raising ``RuntimeError`` as a failed ``TORCH_CHECK`` would): column stride 1
-for ``gating_output``, a bias of the gating dtype, fp32/int32 outputs of shape
-``[M, topk]`` with one shared row stride. It serves only the generic
+(raising ``RuntimeError`` as a failed ``TORCH_CHECK`` would, or as a wrong
+read would go unnoticed on the GPU): dense rows for ``gating_output`` (the
+kernel reads row ``t`` at ``t * E``) and 16-byte aligned logits and bias (it
+loads 4 values at a time), a bias of the gating dtype, fp32/int32 outputs of
+shape ``[M, topk]`` with one shared row stride. It serves only the generic
 ungrouped path (``num_expert_group == topk_group == 1``, more than 32
 experts) and computes it with ``kernels.adapters.aiter_model``, the project's
 behavioural model of that kernel; so an adapter test against this module
@@ -59,7 +61,9 @@ def check_call(gating_output, correction_bias, topk_weights, topk_ids, num_exper
         }
     )
     rows, experts = gating_output.shape
-    _require(gating_output.stride(1) == 1, f"gating_output.stride(1) == 1 (got {gating_output.stride(1)})")
+    _require(gating_output.is_contiguous(), f"gating_output rows are dense (aiter reads row t at t * E; strides {gating_output.stride()})")
+    _require(gating_output.data_ptr() % 16 == 0 and correction_bias.data_ptr() % 16 == 0, "gating_output and correction_bias are 16-byte aligned")
+    _require(correction_bias.is_contiguous(), f"correction_bias is dense (stride {correction_bias.stride()})")
     _require(correction_bias.dtype == gating_output.dtype, f"correction_bias.dtype {correction_bias.dtype} == gating_output.dtype {gating_output.dtype}")
     _require(tuple(correction_bias.shape) == (experts,), f"correction_bias.shape {tuple(correction_bias.shape)} == ({experts},)")
     _require(topk_weights.dtype == torch.float32, f"topk_weights.dtype {topk_weights.dtype} == float32")
