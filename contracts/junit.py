@@ -34,7 +34,7 @@ import pandas as pd
 
 from ._atomic import write_atomic
 
-__all__ = ["CheckEntry", "build_junit", "entries_for_bundle", "main", "write_junit"]
+__all__ = ["CheckEntry", "build_junit", "entries_for_bundle", "first_mismatch", "main", "write_junit"]
 
 # Characters XML 1.0 cannot carry (tracebacks may hold them).
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -116,6 +116,20 @@ def _first_mismatch_text(detail: dict | None, cell: dict | None, summary: dict) 
     return f"no example recorded (the bundle's cell cap was reached); rerun: {summary.get('command', '')}"
 
 
+def first_mismatch(bundle: Path, summary: dict, family: str, clause: str, *, details: list | None = None, cells: pd.DataFrame | None = None) -> str:
+    """The first unexpected mismatch of ``clause`` in ``family`` as text, with its replay command."""
+    if details is None:
+        details = _read_json(bundle / "details.json") if (bundle / "details.json").exists() else []
+    detail = next((d for d in details if d.get("family") == family and d.get("clause") == clause and d.get("verdict") == "mismatch"), None)
+    cell = None
+    if detail is None:
+        cells = _read_cells(bundle) if cells is None else cells
+        if not cells.empty:
+            hit = cells[(cells["family"] == family) & (cells["clause"] == clause) & (cells["verdict"] == "mismatch")]
+            cell = hit.iloc[0].to_dict() if len(hit) else None
+    return _first_mismatch_text(detail, cell, summary)
+
+
 def _testcase(suite: ET.Element, classname: str, name: str, time: float = 0.0) -> ET.Element:
     return ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{time:.3f}")
 
@@ -171,14 +185,9 @@ def _clause_cases(suite: ET.Element, label: str, entry: CheckEntry, summary: dic
                 ET.SubElement(case, "skipped", message=f"not covered: the candidate does not serve these shapes ({fam['rows_skipped']:,} rows skipped)")
                 counts["skipped"] += 1
             elif bad:
-                detail = next((d for d in details if d.get("family") == family and d.get("clause") == clause and d.get("verdict") == "mismatch"), None)
-                cell = None
-                if detail is None and not cells.empty:
-                    hit = cells[(cells["family"] == family) & (cells["clause"] == clause) & (cells["verdict"] == "mismatch")]
-                    cell = hit.iloc[0].to_dict() if len(hit) else None
                 message = f"{bad:,} of {fam['rows']:,} rows of family {family} break clause {clause}"
                 failure = ET.SubElement(case, "failure", message=_clean(message), type="ContractMismatch")
-                failure.text = _clean(message + "\n" + _first_mismatch_text(detail, cell, summary))
+                failure.text = _clean(message + "\n" + first_mismatch(bundle, summary, family, clause, details=details, cells=cells))
                 counts["failures"] += 1
             elif clause in declared and declared_rows.get((family, clause)):
                 note = (f"declared deviation: {declared[clause].get('reason', '')} "

@@ -196,6 +196,7 @@ def list_bundles(url: str, *, storage_options: dict | None = None, marker: str =
     """Complete bundles under ``URL/YYYY/MM/DD/``, oldest first (by day, then name)."""
     fs, root = _fs(url, storage_options)
     root = root.rstrip("/")
+    fs.invalidate_cache()  # listings may be cached from before the last upload
     found = []
     for path in fs.glob(f"{root}/[0-9][0-9][0-9][0-9]/[0-9][0-9]/[0-9][0-9]/*/{marker}"):
         folder = path.rsplit("/", 1)[0]
@@ -216,6 +217,7 @@ def download_bundle(url: str, dest: str | Path, *, storage_options: dict | None 
     fs, root = _fs(url, storage_options)
     root = root.rstrip("/")
     dest = Path(dest)
+    fs.invalidate_cache()
     paths = fs.find(root)
     if not paths:
         raise FileNotFoundError(f"no bundle at {url}")

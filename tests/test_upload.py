@@ -1,0 +1,162 @@
+"""contracts.upload: dated prefix, no overwrite, retries, read-back verification; file:// and a real S3 server."""
+
+import datetime as dt
+import hashlib
+import json
+
+import pytest
+
+from contracts import upload
+from contracts.diff import diff_bundles, load_bundle
+from contracts.upload import UploadError, UploadExistsError, dated_destination, download_bundle, list_bundles, upload_bundle
+
+NAME = "nightly-20260102T030405Z-cpu"
+
+
+def _bundle(root, name=NAME):
+    folder = root / name
+    (folder / "candidates" / "oracle").mkdir(parents=True)
+    summary = {"candidate": "oracle", "contract": "aiter", "against": None, "status": "pass", "rows_checked": 10,
+               "clauses": {"tie_order": 0}, "families": {"all_equal": {"rows": 10, "mismatched_rows": 0, "clauses": {}}}}  # fmt: skip
+    (folder / "candidates" / "oracle" / "summary.json").write_text(json.dumps(summary))
+    (folder / "candidates" / "oracle" / "mismatches.csv").write_bytes(b"family,row\n" + bytes(range(256)))
+    (folder / "junit.xml").write_text("<testsuites/>")
+    nightly = {"schema_version": 1, "name": name, "execution_target": {"backend": "cpu", "device_model": "x"},
+               "candidates": {"oracle": {"status": "pass", "bundle": "candidates/oracle"}}, "pairs": {}}  # fmt: skip
+    (folder / "nightly.json").write_text(json.dumps(nightly))
+    return folder
+
+
+def _files(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_dated_destination_uses_the_bundle_stamp():
+    assert dated_destination("s3://b/p/", NAME) == f"s3://b/p/2026/01/02/{NAME}"
+    when = dt.datetime(2025, 12, 31, tzinfo=dt.timezone.utc)
+    assert dated_destination("file:///x", "plain-name", when) == "file:///x/2025/12/31/plain-name"
+
+
+def test_file_upload_copies_verifies_and_refuses_to_overwrite(tmp_path, capsys):
+    bundle = _bundle(tmp_path / "local")
+    store = tmp_path / "store"
+    where = upload_bundle(bundle, f"file://{store}")
+    assert where == f"file://{store}/2026/01/02/{NAME}"
+    printed = capsys.readouterr().out
+    assert "sha256 verified" in printed and where in printed
+    assert _files(store / "2026" / "01" / "02" / NAME) == _files(bundle)
+
+    with pytest.raises(UploadExistsError, match="already exists; refusing to overwrite"):
+        upload_bundle(bundle, f"file://{store}")
+
+    listed = list_bundles(f"file://{store}")
+    assert [(b.name, b.day) for b in listed] == [(NAME, "2026/01/02")]
+    copy = download_bundle(listed[0].url, tmp_path / "back")
+    assert sorted(_files(copy)) == ["candidates/oracle/summary.json", "nightly.json"]  # JSON only by default
+    assert not diff_bundles(load_bundle(bundle), load_bundle(listed[0].url)).regressed
+
+
+class _FlakyFS:
+    """Wraps a real filesystem: the first ``fail`` writes raise ``error``; can corrupt what it writes."""
+
+    def __init__(self, fs, fail=0, error=ConnectionResetError("connection reset by peer"), corrupt=False):
+        self._fs, self.fail, self.error, self.corrupt, self.writes = fs, fail, error, corrupt, []
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+    def pipe_file(self, path, data, **kw):
+        if self.fail:
+            self.fail -= 1
+            raise self.error
+        self.writes.append(path.rsplit("/", 1)[-1])
+        return self._fs.pipe_file(path, data[:-1] if self.corrupt else data, **kw)
+
+
+def _patched(monkeypatch, **kw):
+    real = upload._fs
+    holder = {}
+
+    def fake(url, storage_options):
+        fs, path = real(url, storage_options)
+        holder.setdefault("fs", _FlakyFS(fs, **kw))
+        return holder["fs"], path
+
+    monkeypatch.setattr(upload, "_fs", fake)
+    return holder
+
+
+def test_transient_errors_are_retried_with_exponential_backoff(tmp_path, monkeypatch):
+    holder = _patched(monkeypatch, fail=3)
+    sleeps = []
+    upload_bundle(_bundle(tmp_path / "local"), f"file://{tmp_path}/store", sleep=sleeps.append, backoff_s=0.5, log=None)
+    assert sleeps == [0.5, 1.0, 2.0]
+    assert holder["fs"].writes[-1] == "nightly.json"  # the completion marker goes last
+    assert holder["fs"].writes.index("summary.json") > holder["fs"].writes.index("mismatches.csv")
+
+
+def test_a_persistent_or_permanent_error_fails_with_the_cause(tmp_path, monkeypatch):
+    _patched(monkeypatch, fail=10)
+    with pytest.raises(UploadError, match=r"after 3 attempt\(s\): ConnectionResetError"):
+        upload_bundle(_bundle(tmp_path / "a"), f"file://{tmp_path}/s1", retries=2, sleep=lambda s: None, log=None)
+    monkeypatch.undo()
+    _patched(monkeypatch, fail=1, error=PermissionError("access denied"))
+    sleeps = []
+    with pytest.raises(UploadError, match=r"after 1 attempt\(s\): PermissionError"):
+        upload_bundle(_bundle(tmp_path / "b"), f"file://{tmp_path}/s2", sleep=sleeps.append, log=None)
+    assert sleeps == []
+
+
+def test_read_back_verification_catches_a_corrupted_write(tmp_path, monkeypatch):
+    _patched(monkeypatch, corrupt=True)
+    with pytest.raises(UploadError, match="verification failed"):
+        upload_bundle(_bundle(tmp_path / "local"), f"file://{tmp_path}/store", log=None)
+
+
+@pytest.fixture
+def s3_server(monkeypatch):
+    """A real S3-compatible server (moto) on 127.0.0.1, a free port, stopped at the end."""
+    from moto.server import ThreadedMotoServer
+
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def test_s3_upload_to_a_real_server(tmp_path, s3_server):
+    import boto3
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
+    client.create_bucket(Bucket="nightly")
+    options = {"endpoint_url": s3_server, "key": "testing", "secret": "testing",
+               "config_kwargs": {"connect_timeout": 5, "read_timeout": 10, "retries": {"max_attempts": 2}}}  # fmt: skip
+    bundle = _bundle(tmp_path)
+    where = upload_bundle(bundle, "s3://nightly/router", storage_options=options, retries=2, log=None)
+    assert where == f"s3://nightly/router/2026/01/02/{NAME}"
+
+    listed = client.list_objects_v2(Bucket="nightly", Prefix="router/")["Contents"]
+    prefix = f"router/2026/01/02/{NAME}/"
+    local = _files(bundle)
+    assert sorted(o["Key"] for o in listed) == sorted(prefix + rel for rel in local)
+    for rel, data in local.items():
+        body = client.get_object(Bucket="nightly", Key=prefix + rel)["Body"].read()
+        assert hashlib.sha256(body).hexdigest() == hashlib.sha256(data).hexdigest()
+
+    with pytest.raises(UploadExistsError):
+        upload_bundle(bundle, "s3://nightly/router", storage_options=options, log=None)
+    second = _bundle(tmp_path / "later", name="nightly-20260103T000000Z-cpu")
+    upload_bundle(second, "s3://nightly/router", storage_options=options, log=None)
+    names = [b.name for b in list_bundles("s3://nightly/router", storage_options=options)]
+    assert names == [NAME, "nightly-20260103T000000Z-cpu"]
+    old = load_bundle(f"s3://nightly/router/2026/01/02/{NAME}", storage_options=options)
+    assert set(old.checks) == {"oracle"}
+    s3fs.S3FileSystem.clear_instance_cache()
