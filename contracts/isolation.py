@@ -72,6 +72,7 @@ __all__ = [
 START_TIMEOUT_S = 300.0  # import + available()/build(): compiling a kernel can take minutes
 POLL_S = 0.25  # how often a waiting parent looks at its stop flag
 STDERR_TAIL = 3000  # characters of the worker's stderr kept in a report
+STDERR_KEEP_BYTES = 1 << 20  # a chatty candidate's stderr file is cut back to its tail beyond this
 DIFF_SAMPLE_ROWS = 16
 _HEADER = struct.Struct("<Q")
 
@@ -470,6 +471,19 @@ class Worker:
             return
         time.sleep(0.5)
 
+    def _trim_stderr(self) -> None:
+        # Between requests the worker is idle. It shares this file's offset, so after the
+        # rewrite below (which leaves the offset at the end) it goes on appending.
+        size = self._stderr.seek(0, os.SEEK_END)
+        if size <= STDERR_KEEP_BYTES:
+            return
+        self._stderr.seek(max(0, size - 16 * STDERR_TAIL))
+        tail = self._stderr.read()
+        self._stderr.seek(0)
+        self._stderr.truncate()
+        self._stderr.write(b"[earlier worker stderr dropped]\n" + tail)
+        self._stderr.flush()
+
     def stderr_tail(self) -> str:
         if self._stderr is None:
             return ""
@@ -560,6 +574,7 @@ class Worker:
         """The candidate's outcome on ``spec`` (outputs on ``device``), or None if it does not cover the case."""
         spec_t = (spec.family, spec.case_seed, spec.rows, spec.experts, spec.topk)
         reply = self._request({"op": "run", "spec": spec_t}, self.timeout * self.calls_per_case, f"running case {spec.replay_id}")
+        self._trim_stderr()
         if reply.get("skipped"):
             return None
         return _outcome_from_wire(reply["outcome"], self.device)

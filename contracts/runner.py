@@ -195,7 +195,7 @@ def check_candidate(
                 fatal = True
                 break
             except (Interrupted, KeyboardInterrupt) as exc:
-                interrupted = str(exc) or "KeyboardInterrupt"
+                interrupted = (should_stop() if should_stop else None) or str(exc) or "KeyboardInterrupt"
                 break
             if call is None:
                 f["rows_skipped"] += spec.rows
@@ -253,7 +253,7 @@ def check_candidate(
             if progress:
                 progress.update(spec.rows)
     except KeyboardInterrupt:
-        interrupted = interrupted or "KeyboardInterrupt"
+        interrupted = interrupted or (should_stop() if should_stop else None) or "KeyboardInterrupt"
 
     elapsed = time.perf_counter() - start
     rows_checked = sum(v["rows"] for v in fam.values())

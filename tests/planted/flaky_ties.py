@@ -7,6 +7,7 @@ random permutation, so rows with a tie at the top-k cutoff change between calls.
 import torch
 
 import oracle
+from contracts.registry import Candidate
 
 from ._common import counter
 
@@ -24,3 +25,16 @@ def route(scores, bias, topk, renormalize, rsf):
         total = weights.sum(1, keepdim=True)
         weights = weights / torch.where(total > 0, total, torch.ones_like(total))
     return weights * rsf, ids.to(torch.int32)
+
+
+# The same router, declaring both of its deviations: such a run passes and reports them as seen.
+declared = Candidate(
+    name="flaky-ties-declared",
+    route=route,
+    expected_deviations={
+        "aiter": {
+            "tie_order": "exact ties are broken in a random order",
+            "determinism": "the tie order changes from call to call",
+        }
+    },
+)
