@@ -354,7 +354,7 @@ def _check_one(target: _Target, against: _Target | None, args, argv_text, stop, 
     worker = None
     if isolate:
         if kind == "cuda" and not torch.cuda.is_available():
-            why = f"{cand.name} needs a GPU and torch sees none on this host"
+            why = f"{cand.name} runs on {'/'.join(cand.devices)}, and torch {torch.__version__} sees no GPU on this host"
             return _unavailable_result(cand, contract, device, why, argv_text, args.seed), why
         worker = target.worker or Worker(target.lookup, timeout=args.timeout, should_stop=stop)
         target.worker = worker

@@ -170,6 +170,10 @@ def _differing_mask(first, again, rows: int) -> torch.Tensor:
     return mask
 
 
+def _row_readable(value, rows: int) -> bool:
+    return _is_pair(value) and all(t.dim() == 2 and t.shape[0] == rows and t.device.type != "meta" for t in value)
+
+
 @dataclass
 class CallOutcome:
     """What calling a candidate on one case gave. Plain data: it crosses the worker pipe."""
@@ -249,12 +253,12 @@ class CaseRunner:
         if out.difference is None:
             row = int(differs.nonzero()[0])
             example = {"call": label, "row": row, "ids": None, "weights": None, "first_ids": None, "first_weights": None}
-            if _is_pair(again) and _is_pair(first) and again[0].dim() == 2 and again[0].shape[0] == rows:
+            if _row_readable(first, rows) and _row_readable(again, rows):
                 example.update(
                     weights=again[0][row].tolist(), ids=again[1][row].tolist(),
                     first_weights=first[0][row].tolist(), first_ids=first[1][row].tolist(),
                 )  # fmt: skip
-            elif isinstance(again, str):
+            if isinstance(again, str):
                 example["message"] = again
             out.difference = example
         mask |= differs
@@ -387,9 +391,10 @@ def load_error_message(exc: BaseException) -> str:
 def _signal_name(returncode: int) -> str:
     if returncode < 0:
         try:
-            return f"{signal.Signals(-returncode).name} (signal {-returncode})"
+            name = f"{signal.Signals(-returncode).name} (signal {-returncode})"
         except ValueError:
             return f"signal {-returncode}"
+        return name + (", sent from outside: the kernel's out-of-memory killer?" if -returncode == signal.SIGKILL else "")
     return f"exit status {returncode}"
 
 
