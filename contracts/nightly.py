@@ -306,11 +306,21 @@ def _compare(bundle: Path, target: dict, upload: str | None, threshold: float) -
             "regressions": result.regressions, "changes": len(result.changes), "report": "diff.md"}  # fmt: skip
 
 
+def _positive_rows(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rows must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--rows must be >= 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m contracts.nightly", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     ap.add_argument("--out", type=Path, default=Path("reports"), help="parent folder of the bundle (default reports/)")
     ap.add_argument("--upload", metavar="URL", help="copy the bundle to URL/YYYY/MM/DD/<name>/ (any fsspec URL: file://, s3://, gs://)")
-    ap.add_argument("--rows", type=check._positive_int("--rows"), help=f"rows per check (default {GPU_ROWS:,} with a GPU, {CPU_ROWS:,} without)")
+    ap.add_argument("--rows", type=_positive_rows, help=f"rows per check (default {GPU_ROWS:,} with a GPU, {CPU_ROWS:,} without)")
     ap.add_argument("--seed", type=int, default=0, help="case seed (default 0: fixed, so that night-to-night diffs compare like with like)")
     ap.add_argument("--device", choices=["cpu", "cuda"], help="run every check on this device (default: cuda where a candidate runs there and a GPU is present)")
     ap.add_argument("--candidates", metavar="A,B", help="check only these candidates (default: every registered one)")
