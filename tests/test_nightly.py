@@ -113,3 +113,39 @@ def test_an_upload_that_would_overwrite_fails_with_exit_4(tmp_path, monkeypatch,
 @pytest.mark.parametrize("args", [["--candidates", "no-such-router"], ["--rows", "0"], ["--fail-on", "sometimes"]])
 def test_usage_errors_exit_2(tmp_path, args):
     assert nightly.main(["--out", str(tmp_path), *args]) == 2
+
+
+def test_junit_failures_crashes_and_declared_deviations(tmp_path):
+    from contracts.junit import entries_for_bundle, write_junit
+
+    bundle = tmp_path / "nightly-x"
+    check_dir = bundle / "candidates" / "mine"
+    check_dir.mkdir(parents=True)
+    summary = {"candidate": "my.pkg:route", "contract": "aiter", "against": None, "device": "cpu", "status": "fail", "duration_s": 1.5,
+               "clauses": {"tie_order": 3, "nan_last": 0}, "expected_deviations": {"nan_last": {"reason": "NaN first", "rows": 2, "observed": True}},
+               "families": {"all_equal": {"rows": 8, "rows_skipped": 0, "clauses": {"tie_order": 3}},
+                            "nan_dense": {"rows": 4, "rows_skipped": 0, "clauses": {}},
+                            "strided": {"rows": 0, "rows_skipped": 64, "clauses": {}}}}  # fmt: skip
+    (check_dir / "summary.json").write_text(json.dumps(summary))
+    detail = {"family": "all_equal", "case": "all_equal:1:8", "row": 2, "clause": "tie_order", "verdict": "mismatch", "reason": "other priority <&>",
+              "expected_ids": [252, 253], "actual_ids": [0, 1], "replay": "python -m contracts.check --candidate my.pkg:route --replay all_equal:1:8 --row 2"}  # fmt: skip
+    (check_dir / "details.json").write_text(json.dumps([detail]))
+    (check_dir / "mismatches.csv").write_text("family,case,row,col,clause,verdict,reason\nnan_dense,nan_dense:5:4,0,3,nan_last,expected,x\n")
+    crash = "Traceback (most recent call last):\n  ...\nRuntimeError: boom \x00"
+    (bundle / "nightly.json").write_text(json.dumps({"candidates": {
+        "my.pkg:route": {"status": "fail", "bundle": "candidates/mine"},
+        "other": {"status": "error", "reason": "contracts.check raised RuntimeError: boom", "traceback": crash}},
+        "pairs": {"a vs b": {"status": "skipped", "reason": "only on rocm hosts"}},
+        "probe": {"status": "not available", "reason": "probe not available"}, "bench": {"status": "skipped", "reason": "no GPU"}}))  # fmt: skip
+    entries, tools = entries_for_bundle(bundle)
+    root = ET.parse(write_junit(tmp_path / "junit.xml", entries, tools)).getroot()
+    cases = {(c.get("classname"), c.get("name")): c for c in root.iter("testcase")}
+    failure = cases[("contracts.my_pkg_route.all_equal", "tie_order")].find("failure")
+    assert failure.get("message") == "3 of 8 rows of family all_equal break clause tie_order"
+    assert "other priority <&>" in failure.text and "replay: python -m contracts.check --candidate my.pkg:route" in failure.text
+    assert "declared deviation: NaN first" in cases[("contracts.my_pkg_route.nan_dense", "nan_last")].find("system-out").text
+    assert cases[("contracts.my_pkg_route.nan_dense", "tie_order")].find("failure") is None
+    assert "not covered" in cases[("contracts.my_pkg_route.strided", "tie_order")].find("skipped").get("message")
+    assert "RuntimeError: boom" in cases[("contracts.other", "run")].find("error").text
+    assert cases[("contracts.a-vs-b", "available")].find("skipped").get("message") == "only on rocm hosts"
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("10", "1", "1")  # 3 families x 2 clauses, a crash, a pair, probe, bench
