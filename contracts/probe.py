@@ -244,9 +244,11 @@ def _recover(asker: _Asker, experts: int, topk: int, batch: int, gen: torch.Gene
         if remaining:
             set_index = len(rows)
             rows.append(_set_row(remaining, experts))
-        logits = _other_values(gen, batch, experts)
-        logits[: len(rows)] = torch.stack(rows)
-        answers = asker.ask(logits)
+        answers = []
+        if rows:  # (sets of one expert need no ordering rows)
+            logits = _other_values(gen, batch, experts)
+            logits[: len(rows)] = torch.stack(rows)
+            answers = asker.ask(logits)
         for members, (start, n) in zip(pending, spans):
             rows_asked = list(range(start, start + n))
             order.extend(

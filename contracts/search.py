@@ -55,7 +55,7 @@ from .environment import environment
 from .families import Case, CaseSpec
 from .registry import Candidate, CandidateLoadError, DuplicateCandidateError, get_candidate
 
-__all__ = ["Finding", "SearchResult", "main", "replay", "search"]
+__all__ = ["Finding", "SearchResult", "SearchSetupError", "load_minimal", "main", "replay", "search"]
 
 SCHEMA_VERSION = 1
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -66,6 +66,10 @@ _DTYPE_PAIRS = (("bfloat16", "float32"), ("bfloat16", "bfloat16"), ("float32", "
 
 class UsageError(Exception):
     """Bad command-line input; the message says what to change."""
+
+
+class SearchSetupError(ValueError):
+    """The search cannot run for this candidate (bad budget, no covered shapes, nothing generated is covered)."""
 
 
 @dataclass
@@ -188,15 +192,15 @@ def search(
     from hypothesis import HealthCheck, Phase, assume, given, settings
     from hypothesis import seed as hypothesis_seed
     from hypothesis.database import DirectoryBasedExampleDatabase
-    from hypothesis.errors import Flaky
+    from hypothesis.errors import Flaky, Unsatisfiable
     from hypothesis.reporting import with_reporter
 
     if examples < 1:
-        raise ValueError(f"examples={examples} must be >= 1")
+        raise SearchSetupError(f"examples={examples} must be >= 1")
     contract = contract or candidate.contract
     shapes, pairs = _covered_space(candidate)
     if not shapes:
-        raise ValueError(f"{candidate.name} covers none of the shapes {list(strat.SHAPES)} with bf16/fp32 logits")
+        raise SearchSetupError(f"{candidate.name} covers none of the shapes {list(strat.SHAPES)} with bf16/fp32 logits")
     route = candidate.route_under(contract)
     deviations = candidate.deviations(contract)
     result = SearchResult(candidate.name, contract, device, shapes=shapes)
@@ -236,6 +240,8 @@ def search(
     try:
         with with_reporter(result.hypothesis_log.append):
             contract_holds()
+    except Unsatisfiable as exc:
+        raise SearchSetupError(f"{candidate.name} covers too few of the generated inputs to search: {exc}") from None
     except BaseException as exc:  # noqa: BLE001 -- sorted below; anything else re-raised
         found = _mismatches(exc)
         if not found:
@@ -304,7 +310,8 @@ def _row_text(label: str, values: torch.Tensor, limit: int = 40) -> str:
 
 
 def side_by_side(f: Finding, contract: str) -> list[str]:
-    """The failing row: its inputs in compact form, then expected vs actual, slot by slot."""
+    """The failing row: its inputs in compact form, then expected vs actual, slot by slot
+    (``*`` marks a different expert, ``~`` a weight outside the contract's tolerance)."""
     scores, bias = f.scores, f.bias
     rows, experts = scores.shape
     lines = [
@@ -320,9 +327,11 @@ def side_by_side(f: Finding, contract: str) -> list[str]:
         return lines
     _, ranking = oracle.ranking_values(scores[f.row : f.row + 1].contiguous(), bias, contract)
     ranking = ranking[0]
+    c = oracle.get_contract(contract)
     lines.append(f"{'slot':>4}  {'expected':>8} {'actual':>8}  {'exp weight':>13} {'act weight':>13}  {'rank value exp':>15} {'rank value act':>15}")
     for j, (ie, ia, we, wa) in enumerate(zip(d["expected_ids"], d["actual_ids"], d["expected_weights"], d["actual_weights"])):
-        mark = " " if ie == ia else "*"
+        close = (we != we and wa != wa) or abs(wa - we) <= c.weight_atol + c.weight_rtol * abs(we)
+        mark = "*" if ie != ia else (" " if close else "~")
         ra = _fmt(float(ranking[ia])) if 0 <= ia < experts else "-"
         lines.append(f"{j:>4}{mark} {ie:>8} {ia:>8}  {_fmt(we):>13} {_fmt(wa):>13}  {_fmt(float(ranking[ie])):>15} {ra:>15}")
     return lines
@@ -374,7 +383,7 @@ def write_search_bundle(out: Path, result: SearchResult, *, command: str, seed: 
     }
     write_json(out / "search.json", doc)
     md = [f"# Search: {status.upper()} `{result.candidate}` under `{result.contract}` ({result.device})", ""]
-    md.append(f"{result.examples_run} examples, seed {seed}, database `{database}`. Command: `{command}`")
+    md.append(f"{result.examples_run} inputs tried (generation and shrinking), seed {seed}, database `{database}`. Command: `{command}`")
     md.append("")
     if not minimal:
         md.append("No unexpected mismatch (near ties and declared deviations are not failures).")
@@ -390,9 +399,24 @@ def write_search_bundle(out: Path, result: SearchResult, *, command: str, seed: 
 # -- replay -----------------------------------------------------------------------------
 
 
+_MINIMAL_KEYS = ("scores", "bias", "topk", "renormalize", "routed_scaling_factor")
+
+
+def load_minimal(path: Path) -> dict:
+    """A ``minimal.pt`` as a dict; ``ValueError`` naming the file if it is not one."""
+    try:
+        data = torch.load(path, weights_only=True)
+    except Exception as exc:  # torch raises several kinds for a file that is not a checkpoint
+        raise ValueError(f"{path} could not be read as a minimal.pt ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    missing = [k for k in _MINIMAL_KEYS if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise ValueError(f"{path} is not a contracts.search minimal.pt: it lacks {', '.join(missing)}")
+    return data
+
+
 def replay(path: Path, candidate: Candidate, *, contract: str | None = None, device: str = "cpu") -> int:
     """Re-run a saved minimal input; print expected vs actual; 1 if it still fails, 0 if not."""
-    data = torch.load(path, weights_only=True)
+    data = load_minimal(path)
     contract = contract or data.get("contract") or candidate.contract
     scores, bias = data["scores"], data["bias"]
     args = (data["topk"], bool(data["renormalize"]), float(data["routed_scaling_factor"]))
@@ -453,7 +477,13 @@ def _run(args, command: str) -> int:
     if args.replay:
         if not args.replay.is_file():
             raise UsageError(f"--replay {args.replay} is not a file; give the minimal.pt of a search bundle")
-        name = args.candidate or torch.load(args.replay, weights_only=True)["candidate"]
+        try:
+            saved = load_minimal(args.replay)
+        except ValueError as exc:
+            raise UsageError(f"--replay: {exc}") from None
+        name = args.candidate or saved.get("candidate")
+        if not name:
+            raise UsageError("--replay: the file names no candidate; pass --candidate NAME")
     elif not args.candidate:
         raise UsageError("--candidate NAME is required (or --replay MINIMAL.pt)")
     else:
@@ -473,9 +503,13 @@ def _run(args, command: str) -> int:
     out = args.out or Path("reports") / f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-search-{safe}"
     database = None if args.no_database else args.database
     start = time.perf_counter()
-    result = search(candidate, contract=args.contract, device=device, examples=args.examples, seed=args.seed, database=database)
+    try:
+        result = search(candidate, contract=args.contract, device=device, examples=args.examples, seed=args.seed, database=database)
+    except SearchSetupError as exc:
+        print(f"unavailable: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     doc = write_search_bundle(out, result, command=command, seed=args.seed, database=database, duration=time.perf_counter() - start)
-    head = f"search {candidate.name} under {result.contract} on {device}: {result.examples_run} examples"
+    head = f"search {candidate.name} under {result.contract} on {device}: {result.examples_run} inputs tried (generation and shrinking)"
     if not result.findings:
         print(f"{head}: no unexpected mismatch")
         print(f"bundle: {out}")

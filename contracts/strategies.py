@@ -27,6 +27,7 @@ where the candidate ``covers`` them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -53,6 +54,15 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 # First entries are the shrink targets. 20 and 100 saturate the sigmoid to 1.0, -120 to 0.0.
 LOGIT_PALETTE = (0.0, 1.0, -1.0, 2.0, 0.5, 3.0, -2.0, 20.0, 100.0, -120.0, -0.0, math.nan, math.inf, -math.inf, 1.5, 4.0, -4.0)
 BIAS_PALETTE = (0.0, 0.5, -0.5, 1.0, 2.0**-9, -(2.0**-9), 2.0**-8, -0.0, -math.inf, math.inf, math.nan, 1e-3, 2.0**-140)
+# Palettes that make rare conjunctions likely: the whole example draws its logits
+# and biases from one theme ("any" is the shrink target).
+THEMES: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "any": (LOGIT_PALETTE, BIAS_PALETTE),
+    "sigmoid_zero": ((-120.0, -math.inf, -200.0, -104.0, -90.0), (0.0, 1.0, 0.5, -math.inf, 2.0**-140)),
+    "nan_and_inf": ((math.nan, -math.inf, math.inf, 0.0, -120.0), (0.0, -math.inf, math.nan, math.inf, -1.0)),
+    "saturated": ((20.0, 100.0, 17.0, 30.0, -120.0, 0.0), (0.0, 2.0**-9, -(2.0**-9), 2.0**-24)),
+    "signed_zero": ((0.0, -0.0, 1.0), (0.0, -0.0, -0.5, 0.5)),
+}
 STRIDES = (1, 3, 5, 11, 65, 129, 257)
 PAD_ROWS = (0, 1, 6, 63, 383, 1024)
 SCALING = (1.0, 2.5, 2.827)
@@ -62,35 +72,43 @@ SCALING = (1.0, 2.5, 2.827)
 class Fill:
     """What a row's experts hold before patches.
 
-    ``constant``: ``value`` everywhere. ``levels``: each expert one of
-    ``values`` (few distinct values: ties everywhere). ``noise``: normal
-    logits times ``scale``. ``band``: ``value + U(0, scale)`` (a narrow band:
-    exact and near ties in bf16). ``specials``: noise with NaN, +inf, -inf at
-    rate ``rate`` each. Random kinds draw from a generator seeded with ``seed``.
+    ``constant``: ``base`` everywhere. The random kinds give ``density``
+    percent of the experts a random value and ``base`` to the rest; a lower
+    density keeps a subset of the same experts with the same values, so
+    shrinking the density thins a random row out towards a constant one.
+    ``levels``: one of ``values`` (few distinct values: ties everywhere).
+    ``noise``: normal logits times ``scale``. ``band``: ``offset + U(0, scale)``
+    (a narrow band: exact and near ties in bf16). ``specials``: noise with
+    NaN, +inf and -inf at ``rate`` each. Random draws are seeded with ``seed``.
     """
 
     kind: str = "constant"
-    value: float = 0.0
+    base: float = 0.0
+    density: int = 100
     values: tuple[float, ...] = ()
+    offset: float = 0.0
     scale: float = 1.0
     rate: float = 0.0
     seed: int = 0
 
     def make(self, experts: int) -> torch.Tensor:
-        gen = torch.Generator().manual_seed(self.seed)
+        row = torch.full((experts,), self.base, dtype=torch.float32)
         if self.kind == "constant":
-            return torch.full((experts,), self.value, dtype=torch.float32)
+            return row
+        gen = torch.Generator().manual_seed(self.seed)
         if self.kind == "levels":
-            pick = torch.randint(0, len(self.values), (experts,), generator=gen)
-            return torch.tensor(self.values, dtype=torch.float32)[pick]
-        if self.kind == "band":
-            return self.value + torch.rand(experts, generator=gen) * self.scale
-        row = torch.randn(experts, generator=gen) * self.scale
-        if self.kind == "specials":
-            u = torch.rand(experts, generator=gen)
-            row[u < self.rate] = math.nan
-            row[(u >= self.rate) & (u < 2 * self.rate)] = math.inf
-            row[(u >= 2 * self.rate) & (u < 3 * self.rate)] = -math.inf
+            drawn = torch.tensor(self.values, dtype=torch.float32)[torch.randint(0, len(self.values), (experts,), generator=gen)]
+        elif self.kind == "band":
+            drawn = self.offset + torch.rand(experts, generator=gen) * self.scale
+        else:
+            drawn = torch.randn(experts, generator=gen) * self.scale
+            if self.kind == "specials":
+                u = torch.rand(experts, generator=gen)
+                drawn[u < self.rate] = math.nan
+                drawn[(u >= self.rate) & (u < 2 * self.rate)] = math.inf
+                drawn[(u >= 2 * self.rate) & (u < 3 * self.rate)] = -math.inf
+        chosen = torch.rand(experts, generator=torch.Generator().manual_seed(self.seed ^ 0x5EED)) * 100 < self.density
+        row[chosen] = drawn[chosen]
         return row
 
 
@@ -135,9 +153,10 @@ class RoutingExample:
     rows: tuple[Row, ...] = (Row(),)
     bias: Row = Row()
     bias_ties: tuple[BiasTie, ...] = ()
-    pad_rows: int = 0  # extra rows of normal logits around the rows above
+    pad_rows: int = 0  # extra rows around the described ones ("other rows, other values")
     position: int = 0  # index of the first described row inside the padded batch
-    pad_seed: int = 0
+    pad: Fill = Fill("noise", scale=2.0)  # padding row i uses this fill with seed + i
+    theme: str = "any"  # the palette the values came from (see THEMES)
     row_offset: int = 0  # > 0: scores are a column slice of a wider buffer starting at this column
     contract: str = "aiter"  # whose sigmoid BiasTie solves with
     _cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
@@ -154,9 +173,12 @@ class RoutingExample:
             for p in row.patches:
                 values[p.experts(e)] = p.value
             described.append(values)
-        pad = torch.randn(self.pad_rows, e, generator=torch.Generator().manual_seed(self.pad_seed)) * 2.0
         pos = min(self.position, self.pad_rows)
-        x = torch.cat([pad[:pos], torch.stack(described), pad[pos:]]) if self.pad_rows else torch.stack(described)
+        if self.pad_rows:
+            pad = [dataclasses.replace(self.pad, seed=self.pad.seed + i).make(e) for i in range(self.pad_rows)]
+            x = torch.stack(pad[:pos] + described + pad[pos:])
+        else:
+            x = torch.stack(described)
         bias = self.bias.fill.make(e)
         for p in self.bias.patches:
             bias[p.experts(e)] = p.value
@@ -214,31 +236,33 @@ def _bf16(x: float) -> float:
     return float(torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).float())
 
 
-def logit_values() -> st.SearchStrategy[float]:
+def logit_values(palette=LOGIT_PALETTE) -> st.SearchStrategy[float]:
     """Palette values first (few distinct values, specials), then any bf16-grid value in [-16, 16]."""
     return st.one_of(
-        st.sampled_from(LOGIT_PALETTE),
+        st.sampled_from(palette),
         st.floats(-16, 16, width=32).map(_bf16),
         st.floats(-100, 100, width=32),
     )
 
 
-def bias_values() -> st.SearchStrategy[float]:
+def bias_values(palette=BIAS_PALETTE) -> st.SearchStrategy[float]:
     return st.one_of(
-        st.sampled_from(BIAS_PALETTE),
+        st.sampled_from(palette),
         st.integers(-64, 64).map(lambda i: i * 2.0**-9),
         st.floats(-1, 1, width=32),
     )
 
 
-def fills(values: st.SearchStrategy[float], *, noise_scales=(0.5, 2.0, 8.0)) -> st.SearchStrategy[Fill]:
+def fills(values: st.SearchStrategy[float], constants: st.SearchStrategy[float], *, noise_scales=(0.5, 2.0, 8.0)) -> st.SearchStrategy[Fill]:
+    """A constant fill (from ``constants``, the palette) or a random one thinned to ``density`` percent."""
     seeds = st.integers(0, 2**31 - 1)
+    density = st.integers(0, 100)
     return st.one_of(
-        st.builds(Fill, kind=st.just("constant"), value=values),
-        st.builds(Fill, kind=st.just("levels"), values=st.lists(values, min_size=2, max_size=4).map(tuple), seed=seeds),
-        st.builds(Fill, kind=st.just("noise"), scale=st.sampled_from(noise_scales), seed=seeds),
-        st.builds(Fill, kind=st.just("band"), value=st.sampled_from((1.5, 0.0, -3.0, 8.0)), scale=st.sampled_from((1.0, 0.1)), seed=seeds),
-        st.builds(Fill, kind=st.just("specials"), scale=st.sampled_from(noise_scales), rate=st.sampled_from((0.01, 0.05, 0.3)), seed=seeds),
+        st.builds(Fill, kind=st.just("constant"), base=constants),
+        st.builds(Fill, kind=st.just("levels"), base=constants, density=density, values=st.lists(values, min_size=2, max_size=4).map(tuple), seed=seeds),
+        st.builds(Fill, kind=st.just("noise"), base=constants, density=density, scale=st.sampled_from(noise_scales), seed=seeds),
+        st.builds(Fill, kind=st.just("band"), base=constants, density=density, offset=st.sampled_from((1.5, 0.0, -3.0, 8.0)), scale=st.sampled_from((1.0, 0.1)), seed=seeds),
+        st.builds(Fill, kind=st.just("specials"), base=constants, density=density, scale=st.sampled_from(noise_scales), rate=st.sampled_from((0.01, 0.05, 0.3)), seed=seeds),
     )
 
 
@@ -253,25 +277,30 @@ def patches(experts: int, values: st.SearchStrategy[float]) -> st.SearchStrategy
 
 
 @st.composite
-def cutoff_pool(draw, experts: int, topk: int) -> tuple[Patch, ...]:
-    """``a < k`` experts strictly above a pool of ``p > k - a`` tied experts: the cutoff falls in the pool."""
+def cutoff_pool(draw, experts: int, topk: int, palette=LOGIT_PALETTE) -> tuple[Patch, ...]:
+    """``a < k`` experts above a pool of ``p > k - a`` tied experts: the cutoff falls in the pool.
+
+    "Above" has the larger logit; with the "saturated" theme both may still
+    have a sigmoid of exactly 1.0, which makes one bigger pool.
+    """
     above = draw(st.integers(0, topk - 1))
     pool = draw(st.integers(topk - above + 1, max(topk - above + 1, min(experts - above, 4 * topk))))
-    tie = draw(st.sampled_from((1.0, 2.0, 20.0, 0.0, -1.0, 100.0)))
-    high = draw(st.sampled_from((4.0, 100.0, 20.0, 3.0)))
+    finite = sorted(v for v in palette if math.isfinite(v)) or [0.0]
+    tie = draw(st.sampled_from(finite))
+    high = draw(st.sampled_from([v for v in finite if v > tie] or [tie + 1.0]))
     start = draw(st.integers(0, experts - 1))
     stride = draw(st.sampled_from(STRIDES))
     runs = [Patch(tie, (start + above * stride) % experts, pool, stride)]
     if above:
-        runs.insert(0, Patch(max(high, tie + 1.0), start, above, stride))
+        runs.insert(0, Patch(high, start, above, stride))
     return tuple(runs)
 
 
 @st.composite
-def rows(draw, experts: int, topk: int) -> Row:
-    values = logit_values()
-    fill = draw(fills(values))
-    extra = draw(st.one_of(st.just(()), cutoff_pool(experts, topk)))
+def rows(draw, experts: int, topk: int, palette=LOGIT_PALETTE) -> Row:
+    values = logit_values(palette)
+    fill = draw(fills(values, st.sampled_from(palette)))
+    extra = draw(st.one_of(st.just(()), cutoff_pool(experts, topk, palette)))
     return Row(fill, extra + tuple(draw(st.lists(patches(experts, values), max_size=6))))
 
 
@@ -289,10 +318,12 @@ def routing_examples(
     filtered to what the candidate covers; the first of each is the shrink target."""
     experts, topk = draw(st.sampled_from(shapes))
     dtype, bias_dtype = draw(st.sampled_from(dtypes))
-    described = tuple(draw(st.lists(rows(experts, topk), min_size=1, max_size=max_rows)))
-    bias_values_ = bias_values()
+    theme = draw(st.sampled_from(tuple(THEMES)))
+    logit_palette, bias_palette = THEMES[theme]
+    described = tuple(draw(st.lists(rows(experts, topk, logit_palette), min_size=1, max_size=max_rows)))
+    bias_values_ = bias_values(bias_palette)
     bias = Row(
-        draw(st.one_of(st.just(Fill()), fills(bias_values_, noise_scales=(0.05, 0.5)))),
+        draw(st.one_of(st.just(Fill()), fills(bias_values_, st.sampled_from(bias_palette), noise_scales=(0.05, 0.5)))),
         tuple(draw(st.lists(patches(experts, bias_values_), max_size=4))),
     )
     ties = tuple(
@@ -323,7 +354,8 @@ def routing_examples(
         bias_ties=ties,
         pad_rows=pad,
         position=draw(st.integers(0, pad)) if pad else 0,
-        pad_seed=draw(st.integers(0, 2**31 - 1)) if pad else 0,
+        pad=draw(st.builds(Fill, kind=st.just("noise"), base=st.sampled_from(logit_palette), density=st.integers(0, 100), scale=st.just(2.0), seed=st.integers(0, 2**31 - 1))) if pad else Fill("noise", scale=2.0),
+        theme=theme,
         row_offset=draw(st.sampled_from((0, 0, 1, 33))),
         contract=contract,
     )
