@@ -30,6 +30,7 @@ import oracle
 __all__ = ["CaseOutcome", "Expected", "compare_case", "expected_for", "ulp_distance"]
 
 VERDICTS = ("exact", "within_tolerance", "near_tie", "mismatch", "expected")
+DETAILS_PER_CLAUSE = 5
 
 
 @dataclass
@@ -64,7 +65,7 @@ def _f32_ulp(value: float) -> float:
 
 def expected_for(case, contract: oracle.Contract) -> Expected:
     """The oracle's answer for ``case`` under ``contract``, with its ranking data."""
-    weights, ids = oracle.route(
+    weights, ids, sig, ranking = oracle.route_with_values(
         case.scores,
         case.bias,
         case.topk,
@@ -72,7 +73,6 @@ def expected_for(case, contract: oracle.Contract) -> Expected:
         routed_scaling_factor=case.routed_scaling_factor,
         contract=contract,
     )
-    sig, ranking = oracle.ranking_values(case.scores, case.bias, contract)
     return Expected(weights, ids, sig, ranking, oracle.rank_keys(ranking))
 
 
@@ -106,14 +106,14 @@ def _weights_close(a, e, c: oracle.Contract):
     return torch.isclose(a, e, rtol=c.weight_rtol, atol=c.weight_atol, equal_nan=True)
 
 
-def _signed_zero_orders(case, exp: Expected, c: oracle.Contract) -> list[torch.Tensor]:
-    """Ids a router would give if it ranked -0.0 inputs below (or above) +0.0 ones.
+def _signed_zero_orders(case, keys, c: oracle.Contract, rows) -> list[torch.Tensor]:
+    """Ids a router would give for ``rows`` if it ranked -0.0 inputs below (or above) +0.0 ones.
 
     Counterfactual attribution: a row is blamed on ``signed_zero`` only when the
     candidate's ids equal one of these exactly, never because zeros were merely
     present (a random tie order would then be blamed too).
     """
-    x, b = case.scores.float(), case.bias.float()
+    x, b = case.scores[rows].float(), case.bias.float()
     negative_zero = ((x == 0) & torch.signbit(x)).long() + ((b == 0) & torch.signbit(b)).long()
     if not bool(negative_zero.any()):
         return []
@@ -122,17 +122,68 @@ def _signed_zero_orders(case, exp: Expected, c: oracle.Contract) -> list[torch.T
     orders = []
     for rank_negative_lower in (True, False):
         s = negative_zero if rank_negative_lower else 2 - negative_zero
-        comp = exp.keys.long() * (3 * experts) + (2 - s) * experts + (experts - 1 - priority)
-        orders.append(torch.topk(comp, k, dim=1).indices.to(torch.int32))
+        comp = keys.long() * (3 * experts) + (2 - s) * experts + (experts - 1 - priority)
+        orders.append(torch.topk(comp, k, dim=1).indices)
     return orders
 
 
-def _row_facts(exp: Expected, topk: int):
+def _row_facts(keys, ranking, ids, topk: int):
     """Per row: size of the tie group at the cutoff, whether it straddles, NaN count."""
-    cutoff = exp.keys.gather(1, exp.ids.long()[:, topk - 1 : topk])
-    group = (exp.keys == cutoff).sum(1)
-    inside = (exp.keys.gather(1, exp.ids.long()) == cutoff).sum(1)
-    return group, group > inside, torch.isnan(exp.ranking).sum(1)
+    cutoff = keys.gather(1, ids[:, topk - 1 : topk])
+    group = (keys == cutoff).sum(1)
+    inside = (keys.gather(1, ids) == cutoff).sum(1)
+    return group, group > inside, torch.isnan(ranking).sum(1)
+
+
+def _fast_attribution(case, c, bad_t, e, a, keys, ranking, ids_equal, invalid) -> list:
+    """Vectorized attribution of the common row shapes; ``None`` where the per-row path must decide.
+
+    - aiter's round index (slot j holds id j where only -inf/NaN were left) -> nan_last;
+    - more NaN experts chosen than expected (NaN over a number) -> nan_last;
+    - every slot's key equal to the expected slot's key, ids differing: an exact tie
+      broken the wrong way (tie_order), or a coincidental one (near_tie); unless
+      the output is the signed-zero counterfactual (signed_zero).
+    """
+    rows, k = e.shape
+    verdict = [None] * rows
+    ke, ka = keys.gather(1, e), keys.gather(1, a)
+    nan_e, nan_a = ke == oracle.NAN_KEY, ka == oracle.NAN_KEY
+    differs = ~ids_equal
+    if c.name == "aiter":
+        slot = torch.arange(k, device=e.device)
+        neg_inf_e = ranking.gather(1, e) == -float("inf")
+        round_index = ((a == slot) & (e != slot) & (nan_e | neg_inf_e)).any(1)
+        nan_over_number = ~invalid & differs & ~round_index & (nan_a.sum(1) > nan_e.sum(1))
+    else:
+        round_index = nan_over_number = torch.zeros_like(differs)
+    slot_ok = (ka == ke).all(1) & ~nan_e.any(1) & ~nan_a.any(1)
+    if c.name == "serial":
+        slot_ok &= (ranking.gather(1, e) > oracle.SERIAL_SENTINEL).all(1)
+    tie_like = ~invalid & differs & slot_ok & ~round_index
+    signed = torch.zeros_like(tie_like)
+    for alt in _signed_zero_orders(case, keys, c, bad_t):
+        signed |= (alt == a).all(1)
+    # Exact ties: equal inputs, both logits saturated, or an infinite ranking value.
+    x, b = case.scores[bad_t].float(), case.bias.float()
+    xe, xa, be, ba = x.gather(1, e), x.gather(1, a), b[e], b[a]
+    same_x = (xe == xa) | (torch.isnan(xe) & torch.isnan(xa))
+    same_b = (be == ba) | (torch.isnan(be) & torch.isnan(ba))
+    saturated = ((xe >= 20) & (xa >= 20)) | ((xe <= -104) & (xa <= -104))
+    exact_slot = torch.isinf(ranking.gather(1, e)) | (same_b & (same_x | saturated)) | (e == a)
+    exact_tie = exact_slot.all(1)
+    codes = torch.where(round_index, 1, torch.where(nan_over_number, 2, torch.where(tie_like & signed, 3,
+            torch.where(tie_like & exact_tie, 4, torch.where(tie_like, 5, 0))))).tolist()  # fmt: skip
+    meaning = {
+        1: ("nan_last", "round index emitted as the expert id where only -inf/NaN remain"),
+        2: ("nan_last", "a NaN expert was chosen over a number"),
+        3: ("signed_zero", "the output is what ranking -0.0 and +0.0 inputs apart would give"),
+        4: ("tie_order", "every slot holds an expert of the expected key: exact ties broken against the tie priority"),
+        5: ("near_tie", "different inputs that happen to round to equal ranking values, ordered otherwise"),
+    }
+    for i, code in enumerate(codes):
+        if code:
+            verdict[i] = meaning[code]
+    return verdict
 
 
 class _RowAttribution:
@@ -199,11 +250,9 @@ class _RowAttribution:
     def _is_nan(self, expert):
         return 0 <= expert < self.experts and self.keys[expert] == oracle.NAN_KEY
 
-    def ids(self, signed_zero_match: bool = False) -> tuple[str, str]:
+    def ids(self) -> tuple[str, str]:
         """(clause or 'near_tie', reason) for a row whose ids differ."""
         e, a, k = self.e, self.a, self.k
-        if signed_zero_match:
-            return "signed_zero", "the output is what ranking -0.0 and +0.0 inputs apart would give"
         diff = [j for j in range(k) if e[j] != a[j]]
         if self.c.name == "serial":
             valid = self.valid
@@ -331,82 +380,93 @@ def compare_case(
         return out
 
     # Only the rows that need it travel to Python.
-    group, straddles, nan_count = _row_facts(exp, k)
-    priority = oracle.tie_priority(case.scores.shape[1], contract.tie_rule).tolist()
     bad_t = torch.tensor(bad, device=ids_exp.device)
+    e_b, a_b = ids_exp[bad_t].long(), ids_act[bad_t].long().clamp(0, experts - 1)
+    keys_b, rank_b = exp.keys[bad_t], exp.ranking[bad_t]
+    group, straddles, nan_count = _row_facts(keys_b, rank_b, e_b, k)
+    fast = _fast_attribution(case, c, bad_t, e_b, a_b, keys_b, rank_b, ids_equal[bad_t], invalid_rows[bad_t])
     sel = {
         "e": ids_exp[bad_t].tolist(),
         "a": ids_act[bad_t].tolist(),
         "we": w_exp[bad_t].tolist(),
         "wa": w_act[bad_t].tolist(),
-    }
-    # Only the columns attribution looks at: the row's expected and actual experts.
-    cols = torch.cat([ids_exp[bad_t].long(), ids_act[bad_t].long().clamp(0, experts - 1)], dim=1)
-    cols_list = cols.tolist()
-    for name, matrix in (("keys", exp.keys), ("ranking", exp.ranking), ("sig", exp.sig), ("scores", case.scores)):
-        sel[name] = matrix[bad_t].float().gather(1, cols).tolist() if name != "keys" else matrix[bad_t].gather(1, cols).tolist()
-    sel["bias"] = case.bias.float()[cols].tolist()
-    sel.update({
         "ids_eq": ids_equal[bad_t].tolist(),
         "invalid": invalid_rows[bad_t].tolist(),
         "out_of_range": out_of_range[bad_t].tolist(),
-        "group": group[bad_t].tolist(),
-        "straddles": straddles[bad_t].tolist(),
-        "nan": nan_count[bad_t].tolist(),
+        "group": group.tolist(),
+        "straddles": straddles.tolist(),
+        "nan": nan_count.tolist(),
         "close": close[bad_t].tolist(),
         "ulp": ulp_distance(w_act[bad_t], w_exp[bad_t]).tolist(),
-        "numbers": (~torch.isnan(exp.ranking[bad_t])).sum(1).tolist(),
-        "valid": (exp.ranking[bad_t] > oracle.SERIAL_SENTINEL).sum(1).tolist(),
-    })
-    signed = [(alt[bad_t] == ids_act[bad_t]).all(1).tolist() for alt in _signed_zero_orders(case, exp, c)]
+        "numbers": (~torch.isnan(rank_b)).sum(1).tolist(),
+        "valid": (rank_b > oracle.SERIAL_SENTINEL).sum(1).tolist(),
+    }
+    # Only the columns attribution looks at: the row's expected and actual experts.
+    cols = torch.cat([e_b, a_b], dim=1)
+    cols_list = cols.tolist()
+    for name, matrix in (("ranking", rank_b), ("sig", exp.sig[bad_t]), ("scores", case.scores[bad_t].float())):
+        sel[name] = matrix.gather(1, cols).tolist()
+    sel["keys"] = keys_b.gather(1, cols).tolist()
+    sel["bias"] = case.bias.float()[cols].tolist()
+    priority = oracle.tie_priority(experts, contract.tie_rule).tolist()
+    shown: dict[str, list[int]] = {}  # clause -> [rows shown, straddling rows shown]
+
     for i, row in enumerate(bad):
-        by_expert = {name: dict(zip(cols_list[i], sel[name][i])) for name in ("keys", "ranking", "scores", "bias", "sig")}
-        attr = _RowAttribution(
-            c, sel["e"][i], sel["a"][i], by_expert["keys"], by_expert["ranking"], by_expert["scores"], by_expert["bias"],
-            priority, sel["numbers"][i], sel["valid"][i], by_expert["sig"], experts,
-        )  # fmt: skip
-        if sel["invalid"][i]:
-            what = "an expert id out of [0, E)" if sel["out_of_range"][i] else "an expert id twice"
-            clause, reason = (c.name == "aiter" and attr.round_index()) or ("validity", f"row holds {what}")
-        elif sel["ids_eq"][i]:
-            sig_sel = [by_expert["sig"][x] for x in sel["e"][i]]
-            rank_sel = [by_expert["ranking"][x] for x in sel["e"][i]]
-            clause, reason = attr.weights(sel["we"][i], sel["wa"][i], sig_sel, rank_sel, case.renormalize, case.routed_scaling_factor)
+        if fast[i] is not None:
+            clause, reason = fast[i]
         else:
-            clause, reason = attr.ids(signed_zero_match=any(m[i] for m in signed))
+            by_expert = {name: dict(zip(cols_list[i], sel[name][i])) for name in ("keys", "ranking", "scores", "bias", "sig")}
+            attr = _RowAttribution(
+                c, sel["e"][i], sel["a"][i], by_expert["keys"], by_expert["ranking"], by_expert["scores"], by_expert["bias"],
+                priority, sel["numbers"][i], sel["valid"][i], by_expert["sig"], experts,
+            )  # fmt: skip
+            if sel["invalid"][i]:
+                what = "an expert id out of [0, E)" if sel["out_of_range"][i] else "an expert id twice"
+                clause, reason = (c.name == "aiter" and attr.round_index()) or ("validity", f"row holds {what}")
+            elif sel["ids_eq"][i]:
+                sig_sel = [by_expert["sig"][x] for x in sel["e"][i]]
+                rank_sel = [by_expert["ranking"][x] for x in sel["e"][i]]
+                clause, reason = attr.weights(sel["we"][i], sel["wa"][i], sig_sel, rank_sel, case.renormalize, case.routed_scaling_factor)
+            else:
+                clause, reason = attr.ids()
         if clause == "near_tie":
             counts["near_tie"] += 1
             kind = "near_tie"
         else:
             kind = record_rows(clause, reason, [row])
-        out.rows_detail.append(
-            {
-                "row": row,
-                "clause": clause,
-                "verdict": kind,
-                "reason": reason,
-                "expected_ids": sel["e"][i],
-                "actual_ids": sel["a"][i],
-                "expected_weights": sel["we"][i],
-                "actual_weights": sel["wa"][i],
-                "tie_group_size": sel["group"][i],
-                "straddles_cutoff": bool(sel["straddles"][i]),
-                "nan_count": sel["nan"][i],
-            }
-        )
+
+        # Row examples: a few per clause, tie-straddling ones preferred.
+        seen = shown.setdefault(clause, [0, 0])
+        if seen[0] < DETAILS_PER_CLAUSE or (sel["straddles"][i] and seen[1] < DETAILS_PER_CLAUSE):
+            seen[0] += 1
+            seen[1] += bool(sel["straddles"][i])
+            out.rows_detail.append(
+                {
+                    "row": row,
+                    "clause": clause,
+                    "verdict": kind,
+                    "reason": reason,
+                    "expected_ids": sel["e"][i],
+                    "actual_ids": sel["a"][i],
+                    "expected_weights": sel["we"][i],
+                    "actual_weights": sel["wa"][i],
+                    "tie_group_size": sel["group"][i],
+                    "straddles_cutoff": bool(sel["straddles"][i]),
+                    "nan_count": sel["nan"][i],
+                }
+            )
         if len(out.cells) < max_cells:
             for col in range(k):
                 ide, ida = sel["e"][i][col], sel["a"][i][col]
                 if ide != ida or not sel["close"][i][col]:
-                    we, wa = sel["we"][i][col], sel["wa"][i][col]
                     out.cells.append(
                         {
                             "row": row,
                             "col": col,
                             "expected_id": ide,
                             "actual_id": ida,
-                            "expected_weight": we,
-                            "actual_weight": wa,
+                            "expected_weight": sel["we"][i][col],
+                            "actual_weight": sel["wa"][i][col],
                             "weight_ulp": sel["ulp"][i][col],
                             "clause": clause,
                             "verdict": kind,

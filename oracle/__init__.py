@@ -9,6 +9,7 @@ only torch. Public surface:
 - ``tie_priority(E, rule)`` / ``tie_order(E, rule)``: the tie permutations
 - ``rank_keys(values)``: the fp32 -> ordered int32 key map
 - ``ranking_values(scores, bias, contract)``: ``(sig, sig + bias)`` in fp32
+- ``route_with_values(...)``: ``route`` plus the ``sig`` and ``ranking`` it used
 
 The contracts, clause by clause
 -------------------------------
@@ -32,7 +33,7 @@ tolerance         rtol 1e-5, atol 1e-6; ids exact             rtol 1e-5, atol 1e
 
 from ._contracts import CLAUSE_NAMES, CONTRACTS, Clause, Contract, get_contract
 from ._keys import NAN_KEY, rank_keys
-from ._route import SERIAL_SENTINEL, ranking_values, route
+from ._route import SERIAL_SENTINEL, ranking_values, route, route_with_values
 from ._tie_priority import LANE_RANK, TIE_RULES, tie_order, tie_priority
 from ._validate import LOGIT_DTYPES, RoutingArgumentError
 
@@ -51,6 +52,7 @@ __all__ = [
     "rank_keys",
     "ranking_values",
     "route",
+    "route_with_values",
     "tie_order",
     "tie_priority",
 ]

@@ -29,7 +29,7 @@ from ._keys import NAN_KEY, rank_keys
 from ._tie_priority import tie_priority
 from ._validate import check_route_args
 
-__all__ = ["SERIAL_SENTINEL", "ranking_values", "route", "sigmoid"]
+__all__ = ["SERIAL_SENTINEL", "ranking_values", "route", "route_with_values", "sigmoid"]
 
 SERIAL_SENTINEL = -1e30
 _CHUNK_ROWS_CPU = 1024
@@ -145,29 +145,49 @@ def route(
     bf16/fp16/fp32 logits, row-strided inputs (column stride 1), any
     ``1 <= topk <= E``.
     """
+    return _route(scores, bias, topk, renormalize, routed_scaling_factor, contract, keep_values=False)[:2]
+
+
+def route_with_values(
+    scores: torch.Tensor,
+    bias: torch.Tensor,
+    topk: int,
+    *,
+    renormalize: bool = True,
+    routed_scaling_factor: float = 1.0,
+    contract: str | Contract = "aiter",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``route`` plus the fp32 ``sig`` and ``ranking`` ``[M, E]`` it ranked with (for explaining mismatches)."""
+    return _route(scores, bias, topk, renormalize, routed_scaling_factor, contract, keep_values=True)
+
+
+def _route(scores, bias, topk, renormalize, routed_scaling_factor, contract, *, keep_values):
     c = get_contract(contract)
     check_route_args(scores, bias, topk, renormalize, routed_scaling_factor)
     rows, experts = scores.shape
+    device = scores.device
+    weights = torch.empty((rows, topk), dtype=torch.float32, device=device)
+    ids = torch.empty((rows, topk), dtype=torch.int32, device=device)
+    values = [torch.empty((rows, experts), dtype=torch.float32, device=device) for _ in range(2)] if keep_values else None
     if rows == 0:
-        empty = scores.new_empty((0, topk), dtype=torch.float32)
-        return empty, scores.new_empty((0, topk), dtype=torch.int32)
-
-    priority = _priority_on(experts, c.tie_rule, scores.device)
-    weights = torch.empty((rows, topk), dtype=torch.float32, device=scores.device)
-    ids = torch.empty((rows, topk), dtype=torch.int32, device=scores.device)
+        return (weights, ids, *values) if keep_values else (weights, ids)
+    priority = _priority_on(experts, c.tie_rule, device)
     # Row chunks keep each chunk's fp32 intermediates cache-resident on a CPU
     # (about 2x faster than whole-matrix passes at M = 65,536).
-    chunk = _CHUNK_ROWS_CPU if scores.device.type == "cpu" else _CHUNK_ROWS_GPU
+    chunk = _CHUNK_ROWS_CPU if device.type == "cpu" else _CHUNK_ROWS_GPU
     for start in range(0, rows, chunk):
         stop = min(start + chunk, rows)
-        w, i = _route_rows(scores[start:stop], bias, topk, renormalize, float(routed_scaling_factor), c, priority)
+        sig, ranking = ranking_values(scores[start:stop], bias, c)
+        w, i = _route_rows(sig, ranking, topk, renormalize, float(routed_scaling_factor), c, priority)
         weights[start:stop] = w
         ids[start:stop] = i
-    return weights, ids
+        if keep_values:
+            values[0][start:stop] = sig
+            values[1][start:stop] = ranking
+    return (weights, ids, *values) if keep_values else (weights, ids)
 
 
-def _route_rows(scores, bias, topk, renormalize, rsf, c, priority):
-    sig, ranking = ranking_values(scores, bias, c)
+def _route_rows(sig, ranking, topk, renormalize, rsf, c, priority):
     if c.name == "serial":
         ids = _select(ranking, topk, priority, floor=SERIAL_SENTINEL)
         ids.clamp_(min=0)  # the expert-0 fallback
