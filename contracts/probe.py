@@ -588,14 +588,16 @@ def _run(args, command: str) -> int:
         raise UsageError(f"--experts {args.experts} is too small for --topk {args.topk}: the probe needs E >= 2k-1 = {2 * args.topk - 1}")
     candidate = get_candidate(args.candidate)
     device = _device_for(candidate, args.device)
+    out = args.out or Path("reports") / f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-probe-{_safe(candidate.name)}"
     ok, why = candidate.available(device)
+    if ok and _pick_dtypes(candidate, args.experts, args.topk, 2 * args.topk) is None:
+        ok, why = False, f"it does not cover E={args.experts}, k={args.topk} (M={2 * args.topk}) with bf16/fp32 logits"
     if not ok:
         print(f"unavailable: {candidate.name}: {why}", file=sys.stderr)
+        write_json(out / "probe.json", {"schema_version": SCHEMA_VERSION, "candidate": candidate.name, "device": device,
+                                         "status": "unavailable", "reason": why, "command": command,
+                                         "environment": environment(device)})  # fmt: skip
         return EXIT_UNAVAILABLE
-    if _pick_dtypes(candidate, args.experts, args.topk, 2 * args.topk) is None:
-        print(f"unavailable: {candidate.name} does not cover E={args.experts}, k={args.topk} (M={2 * args.topk})", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    out = args.out or Path("reports") / f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-probe-{_safe(candidate.name)}"
     start = time.perf_counter()
     try:
         result = probe(
