@@ -43,7 +43,8 @@ from .environment import environment
 from .isolation import Interrupted, Worker, WorkerFailure, load_error_message
 from .registry import Candidate, CandidateLoadError, DuplicateCandidateError, all_candidates, get_candidate
 from .report import write_bundle
-from .runner import SCHEMA_VERSION, CheckResult, check_candidate, iter_plan, planned_rows
+from .families import iter_plan, planned_rows
+from .runner import SCHEMA_VERSION, CheckResult, check_candidate
 
 __all__ = ["main"]
 

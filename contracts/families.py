@@ -17,11 +17,11 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
-__all__ = ["FAMILIES", "Case", "CaseSpec", "Family", "build_case", "plan"]
+__all__ = ["FAMILIES", "Case", "CaseSpec", "Family", "build_case", "iter_plan", "plan", "planned_rows"]
 
 SCALING_FACTORS = (1.0, 2.5, 2.827)
 # Batch sizes that must always run in the batch_sizes family; the rest of its
@@ -238,32 +238,45 @@ def _seed(*parts) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
-def plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int) -> list[CaseSpec]:
-    """Spread ``total_rows`` over ``families`` by share; deterministic in ``seed``.
+def _budgets(families: list[str], total_rows: int) -> dict[str, int]:
+    whole = sum(FAMILIES[name].share for name in families)
+    return {name: max(1, round(total_rows * FAMILIES[name].share / whole)) for name in families}
+
+
+def planned_rows(families: list[str], total_rows: int) -> int:
+    """Rows ``iter_plan`` yields in all (each family's budget, at least 1)."""
+    return sum(_budgets(families, total_rows).values())
+
+
+def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int) -> Iterator[CaseSpec]:
+    """Spread ``total_rows`` over ``families`` by share, one spec at a time; deterministic in ``seed``.
 
     Each family cycles through its case sizes; ``batch_sizes`` first runs its
     edge sizes, then fills its budget with other sizes drawn from 1..1025.
+    An iterator, so 100 million rows (about 400,000 specs) run in constant memory.
     """
-    shares = {name: FAMILIES[name].share for name in families}
-    whole = sum(shares.values())
-    specs: list[CaseSpec] = []
-    for name in families:
-        budget = max(1, round(total_rows * shares[name] / whole))
-        sizes = list(FAMILIES[name].sizes)
-        gen = torch.Generator().manual_seed(_seed(seed, name, "sizes"))
+    for name, budget in _budgets(families, total_rows).items():
+        sizes = FAMILIES[name].sizes
+        gen = None
         index, used = 0, 0
         while used < budget:
             if index < len(sizes):
                 rows = sizes[index]
             elif name == "batch_sizes":
+                if gen is None:
+                    gen = torch.Generator().manual_seed(_seed(seed, name, "sizes"))
                 rows = int(torch.randint(1, 1026, (1,), generator=gen))
             else:
                 rows = sizes[index % len(sizes)]
             rows = min(rows, budget - used) if used else rows
-            specs.append(CaseSpec(name, _seed(seed, name, index), rows, experts, topk))
+            yield CaseSpec(name, _seed(seed, name, index), rows, experts, topk)
             used += rows
             index += 1
-    return specs
+
+
+def plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int) -> list[CaseSpec]:
+    """``iter_plan`` as a list."""
+    return list(iter_plan(families, total_rows, seed, experts, topk))
 
 
 def build_case(spec: CaseSpec, device: str = "cpu") -> Case:

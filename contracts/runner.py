@@ -25,7 +25,7 @@ import torch
 import oracle
 
 from .compare import Expected, compare_case, expected_for
-from .families import FAMILIES, CaseSpec, _seed, build_case
+from .families import CaseSpec, build_case, iter_plan, planned_rows
 from .isolation import CallOutcome, CaseRunner, Interrupted, Worker, WorkerFailure
 from .registry import Candidate
 
@@ -41,41 +41,6 @@ class CheckResult:
     summary: dict
     cells: list[dict] = field(default_factory=list)
     details: list[dict] = field(default_factory=list)  # row-level examples for the report
-
-
-def _budgets(families: list[str], total_rows: int) -> dict[str, int]:
-    whole = sum(FAMILIES[name].share for name in families)
-    return {name: max(1, round(total_rows * FAMILIES[name].share / whole)) for name in families}
-
-
-def planned_rows(families: list[str], total_rows: int) -> int:
-    """Rows ``iter_plan`` yields in all (each family's budget, at least 1)."""
-    return sum(_budgets(families, total_rows).values())
-
-
-def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int) -> Iterator[CaseSpec]:
-    """``families.plan`` as an iterator: the same specs in the same order, in constant memory.
-
-    100 million rows are about 400,000 specs; this yields them one at a time.
-    (``tests/test_robustness.py`` holds the two equal.)
-    """
-    for name, budget in _budgets(families, total_rows).items():
-        sizes = FAMILIES[name].sizes
-        gen = None
-        index, used = 0, 0
-        while used < budget:
-            if index < len(sizes):
-                rows = sizes[index]
-            elif name == "batch_sizes":
-                if gen is None:
-                    gen = torch.Generator().manual_seed(_seed(seed, name, "sizes"))
-                rows = int(torch.randint(1, 1026, (1,), generator=gen))
-            else:
-                rows = sizes[index % len(sizes)]
-            rows = min(rows, budget - used) if used else rows
-            yield CaseSpec(name, _seed(seed, name, index), rows, experts, topk)
-            used += rows
-            index += 1
 
 
 def replay_command(

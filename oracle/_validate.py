@@ -27,6 +27,8 @@ def check_route_args(scores, bias, topk, renormalize, routed_scaling_factor) -> 
         _fail(f"scores.shape={tuple(scores.shape)} must be 2-D [M, E]; reshape to (-1, E)")
     if scores.dtype not in LOGIT_DTYPES:
         _fail(f"scores.dtype={scores.dtype} is not supported; use torch.bfloat16 or torch.float32")
+    if scores.device.type == "meta":
+        _fail("scores is on the 'meta' device, which holds no values; pass a cpu or cuda tensor")
     experts = scores.shape[1]
     if experts < 1:
         _fail(f"scores.shape={tuple(scores.shape)} has no experts (E=0); E must be >= 1")

@@ -196,12 +196,6 @@ def test_oracle_route_raises_only_routing_argument_error(contract, call):
     _assert_documented(_oracle(contract), call, oracle.RoutingArgumentError)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="oracle.route on a 'meta' tensor raises NotImplementedError from torch.nonzero; "
-    "check_route_args should refuse a meta device (reported to the oracle's owner)",
-)
 @_PROPERTY
 @given(call=routing_calls(devices=("meta",)))
 @example(call=(torch.zeros(2, 8, device="meta"), torch.zeros(8, device="meta"), 2, True, 1.0, False))
@@ -242,12 +236,6 @@ def test_kernel_wrappers_raise_only_value_error(get_route, call):
     _assert_documented(route, call, ValueError)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the torch-native and aiter-model adapters do not validate arguments "
-    "(topk > E gives RuntimeError, a 1-D score tensor IndexError/ValueError from unpacking); reported to their owner",
-)
 @pytest.mark.parametrize("module", ["kernels.adapters.torch_native", "kernels.adapters.aiter_model"])
 @_PROPERTY
 @given(call=routing_calls(devices=_REAL_DEVICES))

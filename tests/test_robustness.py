@@ -16,7 +16,8 @@ import oracle
 from contracts import families
 from contracts.check import main
 from contracts.registry import Candidate, get_candidate
-from contracts.runner import DETAILS_PER_CLAUSE, check_candidate, iter_plan, planned_rows
+from contracts.families import iter_plan, planned_rows
+from contracts.runner import DETAILS_PER_CLAUSE, check_candidate
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -23,6 +23,8 @@ import functools
 
 import torch
 
+from ._args import check_args
+
 __all__ = ["LANE_RANK", "route", "tie_priority"]
 
 LANE_RANK = (
@@ -47,6 +49,7 @@ def _sigmoid(x: torch.Tensor) -> torch.Tensor:
 
 
 def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0):
+    check_args(scores, bias, topk, renormalize, routed_scaling_factor)
     rows, experts = scores.shape
     sig = _sigmoid(scores.float())
     ranked = sig + bias.to(scores.dtype).float()  # aiter reads the bias as the gating dtype

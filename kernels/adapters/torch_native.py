@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import torch
 
+from ._args import check_args
+
 __all__ = ["route"]
 
 
 def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0):
+    check_args(scores, bias, topk, renormalize, routed_scaling_factor)
     sig = torch.sigmoid(scores.float())
     ranked = sig + bias.float()
     ids = torch.topk(ranked, topk, dim=-1).indices
