@@ -151,7 +151,25 @@ def merge_summaries(summaries: list[dict], *, sources: list[str] | None = None, 
     envs = [s.get("environment") for s in ran]
     if any(e != envs[0] for e in envs[1:]):
         merged["shard_environments"] = envs
-    merged["status"] = "fail" if merged["mismatched_rows"] else ("error" if merged["error"] and not merged["rows_checked"] else "pass")
+    determinism = [s["determinism"] for s in ran if s.get("determinism")]
+    if determinism:
+        merged["determinism"] = {
+            **determinism[0],
+            "rows_differing": sum(d.get("rows_differing", 0) for d in determinism),
+            "cases": sum(d.get("cases", 0) for d in determinism),
+            "examples": [x for d in determinism for x in d.get("examples", [])][:5],
+        }
+    merged["interrupted"] = next((s["interrupted"] for s in ran if s.get("interrupted")), None)
+    # The worst shard decides: an interrupted or crashed shard is never hidden by healthy ones.
+    statuses = {s.get("status") for s in ran}
+    if "interrupted" in statuses:
+        merged["status"] = "interrupted"
+    elif "error" in statuses:
+        merged["status"] = "error"
+    elif "fail" in statuses or merged["mismatched_rows"]:
+        merged["status"] = "fail"
+    else:
+        merged["status"] = "pass"
     return merged
 
 

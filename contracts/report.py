@@ -22,7 +22,7 @@ CELL_COLUMNS = [
     "weight_ulp", "clause", "verdict", "reason", "tie_group_size", "straddles_cutoff", "nan_count",
 ]  # fmt: skip
 
-VERDICT_WORD = {"pass": "PASS", "fail": "FAIL", "unavailable": "UNAVAILABLE", "error": "ERROR"}
+VERDICT_WORD = {"pass": "PASS", "fail": "FAIL", "unavailable": "UNAVAILABLE", "error": "ERROR", "interrupted": "INTERRUPTED"}
 
 
 def cells_frame(cells: list[dict]) -> pd.DataFrame:
@@ -74,6 +74,13 @@ def render_markdown(result: CheckResult) -> str:
         f"max weight distance on equal ids {s['max_weight_ulp']:g} ULP\n"
         f"- device: {s['device']} ({(s.get('environment') or {}).get('device_name', '')}); seed {s['seed']}\n"
     )
+    if s.get("interrupted"):
+        out.append(f"\n**Interrupted** ({s['interrupted']}): the counts cover the rows checked before the stop.\n")
+    det = s.get("determinism") or {}
+    if det.get("repeat", 1) > 1 or det.get("rows_differing"):
+        how = f"each case run {det.get('repeat')} times" + (" and once through a CUDA graph replay" if det.get("graph_replay") else "")
+        verdict = "all identical" if not det.get("rows_differing") else f"**{det['rows_differing']:,} rows differed** in {det.get('cases', 0)} cases"
+        out.append(f"\n- determinism: {how}; {verdict}\n")
     if s.get("error"):
         out.append(f"\nFirst error, in case `{s['error']['case']}`:\n\n```\n{s['error']['traceback']}\n```\n")
     out.append("\n## Clauses\n")
