@@ -356,13 +356,6 @@ def _check_one(target: _Target, against: _Target | None, args, argv_text, stop, 
     if isolate:
         if kind == "cuda" and not torch.cuda.is_available():
             why = f"{cand.name} runs on {'/'.join(cand.devices)}, and torch {torch.__version__} sees no GPU on this host"
-            if not cand.third_party:  # a built-in's hardware gate imports no GPU code and says more
-                try:
-                    ok_hw, hw_why = cand.supported_hardware(device)
-                except Exception:
-                    ok_hw, hw_why = True, ""
-                if not ok_hw and hw_why:
-                    why = hw_why
             return _unavailable_result(cand, contract, device, why, argv_text, args.seed), why
         worker = target.worker or Worker(target.lookup, timeout=args.timeout, should_stop=stop)
         target.worker = worker
