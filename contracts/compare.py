@@ -27,7 +27,7 @@ import torch
 
 import oracle
 
-__all__ = ["CaseOutcome", "Expected", "compare_case", "expected_for", "ulp_distance"]
+__all__ = ["CaseOutcome", "Expected", "agrees", "compare_case", "expected_for", "ulp_distance"]
 
 VERDICTS = ("exact", "within_tolerance", "near_tie", "mismatch", "expected")
 DETAILS_PER_CLAUSE = 5
@@ -74,6 +74,16 @@ def expected_for(case, contract: oracle.Contract) -> Expected:
         contract=contract,
     )
     return Expected(weights, ids, sig, ranking, oracle.rank_keys(ranking))
+
+
+def agrees(exp: Expected, output, contract: oracle.Contract) -> torch.Tensor | None:
+    """Per row: does ``output`` give the expected ids, with weights within tolerance? None if malformed."""
+    try:
+        w, ids = output
+        same_ids = (ids.to(exp.ids.device) == exp.ids).all(1)
+        return same_ids & _weights_close(w.to(exp.weights.device), exp.weights, contract).all(1)
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
 
 def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -74,6 +74,12 @@ def render_markdown(result: CheckResult) -> str:
         f"max weight distance on equal ids {s['max_weight_ulp']:g} ULP\n"
         f"- device: {s['device']} ({(s.get('environment') or {}).get('device_name', '')}); seed {s['seed']}\n"
     )
+    sides = s.get("against_sides")
+    if sides and any(sides.values()):
+        out.append(
+            f"\n- where `{s['candidate']}` and `{s['against']}` differ, the oracle agrees with `{s['candidate']}` on "
+            f"{sides['candidate']:,} rows, with `{s['against']}` on {sides['against']:,}, with neither on {sides['neither']:,}\n"
+        )
     if s.get("interrupted"):
         out.append(f"\n**Interrupted** ({s['interrupted']}): the counts cover the rows checked before the stop.\n")
     det = s.get("determinism") or {}

@@ -24,7 +24,7 @@ import torch
 
 import oracle
 
-from .compare import Expected, compare_case, expected_for
+from .compare import Expected, agrees, compare_case, expected_for
 from .families import CaseSpec, build_case, iter_plan, planned_rows
 from .isolation import CallOutcome, CaseRunner, Interrupted, Worker, WorkerFailure
 from .registry import Candidate
@@ -113,6 +113,7 @@ def check_candidate(
     fatal = False
     interrupted = None
     nondeterminism_declared = deviations.get("determinism")
+    sides = {"candidate": 0, "against": 0, "neither": 0}  # --against: rows that differ, by the side the oracle agrees with
     determinism = {
         "repeat": repeat,
         "graph_replay": device.startswith("cuda") and repeat > 1,
@@ -177,9 +178,14 @@ def check_candidate(
             if call.traceback is not None and error is None:  # it raised: keep the first traceback
                 error = _error_record("exception", spec, actual, call.traceback or actual, replay(spec))
             exp = expected_for(case, c)
+            oracle_side = None
             if call.other is not None:
                 w, i = call.other
+                # Which side the oracle agrees with, per row: tells a reader which of two
+                # disagreeing routers breaks the contract (the clause names the difference).
+                exp_oracle = exp
                 exp = Expected(w, i, exp.sig, exp.ranking, exp.keys)
+                oracle_side = (agrees(exp_oracle, actual, c), agrees(exp_oracle, call.other, c), agrees(exp, actual, c))
             actual_for_compare = (actual,) if isinstance(actual, str) else actual  # a message fails validity
             outcome = compare_case(case, exp, actual_for_compare, c, deviations=deviations, inputs_changed=call.changed, exact=exact)
             if isinstance(actual, str):
@@ -201,6 +207,8 @@ def check_candidate(
             max_ulp = max(max_ulp, outcome.max_weight_ulp)
 
             meta = {"family": spec.family, "case_seed": spec.case_seed, "case": spec.replay_id}
+            if oracle_side is not None and None not in oracle_side:
+                _count_sides(sides, oracle_side, outcome)
             for cell in outcome.cells:
                 if len(cells) >= max_cells:
                     break
@@ -265,6 +273,7 @@ def check_candidate(
         "error": error,
         "determinism": determinism,
         "interrupted": interrupted,
+        "against_sides": sides if against is not None else None,
         "isolated": worker is not None,
         "environment": None,  # filled by the caller, who knows the process
         "seed": seed,
@@ -275,6 +284,18 @@ def check_candidate(
     }
     flat_details = [d for key in sorted(details) for d in details[key]]
     return CheckResult(summary, cells, flat_details)
+
+
+def _count_sides(sides: dict, oracle_side, outcome) -> None:
+    """Where the two candidates differ, count the rows by the side the oracle agrees with; label the examples."""
+    candidate_ok, against_ok, pair_ok = (t.tolist() for t in oracle_side)
+    label = {}
+    for row, (a_ok, b_ok, same) in enumerate(zip(candidate_ok, against_ok, pair_ok)):
+        if not same:
+            label[row] = "candidate" if a_ok else ("against" if b_ok else "neither")
+            sides[label[row]] += 1
+    for d in outcome.rows_detail:
+        d["oracle_agrees_with"] = label.get(d["row"], "both")
 
 
 def _record_nondeterminism(determinism: dict, details: dict, call: CallOutcome, spec: CaseSpec, meta: dict, case, replay) -> None:
