@@ -52,6 +52,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ._cli import positive_int
 from ._atomic import write_atomic, write_json
 from .environment import environment
 from .registry import Candidate, CandidateLoadError, DuplicateCandidateError, get_candidate
@@ -79,19 +80,6 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see python -m contracts.bench --help)")
 
 
-def _positive_int(name: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
-        return value
-
-    return parse
-
-
 def _m_list(text: str) -> list[int]:
     values = []
     for part in text.split(","):
@@ -117,15 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="logits dtype (default bf16)")
     ap.add_argument("--bias-dtype", choices=["same", *sorted(DTYPES)], default="same",
                     help="bias dtype (default: the logits dtype, as aiter reads it)")  # fmt: skip
-    ap.add_argument("--experts", type=_positive_int("--experts"), default=896)
-    ap.add_argument("--topk", type=_positive_int("--topk"), default=16)
+    ap.add_argument("--experts", type=positive_int("--experts 896"), default=896)
+    ap.add_argument("--topk", type=positive_int("--topk 16"), default=16)
     ap.add_argument("--device", help="cpu or cuda (default: cuda when torch sees a GPU, else cpu)")
     ap.add_argument("--out", type=Path, help="output directory (default reports/<UTC time>-bench)")
-    ap.add_argument("--replays", type=_positive_int("--replays"), default=25, help="GPU: timed graph replays (default 25)")
-    ap.add_argument("--launches", type=_positive_int("--launches"), default=20, help="GPU: launches captured per graph (default 20)")
-    ap.add_argument("--warmup", type=_positive_int("--warmup"), default=3, help="GPU: untimed replays first (default 3)")
-    ap.add_argument("--repeats", type=_positive_int("--repeats"), default=10, help="CPU: timed samples per point (default 10)")
-    ap.add_argument("--rotate", type=_positive_int("--rotate"), default=1,
+    ap.add_argument("--replays", type=positive_int("--replays 25"), default=25, help="GPU: timed graph replays (default 25)")
+    ap.add_argument("--launches", type=positive_int("--launches 20"), default=20, help="GPU: launches captured per graph (default 20)")
+    ap.add_argument("--warmup", type=positive_int("--warmup 3"), default=3, help="GPU: untimed replays first (default 3)")
+    ap.add_argument("--repeats", type=positive_int("--repeats 10"), default=10, help="CPU: timed samples per point (default 10)")
+    ap.add_argument("--rotate", type=positive_int("--rotate 4"), default=1,
                     help="cycle through this many distinct input buffers (default 1: not rotated)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     return ap

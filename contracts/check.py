@@ -37,6 +37,7 @@ import torch
 
 import oracle
 
+from ._cli import positive_int
 from . import families as fams
 from ._atomic import write_json, write_text
 from .environment import environment
@@ -63,19 +64,6 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see --help)")
 
 
-def _positive_int(example: str):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}; e.g. {example}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}; e.g. {example}")
-        return value
-
-    return parse
-
-
 def _positive_seconds(text):
     try:
         value = float(text)
@@ -94,12 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--against", metavar="NAME", help="compare with this candidate instead of the oracle")
     ap.add_argument("--exact", action="store_true", help="bit-identity: weights to 0 ULP and no near-tie allowance")
     ap.add_argument("--out", type=Path, help="bundle directory (default reports/<UTC time>-<candidate>)")
-    ap.add_argument("--rows", type=_positive_int("--rows 100000"), default=DEFAULT_ROWS, help=f"rows over all families (default {DEFAULT_ROWS:,})")
+    ap.add_argument("--rows", type=positive_int("--rows 100000"), default=DEFAULT_ROWS, help=f"rows over all families (default {DEFAULT_ROWS:,})")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--families", help=f"comma-separated subset of: {', '.join(fams.FAMILIES)}")
     ap.add_argument("--device", help="cpu or cuda (default: cuda when the candidate runs there and a GPU is present)")
-    ap.add_argument("--experts", type=_positive_int("--experts 896"), default=896)
-    ap.add_argument("--topk", type=_positive_int("--topk 16"), default=16)
+    ap.add_argument("--experts", type=positive_int("--experts 896"), default=896)
+    ap.add_argument("--topk", type=positive_int("--topk 16"), default=16)
     ap.add_argument("--replay", metavar="FAMILY:SEED:ROWS", help="run exactly one case (from a report's replay line)")
     ap.add_argument("--row", type=int, help="with --replay: print this row side by side")
     ap.add_argument("--shard", metavar="I/N", help="run the I-th of N deterministic slices of the cases (1-based); merge with contracts.merge")
@@ -108,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: on for GPU and third-party candidates)")  # fmt: skip
     ap.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="S",
                     help=f"isolated runs: seconds one call may take before the worker is killed (default {DEFAULT_TIMEOUT_S:g})")  # fmt: skip
-    ap.add_argument("--repeat", type=_positive_int("--repeat 3"), default=1, metavar="N",
+    ap.add_argument("--repeat", type=positive_int("--repeat 3"), default=1, metavar="N",
                     help="call the candidate N times per case (and once from a CUDA graph on GPUs); differences fail the run")  # fmt: skip
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     return ap

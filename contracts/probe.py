@@ -61,6 +61,7 @@ import torch
 
 import oracle
 
+from ._cli import positive_int
 from ._atomic import write_json
 from .environment import environment
 from .registry import Candidate, CandidateLoadError, DuplicateCandidateError, get_candidate
@@ -486,19 +487,6 @@ def probe(
 # -- command line -----------------------------------------------------------------------
 
 
-def _positive_int(name):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
-        return value
-
-    return parse
-
-
 def _batch_sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(part) for part in text.split(",") if part.strip())
@@ -513,8 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m contracts.probe", description=__doc__.split("\n\n")[0])
     ap.add_argument("--candidate", required=True, metavar="NAME", help="candidate name or package.module:attr")
     ap.add_argument("--contract", choices=sorted(oracle.CONTRACTS), help="route the candidate follows for this contract (matters for 'oracle'); default: its own")
-    ap.add_argument("--experts", type=_positive_int("--experts"), default=896)
-    ap.add_argument("--topk", type=_positive_int("--topk"), default=16)
+    ap.add_argument("--experts", type=positive_int("--experts 896"), default=896)
+    ap.add_argument("--topk", type=positive_int("--topk 16"), default=16)
     ap.add_argument("--device", help="cpu or cuda (default: cuda when the candidate runs there and a GPU is present)")
     ap.add_argument("--out", type=Path, help="directory for probe.json (default reports/<UTC time>-probe-<candidate>)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the padding rows and the verification pools")
