@@ -33,6 +33,29 @@ def _lazy(module: str, attr: str):
     return call
 
 
+def _kernel(name, module, *, contract, devices, description, gates_take_device=True) -> Candidate:
+    """A candidate for one of our kernel modules (route, supported_hardware, build, covered), imported lazily."""
+
+    def gate(fn):
+        def call(device):
+            args = (device,) if gates_take_device else ()
+            return getattr(importlib.import_module(module), fn)(*args)
+
+        return call
+
+    return Candidate(
+        name=name,
+        route=_lazy(module, "route"),
+        contract=contract,
+        devices=devices,
+        description=description,
+        supported_hardware=gate("supported_hardware"),
+        build=gate("build"),
+        covered=_lazy(module, "covered"),
+        origin=module,
+    )
+
+
 def _same_dtype_bias(*, dtype, bias_dtype, **_shape) -> bool:
     return dtype == bias_dtype
 
@@ -44,24 +67,6 @@ def _oracle_route(contract):
         )
 
     return route
-
-
-def _radix4_hardware(device):
-    return importlib.import_module("kernels.radix4").supported_hardware()
-
-
-def _radix4_build(device):
-    return importlib.import_module("kernels.radix4").build()
-
-
-def _cuda_only_gate(module):
-    def supported(device):
-        return importlib.import_module(module).supported_hardware(device)
-
-    def build(device):
-        return importlib.import_module(module).build(device)
-
-    return supported, build
 
 
 register(
@@ -104,47 +109,12 @@ register(
         origin="kernels.adapters.aiter_model",
     )
 )
-register(
-    Candidate(
-        name="radix4",
-        route=_lazy("kernels.radix4", "route"),
-        contract="aiter",
-        devices=("cuda",),
-        description="our radix-4 select kernel (CUDA warp32 / HIP wave64), aiter tie order",
-        supported_hardware=_radix4_hardware,
-        build=_radix4_build,
-        covered=_lazy("kernels.radix4", "covered"),
-        origin="kernels.radix4",
-    )
-)
-_scan_hw, _scan_build = _cuda_only_gate("kernels.serial.scan")
-register(
-    Candidate(
-        name="serial",
-        route=_lazy("kernels.serial.scan", "route"),
-        contract="serial",
-        devices=("cpu", "cuda"),
-        description="serial scan, one thread per row (host build on CPU, CUDA kernel on GPU)",
-        supported_hardware=_scan_hw,
-        build=_scan_build,
-        covered=_lazy("kernels.serial.scan", "covered"),
-        origin="kernels.serial.scan",
-    )
-)
-_ba_hw, _ba_build = _cuda_only_gate("kernels.serial.block_argmax")
-register(
-    Candidate(
-        name="block-argmax",
-        route=_lazy("kernels.serial.block_argmax", "route"),
-        contract="serial",
-        devices=("cuda",),
-        description="block-parallel argmax, one block per row, lowest-index ties",
-        supported_hardware=_ba_hw,
-        build=_ba_build,
-        covered=_lazy("kernels.serial.block_argmax", "covered"),
-        origin="kernels.serial.block_argmax",
-    )
-)
+register(_kernel("radix4", "kernels.radix4", contract="aiter", devices=("cuda",), gates_take_device=False,
+                 description="our radix-4 select kernel (CUDA warp32 / HIP wave64), aiter tie order"))
+register(_kernel("serial", "kernels.serial.scan", contract="serial", devices=("cpu", "cuda"),
+                 description="serial scan, one thread per row (host build on CPU, CUDA kernel on GPU)"))
+register(_kernel("block-argmax", "kernels.serial.block_argmax", contract="serial", devices=("cuda",),
+                 description="block-parallel argmax, one block per row, lowest-index ties"))
 
 # AMD aiter itself (ROCm, gfx942/gfx950), through kernels.adapters.aiter. Its
 # ``available`` gate (hardware, then ``import aiter``) stands in the hardware
