@@ -115,6 +115,7 @@ class SearchResult:
     flaky: bool = False
     hypothesis_log: list[str] = field(default_factory=list)
     shapes: list = field(default_factory=list)
+    claimed_contract: str = ""  # the candidate's own; replay needs --contract only when the search used another
 
 
 # -- one comparison ---------------------------------------------------------------------
@@ -203,7 +204,7 @@ def search(
         raise SearchSetupError(f"{candidate.name} covers none of the shapes {list(strat.SHAPES)} with bf16/fp32 logits")
     route = candidate.route_under(contract)
     deviations = candidate.deviations(contract)
-    result = SearchResult(candidate.name, contract, device, shapes=shapes)
+    result = SearchResult(candidate.name, contract, device, shapes=shapes, claimed_contract=candidate.contract)
     strategy = strat.routing_examples(shapes=tuple(shapes), dtypes=tuple(pairs), contract=contract)
 
     # @seed alone would switch the database off; @settings above it switches it back on.
@@ -343,7 +344,7 @@ def write_search_bundle(out: Path, result: SearchResult, *, command: str, seed: 
     for i, f in enumerate(result.findings):
         path = out / ("minimal.pt" if i == 0 else f"minimal-{f.clause}.pt")
         write_atomic(path, lambda p, f=f: torch.save(_finding_dict(f, result.candidate, result.contract, result.device), p))
-        contract_flag = result.contract if result.contract != get_candidate(result.candidate).contract else None
+        contract_flag = result.contract if result.contract != result.claimed_contract else None
         minimal.append(
             {
                 "file": path.name,

@@ -58,7 +58,9 @@ BIAS_PALETTE = (0.0, 0.5, -0.5, 1.0, 2.0**-9, -(2.0**-9), 2.0**-8, -0.0, -math.i
 # and biases from one theme ("any" is the shrink target).
 THEMES: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "any": (LOGIT_PALETTE, BIAS_PALETTE),
-    "sigmoid_zero": ((-120.0, -math.inf, -200.0, -104.0, -90.0), (0.0, 1.0, 0.5, -math.inf, 2.0**-140)),
+    # sigmoid 0 (-120, -200, -inf) next to subnormal sigmoids (-90, -95, -100): the renormalize
+    # guard, and an exp2 + rcp sigmoid that overflows to 0 below x = -88.7 (aiter's formula)
+    "sigmoid_underflow": ((-120.0, -90.0, -100.0, -math.inf, -95.0, -200.0), (0.0, 1.0, 0.5, -math.inf, 2.0**-140)),
     "nan_and_inf": ((math.nan, -math.inf, math.inf, 0.0, -120.0), (0.0, -math.inf, math.nan, math.inf, -1.0)),
     "saturated": ((20.0, 100.0, 17.0, 30.0, -120.0, 0.0), (0.0, 2.0**-9, -(2.0**-9), 2.0**-24)),
     "signed_zero": ((0.0, -0.0, 1.0), (0.0, -0.0, -0.5, 0.5)),
@@ -236,8 +238,11 @@ def _bf16(x: float) -> float:
     return float(torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).float())
 
 
-def logit_values(palette=LOGIT_PALETTE) -> st.SearchStrategy[float]:
-    """Palette values first (few distinct values, specials), then any bf16-grid value in [-16, 16]."""
+def logit_values(palette=LOGIT_PALETTE, *, free: bool = True) -> st.SearchStrategy[float]:
+    """Palette values first (few distinct values, specials); if ``free``, also any bf16-grid
+    value in [-16, 16] and any fp32 value in [-100, 100]."""
+    if not free:
+        return st.sampled_from(palette)
     return st.one_of(
         st.sampled_from(palette),
         st.floats(-16, 16, width=32).map(_bf16),
@@ -245,7 +250,10 @@ def logit_values(palette=LOGIT_PALETTE) -> st.SearchStrategy[float]:
     )
 
 
-def bias_values(palette=BIAS_PALETTE) -> st.SearchStrategy[float]:
+def bias_values(palette=BIAS_PALETTE, *, free: bool = True) -> st.SearchStrategy[float]:
+    """Palette values first; if ``free``, also the 2^-9 grid (near ties) and any fp32 value in [-1, 1]."""
+    if not free:
+        return st.sampled_from(palette)
     return st.one_of(
         st.sampled_from(palette),
         st.integers(-64, 64).map(lambda i: i * 2.0**-9),
@@ -253,17 +261,22 @@ def bias_values(palette=BIAS_PALETTE) -> st.SearchStrategy[float]:
     )
 
 
-def fills(values: st.SearchStrategy[float], constants: st.SearchStrategy[float], *, noise_scales=(0.5, 2.0, 8.0)) -> st.SearchStrategy[Fill]:
-    """A constant fill (from ``constants``, the palette) or a random one thinned to ``density`` percent."""
+def fills(values: st.SearchStrategy[float], constants: st.SearchStrategy[float], *, noise_scales=(0.5, 2.0, 8.0), free: bool = True) -> st.SearchStrategy[Fill]:
+    """A constant fill (from ``constants``, the palette) or a random one thinned to ``density`` percent.
+    Without ``free`` only constant and ``levels`` fills: every value then comes from the palette."""
     seeds = st.integers(0, 2**31 - 1)
     density = st.integers(0, 100)
-    return st.one_of(
+    kinds = [
         st.builds(Fill, kind=st.just("constant"), base=constants),
         st.builds(Fill, kind=st.just("levels"), base=constants, density=density, values=st.lists(values, min_size=2, max_size=4).map(tuple), seed=seeds),
-        st.builds(Fill, kind=st.just("noise"), base=constants, density=density, scale=st.sampled_from(noise_scales), seed=seeds),
-        st.builds(Fill, kind=st.just("band"), base=constants, density=density, offset=st.sampled_from((1.5, 0.0, -3.0, 8.0)), scale=st.sampled_from((1.0, 0.1)), seed=seeds),
-        st.builds(Fill, kind=st.just("specials"), base=constants, density=density, scale=st.sampled_from(noise_scales), rate=st.sampled_from((0.01, 0.05, 0.3)), seed=seeds),
-    )
+    ]
+    if free:
+        kinds += [
+            st.builds(Fill, kind=st.just("noise"), base=constants, density=density, scale=st.sampled_from(noise_scales), seed=seeds),
+            st.builds(Fill, kind=st.just("band"), base=constants, density=density, offset=st.sampled_from((1.5, 0.0, -3.0, 8.0)), scale=st.sampled_from((1.0, 0.1)), seed=seeds),
+            st.builds(Fill, kind=st.just("specials"), base=constants, density=density, scale=st.sampled_from(noise_scales), rate=st.sampled_from((0.01, 0.05, 0.3)), seed=seeds),
+        ]
+    return st.one_of(*kinds)
 
 
 def patches(experts: int, values: st.SearchStrategy[float]) -> st.SearchStrategy[Patch]:
@@ -297,9 +310,9 @@ def cutoff_pool(draw, experts: int, topk: int, palette=LOGIT_PALETTE) -> tuple[P
 
 
 @st.composite
-def rows(draw, experts: int, topk: int, palette=LOGIT_PALETTE) -> Row:
-    values = logit_values(palette)
-    fill = draw(fills(values, st.sampled_from(palette)))
+def rows(draw, experts: int, topk: int, palette=LOGIT_PALETTE, *, free: bool = True) -> Row:
+    values = logit_values(palette, free=free)
+    fill = draw(fills(values, st.sampled_from(palette), free=free))
     extra = draw(st.one_of(st.just(()), cutoff_pool(experts, topk, palette)))
     return Row(fill, extra + tuple(draw(st.lists(patches(experts, values), max_size=6))))
 
@@ -320,10 +333,11 @@ def routing_examples(
     dtype, bias_dtype = draw(st.sampled_from(dtypes))
     theme = draw(st.sampled_from(tuple(THEMES)))
     logit_palette, bias_palette = THEMES[theme]
-    described = tuple(draw(st.lists(rows(experts, topk, logit_palette), min_size=1, max_size=max_rows)))
-    bias_values_ = bias_values(bias_palette)
+    free = theme == "any"  # a theme keeps every value in its palettes
+    described = tuple(draw(st.lists(rows(experts, topk, logit_palette, free=free), min_size=1, max_size=max_rows)))
+    bias_values_ = bias_values(bias_palette, free=free)
     bias = Row(
-        draw(st.one_of(st.just(Fill()), fills(bias_values_, st.sampled_from(bias_palette), noise_scales=(0.05, 0.5)))),
+        draw(st.one_of(st.just(Fill()), fills(bias_values_, st.sampled_from(bias_palette), noise_scales=(0.05, 0.5), free=free))),
         tuple(draw(st.lists(patches(experts, bias_values_), max_size=4))),
     )
     ties = tuple(
