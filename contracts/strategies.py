@@ -19,7 +19,11 @@ What the strategies aim at (spec sections 2, 3, 9):
   target for several experts with different logits) and biases on a 2^-9
   grid that create near ties;
 - row stride > E (a column slice of a wider buffer), probe rows at any
-  position of a padded batch.
+  position of a padded batch;
+- themes (``THEMES``): an example draws all its values from one theme; the
+  themed ones keep every value in a small palette so that rare conjunctions
+  (every chosen sigmoid 0; NaN and -inf at the cutoff; sigmoids that
+  underflow next to exact zeros) come up in a few hundred examples.
 
 Shapes: Kimi-K3's ``(896, 16)`` first (the shrink target), smaller ones only
 where the candidate ``covers`` them.
@@ -43,7 +47,10 @@ __all__ = [
     "BiasTie",
     "Fill",
     "Patch",
+    "Row",
     "RoutingExample",
+    "THEMES",
+    "cutoff_pool",
     "most_common_value",
     "nondefault_entries",
     "routing_examples",
@@ -204,10 +211,6 @@ class RoutingExample:
             backing[:, self.row_offset : self.row_offset + self.experts] = scores
             return backing[:, self.row_offset : self.row_offset + self.experts], bias.clone()
         return scores.clone(), bias.clone()
-
-    def described_rows(self) -> range:
-        pos = min(self.position, self.pad_rows)
-        return range(pos, pos + len(self.rows))
 
 
 def _canonical_bits(values: torch.Tensor) -> torch.Tensor:
