@@ -18,9 +18,7 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
-
-import torch
+from typing import Callable, Iterable
 
 import oracle
 

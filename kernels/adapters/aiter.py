@@ -58,9 +58,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import math
-import numbers
 import os
+
+from .._args import check_route_args
 
 __all__ = [
     "ENV_MODULE",
@@ -187,39 +187,11 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bool:
 
 def _check_args(scores, bias, topk, renormalize, routed_scaling_factor) -> float:
     """Validate ``route`` arguments, one line each; return the scaling factor as a float."""
-    import torch
-
-    if not isinstance(scores, torch.Tensor):
-        raise ValueError(f"scores={type(scores).__name__} is not a tensor; pass a torch.Tensor of shape [M, E]")
-    if not isinstance(bias, torch.Tensor):
-        raise ValueError(f"bias={type(bias).__name__} is not a tensor; pass a torch.Tensor of shape [E]")
-    if scores.dim() != 2:
-        raise ValueError(f"scores.shape={tuple(scores.shape)} is not 2-D; pass logits of shape [M, E]")
-    M, E = scores.shape
-    if str(scores.dtype) not in _DTYPES:
-        raise ValueError(f"scores.dtype={scores.dtype} is not supported by aiter; pass bfloat16, float16 or float32")
-    if not bias.dtype.is_floating_point:
-        raise ValueError(f"bias.dtype={bias.dtype} is not a floating type; pass the model's float bias")
-    if tuple(bias.shape) != (E,):
-        raise ValueError(f"bias.shape={tuple(bias.shape)} does not match E={E}; pass a bias of shape [{E}]")
-    if bias.device != scores.device:
-        raise ValueError(f"bias.device={bias.device} differs from scores.device={scores.device}; move bias there")
-    if E > 1 and scores.stride(1) != 1:
-        raise ValueError(f"scores.stride(1)={scores.stride(1)} is not 1; aiter reads rows with column stride 1, pass scores.contiguous()")
-    if M > 1 and scores.stride(0) < E:
-        raise ValueError(f"scores.stride(0)={scores.stride(0)} is smaller than E={E}; pass scores.contiguous()")
-    if isinstance(topk, bool) or not isinstance(topk, numbers.Integral):
-        raise ValueError(f"topk={topk!r} is not an integer; pass the model's top-k (16 for E=896)")
-    if not 1 <= topk <= E:
-        raise ValueError(f"topk={topk} is outside 1..E={E}; pass 1 <= topk <= E")
-    if not isinstance(renormalize, bool):
-        raise ValueError(f"renormalize={renormalize!r} is not a bool; pass True or False")
-    if isinstance(routed_scaling_factor, bool) or not isinstance(routed_scaling_factor, numbers.Real):
-        raise ValueError(f"routed_scaling_factor={routed_scaling_factor!r} is not a number; pass a float such as 1.0")
-    rsf = float(routed_scaling_factor)
-    if not math.isfinite(rsf):
-        raise ValueError(f"routed_scaling_factor={rsf} is not finite; pass a finite float such as 1.0")
-    return rsf
+    # aiter converts the bias to the logits dtype itself, so any float bias, in any layout, is fine.
+    return check_route_args(
+        scores, bias, topk, renormalize, routed_scaling_factor, dtypes=tuple(d.removeprefix("torch.") for d in _DTYPES),
+        bias_dtypes=None, dtype_hint="aiter takes bfloat16, float16 or float32", bias_contiguous=False,
+    )[3]  # fmt: skip
 
 
 def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_factor: float = 1.0):

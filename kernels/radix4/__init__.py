@@ -41,12 +41,11 @@ cross-lane primitives of each back end), ``radix4_entry.h`` (the C ABI),
 from __future__ import annotations
 
 import ctypes
-import math
-import numbers
 import os
 import shutil
 from pathlib import Path
 
+from .._args import check_route_args
 from .._build import BuildError, compile_shared, load_library
 
 __all__ = [
@@ -223,44 +222,13 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bool:
 
 def _check_args(scores, bias, topk, renormalize, routed_scaling_factor) -> tuple[int, int, int, float]:
     """Validate route() arguments; return ``(M, E, row_stride, rs)``."""
-    import torch
-
-    if not isinstance(scores, torch.Tensor):
-        raise ValueError(f"scores={type(scores).__name__} is not a tensor; pass a torch.Tensor of shape [M, E]")
-    if not isinstance(bias, torch.Tensor):
-        raise ValueError(f"bias={type(bias).__name__} is not a tensor; pass a torch.Tensor of shape [E]")
-    if scores.dim() != 2:
-        raise ValueError(f"scores.shape={tuple(scores.shape)} is not 2-D; pass logits of shape [M, E]")
-    M, E = scores.shape
-    if _dtype_name(scores.dtype) not in _DTYPE_CODES:
-        raise ValueError(f"scores.dtype={scores.dtype} is not supported; pass bfloat16 or float32 (scores.float())")
-    if _dtype_name(bias.dtype) not in _DTYPE_CODES:
-        raise ValueError(f"bias.dtype={bias.dtype} is not supported; pass bfloat16 or float32 (bias.float())")
-    if isinstance(topk, bool) or not isinstance(topk, numbers.Integral):
-        raise ValueError(f"topk={topk!r} is not an integer; pass the model's top-k (16 for E=896)")
+    M, E, row_stride, rs = check_route_args(scores, bias, topk, renormalize, routed_scaling_factor, dtypes=tuple(_DTYPE_CODES),
+                                            bias_dtypes=tuple(_DTYPE_CODES))  # fmt: skip
     if (E, int(topk)) not in SHAPES:
         shapes = ", ".join(f"E={e} with topk={k}" for e, k in sorted(SHAPES))
         raise ValueError(f"(E, topk)=({E}, {topk}) is not supported; radix4 takes {shapes}; use the oracle or aiter")
-    if tuple(bias.shape) != (E,):
-        raise ValueError(f"bias.shape={tuple(bias.shape)} does not match E={E}; pass a bias of shape [{E}]")
-    if bias.device != scores.device:
-        raise ValueError(f"bias.device={bias.device} differs from scores.device={scores.device}; move bias there")
-    if scores.stride(1) != 1:
-        raise ValueError(f"scores.stride(1)={scores.stride(1)} is not 1; pass scores.contiguous()")
-    if bias.stride(0) != 1:
-        raise ValueError(f"bias.stride(0)={bias.stride(0)} is not 1; pass bias.contiguous()")
-    row_stride = scores.stride(0) if M > 1 else E
-    if row_stride < E:
-        raise ValueError(f"scores.stride(0)={row_stride} is smaller than E={E}; pass scores.contiguous()")
     if M >= 2**31 - 16:
         raise ValueError(f"M={M} rows is more than one launch takes; split the batch below 2**31 - 16 rows")
-    if not isinstance(renormalize, bool):
-        raise ValueError(f"renormalize={renormalize!r} is not a bool; pass True or False")
-    if isinstance(routed_scaling_factor, bool) or not isinstance(routed_scaling_factor, numbers.Real):
-        raise ValueError(f"routed_scaling_factor={routed_scaling_factor!r} is not a number; pass a float such as 1.0")
-    rs = float(routed_scaling_factor)
-    if not math.isfinite(rs):
-        raise ValueError(f"routed_scaling_factor={rs} is not finite; pass a finite float such as 1.0")
     if scores.device.type != "cuda":
         raise ValueError(f"scores.device={scores.device} is not a GPU; radix4 runs on CUDA or ROCm devices")
     return M, E, row_stride, rs

@@ -7,12 +7,11 @@ imported only inside the functions that need it.
 from __future__ import annotations
 
 import ctypes
-import math
-import numbers
 import shutil
 from pathlib import Path
 
-from .._build import BuildError, compile_shared, load_library
+from .._args import check_route_args as _check_common
+from .._build import compile_shared, load_library
 
 HERE = Path(__file__).resolve().parent
 ROW_HEADER = HERE / "serial_row.h"
@@ -156,45 +155,10 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, max_expert
 
 def check_route_args(scores, bias, topk, renormalize, routed_scaling_factor, *, max_experts: int | None = None):
     """Validate route() arguments; return ``(M, E, row_stride, scores_code, bias_code, rs)``."""
-    import torch
-
-    if not isinstance(scores, torch.Tensor):
-        raise ValueError(f"scores={type(scores).__name__} is not a tensor; pass a torch.Tensor of shape [M, E]")
-    if not isinstance(bias, torch.Tensor):
-        raise ValueError(f"bias={type(bias).__name__} is not a tensor; pass a torch.Tensor of shape [E]")
-    if scores.dim() != 2:
-        raise ValueError(f"scores.shape={tuple(scores.shape)} is not 2-D; pass logits of shape [M, E]")
-    M, E = scores.shape
-    if dtype_name(scores.dtype) not in DTYPE_CODES:
-        raise ValueError(f"scores.dtype={scores.dtype} is not supported; pass bfloat16 or float32 (scores.float())")
-    if dtype_name(bias.dtype) not in DTYPE_CODES:
-        raise ValueError(f"bias.dtype={bias.dtype} is not supported; pass bfloat16 or float32 (bias.float())")
-    if E < 1:
-        raise ValueError(f"scores.shape={tuple(scores.shape)} has no experts; pass E >= 1 columns")
+    M, E, row_stride, rs = _check_common(scores, bias, topk, renormalize, routed_scaling_factor, dtypes=tuple(DTYPE_CODES),
+                                         bias_dtypes=tuple(DTYPE_CODES))  # fmt: skip
     if max_experts is not None and E > max_experts:
         raise ValueError(f"E={E} is more than this kernel's {max_experts} experts; use the serial scan kernel")
-    if tuple(bias.shape) != (E,):
-        raise ValueError(f"bias.shape={tuple(bias.shape)} does not match E={E}; pass a bias of shape [{E}]")
-    if scores.device != bias.device:
-        raise ValueError(f"bias.device={bias.device} differs from scores.device={scores.device}; move bias there")
-    if E > 1 and scores.stride(1) != 1:
-        raise ValueError(f"scores.stride(1)={scores.stride(1)} is not 1; pass scores.contiguous()")
-    if E > 1 and bias.stride(0) != 1:
-        raise ValueError(f"bias.stride(0)={bias.stride(0)} is not 1; pass bias.contiguous()")
-    row_stride = scores.stride(0) if M > 1 else E
-    if row_stride < E:
-        raise ValueError(f"scores.stride(0)={row_stride} is smaller than E={E}; pass scores.contiguous()")
-    if isinstance(topk, bool) or not isinstance(topk, numbers.Integral):
-        raise ValueError(f"topk={topk!r} is not an integer; pass an int in 1..{E}")
-    if not 1 <= topk <= E:
-        raise ValueError(f"topk={topk} is outside 1..E={E}; pass a topk no larger than the number of experts")
-    if not isinstance(renormalize, bool):
-        raise ValueError(f"renormalize={renormalize!r} is not a bool; pass True or False")
-    if isinstance(routed_scaling_factor, bool) or not isinstance(routed_scaling_factor, numbers.Real):
-        raise ValueError(f"routed_scaling_factor={routed_scaling_factor!r} is not a number; pass a float such as 1.0")
-    rs = float(routed_scaling_factor)
-    if not math.isfinite(rs):
-        raise ValueError(f"routed_scaling_factor={rs} is not finite; pass a finite float such as 1.0")
     return M, E, row_stride, DTYPE_CODES[dtype_name(scores.dtype)], DTYPE_CODES[dtype_name(bias.dtype)], rs
 
 
