@@ -178,7 +178,7 @@ def _fast_attribution(case, c, bad_t, e, a, keys, ranking, ids_equal, invalid) -
     xe, xa, be, ba = x.gather(1, e), x.gather(1, a), b[e], b[a]
     same_x = (xe == xa) | (torch.isnan(xe) & torch.isnan(xa))
     same_b = (be == ba) | (torch.isnan(be) & torch.isnan(ba))
-    saturated = ((xe >= 20) & (xa >= 20)) | ((xe <= -104) & (xa <= -104))
+    saturated = ((xe >= 20) & (xa >= 20)) | ((xe <= -90) & (xa <= -90))
     exact_slot = torch.isinf(ranking.gather(1, e)) | (same_b & (same_x | saturated)) | (e == a)
     exact_tie = exact_slot.all(1)
     codes = torch.where(round_index, 1, torch.where(nan_over_number, 2, torch.where(tie_like & signed, 3,
@@ -225,8 +225,9 @@ class _RowAttribution:
         """Whether every faithful implementation ranks experts a and b equal.
 
         True for equal logits and equal bias; for logits both deep in saturation
-        (sigmoid exactly 1.0 above 20, exactly 0.0 below -104, in any
-        implementation) with equal bias; and for equal infinite ranking values.
+        (sigmoid exactly 1.0 above 20, exactly 0.0 below -90 where exp(-x)
+        overflows fp32, in any implementation) with equal bias; and for equal
+        infinite ranking values.
         Otherwise equal oracle values are a coincidence of rounding (a near tie).
         """
 
@@ -237,7 +238,7 @@ class _RowAttribution:
         if math.isinf(ra) and ra == rb:
             return True
         xa, xb = self.scores[a], self.scores[b]
-        saturated = (xa >= 20 and xb >= 20) or (xa <= -104 and xb <= -104)
+        saturated = (xa >= 20 and xb >= 20) or (xa <= -90 and xb <= -90)
         return same(self.bias[a], self.bias[b]) and (same(xa, xb) or saturated)
 
     def round_index(self):
@@ -266,6 +267,8 @@ class _RowAttribution:
         diff = [j for j in range(k) if e[j] != a[j]]
         if self.c.name == "serial":
             valid = self.valid
+            if any(self._is_nan(x) for x in a if x not in e):
+                return "nan_last", "a NaN expert was chosen (the serial scan never takes NaN)"
             if any(j >= valid for j in diff):
                 return "sentinel_fallback", f"only {valid} values beat -1e30; slots {valid}.. must hold expert 0"
         else:

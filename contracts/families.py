@@ -194,6 +194,17 @@ def _subnormal(gen, rows, experts, topk):
     return x, tiny, torch.float32
 
 
+def _sigmoid_underflow(gen, rows, experts, topk):
+    # Logits around -88.7, where exp(-x) overflows fp32: below it every fp32 sigmoid
+    # is exactly 0 (one big tie), just above it the sigmoid is a subnormal that a
+    # flush-to-zero kernel would lose.
+    x = torch.full((rows, experts), -120.0)
+    for r in range(rows):
+        few = torch.randperm(experts, generator=gen)[: topk + 4]
+        x[r, few] = -95.0 + 10.0 * torch.rand(len(few), generator=gen)
+    return x, torch.zeros(experts), torch.bfloat16
+
+
 def _zero_sum(gen, rows, experts, topk):
     # Every chosen sigmoid is 0: the renormalize guard decides.
     x = -110.0 - 10 * torch.rand(rows, experts, generator=gen)
@@ -226,6 +237,7 @@ FAMILIES: dict[str, Family] = {
         Family("all_zero", "all-zero logits", _all_zero, share=0.3, sizes=(1, 64, 256)),
         Family("signed_zero", "+0.0 and -0.0 logits and biases, ranking values of exactly 0", _signed_zero, share=0.3, sizes=(1, 64, 256)),
         Family("subnormal", "subnormal ranking values (flush-to-zero would tie them)", _subnormal, share=0.3, sizes=(1, 64, 256)),
+        Family("sigmoid_underflow", "logits near -88.7: sigmoids that underflow to 0 or stay subnormal", _sigmoid_underflow, share=0.3, sizes=(1, 64, 256)),
         Family("zero_sum", "the chosen sigmoids sum to 0: the renormalize guard decides", _zero_sum, share=0.3, sizes=(1, 64, 256)),
         Family("strided", "a column slice of a wider buffer (row stride > E)", _strided, share=0.6, sizes=(1, 64, 1024)),
         Family("batch_sizes", "batch sizes 1..1025, 1536, 4096", _batch_sizes, share=2.0, sizes=EDGE_BATCH_SIZES),

@@ -49,13 +49,23 @@ def _sigmoid_exact(x: torch.Tensor, contract: str) -> torch.Tensor:
     scalar tail of one tensor round differently, so a logit's sigmoid would
     depend on where it sits in the batch.)
 
-    aiter:  round_fp32(1 / (1 + exp(-x)))           -- the correctly rounded sigmoid
+    aiter:  round_fp32(1 / (1 + exp(-x))), and 0 where exp(-x) overflows fp32
+            -- the correctly rounded sigmoid, as an fp32 formula sees it
     serial: e = round_fp32(exp(-x)); 1.0f / (1.0f + e)  -- expf, then fp32 add and divide
+
+    Below x = -88.72, exp(-x) exceeds the largest fp32 number: every fp32
+    implementation of the formula (aiter's exp2 and rcp, torch's sigmoid, a
+    CUDA kernel) gives exactly 0 there, although the true sigmoid is a tiny
+    subnormal down to x = -103.9. The contract is the fp32 formula, so the
+    oracle gives 0 too; otherwise those experts would rank above a tie that
+    every real router sees.
     """
     e = torch.exp(-x.double())
+    e32 = e.float()
     if contract == "serial":
-        return torch.reciprocal(e.float().add_(1.0))
-    return torch.reciprocal(e.add_(1.0)).float()
+        return torch.reciprocal(e32.add_(1.0))
+    sig = torch.reciprocal(e.add_(1.0)).float()
+    return sig.masked_fill_(torch.isinf(e32), 0.0)
 
 
 @functools.lru_cache(maxsize=8)

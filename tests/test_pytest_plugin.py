@@ -87,7 +87,12 @@ def test_without_a_candidate_the_suite_skips_saying_how(tmp_path):
     code, out = _pytest(tmp_path, *SUITE, "-q", "-rs", "-k", "all_equal")
     assert code == 0, out
     assert "pass --candidate NAME or --candidate package.module:attr" in out
+    # Installed, the package registers the plugin (a pytest11 entry point), so a bare run
+    # already knows --candidate; with the plugin switched off the suite says how to load it.
     code, out = _pytest(tmp_path, "--pyargs", "contracts.conformance", "-q", "-rs", "-k", "tie_order")
+    assert code == 0, out
+    assert "pass --candidate NAME or --candidate package.module:attr" in out
+    code, out = _pytest(tmp_path, "-p", "no:contracts.pytest_plugin", "--pyargs", "contracts.conformance", "-q", "-rs", "-k", "tie_order")
     assert code == 0, out
     assert "needs its plugin: pytest -p contracts.pytest_plugin" in out
 
