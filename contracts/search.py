@@ -48,6 +48,7 @@ import torch
 
 import oracle
 
+from ._cli import positive_int
 from . import strategies as strat
 from ._atomic import write_atomic, write_json, write_text
 from .compare import compare_case, expected_for
@@ -434,24 +435,11 @@ def replay(path: Path, candidate: Candidate, *, contract: str | None = None, dev
 # -- command line -----------------------------------------------------------------------
 
 
-def _positive_int(name):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
-        return value
-
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m contracts.search", description=__doc__.split("\n\n")[0])
     ap.add_argument("--candidate", metavar="NAME", help="candidate name or package.module:attr (with --replay: default the file's)")
     ap.add_argument("--contract", choices=sorted(oracle.CONTRACTS), help="contract to check (default: the one the candidate claims)")
-    ap.add_argument("--examples", type=_positive_int("--examples"), default=DEFAULT_EXAMPLES, help=f"Hypothesis examples (default {DEFAULT_EXAMPLES})")
+    ap.add_argument("--examples", type=positive_int("--examples 500"), default=DEFAULT_EXAMPLES, help=f"Hypothesis examples (default {DEFAULT_EXAMPLES})")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--database", type=Path, default=DEFAULT_DATABASE, help=f"Hypothesis example database directory (default {DEFAULT_DATABASE})")
     ap.add_argument("--no-database", action="store_true", help="do not read or write an example database")
