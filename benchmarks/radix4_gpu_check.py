@@ -286,27 +286,10 @@ def run_determinism(device) -> tuple[bool, dict]:
 
 
 def time_graph(fn, launches=LAUNCHES_PER_GRAPH, replays=REPLAYS) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(launches):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / launches)
-    return statistics.median(times)
+    """Median us per launch of ``fn`` captured ``launches`` times in one CUDA graph (contracts.bench's timer)."""
+    from contracts.bench import time_cuda
+
+    return statistics.median(time_cuda(fn, launches, replays, warmup=1).samples)
 
 
 EMPTY_KERNEL = r"""

@@ -143,28 +143,10 @@ def run_checks(device):
 
 
 def time_graph(fn, launches=LAUNCHES_PER_GRAPH, replays=REPLAYS) -> float:
-    """Median us per launch of ``fn`` captured ``launches`` times in one CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(launches):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    per_launch = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        per_launch.append(start.elapsed_time(end) * 1000.0 / launches)
-    return statistics.median(per_launch)
+    """Median us per launch of ``fn`` captured ``launches`` times in one CUDA graph (contracts.bench's timer)."""
+    from contracts.bench import time_cuda
+
+    return statistics.median(time_cuda(fn, launches, replays, warmup=1).samples)
 
 
 def run_timing(device):
