@@ -251,8 +251,15 @@ def _seed(*parts) -> int:
 
 
 def _budgets(families: list[str], total_rows: int) -> dict[str, int]:
+    """Rows per family, by share, summing to exactly ``total_rows`` (largest remainders
+    get the rounding rows); every family gets at least one row."""
     whole = sum(FAMILIES[name].share for name in families)
-    return {name: max(1, round(total_rows * FAMILIES[name].share / whole)) for name in families}
+    exact = {name: total_rows * FAMILIES[name].share / whole for name in families}
+    budgets = {name: int(v) for name, v in exact.items()}
+    by_remainder = sorted(families, key=lambda name: exact[name] - budgets[name], reverse=True)
+    for name in by_remainder[: total_rows - sum(budgets.values())]:
+        budgets[name] += 1
+    return {name: max(1, rows) for name, rows in budgets.items()}
 
 
 def planned_rows(families: list[str], total_rows: int) -> int:
