@@ -52,7 +52,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ._cli import positive_int
+from ._cli import UsageError, check_device, ensure_writable, positive_int
 from ._atomic import write_atomic, write_json
 from .environment import environment
 from .registry import Candidate, CandidateLoadError, DuplicateCandidateError, get_candidate
@@ -69,10 +69,6 @@ EAGER_LABEL = "CUDA eager (graph capture failed)"
 CPU_SAMPLE_SECONDS = 2e-3
 CPU_MAX_CALLS_PER_SAMPLE = 1000
 RENORMALIZE, ROUTED_SCALING_FACTOR = True, 2.5
-
-
-class UsageError(Exception):
-    """Bad command-line input; the message names the argument and the fix."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -432,27 +428,15 @@ def _split_names(values: list[str]) -> list[str]:
 
 
 def _device(requested: str | None) -> str:
-    if requested is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    kind = requested.split(":")[0]
-    if kind not in ("cpu", "cuda"):
-        raise UsageError(f"--device {requested!r} is not supported; use cpu or cuda")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was asked for, but torch sees no GPU on this host; use --device cpu")
-    return requested
+    import torch
+
+    return check_device(requested) if requested else ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _out_dir(out: Path | None) -> Path:
     if out is None:
         out = Path("reports") / f"{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-bench"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"--out {out} is not writable ({exc.strerror or exc}); choose another directory") from None
-    return out
+    return ensure_writable(out)
 
 
 def run(args, command: str) -> tuple[dict, Path]:

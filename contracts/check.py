@@ -37,7 +37,7 @@ import torch
 
 import oracle
 
-from ._cli import positive_int
+from ._cli import UsageError, check_device, device_for, ensure_writable, positive_int
 from . import families as fams
 from ._atomic import write_json, write_text
 from .environment import environment
@@ -53,10 +53,6 @@ EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130; SIGTERM gives 143
 DEFAULT_ROWS = 250_000
 DEFAULT_TIMEOUT_S = 60.0
-
-
-class UsageError(Exception):
-    """Bad command-line input; the message says what to change."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -144,36 +140,10 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def _device_for(candidate: Candidate, requested: str | None) -> str:
-    if requested:
-        return requested
-    if "cuda" in candidate.devices and torch.cuda.is_available():
-        return "cuda"
-    return "cpu" if "cpu" in candidate.devices else candidate.devices[0]
-
-
-def _check_device(device: str) -> None:
-    kind = device.split(":")[0]
-    if kind not in ("cpu", "cuda"):
-        raise UsageError(f"--device {device!r} is not supported; use cpu or cuda")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was asked for, but torch sees no GPU on this host; use --device cpu")
-
-
 def _default_out(label: str) -> Path:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in label)
     return Path("reports") / f"{stamp}-{safe}"
-
-
-def _check_writable(out_root: Path) -> None:
-    try:
-        out_root.mkdir(parents=True, exist_ok=True)
-        probe = out_root / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"--out {out_root} is not writable ({exc.strerror}); choose another directory") from None
 
 
 def _unavailable_result(candidate: Candidate, contract: str, device: str, reason: str, command: str, seed: int) -> CheckResult:
@@ -333,7 +303,7 @@ def _check_one(target: _Target, against: _Target | None, args, argv_text, stop, 
     """Check one candidate; ``(result, unavailable reason or None)``."""
     cand = target.candidate
     contract = args.contract or cand.contract
-    device = _device_for(cand, args.device)
+    device = device_for(cand, args.device)
     kind = device.split(":")[0]
     against_c = against.candidate if against else None
     if kind not in cand.devices:
@@ -382,9 +352,9 @@ def _run(args, argv_text: str, stop: _StopSignals) -> int:
         raise UsageError("--row needs --replay FAMILY:SEED:ROWS")
     replay = _replay_spec(args.replay, args.experts, args.topk) if args.replay else None
     if args.device:
-        _check_device(args.device)
+        check_device(args.device)
     if args.out:
-        _check_writable(args.out)
+        ensure_writable(args.out)
     everything = names == ["all"]
     if not everything and "all" in names:
         raise UsageError("--candidate all cannot be combined with other names")
@@ -413,7 +383,7 @@ def _check_all(targets, against, args, argv_text, stop, fam_list, shard, replay,
     several = len(targets) > 1
     label = "all" if everything else ("+".join(t.candidate.name for t in targets) if several else targets[0].candidate.name)
     out_root = args.out or _default_out(label)
-    _check_writable(out_root)
+    ensure_writable(out_root)
 
     def plan_for(device):
         if replay is not None:

@@ -54,6 +54,7 @@ from pathlib import Path
 
 import torch
 
+from ._cli import UsageError, check_device
 from . import check
 from ._atomic import write_json
 from .environment import environment, git_commit
@@ -86,10 +87,6 @@ PAIRS = (
     Pair("serial", "block-argmax", True, ("cuda",), "the block-parallel argmax must be bit-identical to the serial scan"),
     Pair("aiter", "aiter-model", False, (), "aiter against its behavioural model: does the model still describe aiter?"),
 )
-
-
-class UsageError(Exception):
-    """Bad command-line input; the message says what to change."""
 
 
 def _now() -> dt.datetime:
@@ -345,8 +342,8 @@ def _run(args, argv_text: str) -> int:
     started = _now()
     clock = time.perf_counter()
     gpu = torch.cuda.is_available() and args.device != "cpu"
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was asked for, but torch sees no GPU on this host; use --device cpu")
+    if args.device:
+        check_device(args.device)
     target = execution_target("cuda" if gpu else "cpu")
     rows = args.rows or (GPU_ROWS if gpu else CPU_ROWS)
     known = all_candidates()

@@ -61,7 +61,7 @@ import torch
 
 import oracle
 
-from ._cli import positive_int
+from ._cli import UsageError, device_for, positive_int
 from ._atomic import write_json
 from .environment import environment
 from .registry import Candidate, CandidateLoadError, DuplicateCandidateError, get_candidate
@@ -86,10 +86,6 @@ RULE_TEXT = {"aiter": "aiter lane order", "lowest": "lowest index", "highest": "
 
 class ProbeError(Exception):
     """The candidate's answers are not a tie order (it raised, or chose a demoted expert)."""
-
-
-class UsageError(Exception):
-    """Bad command-line input; the message says what to change."""
 
 
 @dataclass
@@ -511,19 +507,6 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _device_for(candidate: Candidate, requested: str | None) -> str:
-    if requested:
-        kind = requested.split(":")[0]
-        if kind not in ("cpu", "cuda"):
-            raise UsageError(f"--device {requested!r} is not supported; use cpu or cuda")
-        if kind == "cuda" and not torch.cuda.is_available():
-            raise UsageError("--device cuda was asked for, but torch sees no GPU on this host; use --device cpu")
-        return requested
-    if "cuda" in candidate.devices and torch.cuda.is_available():
-        return "cuda"
-    return "cpu" if "cpu" in candidate.devices else candidate.devices[0]
-
-
 def _fmt_table(values: list[int], per_line: int = 16) -> str:
     return "\n".join("  " + " ".join(f"{v:3d}" for v in values[i : i + per_line]) for i in range(0, len(values), per_line))
 
@@ -575,7 +558,7 @@ def _run(args, command: str) -> int:
     if args.experts < 2 * args.topk - 1:
         raise UsageError(f"--experts {args.experts} is too small for --topk {args.topk}: the probe needs E >= 2k-1 = {2 * args.topk - 1}")
     candidate = get_candidate(args.candidate)
-    device = _device_for(candidate, args.device)
+    device = device_for(candidate, args.device)
     out = args.out or Path("reports") / f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-probe-{_safe(candidate.name)}"
     ok, why = candidate.available(device)
     if ok and _pick_dtypes(candidate, args.experts, args.topk, 2 * args.topk) is None:

@@ -48,7 +48,7 @@ import torch
 
 import oracle
 
-from ._cli import positive_int
+from ._cli import UsageError, device_for, positive_int
 from . import strategies as strat
 from ._atomic import write_atomic, write_json, write_text
 from .compare import compare_case, expected_for
@@ -63,10 +63,6 @@ EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 DEFAULT_EXAMPLES = 200
 DEFAULT_DATABASE = Path("reports") / ".hypothesis-db"
 _DTYPE_PAIRS = (("bfloat16", "float32"), ("bfloat16", "bfloat16"), ("float32", "float32"), ("float32", "bfloat16"))
-
-
-class UsageError(Exception):
-    """Bad command-line input; the message says what to change."""
 
 
 class SearchSetupError(ValueError):
@@ -449,19 +445,6 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _device_for(candidate: Candidate, requested: str | None) -> str:
-    if requested:
-        kind = requested.split(":")[0]
-        if kind not in ("cpu", "cuda"):
-            raise UsageError(f"--device {requested!r} is not supported; use cpu or cuda")
-        if kind == "cuda" and not torch.cuda.is_available():
-            raise UsageError("--device cuda was asked for, but torch sees no GPU on this host; use --device cpu")
-        return requested
-    if "cuda" in candidate.devices and torch.cuda.is_available():
-        return "cuda"
-    return "cpu" if "cpu" in candidate.devices else candidate.devices[0]
-
-
 def _run(args, command: str) -> int:
     if args.replay:
         if not args.replay.is_file():
@@ -478,7 +461,7 @@ def _run(args, command: str) -> int:
     else:
         name = args.candidate
     candidate = get_candidate(name)
-    device = _device_for(candidate, args.device)
+    device = device_for(candidate, args.device)
     ok, why = candidate.available(device)
     if not ok:
         print(f"unavailable: {candidate.name}: {why}", file=sys.stderr)
