@@ -412,6 +412,7 @@ def _examples(details: list[dict], ids: _Ids) -> str:
                 + (" (straddles the cutoff)" if d.get("straddles_cutoff") else "")
                 + f"; NaN in row: {d.get('nan_count')}; renormalize={d.get('renormalize')}, "
                 f"routed_scaling_factor={d.get('routed_scaling_factor')}"
+                + (f"; the oracle agrees with: {d['oracle_agrees_with']}" if d.get("oracle_agrees_with") else "")
             )
             body = _side_by_side(d) if d.get("expected_ids") is not None or d.get("actual_ids") is not None else ""
             replay = _command_block(d["replay"], ids) if d.get("replay") else ""

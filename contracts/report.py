@@ -120,7 +120,8 @@ def render_markdown(result: CheckResult) -> str:
                 f"\n### `{d['clause']}` ({d['verdict']}): family `{d['family']}`, case `{d['case']}`, row {d['row']}\n\n"
                 f"{d['reason']}. Tie group at the cutoff: {d.get('tie_group_size')} experts"
                 f"{' (straddles the cutoff)' if d.get('straddles_cutoff') else ''}; NaN in row: {d.get('nan_count')}; "
-                f"renormalize={d.get('renormalize')}, routed_scaling_factor={d.get('routed_scaling_factor')}.\n\n"
+                f"renormalize={d.get('renormalize')}, routed_scaling_factor={d.get('routed_scaling_factor')}"
+                f"{'; the oracle agrees with: ' + d['oracle_agrees_with'] if d.get('oracle_agrees_with') else ''}.\n\n"
             )
             if d.get("expected_ids") is not None:
                 out.append(_side_by_side(d))
