@@ -189,6 +189,12 @@ def _note(s: dict) -> str:
         parts.insert(0, f"{s['error'].get('kind', 'error')}: {s['error'].get('message', '')}"[:120])
     if s["status"] == "interrupted":
         parts.insert(0, f"interrupted ({s.get('interrupted') or 'signal'})")
+    declared = [f"{k}:{v['rows']}" for k, v in (s.get("expected_deviations") or {}).items() if v.get("rows")]
+    if declared:
+        parts.append("declared " + ", ".join(declared))
+    gone = [k for k, v in (s.get("expected_deviations") or {}).items() if not v.get("observed")]
+    if gone:
+        parts.append("declared but not seen: " + ", ".join(gone))
     return ", ".join(parts)
 
 

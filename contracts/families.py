@@ -206,9 +206,11 @@ def _sigmoid_underflow(gen, rows, experts, topk):
 
 
 def _zero_sum(gen, rows, experts, topk):
-    # Every chosen sigmoid is 0: the renormalize guard decides.
+    # Every sigmoid is exactly 0 (x <= -110): the renormalize guard decides. A
+    # distinct bias per expert keeps the selection free of ties, so a router
+    # without the guard shows here as renorm_guard and nothing else.
     x = -110.0 - 10 * torch.rand(rows, experts, generator=gen)
-    return x, torch.zeros(experts), torch.float32
+    return x, torch.randperm(experts, generator=gen).float() / experts, torch.float32
 
 
 def _strided(gen, rows, experts, topk):
