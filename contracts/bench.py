@@ -65,7 +65,6 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 EXIT_OK, EXIT_USAGE, EXIT_NOTHING_TIMED = 0, 2, 3
 CPU_LABEL = "cpu wall-clock"
 GRAPH_LABEL = "CUDA graph replay"
-EAGER_LABEL = "CUDA eager (graph capture failed)"
 CPU_SAMPLE_SECONDS = 2e-3
 CPU_MAX_CALLS_PER_SAMPLE = 1000
 RENORMALIZE, ROUTED_SCALING_FACTOR = True, 2.5

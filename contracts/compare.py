@@ -199,7 +199,7 @@ def _fast_attribution(case, c, bad_t, e, a, keys, ranking, ids_equal, invalid) -
 class _RowAttribution:
     """Works out which clause one mismatched row breaks. Plain Python on one row."""
 
-    def __init__(self, contract, exp_ids, act_ids, keys, ranking, scores, bias, priority, numbers, valid, sig, experts):
+    def __init__(self, contract, exp_ids, act_ids, keys, ranking, scores, bias, numbers, valid, sig, experts):
         # keys, ranking, scores, bias, sig: indexable by expert id (dicts over the row's expected and actual ids)
         self.c = contract
         self.experts = experts
@@ -208,7 +208,6 @@ class _RowAttribution:
         self.e, self.a = exp_ids, act_ids
         self.keys, self.ranking = keys, ranking
         self.scores, self.bias = scores, bias
-        self.priority = priority
         self.k = len(exp_ids)
 
     def _key(self, expert):
@@ -421,7 +420,6 @@ def compare_case(
         sel[name] = matrix.gather(1, cols).tolist()
     sel["keys"] = keys_b.gather(1, cols).tolist()
     sel["bias"] = case.bias.float()[cols].tolist()
-    priority = oracle.tie_priority(experts, contract.tie_rule).tolist()
     shown: dict[str, list[int]] = {}  # clause -> [rows shown, straddling rows shown]
 
     for i, row in enumerate(bad):
@@ -431,7 +429,7 @@ def compare_case(
             by_expert = {name: dict(zip(cols_list[i], sel[name][i])) for name in ("keys", "ranking", "scores", "bias", "sig")}
             attr = _RowAttribution(
                 c, sel["e"][i], sel["a"][i], by_expert["keys"], by_expert["ranking"], by_expert["scores"], by_expert["bias"],
-                priority, sel["numbers"][i], sel["valid"][i], by_expert["sig"], experts,
+                sel["numbers"][i], sel["valid"][i], by_expert["sig"], experts,
             )  # fmt: skip
             if sel["invalid"][i]:
                 what = "an expert id out of [0, E)" if sel["out_of_range"][i] else "an expert id twice"

@@ -182,7 +182,6 @@ class CallOutcome:
     traceback: str | None = None  # of the exception, when the candidate raised
     changed: bool = False  # the candidate modified its inputs
     other: object = None  # the --against candidate's answer
-    other_error: str | None = None
     fatal: dict | None = None  # {"kind", "message", "traceback"}: stop checking this candidate
     differing_rows: int = 0  # rows whose answers differ between repeated calls / the graph replay
     differing_sample: list[int] = field(default_factory=list)
@@ -335,7 +334,7 @@ def _outcome_from_wire(wire: dict, device: str) -> CallOutcome:
     if out.other is not None:
         other = _decode_answer(out.other, device)
         if isinstance(other, str):
-            out.other, out.other_error = None, other
+            out.other = None
             out.fatal = out.fatal or {"kind": "against_failed", "message": f"--against answer unusable: {other}", "traceback": ""}
         else:
             out.other = other

@@ -89,14 +89,6 @@ def _with_retries(what: str, action: Callable, *, retries: int, backoff_s: float
             sleep(backoff_s * 2**attempt)
 
 
-def _sha256_local(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(_CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _sha256_remote(fs, path: str) -> tuple[int, str]:
     h, size = hashlib.sha256(), 0
     with fs.open(path, "rb") as fh:
