@@ -216,6 +216,10 @@ struct EmuLanes {
     static uint32_t sum(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t += s[i]; return t; }); }
     static uint32_t all_and(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = ~0ull; for (int i = 0; i < N; ++i) t &= s[i]; return t; }); }
     static uint32_t all_or(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t |= s[i]; return t; }); }
+    static uint32_t all_max(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t = s[i] > t ? s[i] : t; return t; }); }
+    using Mask = uint64_t;
+    static Mask ballot(bool p) { return exchange(p, [](uint64_t* s) { uint64_t m = 0; for (int i = 0; i < N; ++i) m |= (s[i] & 1u) << i; return m; }); }
+    static Mask lanes_below() { return (uint64_t{1} << lane()) - 1u; }
     static uint32_t exclusive_scan(uint32_t v) {
         const int me = lane();
         return exchange(v, [me](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < me; ++i) t += s[i]; return t; });
@@ -298,19 +302,37 @@ extern "C" void emu_sigmoid(const float* x, float* out, int64_t n) {
 """
 
 
-@pytest.fixture(scope="module")
-def emulation(tmp_path_factory):
+def _build_emulation(tmp_path_factory, rank_max=None):
     if shutil.which("g++") is None:
         pytest.skip("g++ is not on PATH")
     src = tmp_path_factory.mktemp("radix4_emulation") / "radix4_emulation.cpp"
     src.write_text(EMULATION)
-    flags = ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-ffp-contract=off", f"-I{HERE}"]
+    # -fno-gnu-unique: the kernel's __shared__ arrays are static locals of a
+    # template; as GNU-unique symbols, two builds loaded into one process would
+    # share them (with the first build's sizes).
+    flags = ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-gnu-unique", f"-I{HERE}"]
+    if rank_max is not None:
+        flags.append(f"-DRADIX4_RANK_MAX={rank_max}")
     lib = load_library(compile_shared(src, compiler="g++", flags=flags, depends=radix4.headers("cuda")[:2]))
     p, i, i64, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
     lib.emu_route.argtypes = [i, i, p, i, i64, p, i, i, i, i, i, i, f, p, p]
     lib.emu_route.restype = i
     lib.emu_sigmoid.argtypes = [p, p, i64]
     return lib
+
+
+@pytest.fixture(scope="module")
+def emulation(tmp_path_factory):
+    """The kernel as shipped: the rank step for small candidate sets, radix rounds otherwise."""
+    return _build_emulation(tmp_path_factory)
+
+
+# The two ways to finish a selection, each forced on every row: 0 turns the
+# rank step off (radix rounds only); 1024 sends every row with unequal keys
+# through the rank step.
+@pytest.fixture(scope="module", params=[0, 1024], ids=["radix-rounds-only", "rank-step-only"])
+def emulation_one_path(tmp_path_factory, request):
+    return _build_emulation(tmp_path_factory, rank_max=request.param)
 
 
 CODES = {torch.float32: 0, torch.bfloat16: 1}
@@ -377,6 +399,11 @@ def _cases():
     yield "+-inf logits, all -inf row", inf, torch.zeros(E), K
     yield "saturated sigmoid", torch.randint(0, 4, (3, E), generator=g).float() * 43 - 100, torch.zeros(E), K
     yield "negative ranking values", torch.randn(3, E, generator=g), torch.full((E,), -2.0), K
+    yield "wide bias spread (many keys near the max)", (torch.randn(3, E, generator=g) * 2).bfloat16(), torch.randn(E, generator=g), K
+    masked = torch.full((2, E), float("nan"))
+    masked[0, :10] = 1.0  # 10 keys of -inf ranking value, 886 NaN keys: lo clamps at 0
+    masked[1, 5:40] = 1.0
+    yield "-inf bias, mostly NaN logits", masked, torch.full((E,), float("-inf")), K
     yield "Kimi-K2 random", (torch.randn(4, 384, generator=g) * 2).bfloat16(), torch.randn(384, generator=g) * 0.05, 8
     yield "Kimi-K2 all equal", torch.zeros(2, 384), torch.zeros(384), 8
 
@@ -401,6 +428,17 @@ def test_emulated_kernel_matches_plain_reference(emulation, lanes, block, case):
         rw, rids = reference(emulation, scores, bias, topk, renormalize, rs)
         assert torch.equal(ids, rids), f"ids differ in rows {(ids != rids).any(1).nonzero().flatten().tolist()}"
         torch.testing.assert_close(w, rw, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@needs_gxx
+@pytest.mark.parametrize("lanes,block", [(32, 1), (32, 0), (64, 1)], ids=["warp32-4-warps", "warp32-warp-per-token", "wave64-4-waves"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_each_selection_path_alone_matches_plain_reference(emulation_one_path, lanes, block, case):
+    _, scores, bias, topk = case
+    w, ids = emulated_route(emulation_one_path, lanes, scores, bias, topk, True, 2.5, block=block)
+    rw, rids = reference(emulation_one_path, scores, bias, topk, True, 2.5)
+    assert torch.equal(ids, rids), f"ids differ in rows {(ids != rids).any(1).nonzero().flatten().tolist()}"
+    torch.testing.assert_close(w, rw, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 @needs_gxx

@@ -19,6 +19,16 @@ struct Warp32 {
     static __device__ __forceinline__ uint32_t sum(uint32_t v) { return __reduce_add_sync(0xffffffffu, v); }
     static __device__ __forceinline__ uint32_t all_and(uint32_t v) { return __reduce_and_sync(0xffffffffu, v); }
     static __device__ __forceinline__ uint32_t all_or(uint32_t v) { return __reduce_or_sync(0xffffffffu, v); }
+    static __device__ __forceinline__ uint32_t all_max(uint32_t v) { return __reduce_max_sync(0xffffffffu, v); }
+
+    // One bit per lane: which lanes pass, and which lanes come before this one.
+    using Mask = uint32_t;
+    static __device__ __forceinline__ Mask ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
+    static __device__ __forceinline__ Mask lanes_below() {
+        Mask m;
+        asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
+        return m;
+    }
 
     // Sum of v over lanes below this one.
     static __device__ __forceinline__ uint32_t exclusive_scan(uint32_t v) {

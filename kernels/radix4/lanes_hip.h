@@ -55,6 +55,19 @@ struct Wave64 {
         for (int d = 32; d > 0; d >>= 1) v |= static_cast<uint32_t>(__shfl_xor(static_cast<int>(v), d, 64));
         return v;
     }
+    static __device__ __forceinline__ uint32_t all_max(uint32_t v) {
+#pragma unroll
+        for (int d = 32; d > 0; d >>= 1) {
+            const uint32_t o = static_cast<uint32_t>(__shfl_xor(static_cast<int>(v), d, 64));
+            v = o > v ? o : v;
+        }
+        return v;
+    }
+
+    // One bit per lane: which lanes pass, and which lanes come before this one.
+    using Mask = uint64_t;
+    static __device__ __forceinline__ Mask ballot(bool p) { return __ballot(p); }
+    static __device__ __forceinline__ Mask lanes_below() { return (uint64_t{1} << lane()) - 1u; }
 
 
     // Lanes of a wave run in lockstep, but the compiler must not move LDS

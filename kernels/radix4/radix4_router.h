@@ -190,6 +190,12 @@ __device__ __forceinline__ Pick pick_bin(const uint32_t total[8], uint32_t neede
 template <int E>
 __device__ const TieTable<E> kDeviceTieTable = make_tie_table<E>();
 
+// Largest candidate set the rank step takes (see route_kernel); larger sets
+// go through the radix rounds. 0 turns the rank step off (benchmarks).
+#ifndef RADIX4_RANK_MAX
+#define RADIX4_RANK_MAX 128
+#endif
+
 // kWarpsPerToken lane groups (warps / waves) route one token together; with
 // more than one, a block is one token and histograms are summed across the
 // warps through shared memory (one barrier per round). With one,
@@ -197,6 +203,20 @@ __device__ const TieTable<E> kDeviceTieTable = make_tie_table<E>();
 // beyond the warp. Many warps per token cut a token's latency (small
 // batches); one warp per token has the least overhead per token (large
 // batches).
+//
+// Steps, each ending in one reduction over the token's threads:
+//   1. max, AND and OR of the rank keys. If AND == OR every key is equal and
+//      the winners are the k first in tie priority: no rounds at all.
+//   2. The distance round: a 16-bin histogram of d = max - key by
+//      bit length, two bit lengths per bin (bin b holds 4^(b-1) <= d < 4^b,
+//      the last bin everything from 2^28 up). Its cutoff bin gives a lower
+//      bound `lo` with at least k keys >= lo, and their count C: for
+//      sigmoid scores C is a few dozen, against 896 keys.
+//   3a. C <= RADIX4_RANK_MAX (the usual case): every key >= lo is copied to
+//      shared memory, each is ranked by counting the larger composites, and
+//      ranks below k are the winners, already in output order.
+//   3b. Otherwise the radix select below runs, starting at the first bit
+//      where lo and max differ, then winners are gathered and placed.
 template <class L, int E, int K, class Score, class Bias, bool kVec, int kWarpsPerToken, int kTokensPerBlock>
 __global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock)
 route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
@@ -210,10 +230,13 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     constexpr bool kRagged = kGroups % kThreads != 0;  // last slot empty on some threads
     constexpr bool kShared = kWarpsPerToken > 1;
     constexpr int kPrioBits = 12;  // tie priority < 4096
+    constexpr int kRankMax = RADIX4_RANK_MAX;
+    constexpr int kRankCap = kRankMax > 0 ? kRankMax : 1;  // one warp's share of the candidates, at most
     static_assert(E % 4 == 0 && E <= (1 << kPrioBits), "E must be a multiple of 4, at most 4096");
     static_assert(K >= 1 && K <= kLanes && K <= E, "one lane places each winner: 1 <= k <= lanes, k <= E");
     static_assert(kVals <= 64, "a thread keeps its winners in a 64-bit mask");
     static_assert(!kShared || kTokensPerBlock == 1, "a token spread over warps owns its block");
+    static_assert(kRankMax >= 0 && kRankMax <= 1024, "RADIX4_RANK_MAX must be 0..1024");
 
     struct Entry {
         uint64_t composite;  // key << 32 | inverted priority: larger ranks first
@@ -222,15 +245,32 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     };
     __shared__ Entry winners[kTokensPerBlock][K];
     __shared__ float ranked_sig[kTokensPerBlock][K];
+    __shared__ int32_t ranked_id[kTokensPerBlock][K];
     __shared__ uint32_t partial[2][kWarpsPerToken][8];  // per-warp sums, double-buffered by round
     __shared__ uint32_t winner_count;
+    // The rank step's candidates, one region per warp (a warp's share of the
+    // token's C candidates is at most C).
+    __shared__ uint64_t cand_composite[kTokensPerBlock][kWarpsPerToken][kRankCap];
+    __shared__ float cand_sig[kTokensPerBlock][kWarpsPerToken][kRankCap];
+    __shared__ int32_t cand_id[kTokensPerBlock][kWarpsPerToken][kRankCap];
+    __shared__ uint32_t cand_count[kTokensPerBlock][kWarpsPerToken];
 
     const int lane = L::lane();
     const int warp = L::group();
-    const int local = kShared ? 0 : warp;  // this token's index in the block
+    const int local = kShared ? 0 : warp;   // this token's index in the block
+    const int region = kShared ? warp : 0;  // this warp's candidate region
     const int tid = kShared ? static_cast<int>(threadIdx.x) : lane;
     const int token = blockIdx.x * kTokensPerBlock + local;
     if (token >= rows) return;  // whole warps leave together
+
+    // The token's threads meet: a barrier with several warps, else the warp's.
+    auto token_sync = [&]() {
+        if constexpr (kShared) {
+            __syncthreads();
+        } else {
+            L::sync();
+        }
+    };
 
     // Sums over the token's threads. With several warps: each warp's sum
     // goes to shared memory, one barrier, every thread adds the warps'
@@ -285,143 +325,213 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     if (kShared && threadIdx.x == 0) winner_count = 0;  // ordered by the first barrier below
 
     auto valid = [&](int j) -> bool { return !kRagged || j / 4 < kSlots - 1 || tid + kThreads * (j / 4) < kGroups; };
+    auto expert_of = [&](int j) -> int32_t { return 4 * (tid + kThreads * (j / 4)) + (j & 3); };
     // Inverted tie priority: larger wins, like the key.
     auto inv_priority = [&](int j) -> uint32_t {
         const int g = tid + kThreads * (j / 4);
         const uint32_t priority = 4u * (vec_base[j / 4] + static_cast<uint32_t>(g >> 6)) + static_cast<uint32_t>(j & 3);
         return static_cast<uint32_t>(E - 1) - priority;
     };
+    auto composite = [&](int j) -> uint64_t { return (static_cast<uint64_t>(key[j]) << 32) | inv_priority(j); };
 
-    // ---- radix select over (key, inverted priority) ----
-    // A value wins iff (key >> kshift) > khi, or equal and valid and
-    // (inv_priority >> qshift) >= qhi.
-    uint32_t needed = K;
-    uint32_t kshift = 0, khi = 0, qshift = 31, qhi = 0;
-
-    // Leading bits that all keys share need no round: AND and OR of the
-    // keys agree there (carried in the first two words of a token_sum).
-    uint32_t all_and = ~0u, all_or = 0u;
+    // ---- step 1: max, AND and OR of the keys ----
+    uint32_t kmax = 0u, kand = ~0u, kor = 0u;
 #pragma unroll
     for (int j = 0; j < kVals; ++j) {
-        if (valid(j)) all_and &= key[j], all_or |= key[j];
+        if (valid(j)) kmax = key[j] > kmax ? key[j] : kmax, kand &= key[j], kor |= key[j];
     }
-    all_and = L::all_and(all_and);
-    all_or = L::all_or(all_or);
+    kmax = L::all_max(kmax);
+    kand = L::all_and(kand);
+    kor = L::all_or(kor);
     if constexpr (kShared) {
-        if (lane == 0) partial[parity][warp][0] = all_and, partial[parity][warp][1] = all_or;
+        if (lane == 0) partial[parity][warp][0] = kmax, partial[parity][warp][1] = kand, partial[parity][warp][2] = kor;
         __syncthreads();
 #pragma unroll
-        for (int i = 0; i < kWarpsPerToken; ++i) all_and &= partial[parity][i][0], all_or |= partial[parity][i][1];
+        for (int i = 0; i < kWarpsPerToken; ++i) {
+            const uint32_t m = partial[parity][i][0];
+            kmax = m > kmax ? m : kmax, kand &= partial[parity][i][1], kor |= partial[parity][i][2];
+        }
         parity ^= 1;
     }
-    const uint32_t differ = all_and ^ all_or;
 
-    bool key_tied = true;  // whole keys tie at the cutoff: rank by priority
-    uint32_t cut_key = all_and;
-    if (differ != 0u) {
-        int shift = (31 - L::count_leading_zeros(differ)) & ~3;
-        uint32_t hi = shift >= 28 ? 0u : all_and >> (shift + 4);
-        for (;;) {
-            const uint32_t base = hi << 4;
-            Histogram<L, kVals> hist;
+    // A value wins iff (key >> kshift) > khi, or equal and valid and
+    // (inv_priority >> qshift) >= qhi.
+    uint32_t kshift = 0, khi = 0, qshift = 31, qhi = 0;
+    bool ranked = false;  // the rank step placed the winners
+    if (kand == kor) {
+        // Every key is equal: the winners are the k first in tie priority.
+        khi = kmax;
+        qshift = 0;
+        qhi = static_cast<uint32_t>(E - K);
+    } else {
+        // ---- step 2: the distance round ----
+        Histogram<L, kVals> hist;
 #pragma unroll
-            for (int j = 0; j < kVals; ++j) hist.add(j, (key[j] >> shift) - base);
-            uint32_t total[8];
-            hist.words(total);
-            token_sum(total);
-            const Pick p = pick_bin(total, needed);
-            needed -= p.above;
-            hi = base | p.digit;
-            if (p.in_bin == needed) {
-                key_tied = false;
-                kshift = static_cast<uint32_t>(shift);
-                khi = hi;
-                break;
-            }
-            if (shift == 0) break;
-            shift -= 4;
+        for (int j = 0; j < kVals; ++j) {
+            const uint32_t d = kmax - key[j];
+            const uint32_t length = d == 0u ? 0u : static_cast<uint32_t>(32 - L::count_leading_zeros(d));
+            const uint32_t bin = (length + 1u) >> 1;  // 0..16
+            hist.add(j, valid(j) ? 15u - (bin < 15u ? bin : 15u) : 16u);  // nearer the max ranks higher
         }
-        cut_key = hi;
-    }
-    if (key_tied) {
-        kshift = 0;
-        khi = cut_key;
-        int shift = kPrioBits - 4;
-        uint32_t hi = 0;
-        for (;;) {
-            const uint32_t base = hi << 4;
-            Histogram<L, kVals> hist;
+        uint32_t total[8];
+        hist.words(total);
+        token_sum(total);
+        const Pick p = pick_bin(total, K);
+        const uint32_t b = 15u - p.digit;
+        const uint32_t count = p.above + p.in_bin;  // keys >= lo
+        // lo = the smallest key at distance < 4^b; the last bin takes every key.
+        const uint32_t span = b >= 15u ? ~0u : (1u << (2u * b)) - 1u;
+        const uint32_t lo = kmax - (span < kmax ? span : kmax);
+
+        if (kRankMax > 0 && count <= static_cast<uint32_t>(kRankMax)) {
+            // ---- step 3a: copy the C keys >= lo, rank each among them ----
+            ranked = true;
+            uint64_t* comp = cand_composite[local][region];
+            float* csig = cand_sig[local][region];
+            int32_t* cid = cand_id[local][region];
+            const auto below = L::lanes_below();
+            uint32_t n = 0;  // this warp's candidates so far, the same on every lane
 #pragma unroll
             for (int j = 0; j < kVals; ++j) {
-                hist.add(j, (valid(j) && key[j] == cut_key) ? (inv_priority(j) >> shift) - base : 16u);
+                const bool take = valid(j) && key[j] >= lo;
+                const auto m = L::ballot(take);
+                if (take) {
+                    const uint32_t at = n + static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m & below)));
+                    comp[at] = composite(j);
+                    csig[at] = sig[j];
+                    cid[at] = expert_of(j);
+                }
+                n += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m)));
             }
-            uint32_t total[8];
-            hist.words(total);
-            token_sum(total);
-            const Pick p = pick_bin(total, needed);
-            needed -= p.above;
-            hi = base | p.digit;
-            // Priorities are distinct, so by shift 0 the bin holds exactly one.
-            if (p.in_bin == needed || shift == 0) {
-                qshift = static_cast<uint32_t>(shift);
-                qhi = hi;
-                break;
+            if (lane == 0) cand_count[local][region] = n;
+            token_sync();
+            for (uint32_t i = static_cast<uint32_t>(lane); i < n; i += kLanes) {
+                const uint64_t me = comp[i];
+                uint32_t rank = 0;
+#pragma unroll
+                for (int w = 0; w < kWarpsPerToken; ++w) {
+                    const uint64_t* other = cand_composite[local][w];
+                    const uint32_t count_w = cand_count[local][w];
+                    // Four independent loads in flight per step.
+                    uint32_t q = 0;
+                    for (; q + 4u <= count_w; q += 4u) {
+                        rank += (other[q] > me) + (other[q + 1] > me) + (other[q + 2] > me) + (other[q + 3] > me);
+                    }
+                    for (; q < count_w; ++q) rank += other[q] > me;
+                }
+                if (rank < static_cast<uint32_t>(K)) {
+                    ranked_sig[local][rank] = csig[i];
+                    ranked_id[local][rank] = cid[i];
+                }
             }
-            shift -= 4;
+        } else {
+            // ---- step 3b: radix select from the first bit where lo and max differ ----
+            const uint32_t differ = b >= 15u ? (kand ^ kor) : (lo ^ kmax);
+            uint32_t needed = K;
+            bool key_tied = true;  // whole keys tie at the cutoff: rank them by priority
+            khi = kmax;            // (with differ == 0: at least k keys equal the max)
+            if (differ != 0u) {
+                int shift = (31 - L::count_leading_zeros(differ)) & ~3;
+                uint32_t hi = shift >= 28 ? 0u : kmax >> (shift + 4);
+                for (;;) {
+                    const uint32_t base = hi << 4;
+                    Histogram<L, kVals> round;
+#pragma unroll
+                    for (int j = 0; j < kVals; ++j) round.add(j, (key[j] >> shift) - base);
+                    uint32_t sums[8];
+                    round.words(sums);
+                    token_sum(sums);
+                    const Pick r = pick_bin(sums, needed);
+                    needed -= r.above;
+                    hi = base | r.digit;
+                    if (r.in_bin == needed) {
+                        key_tied = false;
+                        kshift = static_cast<uint32_t>(shift);
+                        break;
+                    }
+                    if (shift == 0) break;
+                    shift -= 4;
+                }
+                khi = hi;
+            }
+            if (key_tied) {
+                // `needed` of the keys equal to khi win, by tie priority.
+                int qs = kPrioBits - 4;
+                uint32_t qh = 0;
+                for (;;) {
+                    const uint32_t base = qh << 4;
+                    Histogram<L, kVals> round;
+#pragma unroll
+                    for (int j = 0; j < kVals; ++j) {
+                        round.add(j, (valid(j) && key[j] == khi) ? (inv_priority(j) >> qs) - base : 16u);
+                    }
+                    uint32_t sums[8];
+                    round.words(sums);
+                    token_sum(sums);
+                    const Pick r = pick_bin(sums, needed);
+                    needed -= r.above;
+                    qh = base | r.digit;
+                    // Priorities are distinct, so by qs = 0 the bin holds exactly one.
+                    if (r.in_bin == needed || qs == 0) {
+                        qshift = static_cast<uint32_t>(qs);
+                        qhi = qh;
+                        break;
+                    }
+                    qs -= 4;
+                }
+            }
         }
     }
 
-    // ---- gather the k winners, then place each by its rank ----
-    uint64_t won = 0;
+    if (!ranked) {
+        // ---- gather the k winners, then place each by its rank ----
+        uint64_t won = 0;
 #pragma unroll
-    for (int j = 0; j < kVals; ++j) {
-        const uint32_t top = key[j] >> kshift;
-        const bool win = top > khi || (top == khi && valid(j) && (inv_priority(j) >> qshift) >= qhi);
-        won |= static_cast<uint64_t>(win) << j;
-    }
-    const uint32_t n_won = static_cast<uint32_t>(__popcll(won));
-    uint32_t slot;
-    if constexpr (kShared) {
-        // Slots in arrival order: the placement below does not depend on it.
-        slot = n_won ? atomicAdd(&winner_count, n_won) : 0u;
-    } else {
-        slot = L::exclusive_scan(n_won);
-    }
-    Entry* mine = winners[local];
-#pragma unroll
-    for (int j = 0; j < kVals; ++j) {
-        if ((won >> j) & 1u) {
-            const int expert = 4 * (tid + kThreads * (j / 4)) + (j & 3);
-            mine[slot++] = Entry{(static_cast<uint64_t>(key[j]) << 32) | inv_priority(j), sig[j], expert};
+        for (int j = 0; j < kVals; ++j) {
+            const uint32_t top = key[j] >> kshift;
+            const bool win = top > khi || (top == khi && valid(j) && (inv_priority(j) >> qshift) >= qhi);
+            won |= static_cast<uint64_t>(win) << j;
         }
-    }
-    if constexpr (kShared) {
-        __syncthreads();
-        if (warp != 0) return;
-    } else {
+        const uint32_t n_won = static_cast<uint32_t>(__popcll(won));
+        uint32_t slot;
+        if constexpr (kShared) {
+            // Slots in arrival order: the placement below does not depend on it.
+            slot = n_won ? atomicAdd(&winner_count, n_won) : 0u;
+        } else {
+            slot = L::exclusive_scan(n_won);
+        }
+        Entry* mine = winners[local];
+#pragma unroll
+        for (int j = 0; j < kVals; ++j) {
+            if ((won >> j) & 1u) mine[slot++] = Entry{composite(j), sig[j], expert_of(j)};
+        }
+        token_sync();
+        if (kShared && warp != 0) return;
+        if (lane < K) {
+            const Entry w = mine[lane];
+            int rank = 0;
+#pragma unroll
+            for (int i = 0; i < K; ++i) rank += mine[i].composite > w.composite;
+            ranked_sig[local][rank] = w.sig;
+            ranked_id[local][rank] = w.id;
+        }
         L::sync();
+    } else {
+        token_sync();
+        if (kShared && warp != 0) return;
     }
 
-    Entry w{0u, 0.0f, 0};
-    int rank = 0;
-    if (lane < K) {
-        w = mine[lane];
-#pragma unroll
-        for (int i = 0; i < K; ++i) rank += mine[i].composite > w.composite;
-        ranked_sig[local][rank] = w.sig;
-    }
-    L::sync();
-    // The total in output order, the same on every lane.
+    // ---- weights, in output order; the total is summed in that order too ----
     float total = 0.0f;
 #pragma unroll
     for (int i = 0; i < K; ++i) total += ranked_sig[local][i];
     if (lane < K) {
-        float weight = w.sig;
+        float weight = ranked_sig[local][lane];
         if (renormalize && total > 0.0f) weight = weight / total;
         weight = weight * routed_scaling_factor;
-        const int64_t at = static_cast<int64_t>(token) * K + rank;
+        const int64_t at = static_cast<int64_t>(token) * K + lane;
         weights[at] = weight;
-        ids[at] = w.id;
+        ids[at] = ranked_id[local][lane];
     }
 }
 
