@@ -327,10 +327,13 @@ def route_with(lib, scores, bias, weights, ids, shape_flag):
 
 
 VARIANTS = {  # column -> (build defines, shape flag: 2 block per token, 4 warp per token)
-    "block_7w": ((), 2),
-    "block_4w": (("RADIX4_WARPS_PER_TOKEN=4",), 2),
+    "block_4w": ((), 2),
+    "block_4w_radix": (("RADIX4_RANK_MAX=0",), 2),  # no rank step: radix rounds only
+    "block_4w_rank256": (("RADIX4_RANK_MAX=256",), 2),
+    "block_7w": (("RADIX4_WARPS_PER_TOKEN=7",), 2),
     "block_2w": (("RADIX4_WARPS_PER_TOKEN=2",), 2),
     "warp_x4": ((), 4),
+    "warp_x4_radix": (("RADIX4_RANK_MAX=0",), 4),
     "warp_x1": (("RADIX4_TOKENS_PER_BLOCK=1",), 4),
 }
 
@@ -370,9 +373,9 @@ def print_table(rows, floor):
     cols = [k for k in rows[0] if k != "M"]
     print(f"\nus per launch (CUDA graph replay, median of {REPLAYS} replays x {LAUNCHES_PER_GRAPH} launches; "
           f"bf16 logits, fp32 bias, E=896, top-16; empty kernel {floor:.2f} us)")  # fmt: skip
-    print(f"{'M':>6} " + " ".join(f"{c:>18}" for c in cols))
+    print(f"{'M':>6} " + " ".join(f"{c:>15}" for c in cols))
     for r in rows:
-        print(f"{r['M']:>6} " + " ".join(f"{r[c]:>18.2f}" for c in cols))
+        print(f"{r['M']:>6} " + " ".join(f"{r[c]:>15.2f}" for c in cols))
 
 
 def ptxas_report(arch: str) -> str:
