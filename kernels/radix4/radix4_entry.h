@@ -183,4 +183,16 @@ const char* radix4_runtime_error_string(void) {
 
 int radix4_tokens_per_block(void) { return radix4::kTokensPerBlock; }
 
+#if defined(RADIX4_LAB) && defined(__CUDACC__)
+// The step clocks of the last launch (RADIX4_STAMP in radix4_router.h).
+int radix4_lab_clocks(unsigned long long* out) {
+    return static_cast<int>(cudaMemcpyFromSymbol(out, radix4::radix4_lab_clock, sizeof(radix4::radix4_lab_clock)));
+}
+int radix4_lab_reset(void) {
+    void* at = nullptr;
+    const cudaError_t err = cudaGetSymbolAddress(&at, radix4::radix4_lab_clock);
+    return static_cast<int>(err != cudaSuccess ? err : cudaMemset(at, 0, sizeof(radix4::radix4_lab_clock)));
+}
+#endif
+
 }  // extern "C"

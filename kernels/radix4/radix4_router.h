@@ -190,6 +190,20 @@ __device__ __forceinline__ Pick pick_bin(const uint32_t total[8], uint32_t neede
 template <int E>
 __device__ const TieTable<E> kDeviceTieTable = make_tie_table<E>();
 
+// Step clocks for benchmarks/radix4_lab.py: a RADIX4_LAB build records the
+// SM clock of block 0, thread 0 at each step; other builds compile nothing.
+#ifdef RADIX4_LAB
+__device__ unsigned long long radix4_lab_clock[8];
+#define RADIX4_STAMP(i)                                                               \
+    do {                                                                              \
+        if (blockIdx.x == 0 && threadIdx.x == 0) radix4_lab_clock[i] = clock64();     \
+    } while (0)
+#else
+#define RADIX4_STAMP(i) \
+    do {                \
+    } while (0)
+#endif
+
 // Largest candidate set the rank step takes (see route_kernel); larger sets
 // go through the radix rounds. 0 turns the rank step off (benchmarks).
 #ifndef RADIX4_RANK_MAX
@@ -262,6 +276,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     const int tid = kShared ? static_cast<int>(threadIdx.x) : lane;
     const int token = blockIdx.x * kTokensPerBlock + local;
     if (token >= rows) return;  // whole warps leave together
+    RADIX4_STAMP(0);
 
     // The token's threads meet: a barrier with several warps, else the warp's.
     auto token_sync = [&]() {
@@ -353,6 +368,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         }
         parity ^= 1;
     }
+    RADIX4_STAMP(1);
 
     // A value wins iff (key >> kshift) > khi, or equal and valid and
     // (inv_priority >> qshift) >= qhi.
@@ -377,6 +393,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         hist.words(total);
         token_sum(total);
         const Pick p = pick_bin(total, K);
+        RADIX4_STAMP(2);
         const uint32_t b = 15u - p.digit;
         const uint32_t count = p.above + p.in_bin;  // keys >= lo
         // lo = the smallest key at distance < 4^b; the last bin takes every key.
@@ -405,6 +422,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
             }
             if (lane == 0) cand_count[local][region] = n;
             token_sync();
+            RADIX4_STAMP(3);
             for (uint32_t i = static_cast<uint32_t>(lane); i < n; i += kLanes) {
                 const uint64_t me = comp[i];
                 uint32_t rank = 0;
@@ -521,6 +539,8 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         if (kShared && warp != 0) return;
     }
 
+    RADIX4_STAMP(4);
+
     // ---- weights, in output order; the total is summed in that order too ----
     float total = 0.0f;
 #pragma unroll
@@ -533,6 +553,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         weights[at] = weight;
         ids[at] = ranked_id[local][lane];
     }
+    RADIX4_STAMP(5);
 }
 
 }  // namespace radix4
