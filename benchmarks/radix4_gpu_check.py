@@ -2,7 +2,9 @@
 
 1. Builds the library for the device (and, for timing, the builds that
    VARIANTS names).
-2. Correctness against a plain torch reference of contract ``aiter`` that
+2. The branch-free reciprocal of the CUDA sigmoid (radix4_sigmoid_exhaustive.cu)
+   equals IEEE division for every denominator and every fp32 input.
+3. Correctness against a plain torch reference of contract ``aiter`` that
    does the kernel's arithmetic on the same device (exp2 sigmoid, IEEE
    reciprocal, rank keys, composite (key, tie priority) sort): ids must be
    equal, weights within rtol 1e-5 / atol 1e-6 (NaN == NaN). Cases: random
@@ -10,15 +12,15 @@
    straddle the cutoff, NaN rows, +-inf logits and -inf bias, saturated
    sigmoids, negative ranking values, strided rows (aligned and not), the
    renormalize guard, M in {1, 7, 64, 1024}, Kimi-K2's 384/8.
-3. Against ``oracle.route(contract="aiter")`` when the package is there: the
+4. Against ``oracle.route(contract="aiter")`` when the package is there: the
    oracle's sigmoid is torch.sigmoid, not the exp2 form, so ids may differ on
    near ties; rows whose id sets differ are counted with the largest ULP
    distance (oracle ranking values) between a differing expert and the
    oracle's k-th value.
    Every case runs in both launch shapes (a block per token, a warp per
    token) and in the default choice by M.
-4. CUDA graph replay equals eager, and 10 eager repeats are bit-identical.
-5. Timing: bf16 logits (every fifth row all-equal), fp32 bias, E=896,
+5. CUDA graph replay equals eager, and 10 eager repeats are bit-identical.
+6. Timing: bf16 logits (every fifth row all-equal), fp32 bias, E=896,
    top-16, rs=2.5, renormalize; each router captured LAUNCHES_PER_GRAPH times
    in a CUDA graph, replayed REPLAYS times; us per launch = replay time /
    launches, median over replays. Inputs stay the same (they fit in L2, as in
@@ -385,6 +387,17 @@ def ptxas_report(arch: str) -> str:
     return "\n".join(sorted(set(lines)))
 
 
+def run_sigmoid_exhaustive(arch: str) -> tuple[bool, str]:
+    """Build and run radix4_sigmoid_exhaustive.cu: the branch-free reciprocal and sigmoid, bit for bit."""
+    src = Path(__file__).with_name("radix4_sigmoid_exhaustive.cu")
+    flags = [f for f in radix4.CUDA_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "sigmoid_exhaustive"
+        subprocess.run(["nvcc", *flags, f"-arch={arch}", f"-I{radix4.HERE}", str(src), "-o", str(exe)], check=True)
+        run = subprocess.run([str(exe)], capture_output=True, text=True)
+    return run.returncode == 0, run.stdout.strip() + run.stderr.strip()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write results here")
@@ -401,7 +414,13 @@ def main(argv=None) -> int:
     arch = f"sm_{torch.cuda.get_device_capability()[0]}{torch.cuda.get_device_capability()[1]}"
     if torch.version.cuda:
         print("ptxas:\n" + ptxas_report(arch))
+    if torch.version.cuda:
+        exhaustive_ok, text = run_sigmoid_exhaustive(arch)
+        print(f"{'ok  ' if exhaustive_ok else 'FAIL'} exhaustive sigmoid: {text}")
+    else:
+        exhaustive_ok = True
     checks_ok, results = run_checks(device)
+    checks_ok &= exhaustive_ok
     det_ok, det = run_determinism(device)
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "checks": results,
               "determinism": det}  # fmt: skip

@@ -209,6 +209,9 @@ struct EmuLanes {
     static int lane() { return threadIdx.x % N; }
     static int group() { return threadIdx.x / N; }
     static void sync() { barrier[group()]->arrive_and_wait(); }
+    static bool any(bool p) { return exchange(p, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t |= s[i]; return t; }) != 0; }
+    static constexpr float kReciprocalLimit = 0x1p126f;  // as on CUDA, so the redo path runs here too
+    static float reciprocal(float y) { return 1.0f / y; }
     template <class F> static uint64_t exchange(uint64_t v, F f) {
         uint64_t* mine = slot[group()];
         mine[lane()] = v; sync(); const uint64_t r = f(mine); sync(); return r;
@@ -297,7 +300,7 @@ extern "C" int emu_route(int lanes, int block, const void* s, int sdt, int64_t s
 }
 
 extern "C" void emu_sigmoid(const float* x, float* out, int64_t n) {
-    for (int64_t k = 0; k < n; ++k) out[k] = radix4::contract_sigmoid(x[k]);
+    for (int64_t k = 0; k < n; ++k) out[k] = radix4::contract_sigmoid<EmuLanes<32>>(x[k]);
 }
 """
 

@@ -43,6 +43,20 @@ struct Warp32 {
 
 
     static __device__ __forceinline__ void sync() { __syncwarp(); }
+    static __device__ __forceinline__ bool any(bool p) { return __any_sync(0xffffffffu, p); }
+
+    // 1 / y rounded to nearest, for 1 <= y < 2^126: the approximate
+    // reciprocal and one Newton step with fused multiply-adds. `1.0f / y`
+    // gives the same bits (benchmarks/radix4_sigmoid_exhaustive.cu checks
+    // every y) but branches to a slow path per value, which keeps the
+    // compiler from overlapping a thread's sigmoids. Larger y (a subnormal
+    // result) and NaN are the caller's to redo with `1.0f / y`.
+    static constexpr float kReciprocalLimit = 0x1p126f;
+    static __device__ __forceinline__ float reciprocal(float y) {
+        float r;
+        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+        return __fmaf_rn(r, __fmaf_rn(-y, r, 1.0f), r);
+    }
 
     // 1 << (4 * t) for t < 16, else 0. PTX clamps a 64-bit shift amount to
     // 64, which yields 0, so the out-of-range case costs only the min.

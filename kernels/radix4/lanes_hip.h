@@ -70,6 +70,13 @@ struct Wave64 {
     static __device__ __forceinline__ Mask lanes_below() { return (uint64_t{1} << lane()) - 1u; }
 
 
+    static __device__ __forceinline__ bool any(bool p) { return __any(p); }
+
+    // IEEE division is branch-free on CDNA (v_div_scale / v_div_fmas /
+    // v_div_fixup), so it serves every y.
+    static constexpr float kReciprocalLimit = __builtin_huge_valf();
+    static __device__ __forceinline__ float reciprocal(float y) { return 1.0f / y; }
+
     // Lanes of a wave run in lockstep, but the compiler must not move LDS
     // reads of other lanes' entries above this point.
     static __device__ __forceinline__ void sync() {

@@ -90,11 +90,18 @@ __device__ __forceinline__ void load4(const typename T::Raw* p, float out[4]) {
 
 // ---- the contract's arithmetic ----
 
-// aiter's form of the sigmoid; exp2f and the division are the accurate
-// library versions because no fast-math flag is given.
-__device__ __forceinline__ float contract_sigmoid(float x) {
+// aiter's form of the sigmoid, 1 / (1 + exp2(-log2(e) * x)), in two
+// halves: the denominator (exp2f is the accurate library version because no
+// fast-math flag is given) and its IEEE reciprocal. L::reciprocal is exact
+// below L::kReciprocalLimit; sigmoids() redoes the rest with `1.0f / y`.
+__device__ __forceinline__ float sigmoid_denominator(float x) {
     constexpr float kNegLog2e = -1.44269504088896340736f;
-    return 1.0f / (1.0f + exp2f(kNegLog2e * x));
+    return 1.0f + exp2f(kNegLog2e * x);
+}
+template <class L>
+__device__ __forceinline__ float contract_sigmoid(float x) {
+    const float y = sigmoid_denominator(x);
+    return y < L::kReciprocalLimit ? L::reciprocal(y) : 1.0f / y;
 }
 
 // The float-to-key twiddle: an order-preserving map of fp32 onto uint32.
@@ -264,9 +271,10 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     __shared__ uint32_t winner_count;
     // The rank step's candidates, one region per warp (a warp's share of the
     // token's C candidates is at most C).
-    __shared__ uint64_t cand_composite[kTokensPerBlock][kWarpsPerToken][kRankCap];
-    __shared__ float cand_sig[kTokensPerBlock][kWarpsPerToken][kRankCap];
-    __shared__ int32_t cand_id[kTokensPerBlock][kWarpsPerToken][kRankCap];
+    // Entry kRankCap takes the stores of lanes without a candidate.
+    __shared__ uint64_t cand_composite[kTokensPerBlock][kWarpsPerToken][kRankCap + 1];
+    __shared__ float cand_sig[kTokensPerBlock][kWarpsPerToken][kRankCap + 1];
+    __shared__ int32_t cand_id[kTokensPerBlock][kWarpsPerToken][kRankCap + 1];
     __shared__ uint32_t cand_count[kTokensPerBlock][kWarpsPerToken];
 
     const int lane = L::lane();
@@ -328,13 +336,48 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
             vec_base[s] = kDeviceTieTable<E>.vec_base[g & 63];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                sig[4 * s + i] = contract_sigmoid(x[i]);
-                key[4 * s + i] = rank_key<L>(sig[4 * s + i] + b[i]);
+                sig[4 * s + i] = sigmoid_denominator(x[i]);  // the reciprocal follows
+                key[4 * s + i] = L::as_uint(b[i]);           // bias bits until then
             }
         } else {
             vec_base[s] = 0;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) sig[4 * s + i] = 0.0f, key[4 * s + i] = 0u;
+            for (int i = 0; i < 4; ++i) sig[4 * s + i] = 1.0f, key[4 * s + i] = 0u;
+        }
+    }
+    // Reciprocals without a branch per value; the rare denominator at or
+    // above the limit (sigmoid below 2^-126, or NaN) is redone exactly, in
+    // one branch the warp takes together.
+    bool beyond = false;
+#pragma unroll
+    for (int j = 0; j < kVals; ++j) {
+        const float y = sig[j];
+        beyond |= !(y < L::kReciprocalLimit);
+        sig[j] = L::reciprocal(y);
+    }
+    if (L::any(beyond)) {
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) {
+            const int g = tid + kThreads * s;
+            if (!kRagged || s < kSlots - 1 || g < kGroups) {
+                float x[4];
+                load4<Score, L, kVec>(row + 4 * g, x);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) sig[4 * s + i] = contract_sigmoid<L>(x[i]);
+            }
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+        const int g = tid + kThreads * s;
+        if (!kRagged || s < kSlots - 1 || g < kGroups) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                key[4 * s + i] = rank_key<L>(sig[4 * s + i] + L::as_float(key[4 * s + i]));
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sig[4 * s + i] = 0.0f;
         }
     }
     if (kShared && threadIdx.x == 0) winner_count = 0;  // ordered by the first barrier below
@@ -408,34 +451,42 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
             int32_t* cid = cand_id[local][region];
             const auto below = L::lanes_below();
             uint32_t n = 0;  // this warp's candidates so far, the same on every lane
+            // Stores without branches: a lane with no candidate writes to
+            // the spare entry kRankCap.
 #pragma unroll
             for (int j = 0; j < kVals; ++j) {
                 const bool take = valid(j) && key[j] >= lo;
                 const auto m = L::ballot(take);
-                if (take) {
-                    const uint32_t at = n + static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m & below)));
-                    comp[at] = composite(j);
-                    csig[at] = sig[j];
-                    cid[at] = expert_of(j);
-                }
+                const uint32_t at = take ? n + static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m & below)))
+                                         : static_cast<uint32_t>(kRankCap);
+                comp[at] = composite(j);
+                csig[at] = sig[j];
+                cid[at] = expert_of(j);
                 n += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m)));
             }
             if (lane == 0) cand_count[local][region] = n;
             token_sync();
             RADIX4_STAMP(3);
+            // Each candidate's rank = how many candidates of the token have
+            // a larger composite; the regions are read side by side, one
+            // entry of each per step (entries past a region's count are
+            // masked off), in a loop kept rolled to keep the code small.
+            uint32_t counts[kWarpsPerToken];
+            uint32_t longest = 0;
+#pragma unroll
+            for (int w = 0; w < kWarpsPerToken; ++w) {
+                counts[w] = cand_count[local][w];
+                longest = counts[w] > longest ? counts[w] : longest;
+            }
             for (uint32_t i = static_cast<uint32_t>(lane); i < n; i += kLanes) {
                 const uint64_t me = comp[i];
                 uint32_t rank = 0;
+#pragma unroll 1
+                for (uint32_t q = 0; q < longest; ++q) {
 #pragma unroll
-                for (int w = 0; w < kWarpsPerToken; ++w) {
-                    const uint64_t* other = cand_composite[local][w];
-                    const uint32_t count_w = cand_count[local][w];
-                    // Four independent loads in flight per step.
-                    uint32_t q = 0;
-                    for (; q + 4u <= count_w; q += 4u) {
-                        rank += (other[q] > me) + (other[q + 1] > me) + (other[q + 2] > me) + (other[q + 3] > me);
+                    for (int w = 0; w < kWarpsPerToken; ++w) {
+                        rank += static_cast<uint32_t>(q < counts[w] && cand_composite[local][w][q] > me);
                     }
-                    for (; q < count_w; ++q) rank += other[q] > me;
                 }
                 if (rank < static_cast<uint32_t>(K)) {
                     ranked_sig[local][rank] = csig[i];

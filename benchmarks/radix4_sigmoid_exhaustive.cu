@@ -1,0 +1,62 @@
+// Exhaustive check of the radix4 kernel's branch-free reciprocal (CUDA).
+//
+// lanes_cuda.cuh's Warp32::reciprocal (approximate reciprocal plus one Newton
+// step) replaces IEEE division in the sigmoid for denominators below
+// Warp32::kReciprocalLimit. This program compares, bit for bit:
+//   1. Warp32::reciprocal(y) with 1.0f / y for every float y in [1, limit);
+//   2. radix4::contract_sigmoid<Warp32>(x) with 1.0f / (1.0f + exp2f(-log2e x))
+//      for every one of the 2^32 float bit patterns x (NaN == NaN).
+// Prints the mismatch counts and the first mismatch of each; exit code 0
+// only when both are 0. Built and run by benchmarks/radix4_gpu_check.py:
+//   nvcc -O3 -arch=sm_90 -fmad=false -ftz=false -prec-div=true -I kernels/radix4 this.cu
+#include <cstdio>
+#include <cstdint>
+
+#include "lanes_cuda.cuh"
+#include "radix4_router.h"
+
+using radix4::Warp32;
+
+__device__ unsigned long long mismatches[2];
+__device__ uint32_t first_bad[2];
+
+__global__ void check_reciprocal(uint32_t lo, uint32_t hi) {
+    for (uint64_t u = lo + blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; u < hi; u += uint64_t{gridDim.x} * blockDim.x) {
+        const float y = __uint_as_float(static_cast<uint32_t>(u));
+        if (__float_as_uint(Warp32::reciprocal(y)) != __float_as_uint(1.0f / y)) {
+            if (atomicAdd(&mismatches[0], 1ull) == 0) first_bad[0] = static_cast<uint32_t>(u);
+        }
+    }
+}
+
+__global__ void check_sigmoid() {
+    constexpr float kNegLog2e = -1.44269504088896340736f;
+    for (uint64_t u = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; u < (uint64_t{1} << 32); u += uint64_t{gridDim.x} * blockDim.x) {
+        const float x = __uint_as_float(static_cast<uint32_t>(u));
+        const float want = 1.0f / (1.0f + exp2f(kNegLog2e * x));
+        const float got = radix4::contract_sigmoid<Warp32>(x);
+        const bool same = __float_as_uint(got) == __float_as_uint(want) || (got != got && want != want);
+        if (!same && atomicAdd(&mismatches[1], 1ull) == 0) first_bad[1] = static_cast<uint32_t>(u);
+    }
+}
+
+int main() {
+    const uint32_t one = 0x3f800000u, limit = 0x7e800000u;  // 1.0f, 2^126
+    static_assert(Warp32::kReciprocalLimit == 0x1p126f, "update `limit`");
+    check_reciprocal<<<4096, 256>>>(one, limit);
+    check_sigmoid<<<8192, 256>>>();
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+        std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
+        return 2;
+    }
+    unsigned long long bad[2];
+    uint32_t first[2];
+    cudaMemcpyFromSymbol(bad, mismatches, sizeof bad);
+    cudaMemcpyFromSymbol(first, first_bad, sizeof first);
+    std::printf("reciprocal: %llu mismatches over %u denominators in [1, 2^126)", bad[0], limit - one);
+    if (bad[0]) std::printf(" (first y bits 0x%08x)", first[0]);
+    std::printf("\nsigmoid: %llu mismatches over all 2^32 inputs", bad[1]);
+    if (bad[1]) std::printf(" (first x bits 0x%08x)", first[1]);
+    std::printf("\n");
+    return bad[0] || bad[1] ? 1 : 0;
+}
