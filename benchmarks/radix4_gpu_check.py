@@ -331,12 +331,9 @@ def route_with(lib, scores, bias, weights, ids, shape_flag):
 VARIANTS = {  # column -> (build defines, shape flag: 2 block per token, 4 warp per token)
     "block_4w": ((), 2),
     "block_4w_radix": (("RADIX4_RANK_MAX=0",), 2),  # no rank step: radix rounds only
-    "block_4w_rank256": (("RADIX4_RANK_MAX=256",), 2),
-    "block_7w": (("RADIX4_WARPS_PER_TOKEN=7",), 2),
     "block_2w": (("RADIX4_WARPS_PER_TOKEN=2",), 2),
     "warp_x4": ((), 4),
     "warp_x4_radix": (("RADIX4_RANK_MAX=0",), 4),
-    "warp_x1": (("RADIX4_TOKENS_PER_BLOCK=1",), 4),
 }
 
 

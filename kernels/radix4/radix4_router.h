@@ -252,7 +252,9 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     constexpr bool kShared = kWarpsPerToken > 1;
     constexpr int kPrioBits = 12;  // tie priority < 4096
     constexpr int kRankMax = RADIX4_RANK_MAX;
-    constexpr int kRankCap = kRankMax > 0 ? kRankMax : 1;  // one warp's share of the candidates, at most
+    // One warp's share of the candidates, at most, rounded up to the rank
+    // step's four entries per step.
+    constexpr int kRankCap = kRankMax > 0 ? (kRankMax + 3) & ~3 : 4;
     static_assert(E % 4 == 0 && E <= (1 << kPrioBits), "E must be a multiple of 4, at most 4096");
     static_assert(K >= 1 && K <= kLanes && K <= E, "one lane places each winner: 1 <= k <= lanes, k <= E");
     static_assert(kVals <= 64, "a thread keeps its winners in a 64-bit mask");
@@ -271,8 +273,9 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     __shared__ uint32_t winner_count;
     // The rank step's candidates, one region per warp (a warp's share of the
     // token's C candidates is at most C).
-    // Entry kRankCap takes the stores of lanes without a candidate.
-    __shared__ uint64_t cand_composite[kTokensPerBlock][kWarpsPerToken][kRankCap + 1];
+    // Entry kRankCap takes the stores of lanes without a candidate; regions
+    // are 16-byte aligned so that two composites load as one.
+    alignas(16) __shared__ uint64_t cand_composite[kTokensPerBlock][kWarpsPerToken][kRankCap + 2];
     __shared__ float cand_sig[kTokensPerBlock][kWarpsPerToken][kRankCap + 1];
     __shared__ int32_t cand_id[kTokensPerBlock][kWarpsPerToken][kRankCap + 1];
     __shared__ uint32_t cand_count[kTokensPerBlock][kWarpsPerToken];
@@ -468,9 +471,10 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
             token_sync();
             RADIX4_STAMP(3);
             // Each candidate's rank = how many candidates of the token have
-            // a larger composite; the regions are read side by side, one
-            // entry of each per step (entries past a region's count are
-            // masked off), in a loop kept rolled to keep the code small.
+            // a larger composite; the regions are read side by side, four
+            // entries of each per step (entries past a region's count are
+            // masked off), in a loop not unrolled further to keep the code
+            // small.
             uint32_t counts[kWarpsPerToken];
             uint32_t longest = 0;
 #pragma unroll
@@ -482,10 +486,14 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
                 const uint64_t me = comp[i];
                 uint32_t rank = 0;
 #pragma unroll 1
-                for (uint32_t q = 0; q < longest; ++q) {
+                for (uint32_t q = 0; q < longest; q += 4) {
 #pragma unroll
                     for (int w = 0; w < kWarpsPerToken; ++w) {
-                        rank += static_cast<uint32_t>(q < counts[w] && cand_composite[local][w][q] > me);
+#pragma unroll
+                        for (uint32_t e = 0; e < 4; ++e) {
+                            const bool larger = cand_composite[local][w][q + e] > me;
+                            rank += static_cast<uint32_t>(q + e < counts[w] && larger);
+                        }
                     }
                 }
                 if (rank < static_cast<uint32_t>(K)) {
