@@ -15,30 +15,37 @@
 // How: each token is routed by kWarpsPerToken lane groups of L::kLanes
 // lanes (warps on CUDA, waves on HIP) that hold its E scores in registers,
 // 4 consecutive experts per vector: vector g = e >> 2 lives on the token's
-// thread g % threads, slot g / threads. A radix select over the composite key
-// (rank key, 12-bit inverted tie priority) finds the k-th largest composite,
-// 4 bits per round: every round builds a 16-bin histogram of the current
-// digit of the remaining candidates, sums it over the token's threads and
-// finds the bin holding the cutoff. The composite is unique per expert, so
-// the cutoff is exact and there are exactly k winners. The number of rounds depends on the
-// key width, not on k; two shortcuts keep it small:
-//   - digits that every key shares (the sign and most of the exponent, for
-//     sigmoid scores) are skipped with one AND/OR reduction;
-//   - the select stops as soon as the cutoff bin holds exactly the winners
-//     still needed; the tie-priority digits are visited only when whole
-//     rank keys tie at the cutoff.
-// Winners are then written to shared memory in any order and each of the
-// first k lanes places one of them by its rank among the winners, which
-// gives the output order (key desc, tie priority asc); the renormalizing
-// total is summed in that order.
+// thread g % threads, slot g / threads. Every expert has a composite key
+// (rank key, 12-bit inverted tie priority), unique per expert, so the k
+// winners are exactly the k largest composites. Three reductions over the
+// token's threads find them in the usual case (route_kernel lists the
+// steps): max / AND / OR of the keys; a 16-bin histogram of each key's
+// distance from the max by bit length, which bounds a small set of keys
+// holding every winner (a few dozen of 896 for sigmoid scores); and a copy
+// of that set to shared memory, where each key is ranked by counting the
+// larger composites. The rank is the output position.
+//
+// When the set is too large (many keys close to the max, wide tie pools),
+// a radix select over the composite takes over, 4 bits per round: every
+// round builds a 16-bin histogram of the current digit of the remaining
+// candidates, sums it over the token's threads and finds the bin holding
+// the cutoff. It starts at the first bit where the bound and the max
+// differ, stops as soon as the cutoff bin holds exactly the winners still
+// needed, and visits the tie-priority digits only when whole rank keys tie
+// at the cutoff. Its winners are written to shared memory in any order and
+// each of the first k lanes places one by its rank among the winners.
+// Either way the output order is (key desc, tie priority asc) and the
+// renormalizing total is summed in that order.
 //
 // Launch shape: either a block per token (kWarpsPerToken warps, grid = M;
 // the low-latency choice for small batches) or a warp per token
 // (kTokensPerBlock warps per block, grid = ceil(M / kTokensPerBlock)); the
 // entry point picks by M (radix4_entry.h). Static shared memory: about
-// 20 * k * kTokensPerBlock + 64 * kWarpsPerToken bytes. No fast math
-// anywhere: the sigmoid must round like the contract's so that ids stay
-// comparable.
+// 28 * k * kTokensPerBlock + 16 * (RADIX4_RANK_MAX + 2) * kWarpsPerToken *
+// kTokensPerBlock bytes (9-12 KB). No fast math anywhere: the sigmoid must
+// round like the contract's so that ids stay comparable (on CUDA its
+// reciprocal is a branch-free sequence that is exact below 2^126, checked
+// for every input by benchmarks/radix4_sigmoid_exhaustive.cu).
 #pragma once
 
 #include <stdint.h>
