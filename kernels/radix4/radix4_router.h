@@ -295,6 +295,15 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     const int token = blockIdx.x * kTokensPerBlock + local;
     if (token >= rows) return;  // whole warps leave together
     RADIX4_STAMP(0);
+    // The rank step reads whole steps of four entries of every region, so
+    // entries past a region's count must hold 0, which is larger than no
+    // composite. Cleared now, while the loads below are in flight.
+    if constexpr (kRankMax > 0) {
+        uint64_t* clear = cand_composite[local][region];
+#pragma unroll
+        for (int i = lane; i < kRankCap; i += kLanes) clear[i] = 0u;
+        if constexpr (!kShared) L::sync();  // before other lanes write candidates here
+    }
 
     // The token's threads meet: a barrier with several warps, else the warp's.
     auto token_sync = [&]() {
@@ -365,7 +374,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         beyond |= !(y < L::kReciprocalLimit);
         sig[j] = L::reciprocal(y);
     }
-    if (L::any(beyond)) {
+    if (__builtin_expect(L::any(beyond), 0)) {
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
             const int g = tid + kThreads * s;
@@ -427,7 +436,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     // (inv_priority >> qshift) >= qhi.
     uint32_t kshift = 0, khi = 0, qshift = 31, qhi = 0;
     bool ranked = false;  // the rank step placed the winners
-    if (kand == kor) {
+    if (__builtin_expect(kand == kor, 0)) {
         // Every key is equal: the winners are the k first in tie priority.
         khi = kmax;
         qshift = 0;
@@ -453,7 +462,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         const uint32_t span = b >= 15u ? ~0u : (1u << (2u * b)) - 1u;
         const uint32_t lo = kmax - (span < kmax ? span : kmax);
 
-        if (kRankMax > 0 && count <= static_cast<uint32_t>(kRankMax)) {
+        if (__builtin_expect(kRankMax > 0 && count <= static_cast<uint32_t>(kRankMax), 1)) {
             // ---- step 3a: copy the C keys >= lo, rank each among them ----
             ranked = true;
             uint64_t* comp = cand_composite[local][region];
@@ -480,8 +489,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
             // Each candidate's rank = how many candidates of the token have
             // a larger composite; the regions are read side by side, four
             // entries of each per step (entries past a region's count are
-            // masked off), in a loop not unrolled further to keep the code
-            // small.
+            // 0), in a loop not unrolled further to keep the code small.
             uint32_t counts[kWarpsPerToken];
             uint32_t longest = 0;
 #pragma unroll
@@ -497,10 +505,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
 #pragma unroll
                     for (int w = 0; w < kWarpsPerToken; ++w) {
 #pragma unroll
-                        for (uint32_t e = 0; e < 4; ++e) {
-                            const bool larger = cand_composite[local][w][q + e] > me;
-                            rank += static_cast<uint32_t>(q + e < counts[w] && larger);
-                        }
+                        for (uint32_t e = 0; e < 4; ++e) rank += static_cast<uint32_t>(cand_composite[local][w][q + e] > me);
                     }
                 }
                 if (rank < static_cast<uint32_t>(K)) {
@@ -567,7 +572,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         }
     }
 
-    if (!ranked) {
+    if (__builtin_expect(!ranked, 0)) {
         // ---- gather the k winners, then place each by its rank ----
         uint64_t won = 0;
 #pragma unroll
