@@ -181,6 +181,7 @@ EMULATION = r"""
 #define __device__
 #define __global__
 #define __forceinline__ inline
+#define __noinline__
 #define __launch_bounds__(n)
 #define __shared__ static
 struct uint2 { uint32_t x, y; };

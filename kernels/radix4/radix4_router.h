@@ -105,10 +105,16 @@ __device__ __forceinline__ float sigmoid_denominator(float x) {
     constexpr float kNegLog2e = -1.44269504088896340736f;
     return 1.0f + exp2f(kNegLog2e * x);
 }
+// IEEE 1 / y out of line: only the rare denominators at or above
+// L::kReciprocalLimit come here, and one copy of the division keeps the
+// hot path's code short (the kernel runs each instruction about once, so
+// its code size is instruction-cache time).
+__device__ __noinline__ float ieee_reciprocal(float y) { return 1.0f / y; }
+
 template <class L>
 __device__ __forceinline__ float contract_sigmoid(float x) {
     const float y = sigmoid_denominator(x);
-    return y < L::kReciprocalLimit ? L::reciprocal(y) : 1.0f / y;
+    return y < L::kReciprocalLimit ? L::reciprocal(y) : ieee_reciprocal(y);
 }
 
 // The float-to-key twiddle: an order-preserving map of fp32 onto uint32.
