@@ -205,6 +205,12 @@ __device__ __forceinline__ Pick pick_bin(const uint32_t total[8], uint32_t neede
 
 // ---- the kernel ----
 
+// How many candidates one lane ranks at once in the rank step.
+template <int N>
+struct PerLane {
+    static constexpr int value = N;
+};
+
 // In global memory, not __constant__: lanes read different entries, which
 // the constant cache would serialize.
 template <int E>
@@ -503,20 +509,50 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
                 counts[w] = cand_count[local][w];
                 longest = counts[w] > longest ? counts[w] : longest;
             }
-            for (uint32_t i = static_cast<uint32_t>(lane); i < n; i += kLanes) {
-                const uint64_t me = comp[i];
-                uint32_t rank = 0;
+            // A lane ranks kPer of its warp's candidates at once (first,
+            // first + kLanes, ...), so each entry read serves all of them:
+            // one at a time in the block shape (a warp rarely has more than
+            // kLanes), two in the warp shape, whose one region holds all C.
+            auto rank_candidates = [&](auto per_lane, uint32_t first) {
+                constexpr int kPer = decltype(per_lane)::value;
+                uint64_t me[kPer];
+                uint32_t rank[kPer];
+#pragma unroll
+                for (int t = 0; t < kPer; ++t) {
+                    const uint32_t i = first + static_cast<uint32_t>(t * kLanes);
+                    me[t] = i < n ? comp[i] : ~uint64_t{0};  // nothing is larger
+                    rank[t] = 0;
+                }
 #pragma unroll 1
                 for (uint32_t q = 0; q < longest; q += 4) {
 #pragma unroll
                     for (int w = 0; w < kWarpsPerToken; ++w) {
 #pragma unroll
-                        for (uint32_t e = 0; e < 4; ++e) rank += static_cast<uint32_t>(cand_composite[local][w][q + e] > me);
+                        for (uint32_t e = 0; e < 4; ++e) {
+                            const uint64_t c = cand_composite[local][w][q + e];
+#pragma unroll
+                            for (int t = 0; t < kPer; ++t) rank[t] += static_cast<uint32_t>(c > me[t]);
+                        }
                     }
                 }
-                if (rank < static_cast<uint32_t>(K)) {
-                    ranked_sig[local][rank] = csig[i];
-                    ranked_id[local][rank] = cid[i];
+#pragma unroll
+                for (int t = 0; t < kPer; ++t) {
+                    const uint32_t i = first + static_cast<uint32_t>(t * kLanes);
+                    if (i < n && rank[t] < static_cast<uint32_t>(K)) {
+                        ranked_sig[local][rank[t]] = csig[i];
+                        ranked_id[local][rank[t]] = cid[i];
+                    }
+                }
+            };
+            if constexpr (kShared) {
+                for (uint32_t first = static_cast<uint32_t>(lane); first < n; first += kLanes) {
+                    rank_candidates(PerLane<1>{}, first);
+                }
+            } else if (n <= static_cast<uint32_t>(kLanes)) {
+                if (n > 0) rank_candidates(PerLane<1>{}, static_cast<uint32_t>(lane));
+            } else {
+                for (uint32_t first = static_cast<uint32_t>(lane); first < n; first += 2 * kLanes) {
+                    rank_candidates(PerLane<2>{}, first);
                 }
             }
         } else {
