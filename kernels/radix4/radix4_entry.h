@@ -26,8 +26,8 @@
 // (RADIX4_TOKENS_PER_BLOCK warps a block, default 4) has the least overhead
 // per token. The defaults come from benchmarks/radix4_gpu_check.py on an
 // H200 (reports/baselines/h200-radix4-gpu-check.log): a block per token won
-// up to 256 rows (4.80 against 6.89 us), a warp per token from 1024 rows
-// (7.88 against 8.59 us); 512 lies between.
+// up to 256 rows (4.93 against 7.02 us), a warp per token from 1024 rows
+// (8.04 against 8.72 us); 512 lies between.
 #pragma once
 
 #include <stddef.h>
@@ -43,8 +43,8 @@
 #endif
 // Warps (waves) per token in the block-per-token shape, at most one vector of
 // 4 experts per thread (0 = exactly one). H200, E=896, graph replay: 4 warps
-// (two vectors per thread) 3.17 / 4.83 / 4.80 us at M = 1 / 64 / 256 against
-// 3.37 / 5.41 / 5.29 with 2; 7 warps trailed 4 by 0.15 us at M = 1 before the
+// (two vectors per thread) 3.21 / 5.00 / 4.93 us at M = 1 / 64 / 256 against
+// 3.40 / 5.58 / 5.41 with 2; 7 warps trailed 4 by 0.15 us at M = 1 before the
 // last tuning round and were not measured again.
 #ifndef RADIX4_WARPS_PER_TOKEN
 #define RADIX4_WARPS_PER_TOKEN 4
