@@ -1,12 +1,18 @@
 """Small pieces the command-line modules share: the usage error, argument
-types, the device and output-folder checks, and the device a candidate runs on."""
+types, the device and output-folder checks, the device a candidate runs on,
+and the main() of a command."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from pathlib import Path
+from typing import Callable
 
-__all__ = ["UsageError", "check_device", "device_for", "ensure_writable", "positive_int"]
+__all__ = ["EXIT_USAGE", "UsageError", "check_device", "device_for", "ensure_writable", "positive_int", "run_command"]
+
+EXIT_USAGE = 2  # every command's exit code for bad input
 
 
 class UsageError(Exception):
@@ -61,3 +67,29 @@ def ensure_writable(out: Path) -> Path:
     except OSError as exc:
         raise UsageError(f"--out {out} is not writable ({exc.strerror or exc}); choose another directory") from None
     return out
+
+
+def run_command(
+    module: str,
+    argv: list[str] | None,
+    build_parser: Callable[[], argparse.ArgumentParser],
+    run: Callable[[argparse.Namespace, str], int],
+) -> int:
+    """A command's main(): parse ``argv`` (default ``sys.argv[1:]``), then ``run(args, command_line)``.
+
+    ``--help`` exits 0; a parse error, a UsageError or a candidate that cannot
+    be loaded prints one line and exits EXIT_USAGE. ``command_line`` is the
+    invocation as ``python -m MODULE ...``, for the report.
+    """
+    from .registry import CandidateLoadError, DuplicateCandidateError  # not at import: the registry is heavier
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse already printed the message
+        return EXIT_USAGE if exc.code else 0
+    try:
+        return run(args, shlex.join(["python", "-m", module, *argv]))
+    except (UsageError, CandidateLoadError, DuplicateCandidateError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import torch
 
-from ._cli import UsageError, check_device
+from ._cli import UsageError, check_device, run_command
 from . import check
 from ._atomic import write_json
 from .environment import environment, git_commit
@@ -454,19 +454,7 @@ def _run(args, argv_text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return EXIT_USAGE if exc.code else EXIT_OK
-    argv_text = shlex.join(["python", "-m", "contracts.nightly", *argv])
-    from .registry import CandidateLoadError, DuplicateCandidateError
-
-    try:
-        return _run(args, argv_text)
-    except (UsageError, CandidateLoadError, DuplicateCandidateError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    return run_command("contracts.nightly", argv, build_parser, _run)
 
 
 if __name__ == "__main__":

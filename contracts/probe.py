@@ -51,7 +51,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
-import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -61,10 +60,10 @@ import torch
 
 import oracle
 
-from ._cli import UsageError, device_for, positive_int
+from ._cli import UsageError, device_for, positive_int, run_command
 from ._atomic import write_json
 from .environment import environment
-from .registry import Candidate, CandidateLoadError, DuplicateCandidateError, get_candidate
+from .registry import Candidate, get_candidate
 
 __all__ = ["ProbeError", "ProbeResult", "lane_table", "main", "match_rules", "probe"]
 
@@ -626,17 +625,7 @@ def _safe(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # argparse already printed the message
-        return EXIT_USAGE if exc.code else EXIT_OK
-    command = shlex.join(["python", "-m", "contracts.probe", *argv])
-    try:
-        return _run(args, command)
-    except (UsageError, CandidateLoadError, DuplicateCandidateError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    return run_command("contracts.probe", argv, build_parser, _run)
 
 
 if __name__ == "__main__":

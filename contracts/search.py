@@ -48,13 +48,13 @@ import torch
 
 import oracle
 
-from ._cli import UsageError, device_for, positive_int
+from ._cli import UsageError, device_for, positive_int, run_command
 from . import strategies as strat
 from ._atomic import write_atomic, write_json, write_text
 from .compare import compare_case, expected_for
 from .environment import environment
 from .families import Case, CaseSpec
-from .registry import Candidate, CandidateLoadError, DuplicateCandidateError, get_candidate
+from .registry import Candidate, get_candidate
 
 __all__ = ["Finding", "SearchResult", "SearchSetupError", "load_minimal", "main", "replay", "search"]
 
@@ -498,17 +498,7 @@ def _run(args, command: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # argparse already printed the message
-        return EXIT_USAGE if exc.code else EXIT_OK
-    command = shlex.join(["python", "-m", "contracts.search", *argv])
-    try:
-        return _run(args, command)
-    except (UsageError, CandidateLoadError, DuplicateCandidateError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    return run_command("contracts.search", argv, build_parser, _run)
 
 
 if __name__ == "__main__":

@@ -27,29 +27,14 @@ import torch
 
 import kernels.radix4 as radix4
 from kernels._build import BuildError, compile_shared, compile_to_assembly, load_library
+from reference import LANE_RANK_FROM_SPEC as LANE_RANK
+from reference import aiter_priority as tie_priority
 
 HERE = Path(radix4.__file__).resolve().parent
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 needs_hipcc = pytest.mark.skipif(shutil.which("hipcc") is None, reason="hipcc is not on PATH (apt-get install hipcc)")
 needs_clang19 = pytest.mark.skipif(shutil.which("clang++-19") is None, reason="clang++-19 is not installed")
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
-
-LANE_RANK = [
-    56, 57, 58, 59, 63, 62, 61, 60, 52, 53, 54, 55, 51, 50, 49, 48,
-    40, 41, 42, 43, 47, 46, 45, 44, 36, 37, 38, 39, 35, 34, 33, 32,
-    24, 25, 26, 27, 31, 30, 29, 28, 20, 21, 22, 23, 19, 18, 17, 16,
-    8, 9, 10, 11, 15, 14, 13, 12, 4, 5, 6, 7, 3, 2, 1, 0,
-]  # fmt: skip
-
-
-def tie_priority(E: int) -> list[int]:
-    """Plain definition: position of e when experts are sorted by (LANE_RANK[(e >> 2) & 63], e)."""
-    order = sorted(range(E), key=lambda e: (LANE_RANK[(e >> 2) & 63], e))
-    prio = [0] * E
-    for position, e in enumerate(order):
-        prio[e] = position
-    return prio
-
 
 # ---------------------------------------------------------------- CUDA
 
