@@ -3,9 +3,10 @@
 A ``RADIX4_LAB`` build of the kernel (radix4_router.h, RADIX4_STAMP) records
 clock64() of block 0, thread 0 at six points:
 
-    0 entry   1 max/AND/OR done (loads, sigmoid, first reduction)
-    2 distance round done   3 rank step's candidates copied
-    4 winners in output order   5 outputs written
+    0 entry   1 rank keys computed (loads, sigmoid, bias)
+    2 max, min and the bound lo known (reductions, lane ranking, barrier)
+    3 rank step's candidates copied   4 winners in output order
+    5 outputs written
 
 Each build and row kind is launched eagerly (--launches times, synchronized,
 clocks reset before each) and from a CUDA graph of 20 launches (clocks of the
@@ -38,7 +39,7 @@ BUILDS = {  # name -> (defines, shape flag: 2 block per token, 4 warp per token)
     "block_4w_radix": (("RADIX4_LAB", "RADIX4_RANK_MAX=0"), 2),
     "warp": (("RADIX4_LAB",), 4),
 }
-STEPS = ("load+max", "distance", "copy", "rank/place", "write")
+STEPS = ("load+keys", "bound", "copy", "rank/place", "write")
 
 
 def clocks(lib) -> list[int]:

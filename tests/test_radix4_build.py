@@ -221,9 +221,9 @@ struct EmuLanes {
         mine[lane()] = v; sync(); const uint64_t r = f(mine); sync(); return r;
     }
     static uint32_t sum(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t += s[i]; return t; }); }
-    static uint32_t all_and(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = ~0ull; for (int i = 0; i < N; ++i) t &= s[i]; return t; }); }
-    static uint32_t all_or(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t |= s[i]; return t; }); }
     static uint32_t all_max(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t = s[i] > t ? s[i] : t; return t; }); }
+    static uint32_t all_min(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = ~0u; for (int i = 0; i < N; ++i) t = s[i] < t ? s[i] : t; return t; }); }
+    static uint32_t shfl_xor(uint32_t v, int d) { const int me = lane(); return exchange(v, [me, d](uint64_t* s) { return s[me ^ d]; }); }
     using Mask = uint64_t;
     static Mask ballot(bool p) { return exchange(p, [](uint64_t* s) { uint64_t m = 0; for (int i = 0; i < N; ++i) m |= (s[i] & 1u) << i; return m; }); }
     static Mask lanes_below() { return (uint64_t{1} << lane()) - 1u; }
@@ -411,6 +411,10 @@ def _cases():
     masked[0, :10] = 1.0  # 10 keys of -inf ranking value, 886 NaN keys: lo clamps at 0
     masked[1, 5:40] = 1.0
     yield "-inf bias, mostly NaN logits", masked, torch.full((E,), float("-inf")), K
+    crowded = torch.randn(2, E, generator=g) * 0.1
+    crowded[0, (torch.arange(E) >> 2) % 32 == 0] += 5.0  # all 28 on one lane of a warp-per-token launch
+    crowded[1, (torch.arange(E) >> 2) % 128 == 0] += 5.0  # all 8 on one thread of a 4-warp block
+    yield "top keys crowded on one lane", crowded, torch.zeros(E), K
     yield "Kimi-K2 random", (torch.randn(4, 384, generator=g) * 2).bfloat16(), torch.randn(384, generator=g) * 0.05, 8
     yield "Kimi-K2 all equal", torch.zeros(2, 384), torch.zeros(384), 8
 

@@ -17,9 +17,10 @@ struct Warp32 {
     static __device__ __forceinline__ int group() { return threadIdx.x >> 5; }
 
     static __device__ __forceinline__ uint32_t sum(uint32_t v) { return __reduce_add_sync(0xffffffffu, v); }
-    static __device__ __forceinline__ uint32_t all_and(uint32_t v) { return __reduce_and_sync(0xffffffffu, v); }
-    static __device__ __forceinline__ uint32_t all_or(uint32_t v) { return __reduce_or_sync(0xffffffffu, v); }
     static __device__ __forceinline__ uint32_t all_max(uint32_t v) { return __reduce_max_sync(0xffffffffu, v); }
+    static __device__ __forceinline__ uint32_t all_min(uint32_t v) { return __reduce_min_sync(0xffffffffu, v); }
+    // v of lane (this lane ^ d).
+    static __device__ __forceinline__ uint32_t shfl_xor(uint32_t v, int d) { return __shfl_xor_sync(0xffffffffu, v, d); }
 
     // One bit per lane: which lanes pass, and which lanes come before this one.
     using Mask = uint32_t;

@@ -45,21 +45,23 @@ struct Wave64 {
     }
     static __device__ __forceinline__ uint32_t exclusive_scan(uint32_t v) { return inclusive_scan(v) - v; }
 
-    static __device__ __forceinline__ uint32_t all_and(uint32_t v) {
-#pragma unroll
-        for (int d = 32; d > 0; d >>= 1) v &= static_cast<uint32_t>(__shfl_xor(static_cast<int>(v), d, 64));
-        return v;
-    }
-    static __device__ __forceinline__ uint32_t all_or(uint32_t v) {
-#pragma unroll
-        for (int d = 32; d > 0; d >>= 1) v |= static_cast<uint32_t>(__shfl_xor(static_cast<int>(v), d, 64));
-        return v;
+    // v of lane (this lane ^ d).
+    static __device__ __forceinline__ uint32_t shfl_xor(uint32_t v, int d) {
+        return static_cast<uint32_t>(__shfl_xor(static_cast<int>(v), d, 64));
     }
     static __device__ __forceinline__ uint32_t all_max(uint32_t v) {
 #pragma unroll
         for (int d = 32; d > 0; d >>= 1) {
-            const uint32_t o = static_cast<uint32_t>(__shfl_xor(static_cast<int>(v), d, 64));
+            const uint32_t o = shfl_xor(v, d);
             v = o > v ? o : v;
+        }
+        return v;
+    }
+    static __device__ __forceinline__ uint32_t all_min(uint32_t v) {
+#pragma unroll
+        for (int d = 32; d > 0; d >>= 1) {
+            const uint32_t o = shfl_xor(v, d);
+            v = o < v ? o : v;
         }
         return v;
     }

@@ -16,17 +16,18 @@
 // lanes (warps on CUDA, waves on HIP) that hold its E scores in registers,
 // 4 consecutive experts per vector: vector g = e >> 2 lives on the token's
 // thread g % threads, slot g / threads. Every expert has a composite key
-// (rank key, 12-bit inverted tie priority), unique per expert, so the k
-// winners are exactly the k largest composites. Three reductions over the
-// token's threads find them in the usual case (route_kernel lists the
-// steps): max / AND / OR of the keys; a 16-bin histogram of each key's
-// distance from the max by bit length, which bounds a small set of keys
-// holding every winner (a few dozen of 896 for sigmoid scores); and a copy
-// of that set to shared memory, where each key is ranked by counting the
+// (rank key, 12-bit inverted tie priority, 12-bit expert id), unique per
+// expert, so the k winners are exactly the k largest composites. In the
+// usual case they are found without a histogram (route_kernel lists the
+// steps): the lane maxima of the keys give a lower bound `lo` that at least
+// k keys reach (in each lane group, the k-th largest lane maximum: k lanes
+// hold a key at least that large); for sigmoid scores only about 20 of 896
+// keys reach it in a warp-per-token launch, about 35 with four warps. Those
+// keys are copied to shared memory, where each is ranked by counting the
 // larger composites. The rank is the output position.
 //
-// When the set is too large (many keys close to the max, wide tie pools),
-// a radix select over the composite takes over, 4 bits per round: every
+// When the set is too large (many keys tied near the max, NaN rows), a
+// radix select over the composite takes over, 4 bits per round: every
 // round builds a 16-bin histogram of the current digit of the remaining
 // candidates, sums it over the token's threads and finds the bin holding
 // the cutoff. It starts at the first bit where the bound and the max
@@ -41,8 +42,8 @@
 // the low-latency choice for small batches) or a warp per token
 // (kTokensPerBlock warps per block, grid = ceil(M / kTokensPerBlock)); the
 // entry point picks by M (radix4_entry.h). Static shared memory: about
-// 28 * k * kTokensPerBlock + 16 * (RADIX4_RANK_MAX + 2) * kWarpsPerToken *
-// kTokensPerBlock bytes (9-12 KB). No fast math anywhere: the sigmoid must
+// 28 * k * kTokensPerBlock + 12 * (RADIX4_RANK_MAX + 4) * kWarpsPerToken *
+// kTokensPerBlock bytes (7-10 KB). No fast math anywhere: the sigmoid must
 // round like the contract's so that ids stay comparable (on CUDA its
 // reciprocal is a branch-free sequence that is exact below 2^126, checked
 // for every input by benchmarks/radix4_sigmoid_exhaustive.cu).
@@ -118,14 +119,16 @@ __device__ __forceinline__ float contract_sigmoid(float x) {
 }
 
 // The float-to-key twiddle: an order-preserving map of fp32 onto uint32.
-// Negative floats have all bits flipped, others only the sign bit. -0.0 is
-// first made +0.0, so both zeros share a key; every NaN maps to 0, below
-// the key of -inf (0x007fffff), so NaN never displaces a number.
+// Negative floats have all bits flipped, others only the sign bit; every
+// NaN maps to 0, below the key of -inf (0x007fffff), so NaN never displaces
+// a number. The contract gives -0.0 and +0.0 one key; this map does not,
+// and need not: it only sees r = sig + bias with sig >= +0, and in round
+// to nearest such a sum is never -0 (+0 + -0 = +0, x + -x = +0).
 template <class L>
-__device__ __forceinline__ uint32_t rank_key(float r) {
-    if (r != r) return 0u;
-    const uint32_t bits = (r == 0.0f) ? 0u : L::as_uint(r);
-    return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+__device__ __forceinline__ uint32_t rank_key_of_sum(float r) {
+    const uint32_t bits = L::as_uint(r);
+    const uint32_t flip = static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) | 0x80000000u;
+    return r != r ? 0u : bits ^ flip;
 }
 
 // ---- one radix round: histogram, sum over the token's threads, bin walk ----
@@ -244,19 +247,22 @@ __device__ unsigned long long radix4_lab_clock[8];
 // batches); one warp per token has the least overhead per token (large
 // batches).
 //
-// Steps, each ending in one reduction over the token's threads:
-//   1. max, AND and OR of the rank keys. If AND == OR every key is equal and
-//      the winners are the k first in tie priority: no rounds at all.
-//   2. The distance round: a 16-bin histogram of d = max - key by
-//      bit length, two bit lengths per bin (bin b holds 4^(b-1) <= d < 4^b,
-//      the last bin everything from 2^28 up). Its cutoff bin gives a lower
-//      bound `lo` with at least k keys >= lo, and their count C: for
-//      sigmoid scores C is a few dozen, against 896 keys.
-//   3a. C <= RADIX4_RANK_MAX (the usual case): every key >= lo is copied to
-//      shared memory, each is ranked by counting the larger composites, and
-//      ranks below k are the winners, already in output order.
-//   3b. Otherwise the radix select below runs, starting at the first bit
-//      where lo and max differ, then winners are gathered and placed.
+// Steps:
+//   1. Each lane group reduces the max and min of its keys and ranks its
+//      lanes' maxima against each other (lane shuffles): the k-th largest
+//      lane maximum is reached by at least k keys, and so is the
+//      ceil(k / groups)-th largest of every group together. With several
+//      groups these four numbers meet in shared memory (one barrier).
+//      lo = the tighter of the two bounds. If min == max every key is equal
+//      and the winners are the k first in tie priority: no selection.
+//   2a. Every key >= lo (C of them, a few dozen) is copied to its group's
+//      region of shared memory; after one barrier each is ranked by
+//      counting the larger composites, and ranks below k are the winners,
+//      already in output order.
+//   2b. If C > RADIX4_RANK_MAX (wide tie pools, NaN rows) the copy is
+//      dropped and the radix select below runs instead, starting at the
+//      first bit where lo and max differ; then winners are gathered and
+//      placed.
 template <class L, int E, int K, class Score, class Bias, bool kVec, int kWarpsPerToken, int kTokensPerBlock>
 __global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock)
 route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
@@ -269,7 +275,8 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     constexpr int kVals = 4 * kSlots;
     constexpr bool kRagged = kGroups % kThreads != 0;  // last slot empty on some threads
     constexpr bool kShared = kWarpsPerToken > 1;
-    constexpr int kPrioBits = 12;  // tie priority < 4096
+    constexpr int kPrioBits = 12;  // tie priority < 4096, and so is an expert id
+    constexpr uint64_t kIdMask = (uint64_t{1} << kPrioBits) - 1u;
     constexpr int kRankMax = RADIX4_RANK_MAX;
     // One warp's share of the candidates, at most, rounded up to the rank
     // step's four entries per step.
@@ -281,7 +288,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     static_assert(kRankMax >= 0 && kRankMax <= 1024, "RADIX4_RANK_MAX must be 0..1024");
 
     struct Entry {
-        uint64_t composite;  // key << 32 | inverted priority: larger ranks first
+        uint64_t composite;  // as composite(j) below: larger ranks first
         float sig;
         int32_t id;
     };
@@ -291,12 +298,10 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     __shared__ uint32_t partial[2][kWarpsPerToken][8];  // per-warp sums, double-buffered by round
     __shared__ uint32_t winner_count;
     // The rank step's candidates, one region per warp (a warp's share of the
-    // token's C candidates is at most C).
-    // Entry kRankCap takes the stores of lanes without a candidate; regions
-    // are 16-byte aligned so that two composites load as one.
-    alignas(16) __shared__ uint64_t cand_composite[kTokensPerBlock][kWarpsPerToken][kRankCap + 2];
-    __shared__ float cand_sig[kTokensPerBlock][kWarpsPerToken][kRankCap + 1];
-    __shared__ int32_t cand_id[kTokensPerBlock][kWarpsPerToken][kRankCap + 1];
+    // token's C candidates is at most C); 16-byte aligned so that two
+    // composites load as one.
+    alignas(16) __shared__ uint64_t cand_composite[kTokensPerBlock][kWarpsPerToken][kRankCap];
+    __shared__ float cand_sig[kTokensPerBlock][kWarpsPerToken][kRankCap];
     __shared__ uint32_t cand_count[kTokensPerBlock][kWarpsPerToken];
 
     const int lane = L::lane();
@@ -404,7 +409,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         if (!kRagged || s < kSlots - 1 || g < kGroups) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                key[4 * s + i] = rank_key<L>(sig[4 * s + i] + L::as_float(key[4 * s + i]));
+                key[4 * s + i] = rank_key_of_sum<L>(sig[4 * s + i] + L::as_float(key[4 * s + i]));
             }
         } else {
 #pragma unroll
@@ -412,6 +417,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         }
     }
     if (kShared && threadIdx.x == 0) winner_count = 0;  // ordered by the first barrier below
+    RADIX4_STAMP(1);
 
     auto valid = [&](int j) -> bool { return !kRagged || j / 4 < kSlots - 1 || tid + kThreads * (j / 4) < kGroups; };
     auto expert_of = [&](int j) -> int32_t { return 4 * (tid + kThreads * (j / 4)) + (j & 3); };
@@ -421,143 +427,157 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         const uint32_t priority = 4u * (vec_base[j / 4] + static_cast<uint32_t>(g >> 6)) + static_cast<uint32_t>(j & 3);
         return static_cast<uint32_t>(E - 1) - priority;
     };
-    auto composite = [&](int j) -> uint64_t { return (static_cast<uint64_t>(key[j]) << 32) | inv_priority(j); };
+    // key, inverted priority, expert id: ordered by the first two (priorities
+    // are unique); the id rides along so that the rank step stores 8 bytes.
+    auto composite = [&](int j) -> uint64_t {
+        return (static_cast<uint64_t>(key[j]) << 32) | (inv_priority(j) << kPrioBits) | static_cast<uint32_t>(expert_of(j));
+    };
 
-    // ---- step 1: max, AND and OR of the keys ----
-    uint32_t kmax = 0u, kand = ~0u, kor = 0u;
+    // ---- step 1: max and min of the keys, and the bound lo from the lane maxima ----
+    uint32_t lane_max = 0u, lane_min = ~0u;
 #pragma unroll
     for (int j = 0; j < kVals; ++j) {
-        if (valid(j)) kmax = key[j] > kmax ? key[j] : kmax, kand &= key[j], kor |= key[j];
+        if (valid(j)) lane_max = key[j] > lane_max ? key[j] : lane_max, lane_min = key[j] < lane_min ? key[j] : lane_min;
     }
-    kmax = L::all_max(kmax);
-    kand = L::all_and(kand);
-    kor = L::all_or(kor);
+    uint32_t kmax = L::all_max(lane_max);
+    uint32_t kmin = L::all_min(lane_min);
+    // How many lanes of this group hold a larger maximum (every other lane,
+    // by xor partner). The lanes with fewer than n larger hold the group's
+    // n largest maxima, so the least of them is the n-th largest.
+    uint32_t larger = 0;
+#pragma unroll
+    for (int d = 1; d < kLanes; ++d) larger += static_cast<uint32_t>(L::shfl_xor(lane_max, d) > lane_max);
+    constexpr uint32_t kEach = (K + kWarpsPerToken - 1) / kWarpsPerToken;  // per group, to reach k in all
+    const uint32_t kth_max = L::all_min(larger < static_cast<uint32_t>(K) ? lane_max : ~0u);
+    uint32_t lo = kth_max;
     if constexpr (kShared) {
-        if (lane == 0) partial[parity][warp][0] = kmax, partial[parity][warp][1] = kand, partial[parity][warp][2] = kor;
+        const uint32_t each_max = L::all_min(larger < kEach ? lane_max : ~0u);
+        if (lane == 0) {
+            partial[parity][warp][0] = kmax, partial[parity][warp][1] = kmin;
+            partial[parity][warp][2] = kth_max, partial[parity][warp][3] = each_max;
+        }
         __syncthreads();
+        uint32_t each_lo = ~0u;
 #pragma unroll
         for (int i = 0; i < kWarpsPerToken; ++i) {
-            const uint32_t m = partial[parity][i][0];
-            kmax = m > kmax ? m : kmax, kand &= partial[parity][i][1], kor |= partial[parity][i][2];
+            const uint32_t m = partial[parity][i][0], n = partial[parity][i][1];
+            const uint32_t kth = partial[parity][i][2], each = partial[parity][i][3];
+            kmax = m > kmax ? m : kmax, kmin = n < kmin ? n : kmin;
+            lo = kth > lo ? kth : lo, each_lo = each < each_lo ? each : each_lo;
         }
+        lo = each_lo > lo ? each_lo : lo;
         parity ^= 1;
     }
-    RADIX4_STAMP(1);
+    RADIX4_STAMP(2);
 
     // A value wins iff (key >> kshift) > khi, or equal and valid and
     // (inv_priority >> qshift) >= qhi.
     uint32_t kshift = 0, khi = 0, qshift = 31, qhi = 0;
     bool ranked = false;  // the rank step placed the winners
-    if (__builtin_expect(kand == kor, 0)) {
+    if (__builtin_expect(kmin == kmax, 0)) {
         // Every key is equal: the winners are the k first in tie priority.
         khi = kmax;
         qshift = 0;
         qhi = static_cast<uint32_t>(E - K);
     } else {
-        // ---- step 2: the distance round ----
-        Histogram<L, kVals> hist;
+        if constexpr (kRankMax > 0) {
+            // ---- step 2a: copy the keys >= lo, then rank each among them ----
+            // This lane's share, and where it starts in the group's region
+            // (a prefix sum over lanes from one ballot per bit of `mine`).
+            uint32_t mine = 0;
 #pragma unroll
-        for (int j = 0; j < kVals; ++j) {
-            const uint32_t d = kmax - key[j];
-            const uint32_t length = d == 0u ? 0u : static_cast<uint32_t>(32 - L::count_leading_zeros(d));
-            const uint32_t bin = (length + 1u) >> 1;  // 0..16
-            hist.add(j, valid(j) ? 15u - (bin < 15u ? bin : 15u) : 16u);  // nearer the max ranks higher
-        }
-        uint32_t total[8];
-        hist.words(total);
-        token_sum(total);
-        const Pick p = pick_bin(total, K);
-        RADIX4_STAMP(2);
-        const uint32_t b = 15u - p.digit;
-        const uint32_t count = p.above + p.in_bin;  // keys >= lo
-        // lo = the smallest key at distance < 4^b; the last bin takes every key.
-        const uint32_t span = b >= 15u ? ~0u : (1u << (2u * b)) - 1u;
-        const uint32_t lo = kmax - (span < kmax ? span : kmax);
-
-        if (__builtin_expect(kRankMax > 0 && count <= static_cast<uint32_t>(kRankMax), 1)) {
-            // ---- step 3a: copy the C keys >= lo, rank each among them ----
-            ranked = true;
-            uint64_t* comp = cand_composite[local][region];
-            float* csig = cand_sig[local][region];
-            int32_t* cid = cand_id[local][region];
+            for (int j = 0; j < kVals; ++j) mine += static_cast<uint32_t>(valid(j) && key[j] >= lo);
+            constexpr int kCountBits = kVals < 8 ? 3 : kVals < 16 ? 4 : kVals < 32 ? 5 : kVals < 64 ? 6 : 7;
+            uint32_t at = 0, n = 0;
             const auto below = L::lanes_below();
-            uint32_t n = 0;  // this warp's candidates so far, the same on every lane
-            // Stores without branches: a lane with no candidate writes to
-            // the spare entry kRankCap.
 #pragma unroll
-            for (int j = 0; j < kVals; ++j) {
-                const bool take = valid(j) && key[j] >= lo;
-                const auto m = L::ballot(take);
-                const uint32_t at = take ? n + static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m & below)))
-                                         : static_cast<uint32_t>(kRankCap);
-                comp[at] = composite(j);
-                csig[at] = sig[j];
-                cid[at] = expert_of(j);
-                n += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m)));
+            for (int bit = 0; bit < kCountBits; ++bit) {
+                const auto m = L::ballot((mine >> bit) & 1u);
+                at += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m & below))) << bit;
+                n += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m))) << bit;
+            }
+            if (__builtin_expect(n <= static_cast<uint32_t>(kRankCap), 1)) {
+                uint64_t* comp = cand_composite[local][region];
+                float* csig = cand_sig[local][region];
+#pragma unroll
+                for (int j = 0; j < kVals; ++j) {
+                    if (valid(j) && key[j] >= lo) {
+                        comp[at] = composite(j);
+                        csig[at] = sig[j];
+                        ++at;
+                    }
+                }
             }
             if (lane == 0) cand_count[local][region] = n;
             token_sync();
             RADIX4_STAMP(3);
-            // Each candidate's rank = how many candidates of the token have
-            // a larger composite; the regions are read side by side, four
-            // entries of each per step (entries past a region's count are
-            // 0), in a loop not unrolled further to keep the code small.
-            uint32_t counts[kWarpsPerToken];
-            uint32_t longest = 0;
+            uint32_t longest = 0, count = 0;  // the largest region, and C
 #pragma unroll
             for (int w = 0; w < kWarpsPerToken; ++w) {
-                counts[w] = cand_count[local][w];
-                longest = counts[w] > longest ? counts[w] : longest;
+                const uint32_t c = cand_count[local][w];
+                longest = c > longest ? c : longest;
+                count += c;
             }
-            // A lane ranks kPer of its warp's candidates at once (first,
-            // first + kLanes, ...), so each entry read serves all of them:
-            // one at a time in the block shape (a warp rarely has more than
-            // kLanes), two in the warp shape, whose one region holds all C.
-            auto rank_candidates = [&](auto per_lane, uint32_t first) {
-                constexpr int kPer = decltype(per_lane)::value;
-                uint64_t me[kPer];
-                uint32_t rank[kPer];
+            if (__builtin_expect(count <= static_cast<uint32_t>(kRankMax), 1)) {
+                ranked = true;
+                uint64_t* comp = cand_composite[local][region];
+                float* csig = cand_sig[local][region];
+                // Each candidate's rank = how many candidates of the token
+                // have a larger composite; the regions are read side by
+                // side, four entries of each per step (entries past a
+                // region's count are 0), in a loop not unrolled further to
+                // keep the code small. A lane ranks kPer of its group's
+                // candidates at once (first, first + kLanes, ...), so each
+                // entry read serves all of them: one at a time in the block
+                // shape, two in the warp shape when its one region holds
+                // more than kLanes.
+                auto rank_candidates = [&](auto per_lane, uint32_t first) {
+                    constexpr int kPer = decltype(per_lane)::value;
+                    uint64_t me[kPer];
+                    uint32_t rank[kPer];
 #pragma unroll
-                for (int t = 0; t < kPer; ++t) {
-                    const uint32_t i = first + static_cast<uint32_t>(t * kLanes);
-                    me[t] = i < n ? comp[i] : ~uint64_t{0};  // nothing is larger
-                    rank[t] = 0;
-                }
+                    for (int t = 0; t < kPer; ++t) {
+                        const uint32_t i = first + static_cast<uint32_t>(t * kLanes);
+                        me[t] = i < n ? comp[i] : ~uint64_t{0};  // nothing is larger
+                        rank[t] = 0;
+                    }
 #pragma unroll 1
-                for (uint32_t q = 0; q < longest; q += 4) {
+                    for (uint32_t q = 0; q < longest; q += 4) {
 #pragma unroll
-                    for (int w = 0; w < kWarpsPerToken; ++w) {
+                        for (int w = 0; w < kWarpsPerToken; ++w) {
 #pragma unroll
-                        for (uint32_t e = 0; e < 4; ++e) {
-                            const uint64_t c = cand_composite[local][w][q + e];
+                            for (uint32_t e = 0; e < 4; ++e) {
+                                const uint64_t c = cand_composite[local][w][q + e];
 #pragma unroll
-                            for (int t = 0; t < kPer; ++t) rank[t] += static_cast<uint32_t>(c > me[t]);
+                                for (int t = 0; t < kPer; ++t) rank[t] += static_cast<uint32_t>(c > me[t]);
+                            }
                         }
                     }
-                }
 #pragma unroll
-                for (int t = 0; t < kPer; ++t) {
-                    const uint32_t i = first + static_cast<uint32_t>(t * kLanes);
-                    if (i < n && rank[t] < static_cast<uint32_t>(K)) {
-                        ranked_sig[local][rank[t]] = csig[i];
-                        ranked_id[local][rank[t]] = cid[i];
+                    for (int t = 0; t < kPer; ++t) {
+                        const uint32_t i = first + static_cast<uint32_t>(t * kLanes);
+                        if (i < n && rank[t] < static_cast<uint32_t>(K)) {
+                            ranked_sig[local][rank[t]] = csig[i];
+                            ranked_id[local][rank[t]] = static_cast<int32_t>(me[t] & kIdMask);
+                        }
+                    }
+                };
+                if constexpr (kShared) {
+                    for (uint32_t first = static_cast<uint32_t>(lane); first < n; first += kLanes) {
+                        rank_candidates(PerLane<1>{}, first);
+                    }
+                } else if (n <= static_cast<uint32_t>(kLanes)) {
+                    rank_candidates(PerLane<1>{}, static_cast<uint32_t>(lane));
+                } else {
+                    for (uint32_t first = static_cast<uint32_t>(lane); first < n; first += 2 * kLanes) {
+                        rank_candidates(PerLane<2>{}, first);
                     }
                 }
-            };
-            if constexpr (kShared) {
-                for (uint32_t first = static_cast<uint32_t>(lane); first < n; first += kLanes) {
-                    rank_candidates(PerLane<1>{}, first);
-                }
-            } else if (n <= static_cast<uint32_t>(kLanes)) {
-                if (n > 0) rank_candidates(PerLane<1>{}, static_cast<uint32_t>(lane));
-            } else {
-                for (uint32_t first = static_cast<uint32_t>(lane); first < n; first += 2 * kLanes) {
-                    rank_candidates(PerLane<2>{}, first);
-                }
             }
-        } else {
-            // ---- step 3b: radix select from the first bit where lo and max differ ----
-            const uint32_t differ = b >= 15u ? (kand ^ kor) : (lo ^ kmax);
+        }
+        if (__builtin_expect(!ranked, 0)) {
+            // ---- step 2b: radix select from the first bit where lo and max differ ----
+            const uint32_t differ = lo ^ kmax;
             uint32_t needed = K;
             bool key_tied = true;  // whole keys tie at the cutoff: rank them by priority
             khi = kmax;            // (with differ == 0: at least k keys equal the max)
