@@ -223,6 +223,7 @@ struct EmuLanes {
     static uint32_t sum(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t += s[i]; return t; }); }
     static uint32_t all_max(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t = s[i] > t ? s[i] : t; return t; }); }
     static uint32_t all_min(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = ~0u; for (int i = 0; i < N; ++i) t = s[i] < t ? s[i] : t; return t; }); }
+    template <class T> static void store_shared_if(bool p, T* at, T v) { if (p) *at = v; }
     static uint32_t shfl_xor(uint32_t v, int d) { const int me = lane(); return exchange(v, [me, d](uint64_t* s) { return s[me ^ d]; }); }
     using Mask = uint64_t;
     static Mask ballot(bool p) { return exchange(p, [](uint64_t* s) { uint64_t m = 0; for (int i = 0; i < N; ++i) m |= (s[i] & 1u) << i; return m; }); }

@@ -44,6 +44,20 @@ struct Warp32 {
 
 
     static __device__ __forceinline__ void sync() { __syncwarp(); }
+
+    // *at = v in shared memory if p, as one predicated store: written as an
+    // `if`, nvcc turns each of a thread's candidate stores into a branch
+    // that diverges (a lane holds a candidate in a few of its 28 slots).
+    static __device__ __forceinline__ void store_shared_if(bool p, uint64_t* at, uint64_t v) {
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %0, 0;\n\t@p st.shared.b64 [%1], %2;\n\t}"
+                     :: "r"(static_cast<int>(p)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(at))), "l"(v)
+                     : "memory");
+    }
+    static __device__ __forceinline__ void store_shared_if(bool p, float* at, float v) {
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %0, 0;\n\t@p st.shared.f32 [%1], %2;\n\t}"
+                     :: "r"(static_cast<int>(p)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(at))), "f"(v)
+                     : "memory");
+    }
     static __device__ __forceinline__ bool any(bool p) { return __any_sync(0xffffffffu, p); }
 
     // 1 / y rounded to nearest, for 1 <= y < 2^126: the approximate

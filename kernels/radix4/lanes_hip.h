@@ -74,6 +74,12 @@ struct Wave64 {
 
     static __device__ __forceinline__ bool any(bool p) { return __any(p); }
 
+    // *at = v if p (an exec-masked store; no branch to avoid on CDNA).
+    template <class T>
+    static __device__ __forceinline__ void store_shared_if(bool p, T* at, T v) {
+        if (p) *at = v;
+    }
+
     // IEEE division is branch-free on CDNA (v_div_scale / v_div_fmas /
     // v_div_fixup), so it serves every y.
     static constexpr float kReciprocalLimit = __builtin_huge_valf();

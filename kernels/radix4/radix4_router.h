@@ -501,11 +501,10 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
                 float* csig = cand_sig[local][region];
 #pragma unroll
                 for (int j = 0; j < kVals; ++j) {
-                    if (valid(j) && key[j] >= lo) {
-                        comp[at] = composite(j);
-                        csig[at] = sig[j];
-                        ++at;
-                    }
+                    const bool take = valid(j) && key[j] >= lo;
+                    L::store_shared_if(take, comp + at, composite(j));
+                    L::store_shared_if(take, csig + at, sig[j]);
+                    at += static_cast<uint32_t>(take);
                 }
             }
             if (lane == 0) cand_count[local][region] = n;
@@ -533,13 +532,16 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
                 // more than kLanes.
                 auto rank_candidates = [&](auto per_lane, uint32_t first) {
                     constexpr int kPer = decltype(per_lane)::value;
+                    // Four counts per candidate (one per entry of a step),
+                    // so that the adds do not form one long chain.
                     uint64_t me[kPer];
-                    uint32_t rank[kPer];
+                    uint32_t part[kPer][4];
 #pragma unroll
                     for (int t = 0; t < kPer; ++t) {
                         const uint32_t i = first + static_cast<uint32_t>(t * kLanes);
                         me[t] = i < n ? comp[i] : ~uint64_t{0};  // nothing is larger
-                        rank[t] = 0;
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) part[t][e] = 0;
                     }
 #pragma unroll 1
                     for (uint32_t q = 0; q < longest; q += 4) {
@@ -549,10 +551,13 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
                             for (uint32_t e = 0; e < 4; ++e) {
                                 const uint64_t c = cand_composite[local][w][q + e];
 #pragma unroll
-                                for (int t = 0; t < kPer; ++t) rank[t] += static_cast<uint32_t>(c > me[t]);
+                                for (int t = 0; t < kPer; ++t) part[t][e] += static_cast<uint32_t>(c > me[t]);
                             }
                         }
                     }
+                    uint32_t rank[kPer];
+#pragma unroll
+                    for (int t = 0; t < kPer; ++t) rank[t] = (part[t][0] + part[t][1]) + (part[t][2] + part[t][3]);
 #pragma unroll
                     for (int t = 0; t < kPer; ++t) {
                         const uint32_t i = first + static_cast<uint32_t>(t * kLanes);
