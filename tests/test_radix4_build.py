@@ -185,7 +185,7 @@ EMULATION = r"""
 #define __global__
 #define __forceinline__ inline
 #define __noinline__
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __shared__ static
 struct uint2 { uint32_t x, y; };
 struct uint4 { uint32_t x, y, z, w; };

@@ -208,12 +208,6 @@ __device__ __forceinline__ Pick pick_bin(const uint32_t total[8], uint32_t neede
 
 // ---- the kernel ----
 
-// How many candidates one lane ranks at once in the rank step.
-template <int N>
-struct PerLane {
-    static constexpr int value = N;
-};
-
 // In global memory, not __constant__: lanes read different entries, which
 // the constant cache would serialize.
 template <int E>
@@ -255,16 +249,18 @@ __device__ unsigned long long radix4_lab_clock[8];
 //      groups these four numbers meet in shared memory (one barrier).
 //      lo = the tighter of the two bounds. If min == max every key is equal
 //      and the winners are the k first in tie priority: no selection.
-//   2a. Every key >= lo (C of them, a few dozen) is copied to its group's
-//      region of shared memory; after one barrier each is ranked by
-//      counting the larger composites, and ranks below k are the winners,
-//      already in output order.
+//   2a. Every key >= lo (C of them, about two dozen) is copied to its
+//      group's region of shared memory; after one barrier the first group
+//      ranks each by counting the larger composites (with C <= lanes, one
+//      candidate per lane and lane shuffles; else reading the regions), and
+//      ranks below k are the winners, already in output order. The other
+//      groups are done.
 //   2b. If C > RADIX4_RANK_MAX (wide tie pools, NaN rows) the copy is
 //      dropped and the radix select below runs instead, starting at the
 //      first bit where lo and max differ; then winners are gathered and
 //      placed.
 template <class L, int E, int K, class Score, class Bias, bool kVec, int kWarpsPerToken, int kTokensPerBlock>
-__global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock)
+__global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock, 1)
 route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
              const typename Bias::Raw* __restrict__ bias, int rows, int renormalize, float routed_scaling_factor,
              float* __restrict__ weights, int32_t* __restrict__ ids) {
@@ -295,7 +291,9 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     __shared__ Entry winners[kTokensPerBlock][K];
     __shared__ float ranked_sig[kTokensPerBlock][K];
     __shared__ int32_t ranked_id[kTokensPerBlock][K];
-    __shared__ uint32_t partial[2][kWarpsPerToken][8];  // per-warp sums, double-buffered by round
+    // Per-warp sums (8 words), or step 1's max, min and bounds (2 + warps).
+    constexpr int kPartialWords = 2 + kWarpsPerToken > 8 ? 2 + kWarpsPerToken : 8;
+    __shared__ uint32_t partial[2][kWarpsPerToken][kPartialWords];  // double-buffered by round
     __shared__ uint32_t winner_count;
     // The rank step's candidates, one region per warp (a warp's share of the
     // token's C candidates is at most C); 16-byte aligned so that two
@@ -443,29 +441,46 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     uint32_t kmin = L::all_min(lane_min);
     // How many lanes of this group hold a larger maximum (every other lane,
     // by xor partner). The lanes with fewer than n larger hold the group's
-    // n largest maxima, so the least of them is the n-th largest.
+    // n largest maxima, so the least of them, v_n, is the n-th largest, and
+    // at least n keys of the group reach it.
     uint32_t larger = 0;
 #pragma unroll
     for (int d = 1; d < kLanes; ++d) larger += static_cast<uint32_t>(L::shfl_xor(lane_max, d) > lane_max);
-    constexpr uint32_t kEach = (K + kWarpsPerToken - 1) / kWarpsPerToken;  // per group, to reach k in all
-    const uint32_t kth_max = L::all_min(larger < static_cast<uint32_t>(K) ? lane_max : ~0u);
-    uint32_t lo = kth_max;
+    auto nth_lane_max = [&](uint32_t n) { return L::all_min(larger < n ? lane_max : ~0u); };
+    uint32_t lo = kShared ? 0u : nth_lane_max(K);  // with several groups, from the bounds below
     if constexpr (kShared) {
-        const uint32_t each_max = L::all_min(larger < kEach ? lane_max : ~0u);
-        if (lane == 0) {
-            partial[parity][warp][0] = kmax, partial[parity][warp][1] = kmin;
-            partial[parity][warp][2] = kth_max, partial[parity][warp][3] = each_max;
+        // Bound m (m = 1..groups): every group has ceil(k / m) keys at or
+        // above its v_ceil(k/m), so any m groups together have k; the m-th
+        // largest of those values over the groups is a bound. lo = the
+        // largest bound. (For sigmoid rows and four warps: about 24
+        // candidates, against 33 from bounds 1 and 4 alone.)
+        if (lane == 0) partial[parity][warp][0] = kmax, partial[parity][warp][1] = kmin;
+#pragma unroll
+        for (int m = 1; m <= kWarpsPerToken; ++m) {
+            const uint32_t v = nth_lane_max(static_cast<uint32_t>((K + m - 1) / m));
+            if (lane == 0) partial[parity][warp][1 + m] = v;
         }
         __syncthreads();
-        uint32_t each_lo = ~0u;
 #pragma unroll
         for (int i = 0; i < kWarpsPerToken; ++i) {
-            const uint32_t m = partial[parity][i][0], n = partial[parity][i][1];
-            const uint32_t kth = partial[parity][i][2], each = partial[parity][i][3];
-            kmax = m > kmax ? m : kmax, kmin = n < kmin ? n : kmin;
-            lo = kth > lo ? kth : lo, each_lo = each < each_lo ? each : each_lo;
+            const uint32_t mx = partial[parity][i][0], mn = partial[parity][i][1];
+            kmax = mx > kmax ? mx : kmax, kmin = mn < kmin ? mn : kmin;
         }
-        lo = each_lo > lo ? each_lo : lo;
+#pragma unroll
+        for (int m = 1; m <= kWarpsPerToken; ++m) {
+            uint32_t v[kWarpsPerToken];  // sorted descending by an unrolled exchange sort
+#pragma unroll
+            for (int i = 0; i < kWarpsPerToken; ++i) v[i] = partial[parity][i][1 + m];
+#pragma unroll
+            for (int i = 0; i < kWarpsPerToken; ++i) {
+#pragma unroll
+                for (int t = kWarpsPerToken - 1; t > i; --t) {
+                    const uint32_t hi = v[t] > v[t - 1] ? v[t] : v[t - 1], low = v[t] > v[t - 1] ? v[t - 1] : v[t];
+                    v[t - 1] = hi, v[t] = low;
+                }
+            }
+            lo = v[m - 1] > lo ? v[m - 1] : lo;
+        }
         parity ^= 1;
     }
     RADIX4_STAMP(2);
@@ -518,64 +533,84 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
                 count += c;
             }
             if (__builtin_expect(count <= static_cast<uint32_t>(kRankMax), 1)) {
+                // One group ranks every candidate and writes the outputs;
+                // the others are done (no further barrier).
                 ranked = true;
-                uint64_t* comp = cand_composite[local][region];
-                float* csig = cand_sig[local][region];
-                // Each candidate's rank = how many candidates of the token
-                // have a larger composite; the regions are read side by
-                // side, four entries of each per step (entries past a
-                // region's count are 0), in a loop not unrolled further to
-                // keep the code small. A lane ranks kPer of its group's
-                // candidates at once (first, first + kLanes, ...), so each
-                // entry read serves all of them: one at a time in the block
-                // shape, two in the warp shape when its one region holds
-                // more than kLanes.
-                auto rank_candidates = [&](auto per_lane, uint32_t first) {
-                    constexpr int kPer = decltype(per_lane)::value;
-                    // Four counts per candidate (one per entry of a step),
-                    // so that the adds do not form one long chain.
-                    uint64_t me[kPer];
-                    uint32_t part[kPer][4];
+                if (kShared && warp != 0) return;
+                // Candidate i of the token (regions in order, entries in
+                // order): its composite; its sigmoid is at cand_sig[at].
+                struct Found {
+                    uint64_t composite;
+                    float sig;
+                };
+                auto candidate = [&](uint32_t i) -> Found {
+                    uint32_t r = 0;
 #pragma unroll
-                    for (int t = 0; t < kPer; ++t) {
-                        const uint32_t i = first + static_cast<uint32_t>(t * kLanes);
-                        me[t] = i < n ? comp[i] : ~uint64_t{0};  // nothing is larger
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) part[t][e] = 0;
+                    for (int w = 0; w + 1 < kWarpsPerToken; ++w) {
+                        const uint32_t cw = cand_count[local][w];
+                        const bool past = r == static_cast<uint32_t>(w) && i >= cw;
+                        i -= past ? cw : 0u;
+                        r += static_cast<uint32_t>(past);
                     }
-#pragma unroll 1
-                    for (uint32_t q = 0; q < longest; q += 4) {
-#pragma unroll
-                        for (int w = 0; w < kWarpsPerToken; ++w) {
-#pragma unroll
-                            for (uint32_t e = 0; e < 4; ++e) {
-                                const uint64_t c = cand_composite[local][w][q + e];
-#pragma unroll
-                                for (int t = 0; t < kPer; ++t) part[t][e] += static_cast<uint32_t>(c > me[t]);
-                            }
-                        }
-                    }
-                    uint32_t rank[kPer];
-#pragma unroll
-                    for (int t = 0; t < kPer; ++t) rank[t] = (part[t][0] + part[t][1]) + (part[t][2] + part[t][3]);
-#pragma unroll
-                    for (int t = 0; t < kPer; ++t) {
-                        const uint32_t i = first + static_cast<uint32_t>(t * kLanes);
-                        if (i < n && rank[t] < static_cast<uint32_t>(K)) {
-                            ranked_sig[local][rank[t]] = csig[i];
-                            ranked_id[local][rank[t]] = static_cast<int32_t>(me[t] & kIdMask);
-                        }
+                    return Found{cand_composite[local][r][i], cand_sig[local][r][i]};
+                };
+                auto place = [&](bool is_candidate, uint32_t rank, uint64_t c, float sv) {
+                    if (is_candidate && rank < static_cast<uint32_t>(K)) {
+                        ranked_sig[local][rank] = sv;
+                        ranked_id[local][rank] = static_cast<int32_t>(c & kIdMask);
                     }
                 };
-                if constexpr (kShared) {
-                    for (uint32_t first = static_cast<uint32_t>(lane); first < n; first += kLanes) {
-                        rank_candidates(PerLane<1>{}, first);
+                if (count <= static_cast<uint32_t>(kLanes)) {
+                    // One candidate per lane; its rank = how many lanes hold
+                    // a larger composite. Lanes without one hold 0, smaller
+                    // than every candidate (here lo > 0: lo = 0, the NaN
+                    // key, would make every key a candidate).
+                    const bool is_candidate = static_cast<uint32_t>(lane) < count;
+                    const Found mine = is_candidate ? candidate(static_cast<uint32_t>(lane)) : Found{0u, 0.0f};
+                    const uint64_t me = mine.composite;
+                    uint32_t part[2] = {0, 0};  // two chains of adds, not one
+#pragma unroll
+                    for (int d = 1; d < kLanes; ++d) {
+                        const uint32_t hi = L::shfl_xor(static_cast<uint32_t>(me >> 32), d);
+                        const uint32_t low = L::shfl_xor(static_cast<uint32_t>(me), d);
+                        part[d & 1] += static_cast<uint32_t>(((static_cast<uint64_t>(hi) << 32) | low) > me);
                     }
-                } else if (n <= static_cast<uint32_t>(kLanes)) {
-                    rank_candidates(PerLane<1>{}, static_cast<uint32_t>(lane));
+                    place(is_candidate, part[0] + part[1], me, mine.sig);
                 } else {
-                    for (uint32_t first = static_cast<uint32_t>(lane); first < n; first += 2 * kLanes) {
-                        rank_candidates(PerLane<2>{}, first);
+                    // Up to kRankMax: a lane ranks two candidates per pass
+                    // (first, first + kLanes) against every region, four
+                    // entries of each per step (entries past a region's
+                    // count are 0), in a loop not unrolled further to keep
+                    // the code small; each entry read serves both.
+                    for (uint32_t first = static_cast<uint32_t>(lane); first < count; first += 2 * kLanes) {
+                        uint64_t me[2];
+                        float msig[2];
+                        uint32_t part[2][4];  // four chains of adds per candidate, not one
+#pragma unroll
+                        for (int t = 0; t < 2; ++t) {
+                            const uint32_t i = first + static_cast<uint32_t>(t * kLanes);
+                            const Found f = i < count ? candidate(i) : Found{~uint64_t{0}, 0.0f};  // nothing is larger
+                            me[t] = f.composite, msig[t] = f.sig;
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) part[t][e] = 0;
+                        }
+#pragma unroll 1
+                        for (uint32_t q = 0; q < longest; q += 4) {
+#pragma unroll
+                            for (int w = 0; w < kWarpsPerToken; ++w) {
+#pragma unroll
+                                for (uint32_t e = 0; e < 4; ++e) {
+                                    const uint64_t c = cand_composite[local][w][q + e];
+#pragma unroll
+                                    for (int t = 0; t < 2; ++t) part[t][e] += static_cast<uint32_t>(c > me[t]);
+                                }
+                            }
+                        }
+#pragma unroll
+                        for (int t = 0; t < 2; ++t) {
+                            const uint32_t rank = (part[t][0] + part[t][1]) + (part[t][2] + part[t][3]);
+                            place(first + static_cast<uint32_t>(t * kLanes) < count, rank, me[t], msig[t]);
+                        }
                     }
                 }
             }
@@ -673,8 +708,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         }
         L::sync();
     } else {
-        token_sync();
-        if (kShared && warp != 0) return;
+        L::sync();  // the ranking group's placements, before its reads below
     }
 
     RADIX4_STAMP(4);
