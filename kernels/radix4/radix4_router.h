@@ -360,23 +360,26 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     float sig[kVals];
     uint32_t key[kVals];
     uint32_t vec_base[kSlots];  // aiter's vector rank of this thread's vectors, less the bank
+    // Every load is issued before any is used, with no branch between them:
+    // a thread without a last vector (kRagged) loads the token's last one
+    // again and drops it. (Behind a branch, nvcc began the first vector's
+    // sigmoid before issuing the second's loads: two trips to L2, not one.)
+    float x[kVals], b[kVals];
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
         const int g = tid + kThreads * s;
-        if (!kRagged || s < kSlots - 1 || g < kGroups) {
-            float x[4], b[4];
-            load4<Score, L, kVec>(row + 4 * g, x);
-            load4<Bias, L, kVec>(bias + 4 * g, b);
-            vec_base[s] = kDeviceTieTable<E>.vec_base[g & 63];
+        const int at = !kRagged || s < kSlots - 1 || g < kGroups ? g : kGroups - 1;
+        load4<Score, L, kVec>(row + 4 * at, x + 4 * s);
+        load4<Bias, L, kVec>(bias + 4 * at, b + 4 * s);
+        vec_base[s] = kDeviceTieTable<E>.vec_base[at & 63];
+    }
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                sig[4 * s + i] = sigmoid_denominator(x[i]);  // the reciprocal follows
-                key[4 * s + i] = L::as_uint(b[i]);           // bias bits until then
-            }
-        } else {
-            vec_base[s] = 0;
+    for (int s = 0; s < kSlots; ++s) {
+        const bool here = !kRagged || s < kSlots - 1 || tid + kThreads * s < kGroups;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) sig[4 * s + i] = 1.0f, key[4 * s + i] = 0u;
+        for (int i = 0; i < 4; ++i) {
+            sig[4 * s + i] = here ? sigmoid_denominator(x[4 * s + i]) : 1.0f;  // the reciprocal follows
+            key[4 * s + i] = here ? L::as_uint(b[4 * s + i]) : 0u;            // bias bits until then
         }
     }
     // Reciprocals without a branch per value; the rare denominator at or
@@ -394,10 +397,10 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         for (int s = 0; s < kSlots; ++s) {
             const int g = tid + kThreads * s;
             if (!kRagged || s < kSlots - 1 || g < kGroups) {
-                float x[4];
-                load4<Score, L, kVec>(row + 4 * g, x);
+                float again[4];  // loaded again rather than kept live in registers
+                load4<Score, L, kVec>(row + 4 * g, again);
 #pragma unroll
-                for (int i = 0; i < 4; ++i) sig[4 * s + i] = contract_sigmoid<L>(x[i]);
+                for (int i = 0; i < 4; ++i) sig[4 * s + i] = contract_sigmoid<L>(again[i]);
             }
         }
     }
