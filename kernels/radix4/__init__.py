@@ -27,7 +27,7 @@ or (384, 8) (Kimi-K2).
         -> (weights, ids)
 
 ``arch`` is ``'sm_90'`` (nvcc) or ``'gfx942'`` (hipcc) and lets a machine without
-a GPU compile the library. Launch shape: a block of 4 warps per token up to 512
+a GPU compile the library. Launch shape: a block of 4 warps per token up to 256
 rows (lowest latency), a warp per token above (least work per token); H200
 figures are in radix4_entry.h and benchmarks/radix4_gpu_check.py. ``route`` launches on ``torch.cuda.current_stream``,
 so a CUDA graph captures it, and never modifies its inputs.

@@ -25,9 +25,10 @@
 // E=896) and has the lowest latency; a warp per token
 // (RADIX4_TOKENS_PER_BLOCK warps a block, default 4) has the least overhead
 // per token. The defaults come from benchmarks/radix4_gpu_check.py on an
-// H200 (reports/baselines/h200-radix4-gpu-check.log): a block per token won
-// up to 256 rows (4.93 against 7.02 us), a warp per token from 1024 rows
-// (8.04 against 8.72 us); 512 lies between.
+// H200 (reports/baselines/h200-radix4-gpu-check.log, fp32 bias): a block of
+// 4 warps per token won up to 64 rows (2.77 against 2.98 us at M = 64), the
+// three shapes were within 0.1 us at 256 (block 3.36, warp 3.35), and a warp
+// per token won from 512 rows (3.17 against 4.34 us).
 #pragma once
 
 #include <stddef.h>
@@ -39,13 +40,12 @@
 #define RADIX4_TOKENS_PER_BLOCK 4
 #endif
 #ifndef RADIX4_BLOCK_PER_TOKEN_MAX_ROWS
-#define RADIX4_BLOCK_PER_TOKEN_MAX_ROWS 512
+#define RADIX4_BLOCK_PER_TOKEN_MAX_ROWS 256
 #endif
 // Warps (waves) per token in the block-per-token shape, at most one vector of
-// 4 experts per thread (0 = exactly one). H200, E=896, graph replay: 4 warps
-// (two vectors per thread) 3.21 / 5.00 / 4.93 us at M = 1 / 64 / 256 against
-// 3.40 / 5.58 / 5.41 with 2; 7 warps trailed 4 by 0.15 us at M = 1 before the
-// last tuning round and were not measured again.
+// 4 experts per thread (0 = exactly one). H200, E=896, graph replay, fp32
+// bias: 4 warps 2.67 / 2.71 / 2.77 us at M = 1 / 8 / 64 against 2.76 / 2.81
+// / 2.84 with 2 (reports/baselines/h200-radix4-gpu-check.log).
 #ifndef RADIX4_WARPS_PER_TOKEN
 #define RADIX4_WARPS_PER_TOKEN 4
 #endif
