@@ -22,7 +22,8 @@
 // steps): the lane maxima of the keys give a lower bound `lo` that at least
 // k keys reach (in each lane group, the k-th largest lane maximum: k lanes
 // hold a key at least that large); for sigmoid scores only about 20 of 896
-// keys reach it in a warp-per-token launch, about 35 with four warps. Those
+// keys reach it in a warp-per-token launch, about 25 with four warps
+// (benchmarks/radix4_bound_sim.py). Those
 // keys are copied to shared memory, where each is ranked by counting the
 // larger composites. The rank is the output position.
 //
@@ -42,8 +43,8 @@
 // the low-latency choice for small batches) or a warp per token
 // (kTokensPerBlock warps per block, grid = ceil(M / kTokensPerBlock)); the
 // entry point picks by M (radix4_entry.h). Static shared memory: about
-// 28 * k * kTokensPerBlock + 12 * (RADIX4_RANK_MAX + 4) * kWarpsPerToken *
-// kTokensPerBlock bytes (7-10 KB). No fast math anywhere: the sigmoid must
+// 28 * k * kTokensPerBlock + 12 * RADIX4_RANK_MAX * kWarpsPerToken *
+// kTokensPerBlock bytes (5-8 KB). No fast math anywhere: the sigmoid must
 // round like the contract's so that ids stay comparable (on CUDA its
 // reciprocal is a branch-free sequence that is exact below 2^126, checked
 // for every input by benchmarks/radix4_sigmoid_exhaustive.cu).
@@ -455,8 +456,8 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         // Bound m (m = 1..groups): every group has ceil(k / m) keys at or
         // above its v_ceil(k/m), so any m groups together have k; the m-th
         // largest of those values over the groups is a bound. lo = the
-        // largest bound. (For sigmoid rows and four warps: about 24
-        // candidates, against 33 from bounds 1 and 4 alone.)
+        // largest bound. (For sigmoid rows and four warps: about 25
+        // candidates, against about 30 from bounds 1 and 4 alone.)
         if (lane == 0) partial[parity][warp][0] = kmax, partial[parity][warp][1] = kmin;
 #pragma unroll
         for (int m = 1; m <= kWarpsPerToken; ++m) {
