@@ -19,15 +19,15 @@ Run: ``python benchmarks/radix4_bound_sim.py [--rows 4000]``. No GPU needed.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-def rank_keys(r: torch.Tensor) -> np.ndarray:
-    """radix4's order-preserving fp32 -> uint32 map (NaN-free input), as int64."""
-    bits = r.view(torch.int32).numpy().astype(np.int64)
-    return np.where(bits < 0, (~bits) & 0xFFFFFFFF, bits | 0x80000000)
+from radix4_gpu_check import rank_keys  # noqa: E402  (the kernel's key map, in torch)
 
 
 def candidate_counts(keys: np.ndarray, *, threads: int, lanes: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     g = torch.Generator().manual_seed(args.seed)
     logits = (torch.randn(args.rows, 896, generator=g) * 2).bfloat16().float()
     bias = torch.randn(896, generator=g) * 0.05
-    keys = rank_keys(torch.sigmoid(logits) + bias)
+    keys = rank_keys(torch.sigmoid(logits) + bias).numpy()
     print(f"C = keys at or above the bound, {args.rows} random rows, E = 896, k = 16")
     for label, threads in (("warp per token (32 lanes)", 32), ("block of 4 warps (128 threads)", 128)):
         ours, exact = candidate_counts(keys, threads=threads, lanes=32, k=16)
