@@ -245,11 +245,12 @@ __device__ unsigned long long radix4_lab_clock[8];
 // Steps:
 //   1. Each lane group reduces the max and min of its keys and ranks its
 //      lanes' maxima against each other (lane shuffles): the k-th largest
-//      lane maximum is reached by at least k keys, and so is the
-//      ceil(k / groups)-th largest of every group together. With several
-//      groups these four numbers meet in shared memory (one barrier).
-//      lo = the tighter of the two bounds. If min == max every key is equal
-//      and the winners are the k first in tie priority: no selection.
+//      lane maximum is reached by at least k keys. With several groups,
+//      each also gives its ceil(k / m)-th largest lane maximum for m = 1 ..
+//      groups, and these meet in shared memory (one barrier): the m-th
+//      largest of them over the groups is reached by k keys too, and lo is
+//      the largest such bound. If min == max every key is equal and the
+//      winners are the k first in tie priority: no selection.
 //   2a. Every key >= lo (C of them, about two dozen) is copied to its
 //      group's region of shared memory; after one barrier the first group
 //      ranks each by counting the larger composites (with C <= lanes, one
@@ -542,7 +543,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
                 ranked = true;
                 if (kShared && warp != 0) return;
                 // Candidate i of the token (regions in order, entries in
-                // order): its composite; its sigmoid is at cand_sig[at].
+                // order): its composite and its sigmoid.
                 struct Found {
                     uint64_t composite;
                     float sig;
@@ -625,55 +626,47 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
             uint32_t needed = K;
             bool key_tied = true;  // whole keys tie at the cutoff: rank them by priority
             khi = kmax;            // (with differ == 0: at least k keys equal the max)
-            if (differ != 0u) {
-                int shift = (31 - L::count_leading_zeros(differ)) & ~3;
-                uint32_t hi = shift >= 28 ? 0u : kmax >> (shift + 4);
+            // Radix rounds, 4 bits each, from digit position `shift` down:
+            // digit(j, shift, base) is value j's digit there if its higher
+            // digits equal `base`, else anything >= 16. Each round narrows
+            // `hi` by the cutoff bin's digit and `needed` by the winners
+            // above it. True when a cutoff bin holds exactly the winners
+            // still needed (`shift` then names that round), false when the
+            // digits ran out first.
+            auto radix_rounds = [&](int& shift, uint32_t& hi, auto digit) -> bool {
                 for (;;) {
                     const uint32_t base = hi << 4;
                     Histogram<L, kVals> round;
 #pragma unroll
-                    for (int j = 0; j < kVals; ++j) round.add(j, (key[j] >> shift) - base);
+                    for (int j = 0; j < kVals; ++j) round.add(j, digit(j, shift, base));
                     uint32_t sums[8];
                     round.words(sums);
                     token_sum(sums);
                     const Pick r = pick_bin(sums, needed);
                     needed -= r.above;
                     hi = base | r.digit;
-                    if (r.in_bin == needed) {
-                        key_tied = false;
-                        kshift = static_cast<uint32_t>(shift);
-                        break;
-                    }
-                    if (shift == 0) break;
+                    if (r.in_bin == needed) return true;
+                    if (shift == 0) return false;
                     shift -= 4;
                 }
+            };
+            if (differ != 0u) {
+                int shift = (31 - L::count_leading_zeros(differ)) & ~3;
+                uint32_t hi = shift >= 28 ? 0u : kmax >> (shift + 4);
+                key_tied = !radix_rounds(shift, hi, [&](int j, int sh, uint32_t base) { return (key[j] >> sh) - base; });
+                kshift = static_cast<uint32_t>(shift);  // 0 when key_tied: the rounds ran to the last digit
                 khi = hi;
             }
             if (key_tied) {
                 // `needed` of the keys equal to khi win, by tie priority.
+                // Priorities are distinct, so by qs = 0 the bin holds exactly one.
                 int qs = kPrioBits - 4;
                 uint32_t qh = 0;
-                for (;;) {
-                    const uint32_t base = qh << 4;
-                    Histogram<L, kVals> round;
-#pragma unroll
-                    for (int j = 0; j < kVals; ++j) {
-                        round.add(j, (valid(j) && key[j] == khi) ? (inv_priority(j) >> qs) - base : 16u);
-                    }
-                    uint32_t sums[8];
-                    round.words(sums);
-                    token_sum(sums);
-                    const Pick r = pick_bin(sums, needed);
-                    needed -= r.above;
-                    qh = base | r.digit;
-                    // Priorities are distinct, so by qs = 0 the bin holds exactly one.
-                    if (r.in_bin == needed || qs == 0) {
-                        qshift = static_cast<uint32_t>(qs);
-                        qhi = qh;
-                        break;
-                    }
-                    qs -= 4;
-                }
+                radix_rounds(qs, qh, [&](int j, int sh, uint32_t base) {
+                    return (valid(j) && key[j] == khi) ? (inv_priority(j) >> sh) - base : 16u;
+                });
+                qshift = static_cast<uint32_t>(qs);
+                qhi = qh;
             }
         }
     }
