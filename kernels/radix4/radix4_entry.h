@@ -26,9 +26,9 @@
 // (RADIX4_TOKENS_PER_BLOCK warps a block, default 4) has the least overhead
 // per token. The defaults come from benchmarks/radix4_gpu_check.py on an
 // H200 (reports/baselines/h200-radix4-gpu-check.log, fp32 bias): a block of
-// 4 warps per token won up to 64 rows (2.77 against 2.98 us at M = 64), the
-// three shapes were within 0.1 us at 256 (block 3.36, warp 3.35), and a warp
-// per token won from 512 rows (3.17 against 4.34 us).
+// 4 warps per token won up to 64 rows (2.71 against 2.88 us at M = 64), the
+// shapes were within 0.15 us at 256 (block 3.36, warp 3.23), and a warp per
+// token won from 512 rows (3.15 against 4.39 us).
 #pragma once
 
 #include <stddef.h>
@@ -44,8 +44,8 @@
 #endif
 // Warps (waves) per token in the block-per-token shape, at most one vector of
 // 4 experts per thread (0 = exactly one). H200, E=896, graph replay, fp32
-// bias: 4 warps 2.67 / 2.71 / 2.77 us at M = 1 / 8 / 64 against 2.76 / 2.81
-// / 2.84 with 2 (reports/baselines/h200-radix4-gpu-check.log).
+// bias: 4 warps 2.52 / 2.57 / 2.71 us at M = 1 / 8 / 64 against 2.69 / 2.75
+// / 2.76 with 2 (reports/baselines/h200-radix4-gpu-check.log).
 #ifndef RADIX4_WARPS_PER_TOKEN
 #define RADIX4_WARPS_PER_TOKEN 4
 #endif
