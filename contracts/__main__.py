@@ -1,3 +1,3 @@
-from .check import main
+from .commands import main
 
 raise SystemExit(main())

@@ -10,7 +10,7 @@ Options (group "router-contracts"):
 - ``--candidate NAME``: a registered candidate or ``package.module:attr`` (a
   routing callable or a ``contracts.Candidate``). Without it the conformance
   tests skip, saying how to pass one.
-- ``--contract aiter|serial``: the contract to hold it to (default: the one it claims).
+- ``--contract NAME``: the contract to hold it to (default: the one it claims).
 - ``--rows N``: rows per case family (default 2,000).
 - ``--device cpu|cuda``: where to run it (default: cuda when the candidate runs
   there and torch sees a GPU, else cpu).
@@ -23,8 +23,8 @@ The suite (``contracts.conformance``) has one test function per contract
 clause (``test_tie_order``, ``test_nan_last``...), grouped in modules by
 clause group and parametrized over the case families, so a test id reads
 ``test_tie_order[all_equal]``. Each family runs once per session, through
-``contracts.check`` (a bundle per family under pytest's temporary folder),
-and every clause test of that family reads its verdict from that bundle:
+the library's ``run_checks`` (a bundle per family under pytest's temporary
+folder), and every clause test of that family reads its verdict from it:
 
 - pass: no unexpected mismatch attributed to the clause in the family;
 - fail: the message says how many rows, the clause, the first mismatch (ids
@@ -40,10 +40,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 from pathlib import Path
 
 import pytest
+
+from .reports.schema import to_json
 
 __all__ = ["ConformanceSession", "DEFAULT_ROWS"]
 
@@ -58,22 +59,12 @@ _SUITE_PACKAGE = "contracts.conformance"
 def pytest_addoption(parser):
     group = parser.getgroup("router-contracts", "router contract conformance (pytest --pyargs contracts.conformance)")
     group.addoption("--candidate", metavar="NAME", help="router under test: a registered name or package.module:attr")
-    group.addoption("--contract", choices=("aiter", "serial"), help="contract to check (default: the one the candidate claims)")
+    group.addoption("--contract", help="contract to check (default: the one the candidate claims)")
     group.addoption("--rows", type=int, default=DEFAULT_ROWS, metavar="N", help=f"rows per case family (default {DEFAULT_ROWS:,})")
     group.addoption("--device", choices=("cpu", "cuda"), help="device (default: cuda when the candidate runs there and a GPU is present)")
     group.addoption("--conformance-seed", type=int, default=0, metavar="S", help="case seed (default 0)")
     group.addoption("--isolate", action=argparse.BooleanOptionalAction, default=None,
-                    help="run the candidate in a worker process (contracts.check --isolate; default: check's own default)")  # fmt: skip
-
-
-def _device_for(candidate, requested: str | None) -> str:
-    import torch
-
-    if requested:
-        return requested
-    if "cuda" in candidate.devices and torch.cuda.is_available():
-        return "cuda"
-    return "cpu" if "cpu" in candidate.devices else candidate.devices[0]
+                    help="run the candidate in a worker process (check --isolate; default: check's own default)")  # fmt: skip
 
 
 class ConformanceSession:
@@ -90,7 +81,8 @@ class ConformanceSession:
         self.device = config.getoption("--device") or "cpu"
         self._runs: dict[str, dict] = {}
         if self.spec:
-            from .registry import CandidateLoadError, DuplicateCandidateError, get_candidate
+            from .candidates import CandidateLoadError, DuplicateCandidateError, get_candidate
+            from .run.checks import device_for
 
             if self.rows < 1:
                 raise pytest.UsageError(f"--rows must be >= 1, got {self.rows}")
@@ -99,7 +91,7 @@ class ConformanceSession:
             except (CandidateLoadError, DuplicateCandidateError) as exc:
                 raise pytest.UsageError(f"--candidate {self.spec}: {exc}") from None
             self.contract = config.getoption("--contract") or self.candidate.contract
-            self.device = _device_for(self.candidate, config.getoption("--device"))
+            self.device = device_for(self.candidate, config.getoption("--device"))
 
     @property
     def clause_names(self) -> tuple[str, ...]:
@@ -108,24 +100,26 @@ class ConformanceSession:
         return oracle.get_contract(self.contract).clause_names
 
     def run(self, family: str) -> dict:
-        """Check the candidate over one family (once per session); the bundle's summary, folder and log."""
+        """Check the candidate over one family (once per session); the summary, the bundle and the log."""
         if family not in self._runs:
-            from . import check
+            from .run.checks import run_checks
 
             out = self.out_root / family
-            argv = ["--candidate", self.spec, "--contract", self.contract, "--device", self.device, "--families", family,
-                    "--rows", str(self.rows), "--seed", str(self.seed), "--out", str(out), "--quiet"]  # fmt: skip
-            if self.isolate is not None and _check_has_option("--isolate"):
-                argv.append("--isolate" if self.isolate else "--no-isolate")
             log = io.StringIO()
+            command = (f"python -m contracts check --candidate {self.spec} --contract {self.contract} --device {self.device} "
+                       f"--families {family} --rows {self.rows} --seed {self.seed} --out {out}")  # fmt: skip
             with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-                code = check.main(argv)
-            summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else None
-            self._runs[family] = {"exit_code": code, "summary": summary, "bundle": out, "log": log.getvalue(), "argv": argv}
+                try:
+                    checked = run_checks([self.spec], contract=self.contract, device=self.device, families=[family], rows=self.rows,
+                                         seed=self.seed, isolate=self.isolate, out=out, progress=False, command=command)  # fmt: skip
+                    summary, error = checked.results[0].summary, None
+                except Exception as exc:  # noqa: BLE001 -- the test says what went wrong
+                    summary, error = None, f"{type(exc).__name__}: {exc}"
+            self._runs[family] = {"summary": summary, "bundle": out, "log": log.getvalue(), "error": error}
         return self._runs[family]
 
     def assert_clause(self, family: str, clause: str) -> None:
-        """Fail if ``family`` has unexpected mismatches attributed to ``clause`` (see the module docstring)."""
+        """Fail if any row of ``family`` breaks ``clause`` unexpectedly (see the module docstring)."""
         import oracle
 
         if self.candidate is None:
@@ -135,44 +129,29 @@ class ConformanceSession:
         run = self.run(family)
         summary = run["summary"]
         if summary is None:
-            pytest.fail(f"contracts.check exited {run['exit_code']} without a bundle:\n{run['log']}", pytrace=False)
-        if summary["status"] == "unavailable":
-            pytest.skip(f"{summary['candidate']} is unavailable on {summary['device']}: {summary.get('reason', '')}")
-        fam = summary["families"].get(family, {})
-        if not fam.get("rows"):
-            pytest.skip(f"{summary['candidate']} does not serve the shapes of family {family} ({fam.get('rows_skipped', 0):,} rows skipped)")
-        bad = fam.get("clauses", {}).get(clause, 0)
+            pytest.fail(f"the check of family {family} did not run: {run['error']}\n{run['log']}", pytrace=False)
+        if summary.status.value == "unavailable":
+            pytest.skip(f"{summary.candidate} is unavailable on {summary.device}: {summary.reason or ''}")
+        fam = summary.families.get(family)
+        if fam is None or not fam.rows:
+            skipped = fam.rows_skipped if fam else 0
+            pytest.skip(f"{summary.candidate} does not serve the shapes of family {family} ({skipped:,} rows skipped)")
+        bad = fam.clauses_broken.get(clause, fam.clauses.get(clause, 0))
         if bad:
-            from .junit import first_mismatch
+            from .reports.junit import first_mismatch
 
-            statement = next((c.statement for c in oracle.get_contract(self.contract).clauses if c.name == clause), "")
+            statement = oracle.get_contract(self.contract).clause(clause).statement
             pytest.fail(
-                f"clause {clause} of contract {self.contract}: {bad:,} of {fam['rows']:,} rows of family {family} mismatch "
-                f"({summary['candidate']} on {summary['device']}, seed {self.seed})\n"
+                f"clause {clause} of contract {self.contract}: {bad:,} of {fam.rows:,} rows of family {family} mismatch "
+                f"({summary.candidate} on {summary.device}, seed {self.seed})\n"
                 f"clause: {statement}\n"
-                f"first mismatch: {first_mismatch(run['bundle'], summary, family, clause)}\n"
+                f"first mismatch: {first_mismatch(run['bundle'], to_json(summary), family, clause)}\n"
                 f"bundle: {run['bundle']}",
                 pytrace=False,
             )
-        declared = (summary.get("expected_deviations") or {}).get(clause)
-        if declared and _declared_rows(run["bundle"], family, clause):
-            pytest.xfail(f"declared deviation: {declared.get('reason', '')}")
-
-
-def _check_has_option(flag: str) -> bool:
-    from . import check
-
-    return any(flag in action.option_strings for action in check.build_parser()._actions)
-
-
-def _declared_rows(bundle: Path, family: str, clause: str) -> int:
-    from .junit import _read_cells
-
-    cells = _read_cells(bundle)
-    if cells.empty:
-        return 0
-    hit = cells[(cells["family"] == family) & (cells["clause"] == clause) & (cells["verdict"] == "expected")]
-    return int(hit[["case", "row"]].drop_duplicates().shape[0])
+        declared = summary.expected_deviations.get(clause)
+        if declared and fam.expected_clauses.get(clause, 0):
+            pytest.xfail(f"declared deviation: {declared.reason}")
 
 
 def pytest_configure(config):
@@ -210,3 +189,10 @@ def conformance(request, tmp_path_factory) -> ConformanceSession:
         session.out_root = tmp_path_factory.mktemp("router-contracts")
     return session
 
+
+
+def _check_has_option(flag: str) -> bool:
+    """Whether the check command has ``flag`` (for callers that pass check options through)."""
+    from .commands.check import build_parser
+
+    return any(flag in action.option_strings for action in build_parser()._actions)

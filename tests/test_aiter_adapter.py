@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from contracts.check import main
-from contracts.registry import get_candidate
+from contracts.candidates import get_candidate
 from kernels.adapters import aiter as adapter
 from kernels.adapters import aiter_model
 from tests.standins import aiter_standin
@@ -295,8 +295,8 @@ def test_importing_the_harness_never_imports_aiter(tmp_path):
     code = textwrap.dedent(
         """
         import sys
-        import contracts, contracts.builtin, kernels, kernels.adapters, kernels.adapters.aiter
-        from contracts.registry import all_candidates, get_candidate
+        import contracts, contracts.candidates.builtin, kernels, kernels.adapters, kernels.adapters.aiter
+        from contracts.candidates import all_candidates, get_candidate
         all_candidates()
         c = get_candidate("aiter")
         print(c.available("cuda")[1])

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from contracts.check import main
-from contracts.registry import get_candidate
+from contracts.candidates import get_candidate
 
 DECLARED = {"renorm_guard", "nan_last", "weight_accuracy"}
 # family -> the declared clause its rows must show (seed 0, --rows 3000)

@@ -10,8 +10,10 @@ import math
 import pytest
 import torch
 
-from contracts import bench
-from contracts.registry import Candidate, all_candidates, register
+from contracts.bench import main as bench_main
+from contracts.commands._common import ExitCode
+from contracts.run import bench
+from contracts.candidates import Candidate, all_candidates, register
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -38,7 +40,7 @@ _register_once(Candidate(name="test-bench-raises", route=_raises))
 def run_bench(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = bench.main(argv)
+        code = bench_main(argv)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -120,7 +122,7 @@ def test_a_route_that_raises_is_recorded_as_an_error_and_the_run_goes_on(tmp_pat
 
 def test_nothing_timed_exits_3(tmp_path):
     code, _, stderr = run_bench(["--candidate", "radix4", "--m", "1", "--out", str(tmp_path), "--device", "cpu"])
-    assert code == bench.EXIT_NOTHING_TIMED and "no candidate could be timed" in stderr
+    assert code == ExitCode.UNAVAILABLE and "no candidate could be timed" in stderr
     assert (tmp_path / "bench.json").is_file()
 
 
@@ -251,7 +253,7 @@ def test_cuda_timer_falls_back_to_eager_when_capture_fails(monkeypatch):
 def test_cuda_points_carry_the_timer_and_its_reason(monkeypatch):
     fake = _FakeCuda(elapsed_ms=0.1)
     fake.install(monkeypatch)
-    args = bench.build_parser().parse_args(["--candidate", "x", "--launches", "10", "--replays", "3", "--warmup", "1"])
+    args = bench.BenchOptions(launches=10, replays=3, warmup=1)
     candidate = all_candidates()["torch-native"]
     inputs = bench.make_inputs(4, experts=896, dtype=torch.bfloat16, bias_dtype=torch.bfloat16, device="cpu", seed=0, rotate=2)
     point = bench.bench_point(candidate, candidate.route, 4, inputs, args, "cuda")

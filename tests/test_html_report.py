@@ -20,9 +20,12 @@ import pytest
 import torch
 
 import oracle
-from contracts import bench, check
-from contracts.html_report import render_html, write_html
-from contracts.registry import Candidate, all_candidates, register
+from contracts import check
+from contracts.commands._common import ExitCode
+from contracts.bench import main as bench_main
+from contracts.run import bench
+from contracts.reports.html import render_html, write_html
+from contracts.candidates import Candidate, all_candidates, register
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -68,7 +71,7 @@ def failing_bundle(tmp_path_factory) -> Path:
                                "random_bf16,tie_pool_straddle,nan_sparse", "--device", "cpu", "--out", str(out), "--quiet"])  # fmt: skip
     assert code == 1, "the planted candidate must fail its check"
     bench_dir = out / "bench"
-    assert _quiet(bench.main, ["--candidate", "oracle,torch-native", "--m", "1,8", "--repeats", "1", "--device", "cpu",
+    assert _quiet(bench_main, ["--candidate", "oracle,torch-native", "--m", "1,8", "--repeats", "1", "--device", "cpu",
                                "--out", str(bench_dir)]) == 0  # fmt: skip
     write_html(out, bench_dir)
     return out
@@ -137,7 +140,7 @@ def test_side_by_side_highlights_exactly_the_differing_slots():
 
 def test_unavailable_bundle_shows_the_reason(tmp_path):
     code = _quiet(check.main, ["--candidate", "radix4", "--device", "cpu", "--out", str(tmp_path), "--quiet"])
-    assert code == check.EXIT_UNAVAILABLE
+    assert code == ExitCode.UNAVAILABLE
     reason = json.loads((tmp_path / "summary.json").read_text())["reason"]
     page = write_html(tmp_path).read_text(encoding="utf-8")
     assert "UNAVAILABLE" in page and 'class="verdict unavailable"' in page

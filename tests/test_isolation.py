@@ -11,16 +11,20 @@ import sys
 import pytest
 import torch
 
-from contracts.check import _should_isolate, main
-from contracts.isolation import _decode_tensor, _encode_tensor, fatal_kind
-from contracts.registry import Candidate, get_candidate
+from contracts.check import main
+from contracts.run.checks import should_isolate
+from contracts.candidates.calling import fatal_kind
+from contracts.candidates.worker import _decode_tensor, _encode_tensor
+from contracts.candidates import Candidate, get_candidate
 
 PLANTED = ["segfault", "hang", "abort", "oom", "exits", "wrong_device", "healthy"]
 ROWS = 300  # random_bf16 plans cases of 1, 64 and 235 rows
 
 
 def _bundle_name(module):
-    return f"tests.planted.{module}_route"
+    from contracts.run.checks import bundle_dirname
+
+    return bundle_dirname(f"tests.planted.{module}:route")
 
 
 @pytest.fixture(scope="module")
@@ -130,15 +134,15 @@ def test_isolation_defaults():
     oracle_c = get_candidate("oracle")
     third = Candidate(name="x", route=lambda *a: None, third_party=True)
     gpu_only = get_candidate("radix4")
-    assert not _should_isolate(Args, oracle_c, "cpu", None)
-    assert _should_isolate(Args, oracle_c, "cuda", None)
-    assert _should_isolate(Args, third, "cpu", None)
-    assert _should_isolate(Args, gpu_only, "cuda", None)
-    assert _should_isolate(Args, oracle_c, "cpu", third)  # the --against candidate runs in the worker too
+    assert not should_isolate(Args.isolate, oracle_c, "cpu", None)
+    assert should_isolate(Args.isolate, oracle_c, "cuda", None)
+    assert should_isolate(Args.isolate, third, "cpu", None)
+    assert should_isolate(Args.isolate, gpu_only, "cuda", None)
+    assert should_isolate(Args.isolate, oracle_c, "cpu", third)  # the --against candidate runs in the worker too
     Args.isolate = False
-    assert not _should_isolate(Args, third, "cuda", None)
+    assert not should_isolate(Args.isolate, third, "cuda", None)
     Args.isolate = True
-    assert _should_isolate(Args, oracle_c, "cpu", None)
+    assert should_isolate(Args.isolate, oracle_c, "cpu", None)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.int64, torch.bool, torch.float16])

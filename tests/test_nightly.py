@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from contracts import diff, nightly
+from contracts.run import nightly as nightly_lib
 
 ROWS = "300"
 
@@ -32,7 +33,7 @@ def test_nightly_writes_uploads_and_compares(tmp_path, capsys):
     assert first.name.endswith("-cpu") or first.name.endswith("-cuda") or first.name.endswith("-rocm")
 
     env = json.loads((second / "nightly.json").read_text())
-    assert env["schema_version"] == nightly.NIGHTLY_SCHEMA_VERSION and env["kind"] == "router-contracts-nightly"
+    assert env["schema_version"] == nightly_lib.NIGHTLY_SCHEMA_VERSION and env["kind"] == "router-contracts-nightly"
     assert env["suite"]["name"] == "router-contracts" and "version" in env["suite"] and "git_commit" in env["suite"]
     assert _parse_utc(env["started"]) <= _parse_utc(env["finished"])
     target = env["execution_target"]
@@ -44,7 +45,7 @@ def test_nightly_writes_uploads_and_compares(tmp_path, capsys):
         assert env["candidates"]["radix4"]["status"] == "unavailable" and env["candidates"]["radix4"]["reason"]
         assert all(p["status"] == "skipped" and p["reason"] for p in env["pairs"].values())
         assert env["bench"]["status"] == "skipped"
-    assert set(env["pairs"]) == {p.label for p in nightly.PAIRS}
+    assert set(env["pairs"]) == {p.label for p in nightly_lib.PAIRS}
     assert env["probe"]["runs"]["oracle"]["status"] == "done" and env["probe"]["runs"]["oracle"]["matches"] == "aiter"
     assert env["comparison"]["previous"].endswith(first.name) and env["comparison"]["status"] == "no regression"
     day = f"{_parse_utc(env['started']):%Y/%m/%d}"
@@ -90,7 +91,7 @@ def test_a_regression_against_the_previous_bundle_sets_the_exit_code(tmp_path):
 
 
 def test_missing_probe_and_bench_are_recorded(tmp_path, monkeypatch):
-    monkeypatch.setattr(nightly, "_main_of", lambda module: None)
+    monkeypatch.setattr(nightly_lib, "_tool", lambda module, attr: None)
     assert _run(tmp_path, "--bench", candidates="oracle") == 0
     env = json.loads((_bundles(tmp_path)[0] / "nightly.json").read_text())
     assert env["probe"] == {"status": "not available", "reason": "probe not available (contracts.probe is not in this checkout)"}
@@ -100,7 +101,7 @@ def test_missing_probe_and_bench_are_recorded(tmp_path, monkeypatch):
 
 
 def test_an_upload_that_would_overwrite_fails_with_exit_4(tmp_path, monkeypatch, capsys):
-    from contracts import upload
+    from contracts.reports import upload
 
     def refuse(*args, **kwargs):
         raise upload.UploadExistsError("file:///x already exists; refusing to overwrite it")
@@ -116,7 +117,7 @@ def test_usage_errors_exit_2(tmp_path, args):
 
 
 def test_junit_failures_crashes_and_declared_deviations(tmp_path):
-    from contracts.junit import entries_for_bundle, write_junit
+    from contracts.reports.junit import entries_for_bundle, write_junit
 
     bundle = tmp_path / "nightly-x"
     check_dir = bundle / "candidates" / "mine"

@@ -62,7 +62,7 @@ def test_the_oracle_conforms_and_the_header_names_it(tmp_path):
     assert "router-contracts: candidate oracle, contract aiter" in out
     assert "router-contracts: device cpu" in out or "router-contracts: device cuda" in out
     # every aiter clause x every family passes; sentinel_fallback (serial's) skips once per family
-    from contracts.families import FAMILIES
+    from contracts.cases import FAMILIES
 
     families, clauses = len(FAMILIES), len(oracle.get_contract("aiter").clauses)
     assert re.search(rf"\b{clauses * families} passed, {families} skipped\b", out), out
@@ -84,7 +84,7 @@ def test_k_selects_the_tie_order_tests(tmp_path):
     code, out = _pytest(tmp_path, *SUITE, "--candidate", "oracle", "-k", "tie_order", "--collect-only", "-q")
     assert code == 0, out
     ids = [line for line in out.splitlines() if "::" in line]
-    from contracts.families import FAMILIES
+    from contracts.cases import FAMILIES
 
     assert len(ids) == len(FAMILIES) and all("test_tie_order[" in i for i in ids)
 

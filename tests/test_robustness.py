@@ -13,11 +13,13 @@ import pandas as pd
 import pytest
 
 import oracle
-from contracts import families
+from contracts import cases as families
 from contracts.check import main
-from contracts.registry import Candidate, get_candidate
-from contracts.families import iter_plan, planned_rows
-from contracts.runner import DETAILS_PER_CLAUSE, check_candidate
+from contracts.candidates import Candidate, get_candidate
+from contracts.cases import iter_plan, planned_rows
+from contracts.run.check import check_candidate
+from contracts.run.checks import bundle_dirname
+from contracts.run.tally import DETAILS_PER_CLAUSE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -192,7 +194,7 @@ def test_interrupting_a_hung_isolated_candidate_kills_its_worker_and_keeps_the_r
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr.decode()
-    s = _assert_complete_interrupted_bundle(out / "tests.planted.hang_route")
+    s = _assert_complete_interrupted_bundle(out / bundle_dirname("tests.planted.hang:route"))
     assert s["rows_checked"] == 65  # the two cases answered before the hang
     index = json.loads((out / "index.json").read_text())
     assert index["interrupted"] == "SIGINT"

@@ -23,7 +23,7 @@ def _worst_clause(summary):
 
 @pytest.mark.parametrize("candidate", ["oracle", PLANTED + "correct_argsort"])
 def test_correct_routers_pass_every_family(tmp_path, candidate):
-    code, s, out = _check(tmp_path, candidate, ",".join(__import__("contracts.families").families.FAMILIES), rows=12000)
+    code, s, out = _check(tmp_path, candidate, ",".join(__import__("contracts.cases").cases.FAMILIES), rows=12000)
     assert code == 0, (out / "report.md").read_text()
     assert s["status"] == "pass" and s["mismatched_rows"] == 0 and s["rows_checked"] >= 11000
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oracle
-from contracts import strategies as strat
+from contracts.cases import strategies as strat
 from contracts.search import main
 
 SPEC = "tests.test_search:"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from contracts import upload
-from contracts.diff import diff_bundles, load_bundle
-from contracts.upload import UploadError, UploadExistsError, dated_destination, download_bundle, list_bundles, upload_bundle
+from contracts.reports import upload
+from contracts.reports.diff import diff_bundles, load_bundle
+from contracts.reports.upload import UploadError, UploadExistsError, dated_destination, download_bundle, list_bundles, upload_bundle
 
 NAME = "nightly-20260102T030405Z-cpu"
 

@@ -7,7 +7,7 @@ random permutation, so rows with a tie at the top-k cutoff change between calls.
 import torch
 
 import oracle
-from contracts.registry import Candidate
+from contracts.candidates import Candidate
 
 from ._common import counter
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from contracts.registry import get_candidate
+from contracts.candidates import get_candidate
 
 
 def _cpu(device: str) -> tuple[bool, str]:

@@ -11,10 +11,12 @@ Gates, in the order the runner asks them:
 - ``covered(rows=, experts=, topk=, dtype=, bias_dtype=)`` -> bool: the shapes
   it serves; rows outside are skipped and counted, not checked.
 
-Candidates come from three places: built-ins (``contracts.builtin``), a
-``package.module:attr`` spec on the command line (``attr`` is a routing
-callable or a ``Candidate``; the module is imported from ``sys.path``), and
-the ``router_contracts`` entry-point group of installed packages.
+Candidates come from three places: built-ins (``contracts.candidates.builtin``,
+registered when the package is imported, before anything else can claim
+their names), a ``package.module:attr`` spec on the command line (``attr``
+is a routing callable or a ``Candidate``; the module is imported from
+``sys.path``), and the ``router_contracts`` entry-point group of installed
+packages (loaded at the first lookup).
 """
 
 from __future__ import annotations
@@ -111,33 +113,29 @@ class Candidate:
 
 
 _REGISTRY: dict[str, Candidate] = {}
-_LOADED_DEFAULTS = False
+_ENTRY_POINTS_LOADED = False
 
 
 def register(candidate: Candidate) -> Candidate:
     if candidate.name in _REGISTRY and _REGISTRY[candidate.name] is not candidate:
-        raise DuplicateCandidateError(
-            f"candidate name {candidate.name!r} is already registered "
-            f"(by {_REGISTRY[candidate.name].origin or 'a built-in'}); choose another name"
-        )
+        holder = _REGISTRY[candidate.name]
+        by = holder.origin + (" (a built-in)" if not holder.third_party else "")
+        raise DuplicateCandidateError(f"candidate name {candidate.name!r} is already registered by {by or 'another package'}; choose another name")
     _REGISTRY[candidate.name] = candidate
     return candidate
 
 
-def _load_defaults() -> None:
-    global _LOADED_DEFAULTS
-    if _LOADED_DEFAULTS:
+def _load_entry_points() -> None:
+    global _ENTRY_POINTS_LOADED
+    if _ENTRY_POINTS_LOADED:
         return
-    _LOADED_DEFAULTS = True
-    from . import builtin  # noqa: F401  (registers the built-ins)
-
+    _ENTRY_POINTS_LOADED = True
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        candidate = _as_candidate(ep.load(), ep.name, origin=ep.value)
-        register(candidate)
+        register(_as_candidate(ep.load(), ep.name, origin=ep.value))
 
 
 def all_candidates() -> dict[str, Candidate]:
-    _load_defaults()
+    _load_entry_points()
     return dict(_REGISTRY)
 
 

@@ -1,14 +1,12 @@
-"""The built-in candidates, registered by name.
+"""The built-in candidates, registered by name when ``contracts.candidates`` is imported.
 
-Kernel modules are imported lazily inside the gates and the route, so that
-listing candidates never compiles or loads GPU code.
+Kernel modules (and the oracle) are imported lazily inside the gates and the
+route, so that listing candidates never compiles or loads GPU code, nor torch.
 """
 
 from __future__ import annotations
 
 import importlib
-
-import oracle
 
 from .registry import Candidate, register
 
@@ -62,6 +60,8 @@ def _same_dtype_bias(*, dtype, bias_dtype, **_shape) -> bool:
 
 def _oracle_route(contract):
     def route(scores, bias, topk, renormalize, routed_scaling_factor):
+        import oracle  # not at import: listing candidates loads no torch
+
         return oracle.route(
             scores, bias, topk, renormalize=renormalize, routed_scaling_factor=routed_scaling_factor, contract=contract
         )

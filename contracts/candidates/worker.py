@@ -1,39 +1,22 @@
-"""Run a candidate where it cannot take the harness down: calls, repeats, worker processes.
+"""A candidate in a worker process, where it cannot take the harness down.
 
-Two ways to call a candidate on a case, with one result type (``CallOutcome``):
+``Worker`` starts ``python -m contracts.candidates.worker`` in its own
+process and session. The parent sends case specs (family, case_seed, rows,
+experts, topk); the worker rebuilds the inputs with
+``contracts.cases.build_case`` (deterministic, so both sides hold the same
+bits), runs the candidate through the same ``CaseRunner`` as an in-process
+run, and sends back its outputs, plus whether it modified its inputs. The
+parent compares. The parent never imports the candidate's code: the worker
+looks the candidate up by name, and it also answers the gates
+(``available``, ``covered``), which may load GPU code.
 
-- in process (``CaseRunner.run``): the candidate runs in the harness's own
-  process. A Python exception is a finding; a segfault ends everything.
-- in a worker (``Worker``): ``python -m contracts.isolation`` in its own
-  process and session. The parent sends case specs (family, case_seed, rows,
-  experts, topk) and the worker rebuilds the inputs with
-  ``families.build_case`` (deterministic, so both sides hold the same bits),
-  runs the candidate through the same ``CaseRunner`` and sends back its
-  outputs as CPU tensors, plus whether it modified its inputs. The parent
-  compares. The parent never imports the candidate's code: the worker looks
-  the candidate up by name (``registry.get_candidate``), and it also answers
-  the gates (``available``, ``covered``), which may load GPU code.
-
-What becomes of a misbehaving candidate:
-
-==========================================  ===================================================
-the candidate ...                           reported as
-==========================================  ===================================================
-raises a Python exception                   a ``validity`` mismatch with its message (a finding)
-returns the wrong type/shape/dtype/device   a ``validity`` mismatch
-modifies its inputs                         a ``validity`` mismatch
-runs out of memory (host or GPU)            ``error`` (kind ``out_of_memory``)
-raises a CUDA error                         ``error`` (kind ``cuda_error``)
-exits, segfaults or aborts (worker only)    ``error`` (kind ``crash``, the signal, stderr tail)
-answers nothing for ``timeout`` s (worker)  ``error`` (kind ``timeout``; the worker is killed)
-gives different answers on repeated calls   a ``determinism`` finding (``--repeat N``)
-==========================================  ===================================================
-
-Wire protocol (private to this module): length-prefixed pickles over the
-worker's stdin/stdout. The worker moves its own stdout onto its stderr
-before it imports a candidate, so a candidate's prints cannot corrupt the
-protocol; the parent keeps the worker's stderr in a temporary file and
-reports its tail when the worker dies.
+Messages are pickled records over a pair of pipes wrapped in
+``multiprocessing.connection.Connection`` (its framing, its ``poll``). The
+worker moves its own stdout onto its stderr before it imports a candidate,
+so a candidate's prints cannot corrupt the protocol; the parent keeps the
+worker's stderr in a temporary file and reports its tail when the worker
+dies. A crash, hang or exit becomes a ``WorkerFailure`` whose ``kind`` says
+which (``crash``, ``timeout``, ``worker_error``).
 """
 
 from __future__ import annotations
@@ -43,38 +26,27 @@ import faulthandler
 import importlib
 import os
 import pickle
-import select
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Callable
 
 import torch
 
-from .families import Case, CaseSpec, build_case
+from ..cases import CaseSpec, build_case
+from .calling import CallOutcome, CaseRunner, first_line, raised_message
 from .registry import CandidateLoadError, UnknownCandidateError, get_candidate
 
-__all__ = [
-    "CallOutcome",
-    "CaseRunner",
-    "Interrupted",
-    "Worker",
-    "WorkerFailure",
-    "fatal_kind",
-    "load_error_message",
-]
+__all__ = ["Interrupted", "Worker", "WorkerFailure", "load_error_message"]
 
 START_TIMEOUT_S = 300.0  # import + available()/build(): compiling a kernel can take minutes
 POLL_S = 0.25  # how often a waiting parent looks at its stop flag
 STDERR_TAIL = 3000  # characters of the worker's stderr kept in a report
 STDERR_KEEP_BYTES = 1 << 20  # a chatty candidate's stderr file is cut back to its tail beyond this
-DIFF_SAMPLE_ROWS = 16
-_HEADER = struct.Struct("<Q")
 
 
 class Interrupted(Exception):
@@ -89,201 +61,9 @@ class WorkerFailure(Exception):
         self.kind, self.message, self.stderr_tail = kind, message, stderr_tail
 
 
-# ---------------------------------------------------------------- calling a candidate
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
-
-
-def fatal_kind(exc: BaseException) -> str | None:
-    """``out_of_memory`` / ``cuda_error`` / ``exit`` for failures that end a candidate's run, else None.
-
-    Other exceptions are the candidate's answer to a case (a finding), not a reason to stop.
-    """
-    if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
-        return "out_of_memory"
-    if isinstance(exc, SystemExit):
-        return "exit"
-    text = str(exc)
-    if isinstance(exc, RuntimeError):
-        if any(s in text for s in ("out of memory", "can't allocate memory", "not enough memory", "Cannot allocate memory")):
-            return "out_of_memory"
-        if isinstance(exc, getattr(torch, "AcceleratorError", ())) or "CUDA error" in text or "HIP error" in text:
-            return "cuda_error"
-    return None
-
-
-def _call(route: Callable, case: Case):
-    """One call; ``(value, None)`` or ``(None, exception)``. KeyboardInterrupt passes through."""
-    try:
-        value = route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor)
-        if case.scores.is_cuda:
-            torch.cuda.synchronize()  # asynchronous CUDA errors surface here, inside the try
-        return value, None
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # noqa: BLE001 -- SystemExit from a candidate is its failure, not ours
-        return None, exc
-
-
-def _raised_message(exc: BaseException) -> str:
-    return f"raised {type(exc).__name__}: {_first_line(exc)}"
-
-
-def _is_pair(value) -> bool:
-    return isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(t, torch.Tensor) for t in value)
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    as_int = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return bool(torch.equal(a.view(as_int), b.view(as_int)))
-
-
-def _row_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Per row (dim 0): bit-equal, NaN equal to NaN whatever its payload."""
-    if a.is_floating_point() and a.element_size() in (2, 4, 8):
-        as_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        same = (a.view(as_int) == b.view(as_int)) | (torch.isnan(a) & torch.isnan(b))
-    else:
-        same = a == b
-    return same.reshape(a.shape[0], -1).all(1) if a.dim() else same.reshape(1)
-
-
-def _differing_mask(first, again, rows: int) -> torch.Tensor:
-    """Rows where two answers to the same case differ (every row if their structure differs)."""
-    everything = torch.ones(rows, dtype=torch.bool)
-    if _is_pair(first) != _is_pair(again):
-        return everything
-    if not _is_pair(first):  # both raised or both returned something unusable: nothing to compare
-        return torch.zeros(rows, dtype=torch.bool)
-    mask = torch.zeros(rows, dtype=torch.bool)
-    for a, b in zip(first, again):
-        if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device or a.device.type == "meta":
-            return everything
-        if a.dim() == 0 or a.shape[0] != rows:  # unusable shape: all or nothing
-            if a.numel() and not bool(_row_equal(a.reshape(1, -1), b.reshape(1, -1)).all()):
-                return everything
-            continue
-        mask |= ~_row_equal(a.detach(), b.detach()).cpu()
-    return mask
-
-
-def _row_readable(value, rows: int) -> bool:
-    return _is_pair(value) and all(t.dim() == 2 and t.shape[0] == rows and t.device.type != "meta" for t in value)
-
-
-@dataclass
-class CallOutcome:
-    """What calling a candidate on one case gave. Plain data: it crosses the worker pipe."""
-
-    actual: object = None  # (weights, ids) as returned, or a message ("raised ...", "outputs on meta ...")
-    traceback: str | None = None  # of the exception, when the candidate raised
-    changed: bool = False  # the candidate modified its inputs
-    other: object = None  # the --against candidate's answer
-    fatal: dict | None = None  # {"kind", "message", "traceback"}: stop checking this candidate
-    differing_rows: int = 0  # rows whose answers differ between repeated calls / the graph replay
-    differing_sample: list[int] = field(default_factory=list)
-    differing_calls: list[str] = field(default_factory=list)
-    difference: dict | None = None  # the first differing row: {"call", "row", "ids", "weights"} vs call 1
-    notes: list[str] = field(default_factory=list)
-
-
-def _fatal(exc: BaseException, kind: str, who: str = "") -> dict:
-    return {
-        "kind": kind,
-        "message": f"{who}{_raised_message(exc)}",
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=4))[-2000:],
-    }
-
-
-class CaseRunner:
-    """Calls a candidate on cases: the call, ``repeat - 1`` more, and (on CUDA, with repeats) a CUDA graph replay."""
-
-    def __init__(self, route: Callable, *, other: Callable | None = None, other_name: str = "", repeat: int = 1, graph: bool = False):
-        self.route, self.other, self.other_name = route, other, other_name
-        self.repeat = repeat
-        self.graph = graph  # turned off for good after the first failed capture
-
-    def run(self, case: Case) -> CallOutcome:
-        out = CallOutcome()
-        before = (case.scores.clone(), case.bias.clone())
-        value, first_exc = _call(self.route, case)
-        exc = first_exc
-        if exc is not None:
-            kind = fatal_kind(exc)
-            if kind:
-                out.fatal = _fatal(exc, kind)
-                return out
-            out.actual = _raised_message(exc)
-            out.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=3))[-2000:]
-        else:
-            out.actual = value
-        rows = case.spec.rows
-        mask = torch.zeros(rows, dtype=torch.bool)
-        for n in range(2, self.repeat + 1):
-            again, exc = _call(self.route, case)
-            if exc is not None and fatal_kind(exc):
-                out.fatal = _fatal(exc, fatal_kind(exc), who=f"call {n}: ")
-                return out
-            self._note(out, mask, f"call {n}", value, again if exc is None else _raised_message(exc), rows)
-        if self.graph and self.repeat > 1 and case.scores.is_cuda and first_exc is None and _is_pair(value):
-            replayed = self._graph_replay(case, out)
-            if replayed is not None:
-                self._note(out, mask, "CUDA graph replay", value, replayed, rows)
-        out.differing_rows = int(mask.sum())
-        out.differing_sample = mask.nonzero().squeeze(1)[:DIFF_SAMPLE_ROWS].tolist()
-        out.changed = not (_same_bits(case.scores, before[0]) and _same_bits(case.bias, before[1]))
-        if self.other is not None:
-            other, exc = _call(self.other, case)
-            if exc is not None:
-                kind = fatal_kind(exc) or "against_failed"
-                out.fatal = _fatal(exc, kind, who=f"--against {self.other_name}: ")
-            else:
-                out.other = other
-        return out
-
-    def _note(self, out: CallOutcome, mask: torch.Tensor, label: str, first, again, rows: int) -> None:
-        differs = _differing_mask(first, again, rows)
-        if not bool(differs.any()):
-            return
-        out.differing_calls.append(label)
-        if out.difference is None:
-            row = int(differs.nonzero()[0])
-            example = {"call": label, "row": row, "ids": None, "weights": None, "first_ids": None, "first_weights": None}
-            if _row_readable(first, rows) and _row_readable(again, rows):
-                example.update(
-                    weights=again[0][row].tolist(), ids=again[1][row].tolist(),
-                    first_weights=first[0][row].tolist(), first_ids=first[1][row].tolist(),
-                )  # fmt: skip
-            if isinstance(again, str):
-                example["message"] = again
-            out.difference = example
-        mask |= differs
-
-    def _graph_replay(self, case: Case, out: CallOutcome):
-        try:
-            side = torch.cuda.Stream(device=case.scores.device)
-            side.wait_stream(torch.cuda.current_stream(case.scores.device))
-            with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
-                _ = self.route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor)
-            torch.cuda.current_stream(case.scores.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static = self.route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor)
-            graph.replay()
-            torch.cuda.synchronize()
-            result = tuple(t.clone() for t in static) if _is_pair(static) else static
-            del graph
-            return result
-        except Exception as exc:  # noqa: BLE001 -- not capturable is a note, not a determinism finding
-            self.graph = False
-            out.notes.append(f"CUDA graph capture/replay failed, graph replay skipped from here on: {_raised_message(exc)}")
-            return None
-
-
 # ---------------------------------------------------------------- wire format
+# Tensors travel as raw bytes in plain pickles (not torch's shared-memory
+# reductions): the worker's tensors may live on a device the parent copies them to.
 
 
 def _encode_tensor(t: torch.Tensor) -> dict:
@@ -312,7 +92,7 @@ def _encode_answer(value, device: torch.device):
     try:
         return ("tensors", _encode_tensor(w), _encode_tensor(ids))
     except Exception as exc:  # noqa: BLE001 -- a sparse or otherwise odd tensor
-        return f"returned tensors the harness cannot read: {_raised_message(exc)}"
+        return f"returned tensors the harness cannot read: {raised_message(exc)}"
 
 
 def _decode_answer(wire, device: str):
@@ -341,37 +121,12 @@ def _outcome_from_wire(wire: dict, device: str) -> CallOutcome:
     return out
 
 
-def _send(fd: int, message) -> None:
-    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    data = memoryview(_HEADER.pack(len(payload)) + payload)
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
-
-
-def _recv_blocking(fd: int):
-    def exactly(n):
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = os.read(fd, n - len(buf))
-            if not chunk:
-                return None
-            buf += chunk
-        return bytes(buf)
-
-    header = exactly(_HEADER.size)
-    if header is None:
-        return None
-    payload = exactly(_HEADER.unpack(header)[0])
-    return None if payload is None else pickle.loads(payload)
-
-
 # ---------------------------------------------------------------- load errors
 
 
 def load_error_message(exc: BaseException) -> str:
     """One line: the registry's message plus where the candidate's import failed (its innermost own frame)."""
-    message = _first_line(exc) or type(exc).__name__
+    message = first_line(exc) or type(exc).__name__
     cause = exc.__cause__
     if cause is not None and cause.__traceback__ is not None:
         frames = [
@@ -414,6 +169,8 @@ class Worker:
         self.device: str | None = None
         self.calls_per_case = 1
         self._proc: subprocess.Popen | None = None
+        self._to: Connection | None = None
+        self._from: Connection | None = None
         self._stderr = None
         self._dead = False
 
@@ -426,23 +183,30 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
         env.update(PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1", CONTRACTS_WORKER="1", CONTRACTS_PARENT_PID=str(os.getpid()))
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "contracts.isolation"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            env=env, start_new_session=True,  # no terminal SIGINT: the parent decides when the worker stops
-        )  # fmt: skip
+        to_worker_r, to_worker_w = os.pipe()
+        from_worker_r, from_worker_w = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "contracts.candidates.worker"],
+                stdin=to_worker_r, stdout=from_worker_w, stderr=self._stderr,
+                env=env, start_new_session=True,  # no terminal SIGINT: the parent decides when the worker stops
+            )  # fmt: skip
+        finally:
+            os.close(to_worker_r)
+            os.close(from_worker_w)
+        self._to = Connection(to_worker_w, readable=False)
+        self._from = Connection(from_worker_r, writable=False)
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
         self._dead = True
+        for conn in (self._to, self._from):
+            if conn is not None:
+                conn.close()
+        self._to = self._from = None
         if proc is not None:
-            for pipe in (proc.stdin, proc.stdout):
-                try:
-                    pipe.close()
-                except OSError:
-                    pass
             try:
-                proc.wait(timeout=2)  # EOF on its stdin ends an idle worker
+                proc.wait(timeout=2)  # EOF on its request pipe ends an idle worker
             except subprocess.TimeoutExpired:
                 self._kill(proc)
         if self._stderr is not None:
@@ -502,14 +266,11 @@ class Worker:
             self._start()
         proc = self._proc
         try:
-            _send(proc.stdin.fileno(), message)
-        except (BrokenPipeError, OSError):
+            self._to.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:
             pass  # it died; the read below says how
         deadline = time.monotonic() + timeout
-        fd = proc.stdout.fileno()
-        buf = bytearray()
-        need = _HEADER.size
-        while len(buf) < need:
+        while True:
             reason = self.should_stop()
             if reason:
                 self._kill(proc)
@@ -525,22 +286,18 @@ class Worker:
                     f"no answer within --timeout {self.timeout:g} s while {doing}; the worker was killed (a hang?)",
                     self.stderr_tail(),
                 )
-            ready, _, _ = select.select([fd], [], [], min(remaining, POLL_S))
-            if not ready:
-                continue
-            chunk = os.read(fd, max(need - len(buf), 1 << 16))
-            if not chunk:
-                try:
-                    code = proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self._kill(proc)
-                    code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-                self._dead = True
-                raise WorkerFailure("crash", f"the worker died with {_signal_name(code)} while {doing}", self.stderr_tail())
-            buf += chunk
-            if len(buf) >= _HEADER.size and need == _HEADER.size:
-                need = _HEADER.size + _HEADER.unpack(bytes(buf[: _HEADER.size]))[0]
-        reply = pickle.loads(bytes(buf[_HEADER.size :]))
+            if self._from.poll(min(remaining, POLL_S)):
+                break
+        try:
+            reply = pickle.loads(self._from.recv_bytes())
+        except (EOFError, OSError):
+            try:
+                code = proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._kill(proc)
+                code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+            self._dead = True
+            raise WorkerFailure("crash", f"the worker died with {_signal_name(code)} while {doing}", self.stderr_tail()) from None
         if "worker_error" in reply:
             self._kill(proc)
             self._dead = True
@@ -668,7 +425,7 @@ def _die_with_parent() -> None:
 
 def serve() -> int:
     """The worker's main loop: requests on stdin, replies on stdout, until EOF."""
-    proto_in, proto_out = os.dup(0), os.dup(1)
+    requests, replies = Connection(os.dup(0), writable=False), Connection(os.dup(1), readable=False)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # a candidate's prints go to stderr, never into the protocol
@@ -677,14 +434,15 @@ def serve() -> int:
     _die_with_parent()
     serving = _Serving()
     while True:
-        msg = _recv_blocking(proto_in)
-        if msg is None:
+        try:
+            msg = pickle.loads(requests.recv_bytes())
+        except EOFError:
             return 0
         try:
             reply = serving.handle(msg)
         except Exception as exc:  # noqa: BLE001 -- a harness or gate failure: report it, then stop
-            reply = {"worker_error": _raised_message(exc), "traceback": traceback.format_exc(limit=6)[-STDERR_TAIL:]}
-        _send(proto_out, reply)
+            reply = {"worker_error": raised_message(exc), "traceback": traceback.format_exc(limit=6)[-STDERR_TAIL:]}
+        replies.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,58 @@
+"""A case's tensors, rebuilt from its spec: identical on every machine.
+
+Each case also draws its call options from its seed: renormalize on or off
+(3 in 4 on, as models do), routed_scaling_factor 1.0 / 2.5 / 2.827, bias in
+fp32 or in the logits dtype. Tensors are drawn on the CPU from a seeded
+generator, then moved to the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .families import FAMILIES
+from .plan import CaseSpec
+
+__all__ = ["SCALING_FACTORS", "Case", "build_case"]
+
+SCALING_FACTORS = (1.0, 2.5, 2.827)
+
+
+@dataclass
+class Case:
+    spec: CaseSpec
+    scores: torch.Tensor
+    bias: torch.Tensor
+    renormalize: bool
+    routed_scaling_factor: float
+
+    @property
+    def family(self) -> str:
+        return self.spec.family
+
+    @property
+    def topk(self) -> int:
+        return self.spec.topk
+
+
+def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
+    """The inputs of ``spec``, identical on every machine, placed on ``device``."""
+    family = FAMILIES[spec.family]
+    gen = torch.Generator().manual_seed(spec.case_seed)
+    renormalize = bool(torch.randint(0, 4, (1,), generator=gen)) # 3 in 4 renormalize, as models do
+    rsf = SCALING_FACTORS[int(torch.randint(0, len(SCALING_FACTORS), (1,), generator=gen))]
+    bias_in_logits_dtype = bool(torch.randint(0, 2, (1,), generator=gen))
+    x, bias, dtype = family.make(gen, spec.rows, spec.experts, spec.topk)
+    scores = x.to(dtype)
+    backing, offset = scores, 0
+    if family.strided:
+        offset = int(torch.randint(1, 64, (1,), generator=gen))
+        backing = torch.full((spec.rows, offset + spec.experts + 37), 9.0, dtype=dtype)
+        backing[:, offset : offset + spec.experts] = scores
+    bias = bias.to(dtype) if bias_in_logits_dtype else bias.float()
+    # Move the whole backing buffer, so strided rows keep their row stride on the device.
+    scores = backing.to(device)[:, offset : offset + spec.experts]
+    bias = bias.to(device)
+    return Case(spec, scores, bias, renormalize, rsf)

@@ -1,0 +1,162 @@
+"""The input makers of the case families: ``make(gen, rows, experts, topk) -> (x, bias, logits dtype)``.
+
+Each draws from the seeded CPU generator it is given, in a fixed order, so
+a case is the same bits on every machine. ``families.FAMILIES`` names them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+def _normal(gen, rows, experts, scale=1.0):
+    return torch.randn(rows, experts, generator=gen) * scale
+
+
+def _small_bias(gen, experts):
+    return torch.randn(experts, generator=gen) * 0.05
+
+
+def random_bf16(gen, rows, experts, topk):
+    return _normal(gen, rows, experts, 2.0), _small_bias(gen, experts), torch.bfloat16
+
+
+def random_fp32(gen, rows, experts, topk):
+    return _normal(gen, rows, experts, 2.0), _small_bias(gen, experts), torch.float32
+
+
+def bf16_near_ties(gen, rows, experts, topk):
+    # A narrow band of bf16 values: exact ties everywhere, and values one bf16 step apart.
+    x = 1.5 + torch.rand(rows, experts, generator=gen)
+    bias = torch.randint(-2, 3, (experts,), generator=gen).float() * 2.0**-9  # ties after the addition
+    return x, bias, torch.bfloat16
+
+
+def all_equal(gen, rows, experts, topk):
+    values = torch.tensor([0.0, 1.5, -3.0, 20.0, -200.0, 0.25])
+    pick = values[torch.randint(0, len(values), (rows, 1), generator=gen)]
+    return pick.expand(rows, experts).clone(), torch.zeros(experts), torch.bfloat16
+
+
+def _tie_pool(gen, rows, experts, topk, straddle):
+    x = torch.empty(rows, experts)
+    for r in range(rows):
+        perm = torch.randperm(experts, generator=gen)
+        if straddle:
+            # pool size 2..E, log-uniform, with the top-k cutoff falling inside it
+            pool = min(experts, max(2, int(math.exp(torch.rand(1, generator=gen).item() * math.log(experts))) + 1))
+            lo, hi = max(0, topk - pool + 1), min(topk - 1, experts - pool)
+            above = int(torch.randint(lo, hi + 1, (1,), generator=gen)) if hi >= lo else 0
+        else:
+            pool = int(torch.randint(2, topk + 1, (1,), generator=gen)) if topk >= 2 else 1
+            above = int(torch.randint(0, topk - pool + 1, (1,), generator=gen))
+        x[r] = -4.0 + torch.rand(experts, generator=gen)  # below the pool
+        x[r, perm[:above]] = 3.0 + torch.rand(above, generator=gen)
+        x[r, perm[above : above + pool]] = 1.0
+    return x, torch.zeros(experts), torch.bfloat16
+
+
+def tie_pool_straddle(gen, rows, experts, topk):
+    return _tie_pool(gen, rows, experts, topk, straddle=True)
+
+
+def tie_pool_above(gen, rows, experts, topk):
+    return _tie_pool(gen, rows, experts, topk, straddle=False)
+
+
+def nan_sparse(gen, rows, experts, topk):
+    x = _normal(gen, rows, experts, 2.0)
+    x[torch.rand(rows, experts, generator=gen) < 0.05] = math.nan
+    return x, _small_bias(gen, experts), torch.bfloat16
+
+
+def nan_dense(gen, rows, experts, topk):
+    # More than E - k NaN per row: NaN experts must fill the slots numbers cannot.
+    x = torch.full((rows, experts), math.nan)
+    numbers = torch.randint(0, topk, (rows,), generator=gen)
+    for r in range(rows):
+        keep = torch.randperm(experts, generator=gen)[: int(numbers[r])]
+        x[r, keep] = torch.randn(len(keep), generator=gen)
+    return x, _small_bias(gen, experts), torch.bfloat16
+
+
+def nan_with_neg_inf_bias(gen, rows, experts, topk):
+    # NaN logits and -inf biases, with few finite values: NaN and -inf both reach the cutoff.
+    x = _normal(gen, rows, experts)
+    x[torch.rand(rows, experts, generator=gen) < 0.5] = math.nan
+    bias = torch.zeros(experts)
+    bias[torch.rand(experts, generator=gen) < 0.97] = -math.inf
+    return x, bias, torch.float32
+
+
+def few_valid(gen, rows, experts, topk):
+    # -inf bias masks all but a handful of experts: fewer than k values beat the serial sentinel.
+    bias = torch.full((experts,), -math.inf)
+    live = torch.randperm(experts, generator=gen)[: int(torch.randint(0, topk, (1,), generator=gen))]
+    bias[live] = torch.randn(len(live), generator=gen) * 0.1
+    return _normal(gen, rows, experts), bias, torch.float32
+
+
+def inf_logits(gen, rows, experts, topk):
+    x = _normal(gen, rows, experts, 2.0)
+    u = torch.rand(rows, experts, generator=gen)
+    x[u < 0.02] = math.inf
+    x[(u >= 0.02) & (u < 0.05)] = -math.inf
+    return x, _small_bias(gen, experts), torch.float32
+
+
+def saturated(gen, rows, experts, topk):
+    # sigmoid exactly 1.0 or 0.0: ties by saturation. Equal logits, so every
+    # faithful sigmoid ties them too; varied saturated logits are in inf_logits.
+    x = torch.where(torch.rand(rows, experts, generator=gen) < 0.03, 20.0, -120.0)
+    return x, torch.zeros(experts), torch.float32
+
+
+def all_zero(gen, rows, experts, topk):
+    bias = _small_bias(gen, experts) if torch.rand(1, generator=gen).item() < 0.5 else torch.zeros(experts)
+    return torch.zeros(rows, experts), bias, torch.bfloat16
+
+
+def signed_zero(gen, rows, experts, topk):
+    signs = torch.rand(rows, experts, generator=gen) < 0.5
+    x = torch.where(signs, torch.tensor(-0.0), torch.tensor(0.0))
+    bias = torch.where(torch.rand(experts, generator=gen) < 0.5, torch.tensor(-0.0), torch.tensor(0.0))
+    # a few experts with ranking exactly 0.0: sig(0) = 0.5 and bias -0.5
+    bias[torch.randperm(experts, generator=gen)[:topk]] = -0.5
+    return x, bias, torch.float32
+
+
+def subnormal(gen, rows, experts, topk):
+    # sig(-200) is exactly 0; subnormal biases make subnormal ranking values that a
+    # flush-to-zero kernel would tie.
+    x = torch.full((rows, experts), -200.0)
+    tiny = torch.randint(1, 64, (experts,), generator=gen).float() * 2.0**-149
+    return x, tiny, torch.float32
+
+
+def sigmoid_underflow(gen, rows, experts, topk):
+    # Logits around -88.7, where exp(-x) overflows fp32: below it every fp32 sigmoid
+    # is exactly 0 (one big tie), just above it the sigmoid is a subnormal that a
+    # flush-to-zero kernel would lose.
+    x = torch.full((rows, experts), -120.0)
+    for r in range(rows):
+        few = torch.randperm(experts, generator=gen)[: topk + 4]
+        x[r, few] = -95.0 + 10.0 * torch.rand(len(few), generator=gen)
+    return x, torch.zeros(experts), torch.bfloat16
+
+
+def zero_sum(gen, rows, experts, topk):
+    # Every sigmoid is exactly 0 (x <= -110): the renormalize guard decides. A
+    # distinct bias per expert keeps the selection free of ties, so a router
+    # without the guard shows here as renorm_guard and nothing else.
+    x = -110.0 - 10 * torch.rand(rows, experts, generator=gen)
+    return x, torch.randperm(experts, generator=gen).float() / experts, torch.float32
+
+
+def strided(gen, rows, experts, topk):
+    return _normal(gen, rows, experts, 2.0), _small_bias(gen, experts), torch.bfloat16
+
+
+def batch_sizes(gen, rows, experts, topk):
+    return _normal(gen, rows, experts, 2.0), _small_bias(gen, experts), torch.bfloat16

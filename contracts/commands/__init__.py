@@ -1,0 +1,49 @@
+"""The command line: argument parsing and printing over the library in ``contracts.run`` and ``contracts.reports``.
+
+``python -m contracts COMMAND ...`` and the console script ``router-contracts
+COMMAND ...`` dispatch here; each command is also reachable as
+``python -m contracts.COMMAND`` (the entry points of earlier releases, which
+replay lines in old bundles use).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from ._common import EXIT_CODES_HELP, ExitCode
+
+__all__ = ["COMMANDS", "main"]
+
+# command -> (module under contracts.commands, one line of what it does)
+COMMANDS = {
+    "check": ("check", "check router candidates against a routing contract"),
+    "probe": ("probe", "recover a candidate's tie order from its answers alone"),
+    "search": ("search", "property-based search for contract breaks, shrunk to a minimal reproducer"),
+    "bench": ("bench", "latency per launch against batch size M"),
+    "nightly": ("nightly", "everything this host can run, in one dated bundle"),
+    "diff": ("diff", "what got worse between two bundles"),
+    "merge": ("merge", "one bundle from the --shard I/N bundles of a check"),
+    "report": ("report", "(re)write report.html or junit.xml of a bundle"),
+}
+
+
+def _usage(prog: str) -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"usage: {prog} COMMAND [options]   ({prog} COMMAND --help for a command's options)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()]
+    return "\n".join(lines + ["", EXIT_CODES_HELP])
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = prog or ("router-contracts" if sys.argv and sys.argv[0].endswith("router-contracts") else "python -m contracts")
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage(prog))
+        return ExitCode.OK if argv else ExitCode.USAGE
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"error: unknown command {name!r}; choose one of {', '.join(COMMANDS)} (see {prog} --help)", file=sys.stderr)
+        return ExitCode.USAGE
+    module = importlib.import_module(f".{COMMANDS[name][0]}", __name__)
+    return module.main(rest, prog=f"{prog} {name}")

@@ -1,0 +1,149 @@
+"""What every command shares: the exit codes, the parser factory, argument types, and the one error path.
+
+A command module has ``add_arguments(parser)`` (parsing only: stdlib at
+import, so ``--help`` and bad arguments answer at once, before torch loads)
+and ``run(args) -> int`` (which calls the library with explicit keyword
+options and prints). ``main(argv)`` of each module, and ``python -m
+contracts COMMAND``, go through ``run_main``: a bad argument or a
+``UsageError`` prints one line and exits ``ExitCode.USAGE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import re
+import shlex
+import sys
+from typing import Callable
+
+__all__ = [
+    "EXIT_CODES_HELP",
+    "ExitCode",
+    "UsageError",
+    "make_parser",
+    "positive_int",
+    "positive_seconds",
+    "row_count",
+    "run_main",
+]
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FAILED = 1  # unexpected mismatches, a candidate error, a regression, a failure found
+    USAGE = 2  # bad input: one line names the argument and the fix
+    UNAVAILABLE = 3  # a candidate asked for by name cannot run on this host
+    UPLOAD = 4  # the nightly's upload failed
+    SIGINT = 130  # interrupted (128 + signal number); the bundle keeps what ran
+    SIGTERM = 143
+
+
+EXIT_CODES_HELP = (
+    "exit codes: 0 ok; 1 unexpected mismatches, a candidate error or a regression; 2 usage error; "
+    "3 a candidate asked for by name is unavailable here; 4 upload failed (nightly); "
+    "130 / 143 interrupted by SIGINT / SIGTERM (the bundle keeps what ran)"
+)
+
+
+class UsageError(Exception):
+    """Bad command-line input; the message names the argument and the fix."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, through run_main's single exit point, not argparse's usage dump
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+_RST_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain(text: str) -> str:
+    """A docstring paragraph as terminal text (``literal`` markup dropped)."""
+    return _RST_LITERAL.sub(r"\1", text)
+
+
+def make_parser(prog: str, description: str, epilog: str = "", parser_class=None) -> argparse.ArgumentParser:
+    """A command's parser: one-line errors, plain-text help, the exit codes at the end."""
+    cls = parser_class or _Parser
+    return cls(
+        prog=prog,
+        description=plain(description),
+        epilog="\n\n".join(p for p in (plain(epilog), EXIT_CODES_HELP) if p),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def positive_int(example: str):
+    """An argparse ``type`` for an int >= 1; argparse names the option, ``example`` shows the fix."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}; e.g. {example}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}; e.g. {example}")
+        return value
+
+    return parse
+
+
+_SUFFIX = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "B": 10**9}
+
+
+def row_count(text: str) -> int:
+    """Rows: an integer, with an optional suffix (``100k``, ``100M``, ``1G``) or in e-notation (``1e9``)."""
+    raw = text.strip().replace("_", "").replace(",", "")
+    try:
+        if raw and raw[-1] in _SUFFIX:
+            value = float(raw[:-1]) * _SUFFIX[raw[-1]]
+        else:
+            value = float(raw) if any(ch in raw for ch in ".eE") else int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a row count, got {text!r}; e.g. --rows 100000, --rows 100M or --rows 1e9") from None
+    if value != int(value) or value < 1 or value > 10**13:
+        raise argparse.ArgumentTypeError(f"must be a whole number of rows from 1 to 1e13, got {text!r}; e.g. --rows 100000 or --rows 100M")
+    return int(value)
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}; e.g. --timeout 60") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}; e.g. --timeout 60")
+    return value
+
+
+def command_line(prog: str, argv: list[str]) -> str:
+    """The invocation as a shell line, for the report."""
+    return shlex.join([*prog.split(), *argv])
+
+
+def run_main(build_parser: Callable[[], argparse.ArgumentParser], run: Callable[[argparse.Namespace], int], argv: list[str] | None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``), then ``run(args)``; every usage error is one line and ExitCode.USAGE.
+
+    ``args.command_line`` holds the invocation (``python -m contracts.check ...`` as given), for reports.
+    """
+    from ..candidates.registry import CandidateLoadError, DuplicateCandidateError  # light: the registry imports no torch
+    from ..reports.bundle import BundleError
+    from ..reports.schema import RecordError
+    from ..run.options import OptionError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or argparse's own exit
+        return ExitCode.USAGE if exc.code else ExitCode.OK
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    args.command_line = command_line(parser.prog, argv)
+    try:
+        return int(run(args))
+    except (UsageError, OptionError, CandidateLoadError, DuplicateCandidateError, BundleError, RecordError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE

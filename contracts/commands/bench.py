@@ -1,0 +1,140 @@
+"""``python -m contracts bench``: latency per launch of router candidates against batch size M.
+
+Examples::
+
+    python -m contracts bench --candidate oracle,torch-native
+    python -m contracts bench --candidate radix4,torch-native,serial,block-argmax,aiter-model --device cuda --out DIR
+
+``contracts.run.bench`` says how each figure is taken (CUDA graph replay on
+a GPU, wall-clock on a CPU). Writes ``bench.json`` and ``bench.png`` under
+``--out`` and prints a table with ratios to the first candidate. Exit code
+3 here: no candidate could be timed on this host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+
+from ._common import ExitCode, UsageError, make_parser, positive_int, run_main
+
+__all__ = ["build_parser", "main", "print_summary", "run"]
+
+PROG = "python -m contracts.bench"
+DEFAULT_M = (1, 8, 64, 256, 1024, 1536, 4096)
+DTYPE_NAMES = ("bf16", "fp32")
+
+
+def _m_list(text: str) -> list[int]:
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--m {text!r}: {part!r} is not an integer; give comma-separated row counts >= 1, e.g. --m 1,64,1024"
+            ) from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"--m {text!r}: {value} is not >= 1; every M is a row count, e.g. --m 1,64,1024")
+        values.append(value)
+    return sorted(set(values))
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    ap = make_parser(prog, __doc__.split("\n\n")[0].split(": ", 1)[1], __doc__.split("\n\n", 3)[-1])
+    ap.add_argument("--candidate", action="append", required=True, metavar="A,B,C",
+                    help="candidates (names or package.module:attr), comma-separated; ratios are against the first")  # fmt: skip
+    ap.add_argument("--m", type=_m_list, default=list(DEFAULT_M), metavar="M1,M2,...",
+                    help=f"batch sizes (rows) to time (default {','.join(map(str, DEFAULT_M))})")  # fmt: skip
+    ap.add_argument("--dtype", choices=DTYPE_NAMES, default="bf16", help="logits dtype (default bf16)")
+    ap.add_argument("--bias-dtype", choices=["same", *DTYPE_NAMES], default="same",
+                    help="bias dtype (default: the logits dtype, as aiter reads it)")  # fmt: skip
+    ap.add_argument("--experts", type=positive_int("--experts 896"), default=896)
+    ap.add_argument("--topk", type=positive_int("--topk 16"), default=16)
+    ap.add_argument("--device", help="cpu or cuda (default: cuda when torch sees a GPU, else cpu)")
+    ap.add_argument("--out", type=Path, help="output directory (default reports/<UTC time>-bench)")
+    ap.add_argument("--replays", type=positive_int("--replays 25"), default=25, help="GPU: timed graph replays (default 25)")
+    ap.add_argument("--launches", type=positive_int("--launches 20"), default=20, help="GPU: launches captured per graph (default 20)")
+    ap.add_argument("--warmup", type=positive_int("--warmup 3"), default=3, help="GPU: untimed replays first (default 3)")
+    ap.add_argument("--repeats", type=positive_int("--repeats 10"), default=10, help="CPU: timed samples per point (default 10)")
+    ap.add_argument("--rotate", type=positive_int("--rotate 4"), default=1,
+                    help="cycle through this many distinct input buffers (default 1: not rotated)")  # fmt: skip
+    ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+def print_summary(report: dict, out: Path) -> None:
+    from ..run.bench import results_table
+
+    timer = report["method"]["timer"]
+    table = results_table(report)
+    print(f"us per launch ({timer}; median of samples; spread in bench.json); (ratio) = candidate / {report['baseline']}")
+    if not table.empty:
+        print(table.to_string(index=False))
+    if any(p.get("timer") == "cuda-eager" for c in report["candidates"] for p in c["results"]):
+        print("* timed eagerly: the route could not be captured in a CUDA graph (bench.json says why)")
+    for c in report["candidates"]:
+        if c["status"] != "ok":
+            print(f"unavailable: {c['name']}: {c['reason']}")
+        for p in c["results"]:
+            if p["status"] in ("skipped", "error"):
+                print(f"{p['status']}: {c['name']} M={p['m']}: {p['reason']}")
+    for x in report["crossovers"]:
+        print(f"crossover: {x['candidate']} and {x['baseline']} cross near M={x['m']:.0f} "
+              f"(between {x['between_m'][0]} and {x['between_m'][1]}); {x['faster_above']} is faster above")  # fmt: skip
+    print(f"bench: {out / 'bench.json'}  plot: {out / 'bench.png'}")
+
+
+def _names(values: list[str]) -> list[str]:
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--candidate needs at least one name, e.g. --candidate oracle,torch-native")
+    if len(set(names)) != len(names):
+        raise UsageError(f"--candidate {','.join(names)} names a candidate twice; give each once")
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    names = _names(args.candidate)
+    if args.topk > args.experts:
+        raise UsageError(f"--topk {args.topk} is larger than --experts {args.experts}; lower --topk")
+    import torch
+
+    from ..candidates import CandidateLoadError, get_candidate
+    from ..run.bench import BenchOptions, run_bench, write_bench
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.split(":")[0] not in ("cpu", "cuda"):
+        raise UsageError(f"--device {device!r} is not supported; use cpu or cuda")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError("--device cuda was asked for, but torch sees no GPU on this host; use --device cpu")
+    candidates = []
+    for name in names:
+        try:
+            candidates.append(get_candidate(name))
+        except CandidateLoadError as exc:
+            text = str(exc)
+            raise UsageError(text if "--candidate" in text else f"--candidate: {text}") from None
+    out = args.out or Path("reports") / f"{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-bench"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out} is not writable ({exc.strerror or exc}); choose another directory") from None
+    options = BenchOptions(
+        m=tuple(args.m), dtype=args.dtype, bias_dtype=args.bias_dtype, experts=args.experts, topk=args.topk, replays=args.replays,
+        launches=args.launches, warmup=args.warmup, repeats=args.repeats, rotate=args.rotate, seed=args.seed,
+    )  # fmt: skip
+    report = run_bench(candidates, options, device=device, command=args.command_line)
+    write_bench(out, report)
+    print_summary(report, out)
+    if not any(p["status"] == "timed" for c in report["candidates"] for p in c["results"]):
+        print("error: no candidate could be timed on this host (see the reasons above)", file=sys.stderr)
+        return ExitCode.UNAVAILABLE
+    return ExitCode.OK
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_main(lambda: build_parser(prog), run, argv)

@@ -1,0 +1,165 @@
+"""``python -m contracts check``: check router candidates against a routing contract.
+
+Examples::
+
+    python -m contracts check --candidate torch-native --contract aiter
+    python -m contracts check --candidate all
+    python -m contracts check --candidate serial --against block-argmax --exact
+    python -m contracts check --candidate mypkg.router:route --contract serial
+    python -m contracts check --candidate radix4 --replay tie_pool_straddle:12345:16 --row 3
+    python -m contracts check --candidate radix4 --repeat 3 --timeout 30
+
+GPU candidates and third-party candidates run in a worker process
+(``--isolate``); ``docs/robustness.md`` has the details.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ._common import ExitCode, UsageError, make_parser, positive_int, positive_seconds, row_count, run_main
+
+__all__ = ["add_arguments", "build_parser", "main", "run"]
+
+PROG = "python -m contracts.check"
+DEFAULT_ROWS = 250_000
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def _candidates_epilog() -> str:
+    from ..candidates import all_candidates
+    from ..cases.families import FAMILY_NAMES
+
+    try:
+        known = ", ".join(sorted(all_candidates()))
+    except Exception as exc:  # noqa: BLE001 -- a broken entry point must not break --help
+        known = f"(could not list them: {exc})"
+    return f"candidates: {known}, or package.module:attr\n\nfamilies: {', '.join(FAMILY_NAMES)}"
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    ap.add_argument("--candidate", action="append", required=True, metavar="NAME",
+                    help="candidate name, package.module:attr, or 'all'; repeat or comma-separate for several")  # fmt: skip
+    ap.add_argument("--contract", help="contract to check (default: the one the candidate claims)")
+    ap.add_argument("--against", metavar="NAME", help="compare with this candidate instead of the oracle")
+    ap.add_argument("--exact", action="store_true", help="bit-identity: weights to 0 ULP and no near-tie allowance")
+    ap.add_argument("--out", type=Path, help="bundle directory (default reports/<UTC time>-<candidate>); must be empty unless --force")
+    ap.add_argument("--force", action="store_true", help="replace the bundle already in --out, whole")
+    ap.add_argument("--rows", type=row_count, default=DEFAULT_ROWS, help=f"rows over all families (default {DEFAULT_ROWS:,}; 100k, 100M, 1e9 work)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--families", help="comma-separated subset of the families (listed below)")
+    ap.add_argument("--device", help="cpu or cuda (default: cuda when the candidate runs there and a GPU is present)")
+    ap.add_argument("--experts", type=positive_int("--experts 896"), default=896)
+    ap.add_argument("--topk", type=positive_int("--topk 16"), default=16)
+    ap.add_argument("--replay", metavar="FAMILY:SEED:ROWS", help="run exactly one case (from a report's replay line)")
+    ap.add_argument("--row", type=int, help="with --replay: print this row side by side")
+    ap.add_argument("--shard", metavar="I/N", help="run the I-th of N deterministic slices of the cases (1-based); merge with contracts merge")
+    ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                    help="run each candidate in a worker process, so a crash or hang is reported, not fatal "
+                         "(default: on for GPU and third-party candidates)")  # fmt: skip
+    ap.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="S",
+                    help=f"isolated runs: seconds one call may take before the worker is killed (default {DEFAULT_TIMEOUT_S:g})")  # fmt: skip
+    ap.add_argument("--repeat", type=positive_int("--repeat 3"), default=1, metavar="N",
+                    help="call the candidate N times per case (and once from a CUDA graph on GPUs); differences fail the run")  # fmt: skip
+    ap.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+    return ap
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    return add_arguments(make_parser(prog, __doc__.split("\n\n")[0].split(": ", 1)[1], _candidates_epilog()))
+
+
+def _names(values: list[str]) -> list[str]:
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--candidate needs at least one name; e.g. --candidate oracle")
+    return names
+
+
+def _check_device(requested: str | None) -> str | None:
+    if not requested:
+        return None
+    kind = requested.split(":")[0]
+    if kind not in ("cpu", "cuda"):
+        raise UsageError(f"--device {requested!r} is not supported; use cpu or cuda")
+    import torch
+
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was asked for, but torch sees no GPU on this host; use --device cpu")
+    return requested
+
+
+def _print_row(results, row: int) -> None:
+    for r in results:
+        for d in r.details:
+            if d.row == row:
+                print(f"row {row}: {d.clause} ({d.verdict}): {d.reason}")
+                print(f"  expected ids {d.expected_ids}\n  actual ids   {d.actual_ids}")
+                print(f"  expected w   {d.expected_weights}\n  actual w     {d.actual_weights}")
+                break
+        else:
+            if r.summary.status.value != "unavailable":
+                print(f"row {row}: matches (no mismatch recorded for it)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..run.options import OptionError, parse_families, parse_replay, parse_shard
+
+    names = _names(args.candidate)
+    try:
+        families = parse_families(args.families)
+        shard = parse_shard(args.shard)
+        if args.topk > args.experts:
+            raise OptionError(f"--topk {args.topk} is larger than --experts {args.experts}; choose --topk <= {args.experts}")
+        if args.row is not None and not args.replay:
+            raise OptionError("--row needs --replay FAMILY:SEED:ROWS")
+        replay = parse_replay(args.replay, args.experts, args.topk) if args.replay else None
+        if replay is not None and args.row is not None and not 0 <= args.row < replay.rows:
+            raise OptionError(f"--row {args.row} is outside the case's {replay.rows} rows (0..{replay.rows - 1})")
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+    device = _check_device(args.device)
+
+    import oracle
+
+    from ..candidates.worker import Interrupted
+    from ..reports.bundle import BundleError
+    from ..reports.terminal import verdict_table
+    from ..run.checks import run_checks
+    from ..run.signals import StopSignals
+
+    if args.contract is not None and args.contract not in oracle.CONTRACTS:
+        raise UsageError(f"--contract {args.contract!r} is not a known contract; choose from {', '.join(sorted(oracle.CONTRACTS))}")
+    with StopSignals() as stop:
+        try:
+            checked = run_checks(
+                names, contract=args.contract, against=args.against, exact=args.exact, rows=args.rows, seed=args.seed,
+                families=families, device=device, experts=args.experts, topk=args.topk, shard=shard, replay=replay,
+                isolate=args.isolate, timeout=args.timeout, repeat=args.repeat, out=args.out, force=args.force,
+                progress=not args.quiet, command=args.command_line, stop=stop,
+            )  # fmt: skip
+        except (OptionError, BundleError) as exc:
+            raise UsageError(str(exc)) from None
+        except (Interrupted, KeyboardInterrupt):  # before any candidate ran: nothing to write
+            print("interrupted before any check ran", file=sys.stderr)
+            return stop.exit_code
+    if checked.results:
+        print(verdict_table(checked.summaries))
+    print(f"bundle: {checked.out}")
+    if args.replay and args.row is not None:
+        _print_row(checked.results, args.row)
+    for name, why in checked.unavailable:
+        print(f"unavailable: {name}: {why}", file=sys.stderr)
+    if stop.reason or checked.interrupted:
+        if checked.not_started:
+            print(f"interrupted; not started: {', '.join(checked.not_started)}", file=sys.stderr)
+        return stop.exit_code
+    if checked.unavailable:
+        return ExitCode.UNAVAILABLE
+    return ExitCode.FAILED if checked.failed else ExitCode.OK
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_main(lambda: build_parser(prog), run, argv)

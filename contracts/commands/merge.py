@@ -1,0 +1,53 @@
+"""``python -m contracts merge OUT SHARD_BUNDLE...``: one bundle from the shards of a check.
+
+Run the same check as N jobs with ``check --shard I/N`` (same candidate,
+contract, seed, rows, families, shape and repeats), then merge the N
+bundles; ``contracts.reports.merge`` says how. Exit code 2 here: shards
+that do not belong together, missing shards without --allow-partial, a path
+that is not a bundle.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ._common import ExitCode, UsageError, make_parser, run_main
+
+__all__ = ["build_parser", "main", "run"]
+
+PROG = "python -m contracts.merge"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    ap = make_parser(prog, "Merge the shard bundles of one check (check --shard I/N).", __doc__.split("\n\n", 1)[1])
+    ap.add_argument("out", type=Path, help="the merged bundle's folder (empty or new, unless --force)")
+    ap.add_argument("shards", nargs="+", type=Path, metavar="SHARD_BUNDLE")
+    ap.add_argument("--allow-partial", action="store_true", help="merge even if some shards of the split are missing")
+    ap.add_argument("--force", action="store_true", help="replace a bundle already in OUT")
+    return ap
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..reports.bundle import prepare_out
+    from ..reports.merge import MergeError, merge_bundles
+
+    if any(args.out.resolve() == s.resolve() for s in args.shards):
+        raise UsageError(f"OUT {args.out} is one of the shards; merge into a new folder")
+    prepare_out(args.out, force=args.force, what="OUT")
+    try:
+        merged = merge_bundles(args.out, args.shards, allow_partial=args.allow_partial)
+    except MergeError as exc:
+        raise UsageError(str(exc)) from None
+    for s in merged:
+        if s.status.value == "unavailable":
+            print(f"{s.candidate}: UNAVAILABLE: {s.reason or ''}")
+            continue
+        print(f"{s.candidate}: {s.status.word}, {s.rows_checked:,} rows, "
+              f"{s.mismatched_rows:,} unexpected mismatched rows (shards {', '.join(s.merged_shards or [])})")  # fmt: skip
+    print(f"bundle: {args.out}")
+    return ExitCode.OK
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_main(lambda: build_parser(prog), run, argv)

@@ -1,0 +1,76 @@
+"""``python -m contracts nightly``: check everything this host can run, in one dated bundle.
+
+Examples::
+
+    python -m contracts nightly --out /tmp/n --upload file:///tmp/store
+    python -m contracts nightly --upload s3://bucket/router-nightly --compare-previous
+    python -m contracts nightly --candidates oracle,serial --rows 2000 --no-probe
+
+``contracts.run.nightly`` lists what runs and where it lands. Exit codes
+here: 1 when --fail-on is met (default regression: the diff found one;
+failure: also any check that failed, errored or was interrupted); 4 the
+upload failed (the bundle is still on disk); 130/143 interrupted (the
+envelope, JUnit and totals are still written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ._common import ExitCode, UsageError, make_parser, row_count, run_main
+
+__all__ = ["build_parser", "main", "run"]
+
+PROG = "python -m contracts.nightly"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    ap = make_parser(prog, __doc__.split("\n\n")[0].split(": ", 1)[1], __doc__.split("\n\n", 3)[-1])
+    ap.add_argument("--out", type=Path, default=Path("reports"), help="parent folder of the bundle (default reports/)")
+    ap.add_argument("--upload", metavar="URL", help="copy the bundle to URL/YYYY/MM/DD/<name>/ (any fsspec URL: file://, s3://, gs://)")
+    ap.add_argument("--rows", type=row_count, help="rows per check (default 250,000 with a GPU, 50,000 without)")
+    ap.add_argument("--seed", type=int, default=0, help="case seed (default 0: fixed, so that night-to-night diffs compare like with like)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], help="run every check on this device (default: cuda where a candidate runs there and a GPU is present)")
+    ap.add_argument("--candidates", metavar="A,B", help="check only these candidates (default: every registered one)")
+    ap.add_argument("--compare-previous", action="store_true", help="diff against the newest earlier bundle of this execution target")
+    ap.add_argument("--latency-threshold", type=float, default=0.10, help="latency growth counted as a regression by the diff (default 0.10)")
+    ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True, help="run the probe per candidate (default on)")
+    ap.add_argument("--bench", action=argparse.BooleanOptionalAction, default=None, help="run the bench (default: only on a GPU host)")
+    ap.add_argument("--fail-on", choices=["regression", "failure", "never"], default="regression",
+                    help="what makes the exit code 1 (default regression; failure adds failed checks)")  # fmt: skip
+    return ap
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..run.nightly import run_nightly
+    from ..run.signals import StopSignals
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was asked for, but torch sees no GPU on this host; use --device cpu")
+    names = [n.strip() for n in args.candidates.split(",") if n.strip()] if args.candidates else None
+    with StopSignals() as stop:
+        done = run_nightly(
+            out=args.out, upload=args.upload, rows=args.rows, seed=args.seed, device=args.device, candidates=names,
+            compare_previous=args.compare_previous, latency_threshold=args.latency_threshold, probe=args.probe, bench=args.bench,
+            command=args.command_line, stop=stop,
+        )  # fmt: skip
+        stop.writing = True
+    totals = done.envelope.totals
+    print(f"\nnightly: {done.bundle}  ({', '.join(f'{k} {v}' for k, v in totals.items() if v)}); junit: {done.bundle / 'junit.xml'}")
+    if done.upload_error:
+        print(f"error: upload failed: {done.upload_error}", file=sys.stderr)
+        return ExitCode.UPLOAD
+    if done.interrupted:
+        print(f"interrupted ({done.interrupted}): the bundle keeps what ran", file=sys.stderr)
+        return stop.exit_code
+    if args.fail_on == "regression" and done.regressed or args.fail_on == "failure" and (done.regressed or done.failed):
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_main(lambda: build_parser(prog), run, argv)

@@ -1,0 +1,108 @@
+"""``python -m contracts search``: property-based search for contract breaks, shrunk to a minimal reproducer.
+
+Examples::
+
+    python -m contracts search --candidate radix4 --examples 2000 --device cuda
+    python -m contracts search --candidate mypkg.router:route --contract serial --seed 3
+    python -m contracts search --replay reports/<run>/minimal.pt --candidate radix4
+
+``contracts.run.search`` describes the inputs and the bundle (minimal.pt,
+search.md, search.json). Exit codes here: 0 no failure found (or, with
+--replay, it no longer fails); 1 a failure was found (bundle written) or
+still reproduces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+from ._common import ExitCode, UsageError, make_parser, positive_int, run_main
+
+__all__ = ["build_parser", "main", "run"]
+
+PROG = "python -m contracts.search"
+DEFAULT_EXAMPLES = 200
+DEFAULT_DATABASE = Path("reports") / ".hypothesis-db"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    ap = make_parser(prog, __doc__.split("\n\n")[0].split(": ", 1)[1], __doc__.split("\n\n", 3)[-1])
+    ap.add_argument("--candidate", metavar="NAME", help="candidate name or package.module:attr (with --replay: default the file's)")
+    ap.add_argument("--contract", help="contract to check (default: the one the candidate claims)")
+    ap.add_argument("--examples", type=positive_int("--examples 500"), default=DEFAULT_EXAMPLES, help=f"Hypothesis examples (default {DEFAULT_EXAMPLES})")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--database", type=Path, default=DEFAULT_DATABASE, help=f"Hypothesis example database directory (default {DEFAULT_DATABASE})")
+    ap.add_argument("--no-database", action="store_true", help="do not read or write an example database")
+    ap.add_argument("--out", type=Path, help="bundle directory (default reports/<UTC time>-search-<candidate>)")
+    ap.add_argument("--device", help="cpu or cuda (default: cuda when the candidate runs there and a GPU is present)")
+    ap.add_argument("--replay", type=Path, metavar="MINIMAL.pt", help="re-run a saved minimal input and print it side by side")
+    return ap
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.replay and not args.replay.is_file():
+        raise UsageError(f"--replay {args.replay} is not a file; give the minimal.pt of a search bundle")
+    if not args.replay and not args.candidate:
+        raise UsageError("--candidate NAME is required (or --replay MINIMAL.pt)")
+    import oracle
+
+    from ..candidates import get_candidate
+    from ..run.checks import bundle_dirname, device_for
+    from ..run.search import SearchSetupError, covered_space, load_minimal, replay, search, write_search_bundle
+
+    if args.contract is not None and args.contract not in oracle.CONTRACTS:
+        raise UsageError(f"--contract {args.contract!r} is not a known contract; choose from {', '.join(sorted(oracle.CONTRACTS))}")
+    name = args.candidate
+    if args.replay:
+        try:
+            saved = load_minimal(args.replay)
+        except ValueError as exc:
+            raise UsageError(f"--replay: {exc}") from None
+        name = args.candidate or saved.get("candidate")
+        if not name:
+            raise UsageError("--replay: the file names no candidate; pass --candidate NAME")
+    candidate = get_candidate(name)
+    device = device_for(candidate, args.device)
+    ok, why = candidate.available(device)
+    if not ok:
+        print(f"unavailable: {candidate.name}: {why}", file=sys.stderr)
+        return ExitCode.UNAVAILABLE
+    if args.replay:
+        return ExitCode.FAILED if replay(args.replay, candidate, contract=args.contract, device=device) else ExitCode.OK
+    shapes, _ = covered_space(candidate)
+    if not shapes:
+        from ..cases import strategies as strat
+
+        print(f"unavailable: {candidate.name} covers none of the shapes {list(strat.SHAPES)}", file=sys.stderr)
+        return ExitCode.UNAVAILABLE
+    out = args.out or Path("reports") / f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-search-{bundle_dirname(candidate.name)}"
+    database = None if args.no_database else args.database
+    start = time.perf_counter()
+    try:
+        result = search(candidate, contract=args.contract, device=device, examples=args.examples, seed=args.seed, database=database)
+    except SearchSetupError as exc:
+        print(f"unavailable: {exc}", file=sys.stderr)
+        return ExitCode.UNAVAILABLE
+    doc = write_search_bundle(out, result, command=args.command_line, seed=args.seed, database=database, duration=time.perf_counter() - start)
+    head = f"search {candidate.name} under {result.contract} on {device}: {result.examples_run} inputs tried (generation and shrinking)"
+    if not result.findings:
+        print(f"{head}: no unexpected mismatch")
+        print(f"bundle: {out}")
+        return ExitCode.OK
+    print(f"{head}: FAIL ({', '.join(doc['clauses'])}){' (flaky)' if result.flaky else ''}")
+    for m in doc["minimal"]:
+        print(
+            f"  {m['clause']}: {m['rows']} row(s) x {m['experts']}, top-{m['topk']}; row {m['row']} has "
+            f"{m['nondefault_logits']} non-default logits, bias {m['nondefault_bias']} non-default entries"
+        )
+        print(f"  replay: {m['replay']}")
+    print(f"bundle: {out}")
+    return ExitCode.FAILED
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_main(lambda: build_parser(prog), run, argv)

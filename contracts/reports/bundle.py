@@ -1,0 +1,364 @@
+"""The one reader and writer of report bundles.
+
+A check bundle is a folder::
+
+    summary.json        the Summary (written last: its presence means the rest is complete)
+    details.json        row examples (RowDetail), a few per clause
+    mismatches.parquet  mismatch cells (CELL_COLUMNS), when pyarrow is installed
+    mismatches.csv      the same cells
+    report.md           the text report
+    report.html         the page a person reads
+
+A multi-candidate check adds ``index.json`` over one such folder per
+candidate; a nightly adds ``nightly.json`` over ``candidates/``, ``pairs/``,
+``probe/`` and ``bench/``.
+
+Writing is atomic per bundle: the files are made in a fresh temporary
+folder beside the target, which then replaces the target whole, so a reader
+never sees old and new files mixed. ``summary.json`` records the sha256 of
+each data file it was written with, and the reader refuses a bundle whose
+files do not match it. Every read error is a one-line ``BundleError``
+naming the file and, for a bad record, the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ._atomic import write_json, write_text
+from .schema import (
+    CELL_COLUMNS,
+    SCHEMA_VERSION,
+    CheckResult,
+    NightlyEnvelope,
+    RecordError,
+    RowDetail,
+    Status,
+    Summary,
+    from_json,
+    to_json,
+)
+
+__all__ = [
+    "BundleError",
+    "BundleExistsError",
+    "CheckBundle",
+    "DATA_FILES",
+    "empty_cells",
+    "find_checks",
+    "open_check",
+    "prepare_out",
+    "read_cells",
+    "read_details",
+    "read_json",
+    "read_nightly",
+    "read_summary",
+    "write_check_bundle",
+    "write_folder",
+    "write_index",
+]
+
+SUMMARY, DETAILS, CELLS_PARQUET, CELLS_CSV = "summary.json", "details.json", "mismatches.parquet", "mismatches.csv"
+INDEX, NIGHTLY = "index.json", "nightly.json"
+DATA_FILES = (DETAILS, CELLS_PARQUET, CELLS_CSV)  # hashed into summary.json
+_BUNDLE_MARKERS = (SUMMARY, INDEX, NIGHTLY)
+_STRING_COLUMNS = ("family", "case", "clause", "verdict", "reason")
+
+
+class BundleError(ValueError):
+    """A path that does not hold a readable bundle; the message names the file (and the field)."""
+
+
+class BundleExistsError(BundleError):
+    """``--out`` already holds a bundle (or other files) and replacing it was not asked for."""
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_json(path: Path):
+    """Parsed JSON of ``path``; BundleError naming the file for missing, unreadable or malformed files."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise BundleError(f"{path} is missing") from None
+    except OSError as exc:
+        raise BundleError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise BundleError(f"{path} is not UTF-8 text (byte {exc.start}): a corrupt or truncated file") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}): a corrupt or truncated file") from None
+
+
+def _record(cls, path: Path):
+    try:
+        return from_json(cls, read_json(path), str(path))
+    except RecordError as exc:
+        raise BundleError(str(exc)) from None
+
+
+def read_summary(path: Path) -> Summary:
+    """The Summary of a bundle folder (or of a ``summary.json`` path)."""
+    path = Path(path)
+    return _record(Summary, path / SUMMARY if path.is_dir() else path)
+
+
+def read_details(folder: Path) -> list[RowDetail]:
+    path = Path(folder) / DETAILS
+    if not path.exists():
+        return []
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise BundleError(f"{path}: expected a JSON list of row details, got {type(data).__name__}")
+    try:
+        return [from_json(RowDetail, d, f"{path} item {i}") for i, d in enumerate(data)]
+    except RecordError as exc:
+        raise BundleError(str(exc)) from None
+
+
+def empty_cells():
+    import pandas as pd
+
+    return pd.DataFrame(columns=list(CELL_COLUMNS))
+
+
+def read_cells(folder: Path, columns: list[str] | None = None):
+    """The mismatch cells of a bundle as a DataFrame: parquet when present and readable, else the CSV."""
+    import pandas as pd
+
+    folder = Path(folder)
+    parquet, csv = folder / CELLS_PARQUET, folder / CELLS_CSV
+    frame = None
+    if parquet.exists():
+        try:
+            frame = pd.read_parquet(parquet, columns=columns)
+        except ImportError:
+            frame = None  # no pyarrow here: the CSV holds the same cells
+        except (ValueError, OSError) as exc:
+            raise BundleError(f"{parquet} cannot be read as parquet: {exc}") from None
+    if frame is None and csv.exists():
+        try:
+            frame = pd.read_csv(csv, usecols=columns)
+        except pd.errors.EmptyDataError:
+            frame = None
+        except (ValueError, OSError) as exc:
+            raise BundleError(f"{csv} cannot be read as CSV: {exc}") from None
+        if frame is not None:
+            for column in _STRING_COLUMNS:
+                if column in frame:
+                    frame[column] = frame[column].fillna("").astype(str)
+    if frame is None:
+        frame = empty_cells() if columns is None else pd.DataFrame(columns=columns)
+    return frame
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass
+class CheckBundle:
+    """A check bundle folder, read through this module."""
+
+    folder: Path
+    summary: Summary
+    _details: list[RowDetail] | None = field(default=None, repr=False)
+    _cells: object = field(default=None, repr=False)
+
+    @property
+    def label(self) -> str:
+        return self.summary.label
+
+    def details(self) -> list[RowDetail]:
+        if self._details is None:
+            self._details = read_details(self.folder)
+        return self._details
+
+    def cells(self):
+        if self._cells is None:
+            self._cells = read_cells(self.folder)
+        return self._cells
+
+
+def open_check(folder: Path, *, verify: bool = True) -> CheckBundle:
+    """A check bundle; with ``verify``, BundleError when its data files are not the ones its summary was written with."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BundleError(f"{folder} is not a folder")
+    summary = read_summary(folder)
+    if verify:
+        for name, digest in summary.files.items():
+            path = folder / name
+            if not path.exists():
+                raise BundleError(f"{path} is missing, but {folder / SUMMARY} was written with it: an incomplete bundle")
+            if _sha256(path) != digest:
+                raise BundleError(
+                    f"{path} is not the file {folder / SUMMARY} was written with (sha256 differs): "
+                    "parts of two runs are mixed in this folder; rerun into an empty --out"
+                )
+    return CheckBundle(folder, summary)
+
+
+def read_nightly(root: Path) -> NightlyEnvelope:
+    return _record(NightlyEnvelope, Path(root) / NIGHTLY)
+
+
+def find_checks(root: Path) -> dict[str, CheckBundle | Summary]:
+    """Every check under ``root`` by label: a nightly's candidates and pairs, an index's candidates, one bundle, or any below.
+
+    A nightly check that wrote no bundle (it errored before) is returned as the Summary its record holds.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise BundleError(f"{root} is not a folder")
+    found: dict[str, CheckBundle | Summary] = {}
+    if (root / NIGHTLY).exists():
+        envelope = read_nightly(root)
+        for section in (envelope.candidates, envelope.pairs):
+            for label, rec in section.items():
+                folder = root / rec["bundle"] if rec.get("bundle") else None
+                if folder is not None and (folder / SUMMARY).exists():
+                    found[label] = open_check(folder)
+                elif rec.get("status") in ("error", "interrupted"):
+                    found[label] = Summary(
+                        candidate=label, contract="", device="", status=Status(rec["status"]),
+                        reason=rec.get("reason"), interrupted=rec.get("reason") if rec["status"] == "interrupted" else None,
+                    )  # fmt: skip
+    elif (root / SUMMARY).exists():
+        bundle = open_check(root)
+        found[bundle.label] = bundle
+    else:
+        for path in sorted(root.rglob(SUMMARY)):
+            bundle = open_check(path.parent)
+            found.setdefault(bundle.label, bundle)
+    return found
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _holds_bundle(folder: Path) -> bool:
+    return any((folder / marker).exists() for marker in _BUNDLE_MARKERS)
+
+
+def prepare_out(out: Path, *, force: bool = False, what: str = "--out") -> Path:
+    """Make ``out`` ready for a new bundle before any work is done.
+
+    An empty or missing folder is used as it is. A folder that holds an
+    earlier bundle is replaced only with ``force`` (it is removed whole, so
+    no stale file survives); a folder that holds other files is never touched.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BundleExistsError(f"{what} {out} is a file, not a directory; choose another directory")
+    if out.is_dir() and any(out.iterdir()):
+        if not _holds_bundle(out):
+            raise BundleExistsError(f"{what} {out} is not empty and holds no bundle; choose an empty or new directory")
+        if not force:
+            raise BundleExistsError(f"{what} {out} already holds a bundle; pass --force to replace it whole, or choose another directory")
+        _remove_tree(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise BundleError(f"{what} {out} is not writable ({exc.strerror or exc}); choose another directory") from None
+    return out
+
+
+def _remove_tree(folder: Path) -> None:
+    # Move it aside first: a crash half-way through the removal leaves no half bundle at the name.
+    trash = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=folder.parent))
+    os.replace(folder, trash / folder.name)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _swap_into_place(tmp: Path, target: Path) -> None:
+    if target.exists():
+        if target.is_dir() and not any(target.iterdir()):
+            target.rmdir()
+        else:
+            _remove_tree(target)
+    os.replace(tmp, target)
+
+
+def write_folder(target: Path, fill: Callable[[Path], None]) -> Path:
+    """Make a bundle folder whole: ``fill(tmp)`` writes into a fresh folder beside ``target``, which then replaces it."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
+    try:
+        fill(tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; bundles are meant to be read by others
+        _swap_into_place(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _write_cells(folder: Path, cells) -> None:
+    import importlib.util
+
+    import pandas as pd
+
+    frame = cells if cells is not None else empty_cells()
+    if not isinstance(frame, pd.DataFrame):
+        frame = pd.DataFrame(list(frame), columns=list(CELL_COLUMNS))
+    frame = frame.reindex(columns=list(CELL_COLUMNS))
+    frame.to_csv(folder / CELLS_CSV, index=False)
+    if importlib.util.find_spec("pyarrow") is not None:
+        frame.to_parquet(folder / CELLS_PARQUET, index=False)
+
+
+def write_check_bundle(target: Path, result: CheckResult, *, bench_dir: Path | None = None) -> Path:
+    """Write one check's bundle atomically (see the module docstring); ``result.summary.files`` gets the hashes."""
+    from .html import render_bundle_html
+    from .markdown import render_markdown
+
+    summary = result.summary
+
+    def fill(folder: Path) -> None:
+        if summary.status is not Status.UNAVAILABLE:
+            _write_cells(folder, result.cells)
+            write_json(folder / DETAILS, [to_json(d) for d in result.details])
+        summary.files = {name: _sha256(folder / name) for name in DATA_FILES if (folder / name).exists()}
+        write_text(folder / "report.md", render_markdown(result))
+        write_text(folder / "report.html", render_bundle_html(result, bench_dir=bench_dir))
+        write_json(folder / SUMMARY, to_json(summary))  # last: its presence means the bundle is complete
+
+    return write_folder(target, fill)
+
+
+def write_index(root: Path, summaries: list[Summary], *, command: str, interrupted: str | None = None,
+                not_started: list[str] = (), merged_shards: list[str] | None = None) -> Path:  # fmt: skip
+    """``index.json`` and ``index.md`` over the per-candidate bundles of a multi-candidate run."""
+    from .terminal import verdict_table
+
+    keys = ("candidate", "contract", "device", "status", "rows_checked", "mismatched_rows", "reason", "bundle")
+    entries = [{k: v for k, v in to_json(s).items() if k in keys} for s in summaries]
+    entries += [
+        {"candidate": name, "status": "interrupted", "rows_checked": 0, "reason": "not started: the run was interrupted", "bundle": None}
+        for name in not_started
+    ]  # fmt: skip
+    doc = {"schema_version": SCHEMA_VERSION, "command": command, "interrupted": interrupted, "candidates": entries}
+    if merged_shards is not None:
+        doc["merged_shards"] = merged_shards
+    write_json(Path(root) / INDEX, doc)
+    write_text(Path(root) / "index.md", "# Check index\n\n```\n" + (verdict_table(summaries) if summaries else "(nothing ran)") + "\n```\n")
+    return Path(root) / INDEX

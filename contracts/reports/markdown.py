@@ -1,0 +1,138 @@
+"""``report.md``: a check's result as text a reviewer reads in a terminal or a pull request.
+
+Rendered from the records only (``CheckResult``); the text is made here and
+nowhere else.
+"""
+
+from __future__ import annotations
+
+from .schema import CheckResult, RowDetail, Status
+from .text import clean
+
+__all__ = ["md_table", "render_markdown", "side_by_side"]
+
+
+def md_table(rows: list[dict]) -> str:
+    """A Markdown table of ``rows`` (dicts with the same keys); ``_none_`` for no rows."""
+    if not rows:
+        return "_none_\n"
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for row in rows:
+        lines.append("| " + " | ".join(clean(row[c]).replace("|", "\\|") for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value) -> str:
+    return f"{value:.8g}" if isinstance(value, float) else str(value)
+
+
+def side_by_side(d: RowDetail) -> str:
+    """Expected against actual, slot by slot, differing slots marked."""
+    e, a = d.expected_ids or [], d.actual_ids or []
+    we, wa = d.expected_weights or [], d.actual_weights or []
+
+    def at(seq, j):
+        return _fmt(seq[j]) if j < len(seq) else ""
+
+    lines = [f"{'col':>4} {'exp id':>7} {'act id':>7} {'exp weight':>15} {'act weight':>15}"]
+    for j in range(max(len(e), len(a))):
+        differs = j >= len(e) or j >= len(a) or e[j] != a[j]
+        lines.append(f"{j:>4} {at(e, j):>7} {at(a, j):>7} {at(we, j):>15} {at(wa, j):>15}{'  <-' if differs else ''}")
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def _detail_line(d: RowDetail) -> str:
+    facts = [f"{clean(d.reason)}."]
+    if d.tie_group_size is not None:
+        facts.append(f"Tie group at the cutoff: {d.tie_group_size} expert{'s' if d.tie_group_size != 1 else ''}"
+                     + (" (straddles the cutoff)" if d.straddles_cutoff else "") + ";")  # fmt: skip
+    if d.nan_count is not None:
+        facts.append(f"NaN in row: {d.nan_count};")
+    facts.append(f"renormalize={d.renormalize}, routed_scaling_factor={d.routed_scaling_factor}")
+    if d.oracle_agrees_with:
+        facts.append(f"; the oracle agrees with: {d.oracle_agrees_with}")
+    if d.clauses and len(d.clauses) > 1:
+        facts.append(f"; the row also breaks: {', '.join(c for c in d.clauses if c != d.clause)}")
+    return " ".join(facts).replace(" ;", ";") + "."
+
+
+def render_markdown(result: CheckResult) -> str:
+    s = result.summary
+    against = f" against `{clean(s.against)}`" if s.against else ""
+    out = [f"# {s.status.word}: `{clean(s.candidate)}`{against} under contract `{s.contract}`\n"]
+    if s.status is Status.UNAVAILABLE:
+        out.append(f"Not run on this host: {clean(s.reason)}\n")
+        out.append(f"\nCommand: `{clean(s.command)}`\n")
+        return "".join(x if x.endswith("\n") else x + "\n" for x in out)
+    rate = f"{s.rows_per_s:,.0f} rows/s" if s.rows_per_s else ""
+    out.append(
+        f"- rows checked: {s.rows_checked:,}; skipped (not covered): {s.rows_skipped:,}; {rate}\n"
+        f"- unexpected mismatched rows: **{s.mismatched_rows:,}**; near ties (not failures, docs/contracts.md): {s.near_tie_rows:,}; "
+        f"declared deviations seen: {s.expected_deviation_rows:,}\n"
+        f"- weights: {s.exact_rows:,} rows bit-exact, {s.within_tolerance_rows:,} within tolerance; "
+        f"max weight distance on equal ids {s.max_weight_ulp:g} ULP\n"
+        f"- device: {s.device} ({(s.environment or {}).get('device_name', '')}); seed {s.seed}\n"
+    )
+    skips = {}
+    for f in s.families.values():
+        for why, n in f.skip_reasons.items():
+            skips[why] = skips.get(why, 0) + n
+    for why, n in skips.items():
+        out.append(f"- skipped {n:,} rows: {clean(why)}\n")
+    sides = s.against_sides
+    if sides and (sides.candidate or sides.against or sides.neither):
+        out.append(
+            f"\n- where `{clean(s.candidate)}` and `{clean(s.against)}` differ, the oracle agrees with `{clean(s.candidate)}` on "
+            f"{sides.candidate:,} rows, with `{clean(s.against)}` on {sides.against:,}, with neither on {sides.neither:,}\n"
+        )
+    if s.interrupted:
+        out.append(f"\n**Interrupted** ({s.interrupted}): the counts cover the rows checked before the stop.\n")
+    det = s.determinism
+    if det and (det.repeat > 1 or det.rows_differing):
+        how = f"each case run {det.repeat} times" + (" and once through a CUDA graph replay" if det.graph_replay else "")
+        verdict = "all identical" if not det.rows_differing else f"**{det.rows_differing:,} rows differed** in {det.cases} cases"
+        out.append(f"\n- determinism: {how}; {verdict}\n")
+    for note in s.notes:
+        out.append(f"\n- note: {clean(note)}\n")
+    if s.cells_capped:
+        out.append(f"\n- mismatch cells: {s.cells_recorded:,} of {s.cells_total:,} recorded (capped; the first of every family and clause are kept; counts above are exact)\n")
+    if s.error:
+        out.append(f"\nFirst error ({s.error.kind}), in case `{s.error.case}`:\n\n```\n{clean(s.error.traceback or s.error.message, keep_newlines=True)}\n```\n")
+        if s.error.replay:
+            out.append(f"\nReplay: `{clean(s.error.replay)}`\n")
+    if s.diagnosis:
+        out.append("\n## Diagnosis\n")
+        for d in s.diagnosis:
+            out.append(f"- {clean(d.get('text', ''))}\n")
+    out.append("\n## Clauses\n")
+    out.append(md_table([{"clause": k, "unexpected rows (primary)": v, "rows breaking it": s.clauses_broken.get(k, v)} for k, v in s.clauses.items()]))
+    if s.expected_deviations:
+        out.append("\n## Declared deviations\n")
+        out.append(md_table([
+            {"clause": k, "rows": v.rows, "observed": "yes" if v.observed else "NO (no longer happens?)", "why": v.reason}
+            for k, v in s.expected_deviations.items()
+        ]))  # fmt: skip
+    out.append("\n## Families\n")
+    out.append(md_table([
+        {
+            "family": name,
+            "rows": f.rows,
+            "skipped": f.rows_skipped,
+            "mismatched": f.mismatched_rows,
+            "near ties": f.near_tie_rows,
+            "declared": f.expected_rows,
+            "clauses": ", ".join(f"{k}: {v}" for k, v in f.clauses.items()),
+        }
+        for name, f in s.families.items()
+    ]))  # fmt: skip
+    if result.details:
+        out.append("\n## First mismatches per clause (tie-straddling cases first)\n")
+        for d in result.details:
+            out.append(f"\n### `{d.clause}` ({d.verdict}): family `{d.family}`, case `{d.case}`, row {d.row}\n\n{_detail_line(d)}\n\n")
+            if d.expected_ids is not None:
+                out.append(side_by_side(d))
+            if d.replay:
+                out.append(f"\nReplay: `{clean(d.replay)}`\n")
+    out.append(f"\nCommand: `{clean(s.command)}`\n")
+    return "".join(x if x.endswith("\n") else x + "\n" for x in out)

@@ -1,0 +1,267 @@
+"""One bundle from the shards of a check (``python -m contracts merge OUT SHARD_BUNDLE...``).
+
+Run the same check as N jobs with ``check --shard I/N`` (same candidate,
+contract, seed, rows, families, shape and repeats; e.g. a CI matrix), then
+merge the N bundles. Counts are summed (rows, verdicts, clauses, families,
+declared deviations), the worst weight distance is kept, the mismatch cells
+are the shards' concatenated, details are merged (tie-straddling examples
+first, a few per clause), the status is recomputed by the schema's rules
+and the reports are regenerated. The result has the same counts as one
+unsharded run with that seed and rows.
+
+Shard bundles may be single check bundles or multi-candidate ones
+(``--candidate all --shard I/N``, with one folder per candidate): those are
+merged candidate by candidate, with a new ``index.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from pathlib import Path
+
+from .bundle import BundleError, open_check, write_check_bundle, write_index
+from .schema import (
+    AgainstSides,
+    CheckResult,
+    DeclaredDeviation,
+    Determinism,
+    FamilyCounts,
+    RowDetail,
+    Status,
+    Summary,
+    worst_status,
+)
+
+__all__ = ["MergeError", "merge_bundles", "merge_summaries"]
+
+DETAILS_PER_CLAUSE = 5
+# Fields every shard of one check must agree on.
+_SAME = ("candidate", "contract", "against", "device", "seed", "bit_exact")
+_SUMMED = ("rows_checked", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_deviation_rows", "exact_rows",
+           "within_tolerance_rows", "cells_recorded", "cells_total")  # fmt: skip
+_FAMILY_SUMMED = ("rows", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_rows")
+_FAMILY_COUNTERS = ("clauses", "clauses_broken", "expected_clauses", "skip_reasons")
+# The options of a run that shards must share, so their sum is one run's counts.
+_SAME_OPTIONS = ("rows", "families", "experts", "topk", "repeat")
+
+
+class MergeError(ValueError):
+    """The bundles cannot be merged; the message says why."""
+
+
+def parse_shard(text) -> tuple[int, int] | None:
+    if not text:
+        return None
+    i, n = (int(p) for p in str(text).split("/"))
+    return i, n
+
+
+def _add(into: dict, key, value) -> None:
+    into[key] = into.get(key, 0) + value
+
+
+def unsharded_command(command: str) -> str:
+    """``command`` without its ``--shard I/N`` (and ``--out DIR``, which differs per shard)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in ("--shard", "--out"):
+            skip = True
+        elif not word.startswith(("--shard=", "--out=")):
+            out.append(word)
+    return shlex.join(out)
+
+
+def _check_shards(summaries: list[Summary], sources: list[str], allow_partial: bool) -> list[str]:
+    first = summaries[0]
+    for s, src in zip(summaries[1:], sources[1:]):
+        for key in _SAME:
+            if getattr(s, key) != getattr(first, key):
+                raise MergeError(f"{src} has {key}={getattr(s, key)!r} but {sources[0]} has {getattr(first, key)!r}: not shards of one check")
+        a, b = s.options or {}, first.options or {}
+        for key in _SAME_OPTIONS:
+            if key in a and key in b and a[key] != b[key]:
+                raise MergeError(f"{src} ran with {key}={a[key]!r} but {sources[0]} with {b[key]!r}: not shards of one check")
+        if (s.options is None) != (first.options is None) or s.options is None:
+            if unsharded_command(s.command) != unsharded_command(first.command):
+                raise MergeError(f"{src} ran `{s.command}` but {sources[0]} ran `{first.command}`: not shards of one check")
+    shards = []
+    for s, src in zip(summaries, sources):
+        try:
+            shard = parse_shard(s.shard)
+        except ValueError:
+            raise MergeError(f"{src}: shard {s.shard!r} is not I/N") from None
+        if shard is None:
+            raise MergeError(f"{src} is not a shard (its summary has no shard I/N); run the check with --shard I/N")
+        shards.append(shard)
+    totals = {n for _, n in shards}
+    if len(totals) != 1:
+        raise MergeError(f"shards of different splits: {', '.join(f'{i}/{n}' for i, n in shards)}")
+    n = totals.pop()
+    seen = [i for i, _ in shards]
+    duplicates = sorted({i for i in seen if seen.count(i) > 1})
+    if duplicates:
+        raise MergeError(f"shard(s) {', '.join(f'{i}/{n}' for i in duplicates)} given more than once")
+    missing = sorted(set(range(1, n + 1)) - set(seen))
+    if missing and not allow_partial:
+        raise MergeError(f"missing shard(s) {', '.join(f'{i}/{n}' for i in missing)}; pass --allow-partial to merge anyway")
+    return [f"{i}/{n}" for i, _ in sorted(shards)]
+
+
+def sum_summaries(parts: list[Summary], base: Summary) -> Summary:
+    """``base`` with the counts of ``parts`` summed and the status recomputed (shards, or ranks of one run)."""
+    merged = dataclasses.replace(base)
+    for key in _SUMMED:
+        setattr(merged, key, sum(getattr(s, key) for s in parts))
+    merged.max_weight_ulp = max((s.max_weight_ulp for s in parts), default=0.0)
+    clauses: dict[str, int] = {}
+    broken: dict[str, int] = {}
+    families: dict[str, FamilyCounts] = {}
+    for s in parts:
+        for clause, n in s.clauses.items():
+            _add(clauses, clause, n)
+        for clause, n in s.clauses_broken.items():
+            _add(broken, clause, n)
+        for family, f in s.families.items():
+            into = families.setdefault(family, FamilyCounts())
+            for key in _FAMILY_SUMMED:
+                setattr(into, key, getattr(into, key) + getattr(f, key))
+            for key in _FAMILY_COUNTERS:
+                for name, n in getattr(f, key).items():
+                    _add(getattr(into, key), name, n)
+    merged.clauses, merged.clauses_broken, merged.families = clauses, broken, families
+    deviations: dict[str, DeclaredDeviation] = {}
+    for s in parts:
+        for clause, d in s.expected_deviations.items():
+            into = deviations.setdefault(clause, DeclaredDeviation(d.reason))
+            into.rows += d.rows
+            into.observed = into.observed or d.observed
+            if d.inexact_rows is not None:
+                into.inexact_rows = (into.inexact_rows or 0) + d.inexact_rows
+    merged.expected_deviations = deviations
+    merged.error = next((s.error for s in parts if s.error), None)
+    merged.duration_s = round(sum(s.duration_s or 0.0 for s in parts), 3)
+    merged.rows_per_s = round(merged.rows_checked / merged.duration_s, 1) if merged.duration_s else None
+    merged.cells_capped = any(s.cells_capped for s in parts)
+    determinism = [s.determinism for s in parts if s.determinism]
+    if determinism:
+        merged.determinism = Determinism(
+            **{**dataclasses.asdict(determinism[0]),
+               "rows_differing": sum(d.rows_differing for d in determinism),
+               "cases": sum(d.cases for d in determinism),
+               "examples": [x for d in determinism for x in d.examples][:5],
+               "notes": list(dict.fromkeys(n for d in determinism for n in d.notes))}
+        )  # fmt: skip
+    sides = [s.against_sides for s in parts if s.against_sides]
+    if sides:
+        merged.against_sides = AgainstSides(*(sum(getattr(x, k) for x in sides) for k in ("candidate", "against", "neither")))
+    merged.interrupted = next((s.interrupted for s in parts if s.interrupted), None)
+    merged.notes = list(dict.fromkeys(n for s in parts for n in s.notes))
+    statuses = [s.status for s in parts]
+    if merged.mismatched_rows:
+        statuses.append(Status.FAIL)
+    merged.status = worst_status(statuses) if statuses else Status.PASS
+    if merged.status is Status.UNAVAILABLE:
+        merged.status = Status.PASS
+    return merged
+
+
+def merge_summaries(summaries: list[Summary], *, sources: list[str] | None = None, allow_partial: bool = False) -> Summary:
+    """One summary from the shards' summaries (counts summed, status recomputed)."""
+    sources = sources or [f"shard {k + 1}" for k in range(len(summaries))]
+    first = summaries[0]
+    ran = [s for s in summaries if s.status is not Status.UNAVAILABLE]
+    if not ran:
+        # unavailable on every shard (unavailable bundles carry no shard): the first reason says why
+        return dataclasses.replace(first, shard=None, merged_shards=None, command=unsharded_command(first.command))
+    merged_shards = _check_shards(ran, [src for src, s in zip(sources, summaries) if s in ran], allow_partial)
+    merged = sum_summaries(ran, ran[0])
+    merged.shard = None
+    merged.reason = None
+    merged.command = unsharded_command(first.command)
+    merged.merged_shards = merged_shards
+    envs = [s.environment for s in ran]
+    if any(e != envs[0] for e in envs[1:]):
+        merged.shard_environments = envs
+    return merged
+
+
+def merge_details(groups: list[list[RowDetail]]) -> list[RowDetail]:
+    buckets: dict[str, list[RowDetail]] = {}
+    for details in groups:
+        for d in details:
+            buckets.setdefault(d.clause if d.verdict != "near_tie" else "near_tie", []).append(d)
+    out = []
+    for key in sorted(buckets):
+        out += sorted(buckets[key], key=lambda d: not d.straddles_cutoff)[:DETAILS_PER_CLAUSE]  # stable: shard order otherwise
+    return out
+
+
+def _merge_one(out: Path, folders: list[Path], allow_partial: bool) -> Summary:
+    import pandas as pd
+
+    bundles = []
+    for folder in folders:
+        if not (folder / "summary.json").exists():
+            raise MergeError(f"{folder} has no summary.json: not a check bundle (or an incomplete one)")
+        try:
+            bundles.append(open_check(folder))
+        except BundleError as exc:
+            raise MergeError(str(exc)) from None
+    merged = merge_summaries([b.summary for b in bundles], sources=[str(f) for f in folders], allow_partial=allow_partial)
+    if merged.status is Status.UNAVAILABLE:
+        write_check_bundle(out, CheckResult(merged))
+        return merged
+    ran = [b for b in bundles if b.summary.status is not Status.UNAVAILABLE]
+    details = merge_details([b.details() for b in ran])
+    frames = [b.cells() for b in ran if len(b.cells())]
+    cells = pd.concat(frames, ignore_index=True) if frames else None
+    merged.cells_recorded = 0 if cells is None else len(cells)
+    write_check_bundle(out, CheckResult(merged, cells, details))
+    return merged
+
+
+def merge_bundles(out: str | Path, shard_bundles: list[str | Path], *, allow_partial: bool = False) -> list[Summary]:
+    """Merge shard bundles into ``out``; returns the merged summaries (one per candidate)."""
+    from .bundle import read_json
+
+    out = Path(out)
+    folders = [Path(p) for p in shard_bundles]
+    if not folders:
+        raise MergeError("give at least one shard bundle")
+    for folder in folders:
+        if not folder.is_dir():
+            raise MergeError(f"{folder} is not a folder")
+    if all((f / "summary.json").exists() for f in folders):
+        return [_merge_one(out, folders, allow_partial)]
+    if not all((f / "index.json").exists() for f in folders):
+        raise MergeError("mix of single and multi-candidate bundles, or a folder that is not a check bundle")
+    try:
+        indexes = [read_json(f / "index.json") for f in folders]
+    except BundleError as exc:
+        raise MergeError(str(exc)) from None
+    per_candidate: dict[str, list[Path]] = {}
+    for folder, index in zip(folders, indexes):
+        entries = index.get("candidates") if isinstance(index, dict) else None
+        if not isinstance(entries, list):
+            raise MergeError(f"{folder / 'index.json'}: field candidates must be a list")
+        for entry in entries:
+            name = entry["candidate"]
+            sub = folder / Path(entry.get("bundle") or name).name
+            per_candidate.setdefault(name, []).append(sub)
+    merged_all = []
+    for name, subs in per_candidate.items():
+        if len(subs) != len(folders):
+            raise MergeError(f"candidate {name!r} is in {len(subs)} of the {len(folders)} shard bundles")
+        target = out / Path(subs[0]).name
+        summary = _merge_one(target, subs, allow_partial)
+        summary.bundle = str(target)
+        merged_all.append(summary)
+    write_index(out, merged_all, command=unsharded_command(indexes[0].get("command", "")), merged_shards=merged_all[0].merged_shards)
+    return merged_all

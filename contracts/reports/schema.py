@@ -1,0 +1,416 @@
+"""The records that cross module boundaries, and the rules of their fields.
+
+Every writer builds these and every reader gets them back from
+``contracts.reports.bundle``; nothing else builds or parses the JSON. Field
+names on disk are fixed (``summary.json``, ``details.json``, the mismatch
+cells, ``nightly.json``): tools downstream read them.
+
+``schema_version`` 1 is the layout before typed records; version 2 adds
+fields (every one optional, so a version-1 file reads as version 2 with
+defaults). ``from_json`` refuses a file whose fields have the wrong types,
+naming the file and the field.
+
+Status rules live here once (``decide_status``, ``worst_status``): the
+check, the merge of shards and the distributed gather all use them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+__all__ = [
+    "CELL_COLUMNS",
+    "READABLE_SCHEMA_VERSIONS",
+    "SCHEMA_VERSION",
+    "AgainstSides",
+    "CheckResult",
+    "DeclaredDeviation",
+    "Determinism",
+    "ErrorRecord",
+    "FamilyCounts",
+    "NightlyEnvelope",
+    "RecordError",
+    "RowDetail",
+    "Status",
+    "Summary",
+    "decide_status",
+    "from_json",
+    "to_json",
+    "worst_status",
+]
+
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
+
+# One row per mismatched cell (mismatches.csv / .parquet), in this column order.
+CELL_COLUMNS = (
+    "family", "case_seed", "case", "row", "col", "expected_id", "actual_id", "expected_weight", "actual_weight",
+    "weight_ulp", "clause", "verdict", "reason", "tie_group_size", "straddles_cutoff", "nan_count",
+)  # fmt: skip
+
+
+class RecordError(ValueError):
+    """A record (or a file holding one) has a missing or mistyped field; the message names both."""
+
+
+class Status(str, enum.Enum):
+    """A check's verdict. ``str`` so that JSON and f-strings show the plain word."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    UNAVAILABLE = "unavailable"
+    INTERRUPTED = "interrupted"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def word(self) -> str:
+        """The headline word of reports: PASS, FAIL, ERROR, UNAVAILABLE, INTERRUPTED."""
+        return self.value.upper()
+
+    @property
+    def failed(self) -> bool:
+        """Whether this status makes a run's exit code non-zero."""
+        return self in (Status.FAIL, Status.ERROR, Status.INTERRUPTED)
+
+
+def decide_status(*, interrupted: bool, fatal: bool, mismatched_rows: int, nondeterministic: bool, raised: bool, rows_checked: int) -> Status:
+    """A check's status from what happened, in priority order.
+
+    ``fatal``: the run ended early (crash, hang, out of memory, a gate that
+    raised); ``raised``: the candidate raised a Python exception on some case.
+    """
+    if interrupted:
+        return Status.INTERRUPTED
+    if fatal:
+        return Status.ERROR
+    if mismatched_rows or nondeterministic:
+        return Status.FAIL
+    if raised and not rows_checked:
+        return Status.ERROR
+    return Status.PASS
+
+
+_SEVERITY = (Status.UNAVAILABLE, Status.PASS, Status.FAIL, Status.ERROR, Status.INTERRUPTED)
+
+
+def worst_status(statuses) -> Status:
+    """The worst of several (shards, ranks): an interrupted or crashed part is never hidden by healthy ones."""
+    present = [Status(s) for s in statuses]
+    if not present:
+        return Status.UNAVAILABLE
+    return max(present, key=_SEVERITY.index)
+
+
+# ---------------------------------------------------------------- the check summary
+
+
+@dataclass
+class FamilyCounts:
+    rows: int = 0
+    rows_skipped: int = 0
+    mismatched_rows: int = 0
+    near_tie_rows: int = 0
+    expected_rows: int = 0
+    clauses: dict[str, int] = field(default_factory=dict)  # unexpected mismatched rows by primary clause
+    # v2: rows that break each clause, a row counted under every clause it breaks
+    clauses_broken: dict[str, int] = field(default_factory=dict)
+    # v2: declared-deviation rows by clause, and skipped rows by reason
+    expected_clauses: dict[str, int] = field(default_factory=dict)
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class DeclaredDeviation:
+    reason: str
+    rows: int = 0
+    observed: bool = False
+    inexact_rows: int | None = None
+
+
+@dataclass
+class ErrorRecord:
+    kind: str
+    case: str
+    message: str
+    traceback: str = ""
+    replay: str | None = None
+    stderr_tail: str | None = None
+
+
+@dataclass
+class Determinism:
+    repeat: int = 1
+    graph_replay: bool = False
+    rows_differing: int = 0
+    cases: int = 0
+    examples: list[dict] = field(default_factory=list)
+    declared: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AgainstSides:
+    """With ``--against``: rows where the two differ, by the side the oracle agrees with."""
+
+    candidate: int = 0
+    against: int = 0
+    neither: int = 0
+
+
+@dataclass
+class Summary:
+    """``summary.json``: one check of one candidate (or one pair) under one contract."""
+
+    candidate: str
+    status: Status
+    contract: str = ""
+    device: str = ""
+    schema_version: int = SCHEMA_VERSION
+    against: str | None = None
+    reason: str | None = None  # why it did not run (unavailable)
+    rows_checked: int = 0
+    rows_skipped: int = 0
+    mismatched_rows: int = 0
+    near_tie_rows: int = 0
+    expected_deviation_rows: int = 0
+    exact_rows: int = 0
+    within_tolerance_rows: int = 0
+    max_weight_ulp: float = 0.0
+    clauses: dict[str, int] = field(default_factory=dict)
+    families: dict[str, FamilyCounts] = field(default_factory=dict)
+    expected_deviations: dict[str, DeclaredDeviation] = field(default_factory=dict)
+    bit_exact: bool = False
+    error: ErrorRecord | None = None
+    determinism: Determinism | None = None
+    interrupted: str | None = None
+    against_sides: AgainstSides | None = None
+    isolated: bool = False
+    environment: dict | None = None
+    seed: int = 0
+    command: str = ""
+    duration_s: float | None = None
+    rows_per_s: float | None = None
+    cells_recorded: int = 0
+    shard: str | None = None
+    bundle: str | None = None
+    merged_shards: list[str] | None = None
+    shard_environments: list | None = None
+    # v2
+    clauses_broken: dict[str, int] = field(default_factory=dict)
+    options: dict | None = None  # rows, families, experts, topk, repeat: what shards must share
+    cells_capped: bool = False
+    cells_total: int = 0
+    stages: dict | None = None  # seconds and rows/s per stage (generation, candidate, oracle, comparison)
+    world_size: int | None = None
+    ranks: list[dict] | None = None
+    notes: list[str] = field(default_factory=list)
+    diagnosis: list[dict] | None = None
+    files: dict[str, str] = field(default_factory=dict)  # bundle file -> sha256, written with the bundle
+
+    @property
+    def label(self) -> str:
+        return self.candidate + (f" vs {self.against}" if self.against else "")
+
+    def validate(self, source: str = "summary") -> "Summary":
+        """The fields each status must carry; ``RecordError`` naming the first that is missing."""
+        need = {
+            Status.UNAVAILABLE: ("reason",),
+            Status.ERROR: ("error",),
+            Status.INTERRUPTED: ("interrupted",),
+        }.get(self.status, ())
+        for name in need:
+            if getattr(self, name) in (None, ""):
+                raise RecordError(f"{source}: status {self.status.value!r} needs field {name!r}")
+        if self.status is Status.PASS and self.mismatched_rows:
+            raise RecordError(f"{source}: status 'pass' with mismatched_rows={self.mismatched_rows}")
+        if self.rows_checked < 0 or self.mismatched_rows < 0 or self.mismatched_rows > max(self.rows_checked, 0):
+            raise RecordError(f"{source}: mismatched_rows={self.mismatched_rows} does not fit rows_checked={self.rows_checked}")
+        return self
+
+
+@dataclass
+class RowDetail:
+    """One row worth showing (details.json): expected and actual side by side, with its replay line."""
+
+    row: int
+    clause: str
+    verdict: str
+    reason: str
+    family: str = ""
+    case_seed: int = 0
+    case: str = ""
+    expected_ids: list[int] | None = None
+    actual_ids: list[int] | None = None
+    expected_weights: list[float] | None = None
+    actual_weights: list[float] | None = None
+    tie_group_size: int | None = None
+    straddles_cutoff: bool | None = None
+    nan_count: int | None = None
+    renormalize: bool | None = None
+    routed_scaling_factor: float | None = None
+    replay: str | None = None
+    oracle_agrees_with: str | None = None
+    clauses: list[str] | None = None  # v2: every clause the row breaks, the primary first
+
+
+@dataclass
+class CheckResult:
+    """What one check produced: the summary, the mismatch cells (a DataFrame of CELL_COLUMNS) and row examples."""
+
+    summary: Summary
+    cells: Any = None  # pandas.DataFrame with CELL_COLUMNS, or None for none
+    details: list[RowDetail] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- the nightly envelope
+
+
+@dataclass
+class NightlyEnvelope:
+    """``nightly.json``: what a nightly ran, where its parts are, and its totals."""
+
+    name: str = ""
+    started: str = ""
+    command: str = ""
+    schema_version: int = 1
+    kind: str = "router-contracts-nightly"
+    suite: dict = field(default_factory=dict)
+    finished: str | None = None
+    duration_s: float | None = None
+    options: dict = field(default_factory=dict)
+    execution_target: dict = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)
+    candidates: dict[str, dict] = field(default_factory=dict)
+    pairs: dict[str, dict] = field(default_factory=dict)
+    probe: dict = field(default_factory=dict)
+    bench: dict = field(default_factory=dict)
+    junit: str = "junit.xml"
+    comparison: dict | None = None
+    upload: dict | None = None
+    interrupted: str | None = None  # v2: the signal that stopped the nightly
+
+
+# ---------------------------------------------------------------- JSON <-> records
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", str(tp).replace("typing.", ""))
+
+
+def _convert(tp, value, where: str):
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(option, value, where)
+            except RecordError as exc:
+                errors.append(str(exc))
+        raise RecordError(errors[0] if errors else f"{where}: unexpected null")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise RecordError(f"field {where}: expected an object, got {type(value).__name__}")
+        return _record(tp, value, where)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            allowed = ", ".join(repr(m.value) for m in tp)
+            raise RecordError(f"field {where}: {value!r} is not one of {allowed}") from None
+    if origin is list or tp is list:
+        if not isinstance(value, list):
+            raise RecordError(f"field {where}: expected a list, got {type(value).__name__}")
+        (item,) = typing.get_args(tp) or (Any,)
+        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise RecordError(f"field {where}: expected an object, got {type(value).__name__}")
+        _, item = typing.get_args(tp) or (str, Any)
+        return {str(k): _convert(item, v, f"{where}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise RecordError(f"field {where}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RecordError(f"field {where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecordError(f"field {where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise RecordError(f"field {where}: expected a string, got {value!r}")
+        return value
+    raise RecordError(f"field {where}: no rule for type {_type_name(tp)}")
+
+
+_HINTS: dict[type, dict] = {}
+
+
+def _hints(cls) -> dict:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _record(cls, data: dict, where: str):
+    hints = _hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            values[f.name] = _convert(hints[f.name], data[f.name], f"{where}.{f.name}" if where else f.name)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise RecordError(f"field {(where + '.') if where else ''}{f.name} is missing")
+    return cls(**values)
+
+
+def from_json(cls, data, source: str):
+    """``data`` (parsed JSON) as a ``cls`` record; ``RecordError`` naming ``source`` and the field."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version", 1)
+    if "schema_version" in {f.name for f in dataclasses.fields(cls)} and version not in READABLE_SCHEMA_VERSIONS:
+        if not (cls is NightlyEnvelope and isinstance(version, int)):
+            raise RecordError(f"{source}: schema_version {version!r} is not one this harness reads ({READABLE_SCHEMA_VERSIONS})")
+    try:
+        record = _record(cls, data, "")
+    except RecordError as exc:
+        raise RecordError(f"{source}: {exc}") from None
+    return record.validate(source) if hasattr(record, "validate") else record
+
+
+def _plain(value):
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return value  # json writes NaN/Infinity; the readers of this project accept them
+    return value
+
+
+def to_json(record) -> dict:
+    """A record as plain JSON data (enums as their values), field order kept."""
+    return _plain(record)

@@ -1,0 +1,433 @@
+"""Latency per launch of router candidates against batch size M (``python -m contracts bench``).
+
+Examples::
+
+    python -m contracts.bench --candidate oracle,torch-native
+    python -m contracts.bench --candidate radix4,torch-native,serial,block-argmax,aiter-model --device cuda --out DIR
+
+How a figure is taken (``method`` in bench.json says the same):
+
+- GPU (``--device cuda``): each candidate's route is captured ``--launches``
+  times (default 20) in one CUDA graph, after 3 eager warm-up calls on a side
+  stream; the graph is replayed ``--warmup`` times untimed, then ``--replays``
+  times (default 25) between CUDA events. One sample = replay time /
+  launches. A candidate whose route cannot be captured (it synchronizes,
+  copies from the host, ...) is timed eagerly instead: ``--launches`` calls
+  between two events per sample. Its points say ``timer: cuda-eager`` and why.
+- CPU: wall-clock (``time.perf_counter``) per call. One sample is a loop of
+  ``n`` calls divided by ``n``, ``n`` chosen once so a sample lasts >= 2 ms;
+  ``--repeats`` samples (default 10) after 2 warm-up calls. Labelled
+  "cpu wall-clock" in the JSON, the table and the plot.
+
+Figures are the median over samples; the spread is min / p25 / p75 / p90 /
+max over the same samples. Every candidate gets the same input tensors for a
+given M (seeded ``--seed``; logits ``randn * 2`` in ``--dtype``, bias
+``randn * 0.05`` in ``--bias-dtype``). Inputs are not rotated by default (one
+buffer, which stays in cache as in a decode step); ``--rotate R`` cycles
+through R distinct buffers instead.
+
+Each candidate is resolved with the registry, gated with ``available(device)``
+(an unavailable candidate is listed with its reason) and, per M, with
+``covered(...)`` (an uncovered M is recorded as skipped, not timed).
+
+``run_bench`` returns the report; ``write_bench`` writes ``bench.json`` and
+``bench.png`` (latency vs M, log-log, crossovers of each candidate with the
+first one marked).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ..candidates import Candidate
+from ..reports._atomic import write_atomic, write_json
+from ..reports.environment import environment
+
+__all__ = ["BENCH_SCHEMA_VERSION", "DEFAULT_M", "BenchOptions", "crossovers", "results_table", "run_bench", "write_bench"]
+
+BENCH_SCHEMA_VERSION = 1
+DEFAULT_M = (1, 8, 64, 256, 1024, 1536, 4096)
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+CPU_LABEL = "cpu wall-clock"
+GRAPH_LABEL = "CUDA graph replay"
+CPU_SAMPLE_SECONDS = 2e-3
+CPU_MAX_CALLS_PER_SAMPLE = 1000
+RENORMALIZE, ROUTED_SCALING_FACTOR = True, 2.5
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """How to time: the batch sizes, the inputs, and the timer's sample counts (see the module docstring)."""
+
+    m: tuple[int, ...] = DEFAULT_M
+    dtype: str = "bf16"
+    bias_dtype: str = "same"
+    experts: int = 896
+    topk: int = 16
+    replays: int = 25
+    launches: int = 20
+    warmup: int = 3
+    repeats: int = 10
+    rotate: int = 1
+    seed: int = 0
+
+
+# ---------------------------------------------------------------- timers
+
+
+@dataclass
+class Timing:
+    timer: str  # "cuda-graph", "cuda-eager", "cpu-wall-clock"
+    samples_us: list[float]
+    calls_per_sample: int
+    note: str = ""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def time_cpu(fn, repeats: int) -> Timing:
+    fn()
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = time.perf_counter() - start
+    calls = max(1, min(CPU_MAX_CALLS_PER_SAMPLE, math.ceil(CPU_SAMPLE_SECONDS / max(once, 1e-9))))
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) * 1e6 / calls)
+    return Timing("cpu-wall-clock", samples, calls)
+
+
+def _cuda_eager(fn, launches: int, replays: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        for _ in range(launches):
+            fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(replays):
+        start.record()
+        for _ in range(launches):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / launches)
+    return samples
+
+
+def time_cuda(fn, launches: int, replays: int, warmup: int) -> Timing:
+    """Graph replay; eager events if the route cannot be captured."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(launches):
+                fn()
+    except Exception as exc:  # not capturable: time it eagerly, and say so
+        del graph
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 -- a failed capture may leave an error to clear
+            pass
+        reason = f"graph capture failed ({_first_line(exc)}); timed eagerly"
+        return Timing("cuda-eager", _cuda_eager(fn, launches, replays, warmup), launches, reason)
+    for _ in range(warmup):
+        graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / launches)
+    del graph
+    return Timing("cuda-graph", samples, launches)
+
+
+def _spread(samples: list[float]) -> dict:
+    s = pd.Series(samples, dtype="float64")
+    return {
+        "min": round(float(s.min()), 4),
+        "p25": round(float(s.quantile(0.25)), 4),
+        "p75": round(float(s.quantile(0.75)), 4),
+        "p90": round(float(s.quantile(0.90)), 4),
+        "max": round(float(s.max()), 4),
+    }
+
+
+# ---------------------------------------------------------------- inputs and the run
+
+
+def make_inputs(M: int, *, experts: int, dtype, bias_dtype, device: str, seed: int, rotate: int):
+    """``rotate`` distinct logits buffers [M, E] and one bias [E], the same for every candidate."""
+    g = torch.Generator(device="cpu").manual_seed(seed * 1_000_003 + M)
+    scores = [(torch.randn(M, experts, generator=g) * 2).to(dtype).to(device) for _ in range(rotate)]
+    bias = (torch.randn(experts, generator=g) * 0.05).to(bias_dtype).to(device)
+    return scores, bias
+
+
+def _caller(route, scores: list, bias, topk: int):
+    if len(scores) == 1:
+        only = scores[0]
+        return lambda: route(only, bias, topk, RENORMALIZE, ROUTED_SCALING_FACTOR)
+    state = {"i": 0}
+
+    def call():
+        s = scores[state["i"] % len(scores)]
+        state["i"] += 1
+        return route(s, bias, topk, RENORMALIZE, ROUTED_SCALING_FACTOR)
+
+    return call
+
+
+def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions, device: str) -> dict:
+    scores, bias = inputs
+    entry: dict = {"m": M}
+    shape = dict(rows=M, experts=args.experts, topk=args.topk, dtype=scores[0].dtype, bias_dtype=bias.dtype)
+    try:
+        covered = bool(candidate.covered(**shape))
+    except Exception as exc:  # noqa: BLE001 -- a gate must not take the run down
+        covered, why = False, f"covered() raised {_first_line(exc)}"
+    else:
+        why = f"not covered: {candidate.name} does not serve rows={M}, experts={args.experts}, topk={args.topk}, " \
+              f"dtype={args.dtype}, bias {_dtype_word(bias.dtype)}"  # fmt: skip
+    if not covered:
+        return {**entry, "status": "skipped", "reason": why, "median_us": None, "spread": None, "samples": []}
+    fn = _caller(route, scores, bias, args.topk)
+    try:
+        if device.startswith("cuda"):
+            timing = time_cuda(fn, args.launches, args.replays, args.warmup)
+        else:
+            timing = time_cpu(fn, args.repeats)
+    except Exception as exc:  # the candidate's failure is a finding, not a crash of the run
+        tb = traceback.format_exc(limit=2)[-600:]
+        return {**entry, "status": "error", "reason": f"route raised {_first_line(exc)}", "traceback": tb,
+                "median_us": None, "spread": None, "samples": []}  # fmt: skip
+    out = {
+        **entry,
+        "status": "timed",
+        "timer": timing.timer,
+        "median_us": round(statistics.median(timing.samples_us), 4),
+        "spread": _spread(timing.samples_us),
+        "samples": [round(x, 4) for x in timing.samples_us],
+        "calls_per_sample": timing.calls_per_sample,
+    }
+    if timing.note:
+        out["reason"] = timing.note
+    return out
+
+
+def _dtype_word(dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def _method(args: BenchOptions, device: str) -> dict:
+    bias_dtype = args.dtype if args.bias_dtype == "same" else args.bias_dtype
+    inputs = (
+        "not rotated: the same logits buffer for every launch (it stays in cache, as in a decode step)"
+        if args.rotate == 1
+        else f"rotated: {args.rotate} distinct logits buffers, cycled launch by launch"
+    )
+    common = {
+        "dtype": args.dtype, "bias_dtype": bias_dtype, "experts": args.experts, "topk": args.topk,
+        "renormalize": RENORMALIZE, "routed_scaling_factor": ROUTED_SCALING_FACTOR, "seed": args.seed,
+        "rotate": args.rotate, "inputs": inputs + "; the same tensors for every candidate (logits randn*2, bias randn*0.05)",
+        "statistic": "median over samples; spread min/p25/p75/p90/max over the same samples",
+    }  # fmt: skip
+    if device.startswith("cuda"):
+        return {
+            "timer": GRAPH_LABEL,
+            "description": f"{args.launches} launches captured in one CUDA graph (after 3 eager warm-up calls), "
+            f"{args.warmup} untimed replays, then {args.replays} replays between CUDA events; sample = replay time / "
+            f"{args.launches}. A route that cannot be captured is timed eagerly ({args.launches} calls between events "
+            "per sample) and its points say timer cuda-eager.",
+            "launches_per_graph": args.launches, "replays": args.replays, "warmup_replays": args.warmup, **common,
+        }  # fmt: skip
+    return {
+        "timer": CPU_LABEL,
+        "description": f"{CPU_LABEL}: time.perf_counter around a loop of n calls (n chosen so a sample lasts >= "
+        f"{CPU_SAMPLE_SECONDS * 1e3:g} ms), sample = elapsed / n; 2 warm-up calls; {args.repeats} samples.",
+        "repeats": args.repeats, "torch_threads": torch.get_num_threads(), **common,
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------- crossovers, table, plot
+
+
+def _timed(points: list[dict]) -> dict[int, float]:
+    return {p["m"]: p["median_us"] for p in points if p.get("status") == "timed" and p.get("median_us")}
+
+
+def crossovers(baseline: dict, other: dict) -> list[dict]:
+    """Where ``other``'s latency curve crosses ``baseline``'s, between consecutive M both timed (log-log interpolation)."""
+    a, b = _timed(baseline["results"]), _timed(other["results"])
+    ms = sorted(set(a) & set(b))
+    found = []
+    for m0, m1 in zip(ms, ms[1:]):
+        d0, d1 = math.log(b[m0] / a[m0]), math.log(b[m1] / a[m1])
+        if d0 == 0 or d0 * d1 >= 0:
+            continue
+        t = d0 / (d0 - d1)
+        lm = math.log(m0) + t * (math.log(m1) - math.log(m0))
+        lu = math.log(a[m0]) + t * (math.log(a[m1]) - math.log(a[m0]))
+        faster_after = other["name"] if d1 < 0 else baseline["name"]
+        found.append(
+            {"baseline": baseline["name"], "candidate": other["name"], "between_m": [m0, m1],
+             "m": round(math.exp(lm), 1), "latency_us": round(math.exp(lu), 3), "faster_above": faster_after}
+        )  # fmt: skip
+    return found
+
+
+def results_table(report: dict) -> pd.DataFrame:
+    """M x candidates: median us per launch, and each one's ratio to the first candidate."""
+    timed = [c for c in report["candidates"] if c["status"] == "ok"]
+    if not timed:
+        return pd.DataFrame()
+    base = timed[0]
+    base_t = _timed(base["results"])
+    rows = []
+    for M in report["m"]:
+        row = {"M": M}
+        for c in timed:
+            point = next(p for p in c["results"] if p["m"] == M)
+            if point["status"] != "timed":
+                row[c["name"]] = point["status"]
+                continue
+            cell = f"{point['median_us']:.2f}" + ("*" if point.get("timer") == "cuda-eager" else "")
+            if c is not base:
+                cell += f" ({point['median_us'] / base_t[M]:.2f}x)" if M in base_t else " (-)"
+            row[c["name"]] = cell
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write_plot(path: Path, report: dict) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = report["method"]
+    timer = m["timer"]
+    notes = [
+        f"({i}) {x['candidate']} crosses {x['baseline']} near M={x['m']:.0f}, {x['latency_us']:.3g} us; "
+        f"{x['faster_above']} faster above"
+        for i, x in enumerate(report["crossovers"], 1)
+    ]
+    fig = plt.figure(figsize=(9, 5.2 + 0.2 * len(notes)), dpi=110)
+    ax = fig.add_axes([0.09, 0.12 + 0.035 * len(notes), 0.62, 0.72 - 0.035 * len(notes)])
+    colors = {}
+    for c in report["candidates"]:
+        pts = [p for p in c["results"] if p["status"] == "timed"]
+        if c["status"] != "ok" or not pts:
+            continue
+        xs, ys = [p["m"] for p in pts], [p["median_us"] for p in pts]
+        lows = [p["median_us"] - p["spread"]["min"] for p in pts]
+        highs = [p["spread"]["p90"] - p["median_us"] for p in pts]
+        eager = any(p.get("timer") == "cuda-eager" for p in pts)
+        bars = ax.errorbar(xs, ys, yerr=[lows, highs], marker="o", capsize=3,
+                           label=c["name"] + (" (eager: not capturable)" if eager else ""),
+                           linestyle="--" if eager else "-", markerfacecolor="none" if eager else None)  # fmt: skip
+        colors[c["name"]] = bars.lines[0].get_color()
+    for i, x in enumerate(report["crossovers"], 1):
+        ax.plot([x["m"]], [x["latency_us"]], marker="*", markersize=15, color=colors.get(x["candidate"], "black"),
+                markeredgecolor="black", zorder=5, linestyle="none")  # fmt: skip
+        ax.annotate(f"({i})", (x["m"], x["latency_us"]), textcoords="offset points", xytext=(6, 6), fontsize=9, weight="bold")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("M (rows per launch)")
+    ax.set_ylabel(f"us per launch ({timer})")
+    ax.grid(True, which="both", alpha=0.3)
+    dev = report["environment"].get("device_name") or report["device"]
+    title = f"Router latency vs M: {timer}, {dev}"
+    fig.suptitle(
+        f"{title}\nE={m['experts']}, top-{m['topk']}, {m['dtype']} logits, {m['bias_dtype']} bias; median, bars min to p90",
+        fontsize=10,
+    )
+    handles, labels = ax.get_legend_handles_labels()
+    skipped = [f"{c['name']}: unavailable" for c in report["candidates"] if c["status"] != "ok"]
+    if handles:
+        ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    if skipped:
+        fig.text(0.74, 0.12 + 0.035 * len(notes), "\n".join(skipped), fontsize=7, color="0.35", va="bottom", wrap=True)
+    for i, note in enumerate(notes):
+        fig.text(0.02, 0.02 + 0.035 * (len(notes) - 1 - i), note, fontsize=8)
+    # The title also goes into the PNG's text chunk, so a file alone says how it was timed.
+    write_atomic(path, lambda p: fig.savefig(p, format="png", metadata={"Title": title, "Description": m["description"]}))
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------- the run
+
+
+def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str, command: str = "", log=None) -> dict:
+    """Time every available candidate at every M; the report (``bench.json``'s content)."""
+    log = log or (lambda text: print(text, file=sys.stderr))
+    args = options
+    dtype = DTYPES[args.dtype]
+    bias_dtype = dtype if args.bias_dtype == "same" else DTYPES[args.bias_dtype]
+    entries = []
+    for cand in candidates:
+        ok, why = cand.available(device)
+        entries.append({"name": cand.name, "contract": cand.contract, "status": "ok" if ok else "unavailable",
+                        "reason": None if ok else why, "results": []})  # fmt: skip
+    usable = [(c, e) for c, e in zip(candidates, entries) if e["status"] == "ok"]
+    for M in args.m:
+        inputs = make_inputs(M, experts=args.experts, dtype=dtype, bias_dtype=bias_dtype, device=device, seed=args.seed, rotate=args.rotate)
+        for cand, entry in usable:
+            point = bench_point(cand, cand.route, M, inputs, args, device)
+            entry["results"].append(point)
+            shown = f"{point['median_us']:.2f} us" if point["status"] == "timed" else point["status"]
+            log(f"  {cand.name:>16} M={M:<6} {shown}")
+        del inputs
+    report = {
+        "schema_version": BENCH_SCHEMA_VERSION,
+        "kind": "bench",
+        "command": command,
+        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+        "environment": environment(device),
+        "method": _method(args, device),
+        "m": list(args.m),
+        "baseline": candidates[0].name if candidates else None,
+        "candidates": entries,
+        "crossovers": [],
+    }
+    base = entries[0] if entries else None
+    if base is not None and base["status"] == "ok":
+        for other in entries[1:]:
+            if other["status"] == "ok":
+                report["crossovers"].extend(crossovers(base, other))
+    return report
+
+
+def write_bench(out: Path, report: dict) -> Path:
+    """``bench.json`` and ``bench.png`` under ``out``."""
+    write_json(Path(out) / "bench.json", report)
+    write_plot(Path(out) / "bench.png", report)
+    return Path(out)

@@ -1,0 +1,313 @@
+"""Check several candidates in one run: resolve them, decide isolation, write each bundle as it finishes.
+
+``run_checks`` is the library behind ``python -m contracts check``, the
+nightly and the pytest plugin; it takes explicit keyword options and
+returns a ``CheckRun`` (the results, what was unavailable, what was not
+started). It never prints except through the progress lines it is asked for.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..candidates import Candidate, CandidateLoadError, all_candidates, get_candidate
+from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_message
+from ..cases import FAMILY_NAMES, CaseSpec, iter_plan, planned_rows, shard as shard_of
+from ..reports.bundle import prepare_out, write_check_bundle, write_index
+from ..reports.environment import environment
+from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
+from .check import check_candidate
+from .options import OptionError
+from .progress import Progress
+
+__all__ = ["DEFAULT_ROWS", "DEFAULT_TIMEOUT_S", "CheckRun", "Target", "bundle_dirname", "device_for", "run_checks", "should_isolate"]
+
+DEFAULT_ROWS = 250_000
+DEFAULT_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Target:
+    candidate: Candidate
+    lookup: str  # what a worker passes to get_candidate
+    worker: Worker | None = None  # already started: it imported the candidate to describe it
+
+
+@dataclass
+class CheckRun:
+    out: Path
+    results: list[CheckResult] = field(default_factory=list)
+    unavailable: list[tuple[str, str]] = field(default_factory=list)  # asked for by name, with the reason
+    not_started: list[str] = field(default_factory=list)
+    interrupted: str | None = None
+    several: bool = False
+
+    @property
+    def summaries(self) -> list[Summary]:
+        return [r.summary for r in self.results]
+
+    @property
+    def failed(self) -> bool:
+        return any(s.status in (Status.FAIL, Status.ERROR) for s in self.summaries)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def bundle_dirname(name: str) -> str:
+    """A folder name for a candidate: safe characters only, never ``..`` or absolute, and distinct for distinct names.
+
+    Names that are already safe stay as they are; others get their unsafe
+    characters replaced and a short hash of the real name appended
+    (``a:b_c`` and ``a_b:c`` become two folders).
+    """
+    safe = _UNSAFE.sub("_", name).lstrip(".") or "candidate"
+    if safe != name:
+        safe = f"{safe[:80]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return safe
+
+
+def default_out(label: str) -> Path:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("reports") / f"{stamp}-{bundle_dirname(label)}"
+
+
+def device_for(candidate: Candidate, requested: str | None) -> str:
+    """The device to run ``candidate`` on: the one asked for, else cuda when it runs there and a GPU is present."""
+    import torch
+
+    if requested:
+        return requested
+    if "cuda" in candidate.devices and torch.cuda.is_available():
+        return "cuda"
+    return "cpu" if "cpu" in candidate.devices else candidate.devices[0]
+
+
+def should_isolate(isolate: bool | None, candidate: Candidate, device: str, against: Candidate | None) -> bool:
+    """``isolate`` if given; else isolate GPU runs and third-party or GPU-only candidates."""
+    if isolate is not None:
+        return isolate
+
+    def risky(c):
+        return c.third_party or "cpu" not in c.devices
+
+    return device.startswith("cuda") or risky(candidate) or (against is not None and risky(against))
+
+
+def _runs_in_worker(*_args, **_kwargs):
+    raise RuntimeError("this candidate was imported in a worker process only; run it with isolation on")
+
+
+def resolve(name: str, *, role: str, isolate: bool | None, timeout: float, stop) -> Target:
+    """A candidate by name or ``module:attr``. With isolation allowed, a ``module:attr`` is imported in a worker only."""
+    known = all_candidates()
+    if name in known:
+        return Target(known[name], name)
+    if ":" in name and isolate is not False:
+        worker = Worker(name, timeout=timeout, should_stop=stop)
+        meta = worker.describe()  # CandidateLoadError if it does not import
+        proxy = Candidate(
+            name=meta["name"], route=_runs_in_worker, contract=meta["contract"], devices=tuple(meta["devices"]),
+            description=meta["description"], expected_deviations=meta["expected_deviations"],
+            third_party=meta["third_party"], origin=meta["origin"],
+        )  # fmt: skip
+        return Target(proxy, name, worker)
+    try:
+        return Target(get_candidate(name), name)
+    except CandidateLoadError as exc:
+        message = load_error_message(exc)
+        raise CandidateLoadError(message if role in message else f"{role}: {message}") from None
+
+
+def _not_run(candidate: Candidate, contract: str, device: str, *, seed: int, command: str, reason: str | None = None,
+             error: ErrorRecord | None = None) -> CheckResult:  # fmt: skip
+    """The record of a check that did not run: unavailable here (``reason``) or failed to load (``error``)."""
+    summary = Summary(
+        candidate=candidate.name, contract=contract, device=device,
+        status=Status.ERROR if error else Status.UNAVAILABLE, reason=reason, error=error,
+        environment=environment(device), seed=seed, command=command,
+    )  # fmt: skip
+    return CheckResult(summary)
+
+
+@dataclass
+class _Plan:
+    families: list[str]
+    rows: int
+    seed: int
+    experts: int
+    topk: int
+    shard: tuple[int, int] | None
+    replay: CaseSpec | None
+
+    def specs(self):
+        if self.replay is not None:
+            return [self.replay], self.replay.rows
+        if self.shard is None:
+            return iter_plan(self.families, self.rows, self.seed, self.experts, self.topk), planned_rows(self.families, self.rows)
+
+        def sliced():
+            return shard_of(iter_plan(self.families, self.rows, self.seed, self.experts, self.topk), *self.shard)
+
+        return sliced(), sum(s.rows for s in sliced())
+
+
+def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract: str | None, device: str | None, exact: bool,
+               isolate: bool | None, timeout: float, repeat: int, progress: bool, command: str, stop, options: dict) -> tuple[CheckResult, str | None]:  # fmt: skip
+    """Check one candidate; ``(result, unavailable reason or None)``."""
+    import torch
+
+    cand = target.candidate
+    contract = contract or cand.contract
+    device = device_for(cand, device)
+    kind = device.split(":")[0]
+    against_c = against.candidate if against else None
+    if kind not in cand.devices:
+        why = f"{cand.name} runs on {'/'.join(cand.devices)}, not on {kind}"
+        return _not_run(cand, contract, device, seed=plan.seed, command=command, reason=why), why
+    worker = None
+    if should_isolate(isolate, cand, device, against_c):
+        if kind == "cuda" and not torch.cuda.is_available():
+            why = f"{cand.name} runs on {'/'.join(cand.devices)}, and torch {torch.__version__} sees no GPU on this host"
+            return _not_run(cand, contract, device, seed=plan.seed, command=command, reason=why), why
+        worker = target.worker or Worker(target.lookup, timeout=timeout, should_stop=stop)
+        target.worker = worker
+        try:
+            ok, why = worker.load(contract=contract, device=device, against=against.lookup if against else None, repeat=repeat, origin=cand.origin)
+        except WorkerFailure as failure:
+            detail = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
+            error = ErrorRecord(kind=failure.kind, case=f"loading {target.lookup}", message=failure.message, traceback=detail)
+            return _not_run(cand, contract, device, seed=plan.seed, command=command, error=error), None
+    else:
+        ok, why = cand.available(device)
+        if ok and against_c is not None:
+            ok, why2 = against_c.available(device)
+            why = why if ok else f"--against {against_c.name}: {why2}"
+    if not ok:
+        return _not_run(cand, contract, device, seed=plan.seed, command=command, reason=why), why
+    specs, total = plan.specs()
+    label = cand.name + (f" vs {against_c.name}" if against_c else "")
+    with Progress(label, total, enabled=progress) as bar:
+        result = check_candidate(
+            cand, specs, contract=contract, device=device, against=against_c, exact=exact, seed=plan.seed,
+            command=command, progress=bar, repeat=repeat, worker=worker, should_stop=stop, options=options,
+        )  # fmt: skip
+        bar.close(result.summary.status.word)
+    return result, None
+
+
+def run_checks(
+    names: list[str],
+    *,
+    contract: str | None = None,
+    against: str | None = None,
+    exact: bool = False,
+    rows: int = DEFAULT_ROWS,
+    seed: int = 0,
+    families: list[str] | None = None,
+    device: str | None = None,
+    experts: int = 896,
+    topk: int = 16,
+    shard: tuple[int, int] | None = None,
+    replay: CaseSpec | None = None,
+    isolate: bool | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    repeat: int = 1,
+    out: Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+    command: str = "",
+    stop: Callable[[], object] | None = None,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> CheckRun:
+    """Check ``names`` (registered names, ``module:attr`` specs, or ``["all"]``) and write their bundles under ``out``.
+
+    One name writes its bundle at ``out``; several write one folder each
+    (``bundle_dirname``) plus ``index.json``. Each bundle is written as soon
+    as its check finishes. ``stop()`` turning true ends the run after the
+    current case (status ``interrupted``; later candidates are not started).
+    """
+    stop = stop or (lambda: None)
+    everything = names == ["all"]
+    if not everything and "all" in names:
+        raise OptionError("--candidate all cannot be combined with other names")
+    if topk > experts:
+        raise OptionError(f"--topk {topk} is larger than --experts {experts}; choose --topk <= {experts}")
+    families = list(families or FAMILY_NAMES)
+    plan = _Plan(families, rows, seed, experts, topk, shard, replay)
+    options = {"rows": rows, "families": families, "experts": experts, "topk": topk, "repeat": repeat, "exact": exact}
+    targets: list[Target] = []
+    against_t: Target | None = None
+    try:
+        if everything:
+            targets = [Target(c, name) for name, c in all_candidates().items()]
+        else:
+            targets = [resolve(n, role="--candidate", isolate=isolate, timeout=timeout, stop=stop) for n in names]
+        if against:
+            against_t = resolve(against, role="--against", isolate=isolate, timeout=timeout, stop=stop)
+            if against_t.worker is not None:  # it runs in each candidate's worker; only its name was needed here
+                against_t.worker.close()
+                against_t.worker = None
+        several = len(targets) > 1
+        label = "all" if everything else ("+".join(t.candidate.name for t in targets) if several else targets[0].candidate.name)
+        run = CheckRun(out=prepare_out(out or default_out(label), force=force), several=several)
+        _run_targets(run, targets, against_t, everything=everything, plan=plan, contract=contract, device=device, exact=exact,
+                     isolate=isolate, timeout=timeout, repeat=repeat, progress=progress, command=command, stop=stop,
+                     options=options, shard=shard, on_result=on_result)  # fmt: skip
+        return run
+    finally:
+        for t in targets:
+            if t.worker is not None:
+                t.worker.close()
+
+
+def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *, everything: bool, plan: _Plan, shard, on_result, stop, **check) -> None:
+    taken: set[str] = set()
+    for position, target in enumerate(targets):
+        if stop():
+            run.not_started = [t.candidate.name for t in targets[position:]]
+            break
+        try:
+            result, unavailable = _check_one(target, against, plan=plan, stop=stop, **check)
+        except Interrupted:
+            run.not_started = [t.candidate.name for t in targets[position:]]
+            break
+        except KeyboardInterrupt:  # a second signal outside a candidate's run: keep what finished
+            run.interrupted = run.interrupted or "SIGINT"
+            run.not_started = [t.candidate.name for t in targets[position:]]
+            break
+        finally:
+            if target.worker is not None:
+                target.worker.close()
+                target.worker = None
+        s = result.summary
+        if unavailable is not None and not everything:
+            run.unavailable.append((s.candidate, unavailable))
+        if unavailable is None:
+            s.environment = environment(s.device)
+            s.shard = f"{shard[0]}/{shard[1]}" if shard else None
+        folder = run.out
+        if run.several:
+            name = bundle_dirname(s.candidate)
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            folder = run.out / name
+        s.bundle = str(folder)
+        write_check_bundle(folder, result)
+        run.results.append(result)
+        if on_result is not None:
+            on_result(result)
+        if s.status is Status.INTERRUPTED:
+            run.interrupted = s.interrupted
+            run.not_started = [t.candidate.name for t in targets[position + 1 :]]
+            break
+    if stop():
+        run.interrupted = run.interrupted or str(stop())
+    if run.several:
+        write_index(run.out, run.summaries, command=check["command"], interrupted=run.interrupted, not_started=run.not_started)

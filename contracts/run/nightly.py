@@ -1,0 +1,413 @@
+"""The nightly: check everything this host can run, in one dated bundle (``python -m contracts nightly``).
+
+What runs, each through the library (never another command's ``main``):
+
+1. a check of every registered candidate (``candidates`` picks some), each
+   in ``candidates/<name>/``; one unavailable here is recorded with its reason.
+2. checks ``--against`` for the pairs that make sense on this host
+   (``pairs/<a>--vs--<b>/``): radix4 vs aiter on ROCm, serial vs block-argmax
+   with ``--exact`` on NVIDIA, aiter vs aiter-model wherever aiter runs. A
+   pair that does not apply is recorded as skipped, with why.
+3. the probe (the tie order each candidate follows) in ``probe/<name>/``,
+   and the bench (latency per launch) in ``bench/``. The bench runs by
+   default only on a GPU host: CPU wall-clock figures on a shared machine
+   are too noisy for a night-to-night diff (``bench=True`` forces it).
+4. ``junit.xml``, and with ``compare_previous`` the regression diff against
+   the newest earlier bundle of the same execution target (``diff.md``,
+   ``diff.json``), looked up at the upload URL, or beside the bundle when
+   there is no URL.
+5. ``nightly.json``, the versioned envelope, written last; then, with an
+   upload URL, the bundle is copied to ``URL/YYYY/MM/DD/<name>/`` and verified.
+
+The bundle is ``out/nightly-<UTC time>-<backend>``; the backend (cpu,
+cuda, rocm) keeps the bundles of a CI matrix apart. Rows per check: 250,000
+on a GPU host, 50,000 on a CPU-only one. A SIGINT/SIGTERM stops the check
+in progress after its current case (its bundle keeps what ran, status
+``interrupted``), skips what was not started, and still writes the envelope,
+JUnit and totals, so the stop is visible everywhere.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import importlib.metadata
+import platform
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..candidates import all_candidates, get_candidate
+from ..reports._atomic import write_json, write_text
+from ..reports.environment import environment, git_commit
+from ..reports.schema import NightlyEnvelope, to_json
+from .checks import bundle_dirname, run_checks
+from .options import OptionError
+
+__all__ = ["CPU_ROWS", "GPU_ROWS", "NIGHTLY_SCHEMA_VERSION", "PAIRS", "NightlyRun", "Pair", "execution_target", "run_nightly"]
+
+NIGHTLY_SCHEMA_VERSION = 1
+CPU_ROWS, GPU_ROWS = 50_000, 250_000
+PACKAGE = "router-contracts"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two candidates checked against each other (``check --against``)."""
+
+    candidate: str
+    against: str
+    exact: bool
+    backends: tuple[str, ...]  # where the pair makes sense; () = wherever both run
+    why: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.candidate} vs {self.against}"
+
+
+PAIRS = (
+    Pair("radix4", "aiter", False, ("rocm",), "our radix-4 kernel against AMD aiter itself, same GPU"),
+    Pair("serial", "block-argmax", True, ("cuda",), "the block-parallel argmax must be bit-identical to the serial scan"),
+    Pair("aiter", "aiter-model", False, (), "aiter against its behavioural model: does the model still describe aiter?"),
+)
+# Our kernels first in the bench, so the table's ratios read against radix4.
+BENCH_ORDER = ("radix4", "block-argmax", "serial", "aiter", "torch-native", "aiter-model")
+
+
+@dataclass
+class NightlyRun:
+    bundle: Path
+    envelope: NightlyEnvelope
+    regressed: bool
+    failed: bool
+    interrupted: str | None
+    upload_error: str | None = None
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _suite_version() -> str | None:
+    try:
+        return importlib.metadata.version(PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def execution_target(device: str) -> dict:
+    env = environment(device)
+    model = env.get("device_name")
+    if env.get("backend") == "cpu":
+        model = _cpu_model() or model
+    return {
+        "backend": env.get("backend"),
+        "device": device,
+        "device_model": model,
+        "runtime": env.get("runtime"),
+        "driver": env.get("driver"),
+        "torch": env.get("torch"),
+        "python": env.get("python"),
+        "platform": env.get("platform"),
+        "host": platform.node(),
+    }
+
+
+def _tool(module: str, attr: str):
+    """``module.attr`` if the module is in this checkout, else None (the envelope then says so)."""
+    try:
+        return getattr(importlib.import_module(module), attr, None)
+    except ImportError:
+        return None
+
+
+def _check_record(label: str, folder: Path, bundle: Path, command: str, run: Callable) -> dict:
+    print(f"\n== check {label} ==", flush=True)
+    record = {"bundle": folder.relative_to(bundle).as_posix(), "command": command}
+    try:
+        checked = run()
+    except OptionError as exc:
+        return {**record, "status": "error", "reason": str(exc)}
+    except Exception as exc:  # a crash of the harness for one check must not lose the others
+        return {**record, "status": "error", "reason": f"the check raised {type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(limit=5)[-4000:]}  # fmt: skip
+    if not checked.results:
+        return {**record, "status": "interrupted", "reason": f"not started: the nightly was interrupted ({checked.interrupted or 'signal'})"}
+    summary = checked.results[0].summary
+    record["status"] = summary.status.value
+    if summary.reason:
+        record["reason"] = summary.reason
+    record["summary"] = {k: v for k, v in to_json(summary).items() if k != "environment"}
+    return record
+
+
+def _pair_skip(pair: Pair, backend: str, known: dict, names: list[str], chosen: bool, candidates: dict) -> str | None:
+    """Why the pair is skipped here, or None to run it."""
+    missing = [n for n in (pair.candidate, pair.against) if n not in known]
+    if missing:
+        return f"candidate {', '.join(map(repr, missing))} is not registered here"
+    if pair.backends and backend not in pair.backends:
+        return f"only on {'/'.join(pair.backends)} hosts (this host: {backend})"
+    if chosen and not {pair.candidate, pair.against} <= set(names):
+        return "not among --candidates"
+    for name in (pair.candidate, pair.against):
+        if (candidates.get(name) or {}).get("status") == "unavailable":
+            return f"{name} is unavailable here: {candidates[name].get('reason')}"
+    return None
+
+
+def _probes(names: list[str], device: str | None, seed: int, bundle: Path, stop) -> dict:
+    run_probe = _tool("contracts.run.probe", "run_probe")
+    if run_probe is None:
+        return {"status": "not available", "reason": "probe not available (contracts.probe is not in this checkout)"}
+    from .checks import device_for
+
+    runs = {}
+    for name in names:
+        if stop():
+            runs[name] = {"status": "skipped", "reason": f"the nightly was interrupted ({stop()})"}
+            continue
+        folder = bundle / "probe" / bundle_dirname(name)
+        print(f"\n== probe {name} ==", flush=True)
+        run = {"command": f"python -m contracts probe --candidate {name} --out {folder} --seed {seed}" + (f" --device {device}" if device else "")}
+        try:
+            candidate = get_candidate(name)
+            done = run_probe(candidate, out=folder, device=device_for(candidate, device), seed=seed, command=run["command"])
+        except Exception as exc:  # noqa: BLE001 -- one probe must not lose the others
+            runs[name] = {**run, "status": "error", "reason": f"the probe raised {type(exc).__name__}: {exc}",
+                          "traceback": traceback.format_exc(limit=5)[-4000:]}  # fmt: skip
+            continue
+        doc = done.doc
+        run.update(path=done.path.relative_to(bundle).as_posix(), status=doc.get("status"), matches=doc.get("matches"),
+                   consistent=doc.get("consistent"), error=doc.get("error"))  # fmt: skip
+        if done.status == "unavailable":
+            run["reason"] = done.reason
+        runs[name] = run
+    return {"status": "ok", "runs": runs}
+
+
+def _bench(names: list[str], device: str | None, seed: int, bundle: Path, wanted: bool | None, gpu: bool) -> dict:
+    if wanted is None and not gpu:
+        return {"status": "skipped", "reason": "no GPU: CPU wall-clock latencies on a shared host are too noisy to diff night to night (--bench runs it anyway)"}
+    if wanted is False:
+        return {"status": "skipped", "reason": "--no-bench"}
+    run_bench = _tool("contracts.run.bench", "run_bench")
+    if run_bench is None:
+        return {"status": "not available", "reason": "bench not available (contracts.bench is not in this checkout)"}
+    from .bench import BenchOptions, write_bench
+
+    if gpu:
+        # The oracle is a reference, not a router to time: on a GPU it cannot be
+        # graph-captured and would only put every ratio against a slow baseline.
+        names = sorted((n for n in names if n != "oracle"), key=lambda n: BENCH_ORDER.index(n) if n in BENCH_ORDER else len(BENCH_ORDER))
+    if not names:
+        return {"status": "skipped", "reason": "no candidate ran here"}
+    folder = bundle / "bench"
+    record = {"command": f"python -m contracts bench --candidate {','.join(names)} --out {folder} --seed {seed}" + (f" --device {device}" if device else "")}
+    print("\n== bench ==", flush=True)
+    try:
+        import torch
+
+        known = all_candidates()
+        report = run_bench([known[n] for n in names], BenchOptions(seed=seed), device=device or ("cuda" if torch.cuda.is_available() else "cpu"),
+                           command=record["command"])  # fmt: skip
+        write_bench(folder, report)
+    except Exception as exc:  # noqa: BLE001
+        return {**record, "status": "error", "reason": f"the bench raised {type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)[-4000:]}
+    timed = any(p["status"] == "timed" for c in report["candidates"] for p in c["results"])
+    record.update(status="ok" if timed else "error", path="bench/bench.json")
+    if not timed:
+        record["reason"] = "no candidate could be timed on this host"
+    return record
+
+
+def _bundle_dir(out: Path, started: dt.datetime, backend: str) -> Path:
+    base = f"nightly-{started:%Y%m%dT%H%M%SZ}-{backend}"
+    folder, n = out / base, 1
+    while folder.exists():
+        n += 1
+        folder = out / f"{base}-{n}"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def _same_target(a: dict | None, b: dict) -> bool:
+    return bool(a) and all(a.get(k) == b.get(k) for k in ("backend", "device_model"))
+
+
+def _previous_bundle(bundle: Path, target: dict, upload: str | None) -> tuple[str | None, str]:
+    """The newest earlier bundle of the same execution target, and where it was looked for."""
+    from ..reports.bundle import BundleError, read_json
+
+    if upload:
+        from ..reports.upload import list_bundles, read_remote_json
+
+        for remote in reversed(list_bundles(upload)):
+            if remote.name >= bundle.name:
+                continue
+            try:
+                doc = read_remote_json(remote.url + "/nightly.json")
+            except (OSError, ValueError):
+                continue
+            if _same_target(doc.get("execution_target"), target):
+                return remote.url, upload
+        return None, upload
+    for path in sorted(bundle.parent.glob("nightly-*/nightly.json"), reverse=True):
+        if path.parent.name >= bundle.name:
+            continue
+        try:
+            doc = read_json(path)
+        except BundleError:
+            continue
+        if isinstance(doc, dict) and _same_target(doc.get("execution_target"), target):
+            return str(path.parent), str(bundle.parent)
+    return None, str(bundle.parent)
+
+
+def _compare(bundle: Path, target: dict, upload: str | None, threshold: float) -> dict:
+    from ..reports.diff import diff_bundles, load_bundle
+
+    try:
+        previous, where = _previous_bundle(bundle, target, upload)
+    except Exception as exc:
+        return {"previous": None, "status": "error", "reason": f"could not list earlier bundles: {type(exc).__name__}: {exc}"}
+    if previous is None:
+        print(f"\ncompare-previous: no earlier bundle for this execution target under {where}")
+        return {"previous": None, "status": "no previous", "reason": f"no earlier bundle for this execution target under {where}"}
+    try:
+        result = diff_bundles(load_bundle(previous), load_bundle(bundle), latency_threshold=threshold)
+    except ValueError as exc:
+        return {"previous": previous, "status": "error", "reason": f"could not read a bundle: {exc}"}
+    text = result.render()
+    print("\n" + text, end="")
+    write_json(bundle / "diff.json", result.to_dict())
+    write_text(bundle / "diff.md", "# Regression diff against the previous nightly\n\n```\n" + text + "```\n")
+    return {"previous": previous, "status": "regression" if result.regressed else "no regression",
+            "regressions": result.regressions, "changes": len(result.changes), "report": "diff.md"}  # fmt: skip
+
+
+def _names(candidates: list[str] | None, known: dict) -> list[str]:
+    if not candidates:
+        return list(known)
+    unknown = [n for n in candidates if n not in known and ":" not in n]
+    if unknown:
+        raise OptionError(f"--candidates: unknown {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}")
+    return list(candidates)
+
+
+def run_nightly(
+    *,
+    out: Path = Path("reports"),
+    upload: str | None = None,
+    rows: int | None = None,
+    seed: int = 0,
+    device: str | None = None,
+    candidates: list[str] | None = None,
+    compare_previous: bool = False,
+    latency_threshold: float = 0.10,
+    probe: bool = True,
+    bench: bool | None = None,
+    command: str = "",
+    stop: Callable[[], object] | None = None,
+) -> NightlyRun:
+    """Run the nightly (see the module docstring) and write its bundle under ``out``."""
+    import torch
+
+    stop = stop or (lambda: None)
+    started, clock = _now(), time.perf_counter()
+    gpu = torch.cuda.is_available() and device != "cpu"
+    target = execution_target("cuda" if gpu else "cpu")
+    rows = rows or (GPU_ROWS if gpu else CPU_ROWS)
+    known = all_candidates()
+    names = _names(candidates, known)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        bundle = _bundle_dir(out, started, target["backend"])
+    except OSError as exc:
+        raise OptionError(f"--out {out} is not writable ({exc.strerror or exc}); choose another directory") from None
+    print(f"nightly bundle: {bundle} ({target['backend']}, {target['device_model']}; {rows:,} rows per check, seed {seed})")
+    common = dict(rows=rows, seed=seed, device=device, progress=True, stop=stop)
+
+    checked = {}
+    for name in names:
+        folder = bundle / "candidates" / bundle_dirname(name)
+        line = f"python -m contracts check --candidate {name} --rows {rows} --seed {seed} --out {folder}" + (f" --device {device}" if device else "")
+        checked[name] = _check_record(name, folder, bundle, line, lambda name=name, folder=folder, line=line: run_checks([name], out=folder, command=line, **common))
+
+    pairs = {}
+    for pair in PAIRS:
+        base = {"candidate": pair.candidate, "against": pair.against, "exact": pair.exact, "why": pair.why}
+        skip = _pair_skip(pair, target["backend"], known, names, bool(candidates), checked)
+        if skip:
+            pairs[pair.label] = {**base, "status": "skipped", "reason": skip}
+            continue
+        folder = bundle / "pairs" / f"{bundle_dirname(pair.candidate)}--vs--{bundle_dirname(pair.against)}"
+        pair_device = device or ("cuda" if gpu else "cpu")
+        line = (f"python -m contracts check --candidate {pair.candidate} --against {pair.against} --rows {rows} --seed {seed} "
+                f"--device {pair_device} --out {folder}" + (" --exact" if pair.exact else ""))  # fmt: skip
+        record = _check_record(pair.label, folder, bundle, line, lambda pair=pair, folder=folder, line=line: run_checks(
+            [pair.candidate], against=pair.against, exact=pair.exact, out=folder, command=line, **{**common, "device": pair_device}))  # fmt: skip
+        if record.get("status") == "unavailable":
+            record = {**record, "status": "skipped"}
+        pairs[pair.label] = {**base, **record}
+
+    ran = [n for n, r in checked.items() if r.get("status") in ("pass", "fail") or (r.get("summary") or {}).get("rows_checked")]
+    probes = _probes(ran, device, seed, bundle, stop) if probe else {"status": "skipped", "reason": "--no-probe"}
+    benched = _bench(ran, device, seed, bundle, bench, gpu) if not stop() else {"status": "skipped", "reason": f"the nightly was interrupted ({stop()})"}
+
+    envelope = NightlyEnvelope(
+        name=bundle.name, started=_iso(started), command=command, schema_version=NIGHTLY_SCHEMA_VERSION,
+        suite={"name": PACKAGE, "version": _suite_version(), "git_commit": git_commit()},
+        options={"rows": rows, "seed": seed, "device": device, "candidates": ",".join(candidates) if candidates else None},
+        execution_target=target, candidates=checked, pairs=pairs, probe=probes, bench=benched,
+    )  # fmt: skip
+    return _finish(envelope, bundle, clock, stop, upload=upload, compare_previous=compare_previous, latency_threshold=latency_threshold)
+
+
+def _finish(envelope: NightlyEnvelope, bundle: Path, clock: float, stop, *, upload, compare_previous, latency_threshold) -> NightlyRun:
+    """Totals, JUnit, the diff, the envelope (last), the upload."""
+    from ..reports.junit import entries_for_bundle, write_junit
+
+    statuses = [r.get("status") for r in (*envelope.candidates.values(), *envelope.pairs.values())]
+    envelope.totals = {s: statuses.count(s) for s in ("pass", "fail", "error", "interrupted", "unavailable", "skipped")}
+    envelope.interrupted = str(stop()) if stop() else None
+    write_json(bundle / "nightly.json", to_json(envelope))  # the diff and JUnit read it; rewritten below
+    entries, tools = entries_for_bundle(bundle)
+    write_junit(bundle / "junit.xml", entries, tools)
+    if compare_previous:
+        envelope.comparison = _compare(bundle, envelope.execution_target, upload, latency_threshold)
+    if upload:
+        from ..reports.upload import dated_destination
+
+        envelope.upload = {"destination": dated_destination(upload, bundle.name)}
+    envelope.finished = _iso(_now())
+    envelope.duration_s = round(time.perf_counter() - clock, 1)
+    write_json(bundle / "nightly.json", to_json(envelope))
+    upload_error = None
+    if upload:
+        from ..reports.upload import UploadError, upload_bundle
+
+        try:
+            upload_bundle(bundle, upload)
+        except UploadError as exc:
+            upload_error = str(exc)
+    regressed = (envelope.comparison or {}).get("status") == "regression"
+    failed = any(s in ("fail", "error", "interrupted") for s in statuses)
+    return NightlyRun(bundle, envelope, regressed, failed, envelope.interrupted, upload_error)

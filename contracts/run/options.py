@@ -1,0 +1,62 @@
+"""Options shared by the library functions, validated in one line each, with the fix in the message.
+
+Light on purpose (no torch): the commands validate their arguments with
+these before anything heavy loads.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MAX_REPLAY_ROWS", "OptionError", "parse_families", "parse_replay", "parse_shard"]
+
+MAX_REPLAY_ROWS = 1 << 20  # a replayed case is one case: the largest the plan makes is far below this
+
+
+class OptionError(ValueError):
+    """An option that cannot run; the message names it, its value and the fix."""
+
+
+def parse_families(text: str | None, *, option: str = "--families") -> list[str] | None:
+    """A comma-separated subset of the families, in the given order; None for all."""
+    from ..cases.families import FAMILY_NAMES
+
+    if text is None:
+        return None
+    chosen = [f.strip() for f in text.split(",") if f.strip()]
+    unknown = [f for f in chosen if f not in FAMILY_NAMES]
+    if unknown or not chosen:
+        raise OptionError(f"{option}: unknown family {', '.join(map(repr, unknown)) or repr(text)}; known: {', '.join(FAMILY_NAMES)}")
+    return chosen
+
+
+def parse_shard(text: str | None, *, option: str = "--shard") -> tuple[int, int] | None:
+    if not text:
+        return None
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise OptionError(f"{option} {text!r} must look like I/N, e.g. {option} 2/4") from None
+    if n < 1 or not 1 <= i <= n:
+        raise OptionError(f"{option} {text}: need 1 <= I <= N (got I={i}, N={n}); e.g. {option} 1/{max(n, 1)}")
+    return i, n
+
+
+def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"):
+    """``FAMILY:SEED:ROWS`` (a report's replay id) as a CaseSpec, every part checked."""
+    from ..cases.families import FAMILY_NAMES
+    from ..cases.plan import CaseSpec
+
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS, as printed in a report's replay line")
+    family, seed_text, rows_text = parts
+    if family not in FAMILY_NAMES:
+        raise OptionError(f"{option} family {family!r} is unknown; known: {', '.join(FAMILY_NAMES)}")
+    try:
+        seed, rows = int(seed_text), int(rows_text)
+    except ValueError:
+        raise OptionError(f"{option} {text!r}: SEED and ROWS must be integers, as printed in a report's replay line") from None
+    if not 0 <= seed < 2**31:
+        raise OptionError(f"{option} seed {seed} is out of range: case seeds are 0..2^31-1 (copy the replay line of a report)")
+    if not 1 <= rows <= MAX_REPLAY_ROWS:
+        raise OptionError(f"{option} rows must be 1..{MAX_REPLAY_ROWS:,} (one case), got {rows:,}")
+    return CaseSpec(family, seed, rows, experts, topk)

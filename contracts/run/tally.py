@@ -1,0 +1,226 @@
+"""The running totals of one check: case outcomes in, one ``Summary`` (and its cells and details) out.
+
+Counts are exact and grow case by case; what is kept per row is capped
+(cells at ``max_cells``, row examples a few per clause, tie-straddling
+rows preferred), so memory stays bounded by the largest case however many
+rows run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..cases import Case, CaseSpec
+from ..compare import CaseOutcome
+from ..reports.schema import (
+    CELL_COLUMNS,
+    AgainstSides,
+    CheckResult,
+    DeclaredDeviation,
+    Determinism,
+    ErrorRecord,
+    FamilyCounts,
+    RowDetail,
+    Summary,
+    decide_status,
+)
+
+__all__ = ["DETAILS_PER_CLAUSE", "DETERMINISM_EXAMPLES", "Tally"]
+
+DETAILS_PER_CLAUSE = 5
+DETERMINISM_EXAMPLES = 5
+
+
+@dataclass
+class Tally:
+    candidate: str
+    contract: str
+    clause_names: tuple[str, ...]
+    device: str
+    deviations: dict[str, str]
+    replay: Callable[[CaseSpec, int | None], str]
+    against: str | None = None
+    exact: bool = False
+    repeat: int = 1
+    max_cells: int = 100_000
+
+    families: dict[str, FamilyCounts] = field(default_factory=dict)
+    verdicts: dict[str, int] = field(default_factory=dict)
+    cells: list[dict] = field(default_factory=list)
+    cells_total: int = 0
+    details: dict[str, list[dict]] = field(default_factory=dict)
+    inexact_rows: int = 0
+    max_ulp: float = 0.0
+    error: ErrorRecord | None = None  # the first failure: a Python exception (a finding) or what ended the run
+    fatal: bool = False
+    interrupted: str | None = None
+    sides: AgainstSides = field(default_factory=AgainstSides)
+    determinism: Determinism = None
+    started: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self):
+        self.clauses = dict.fromkeys(self.clause_names, 0)
+        self.expected_seen = dict.fromkeys(self.deviations, 0)
+        graph = self.device.startswith("cuda") and self.repeat > 1
+        self.determinism = Determinism(repeat=self.repeat, graph_replay=graph, declared=self.deviations.get("determinism"))
+
+    def family(self, spec: CaseSpec) -> FamilyCounts:
+        return self.families.setdefault(spec.family, FamilyCounts())
+
+    # ---------------------------------------------------------------- what happened
+    def skipped(self, spec: CaseSpec, reason: str) -> None:
+        f = self.family(spec)
+        f.rows_skipped += spec.rows
+        f.skip_reasons[reason] = f.skip_reasons.get(reason, 0) + spec.rows
+
+    def failed(self, kind: str, spec: CaseSpec | None, message: str, traceback_text: str = "", *, fatal: bool, stderr_tail: str | None = None, case: str | None = None) -> None:
+        if self.error is None:
+            self.error = ErrorRecord(
+                kind=kind, case=case or (spec.replay_id if spec else ""), message=message, traceback=traceback_text or message,
+                replay=self.replay(spec, None) if spec else None, stderr_tail=stderr_tail,
+            )  # fmt: skip
+        self.fatal = self.fatal or fatal
+
+    def compared(self, case: Case, outcome: CaseOutcome, *, oracle_side=None, message: str | None = None) -> None:
+        spec = case.spec
+        f = self.family(spec)
+        f.rows += spec.rows
+        for verdict, n in outcome.verdict_counts.items():
+            self.verdicts[verdict] = self.verdicts.get(verdict, 0) + n
+        f.mismatched_rows += outcome.verdict_counts.get("mismatch", 0)
+        f.near_tie_rows += outcome.verdict_counts.get("near_tie", 0)
+        f.expected_rows += outcome.verdict_counts.get("expected", 0)
+        for clause, n in outcome.clause_rows.items():
+            self.clauses[clause] = self.clauses.get(clause, 0) + n
+            f.clauses[clause] = f.clauses.get(clause, 0) + n
+        for clause, n in outcome.expected_rows.items():
+            self.expected_seen[clause] = self.expected_seen.get(clause, 0) + n
+            f.expected_clauses[clause] = f.expected_clauses.get(clause, 0) + n
+        self.inexact_rows += outcome.inexact_weight_rows
+        self.max_ulp = max(self.max_ulp, outcome.max_weight_ulp)
+        if message is not None:
+            for d in outcome.rows_detail + outcome.cells:
+                d["reason"] = message
+        label = self._sides(oracle_side, outcome) if oracle_side is not None and None not in oracle_side else {}
+        meta = {"family": spec.family, "case_seed": spec.case_seed, "case": spec.replay_id}
+        self.cells_total += len(outcome.cells)
+        room = self.max_cells - len(self.cells)
+        if room > 0:
+            self.cells.extend({**meta, **cell} for cell in outcome.cells[:room])
+        for d in outcome.rows_detail:
+            if d["row"] in label:
+                d["oracle_agrees_with"] = label[d["row"]]
+            elif label or oracle_side is not None:
+                d["oracle_agrees_with"] = "both"
+            self._keep_detail(d["clause"] if d["verdict"] != "near_tie" else "near_tie", d, meta, case)
+
+    def _keep_detail(self, key: str, d: dict, meta: dict, case: Case) -> None:
+        bucket = self.details.setdefault(key, [])
+        if len(bucket) < DETAILS_PER_CLAUSE or (d.get("straddles_cutoff") and not all(x.get("straddles_cutoff") for x in bucket)):
+            d = {**meta, **d, "renormalize": case.renormalize, "routed_scaling_factor": case.routed_scaling_factor,
+                 "replay": self.replay(case.spec, d["row"])}  # fmt: skip
+            bucket.append(d)
+            bucket.sort(key=lambda x: not x.get("straddles_cutoff"))
+            del bucket[DETAILS_PER_CLAUSE:]
+
+    def _sides(self, oracle_side, outcome: CaseOutcome) -> dict[int, str]:
+        """Where the two candidates differ, count the rows by the side the oracle agrees with; label the examples."""
+        candidate_ok, against_ok, pair_ok = (t.tolist() for t in oracle_side)
+        label = {}
+        for row, (a_ok, b_ok, same) in enumerate(zip(candidate_ok, against_ok, pair_ok)):
+            if not same:
+                label[row] = "candidate" if a_ok else ("against" if b_ok else "neither")
+                setattr(self.sides, label[row], getattr(self.sides, label[row]) + 1)
+        return label
+
+    def nondeterministic(self, call, case: Case) -> None:
+        spec = case.spec
+        det = self.determinism
+        det.rows_differing += call.differing_rows
+        det.cases += 1
+        meta = {"family": spec.family, "case_seed": spec.case_seed, "case": spec.replay_id}
+        if len(det.examples) < DETERMINISM_EXAMPLES:
+            det.examples.append({**meta, "calls": call.differing_calls, "rows_differing": call.differing_rows,
+                                 "rows": call.differing_sample, "replay": self.replay(spec, None)})  # fmt: skip
+        bucket = self.details.setdefault("determinism", [])
+        d = call.difference
+        if len(bucket) < DETAILS_PER_CLAUSE and d:
+            bucket.append({
+                **meta,
+                "row": d["row"],
+                "clause": "determinism",
+                "verdict": "expected" if det.declared else "mismatch",
+                "reason": f"{d['call']} differs from call 1 on {call.differing_rows} of {spec.rows} rows" + (f" ({d['message']})" if d.get("message") else ""),
+                # "expected" is the first call's answer, "actual" the differing call's
+                "expected_ids": d["first_ids"],
+                "actual_ids": d["ids"],
+                "expected_weights": d["first_weights"],
+                "actual_weights": d["weights"],
+                "renormalize": case.renormalize,
+                "routed_scaling_factor": case.routed_scaling_factor,
+                "replay": self.replay(spec, d["row"]),
+            })  # fmt: skip
+
+    def note(self, notes) -> None:
+        self.determinism.notes.extend(n for n in notes if n not in self.determinism.notes)
+
+    # ---------------------------------------------------------------- the record
+    def result(self, *, seed: int, command: str, isolated: bool, options: dict | None = None) -> CheckResult:
+        import pandas as pd
+
+        elapsed = time.perf_counter() - self.started
+        rows_checked = sum(f.rows for f in self.families.values())
+        mismatched = self.verdicts.get("mismatch", 0)
+        deviations = {
+            clause: DeclaredDeviation(reason=why, rows=self.expected_seen.get(clause, 0), observed=self.expected_seen.get(clause, 0) > 0)
+            for clause, why in self.deviations.items()
+        }
+        if "weight_accuracy" in deviations and self.inexact_rows:
+            # Within tolerance yet not bit-equal: the ULP-level deviation shows here.
+            deviations["weight_accuracy"].inexact_rows = self.inexact_rows
+            deviations["weight_accuracy"].observed = True
+        det = self.determinism
+        if det.declared:
+            deviations["determinism"].rows = det.rows_differing
+            deviations["determinism"].observed = det.rows_differing > 0
+        status = decide_status(
+            interrupted=bool(self.interrupted), fatal=self.fatal, mismatched_rows=mismatched,
+            nondeterministic=det.rows_differing > 0 and not det.declared, raised=self.error is not None, rows_checked=rows_checked,
+        )  # fmt: skip
+        summary = Summary(
+            candidate=self.candidate,
+            contract=self.contract,
+            device=self.device,
+            status=status,
+            against=self.against,
+            rows_checked=rows_checked,
+            rows_skipped=sum(f.rows_skipped for f in self.families.values()),
+            mismatched_rows=mismatched,
+            near_tie_rows=self.verdicts.get("near_tie", 0),
+            expected_deviation_rows=self.verdicts.get("expected", 0),
+            exact_rows=self.verdicts.get("exact", 0),
+            within_tolerance_rows=self.verdicts.get("within_tolerance", 0),
+            max_weight_ulp=self.max_ulp,
+            clauses=self.clauses,
+            families=self.families,
+            expected_deviations=deviations,
+            bit_exact=self.exact,
+            error=self.error,
+            determinism=det,
+            interrupted=self.interrupted,
+            against_sides=self.sides if self.against is not None else None,
+            isolated=isolated,
+            seed=seed,
+            command=command,
+            duration_s=round(elapsed, 3),
+            rows_per_s=round(rows_checked / elapsed, 1) if elapsed > 0 else None,
+            cells_recorded=len(self.cells),
+            cells_total=self.cells_total,
+            cells_capped=self.cells_total > len(self.cells),
+            options=options,
+        )
+        details = [RowDetail(**d) for key in sorted(self.details) for d in self.details[key]]
+        cells = pd.DataFrame(self.cells, columns=list(CELL_COLUMNS))
+        return CheckResult(summary, cells, details)
