@@ -176,7 +176,7 @@ def pytest_report_header(config):
 def pytest_generate_tests(metafunc):
     if "contract_family" not in metafunc.fixturenames:
         return
-    from .families import FAMILIES
+    from .cases import FAMILIES
 
     metafunc.parametrize("contract_family", list(FAMILIES), ids=list(FAMILIES))
 

@@ -1,227 +1,360 @@
-"""Which clause a mismatched row breaks: the common row shapes vectorized, the rest row by row."""
+"""Which clauses a mismatched row breaks: every aspect checked on every row, vectorized.
+
+A row is looked at in three independent aspects, each naming at most one
+clause (the most specific explanation that fits):
+
+1. **validity**: ids out of range, an expert twice (but the expert-0
+   fallback of contracts that have one).
+2. **ids**: the candidate's experts against the expected ones.
+   - special values first: NaN chosen over a number, NaN slots in the wrong
+     order, NaN chosen at all where the contract never takes it, aiter's
+     round index emitted as an id (``nan_last``); slots beyond the values
+     that beat the floor (``sentinel_fallback``);
+   - grouped contracts: experts from a group the contract dropped
+     (``group_mask`` when more groups were used than kept, or the mask value
+     let a dropped expert through; ``group_selection`` when the candidate
+     kept other groups and chose right within them; ``group_tie_order`` when
+     those groups tie the kept ones exactly);
+   - equal ranking keys: an exact tie (equal inputs, both saturated, both
+     masked, or an infinite value) broken against the tie rule is
+     ``tie_order``; keys that are equal only by rounding, or values within
+     both scores' error bounds, are a **near tie** (not a failure);
+   - the counterfactuals: the ids a router would give that ranks -0.0 apart
+     from +0.0 (``signed_zero``, only when no simpler explanation fits), or
+     that flushes subnormal ranking values to zero (named in the reason);
+   - otherwise ``selection`` (another set) or ``output_order`` (the same
+     set in another order; never for contracts whose order is ``any``).
+3. **weights**: the candidate's weights against the contract's weights *for
+   the candidate's own experts* (matched by expert id), so a wrong selection
+   never hides a broken renormalization: ``bias_in_weight`` (the weights are
+   built from sig + bias), ``renorm_guard`` (a zero or negative sum divided,
+   or no renormalization), ``scaling`` (the factor applied twice or not at
+   all), else ``weight_accuracy``.
+
+The result is per-row arrays (``Blame``); text is made later, only for the
+rows a report shows (``contracts.compare.reasons``).
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 import oracle
 
-from .tolerance import f32_ulp, weights_close
+from .tolerance import near_allowance, weights_close
 
-__all__ = ["RowAttribution", "fast_attribution", "row_facts"]
+__all__ = ["CLAUSE_ORDER", "Blame", "NEAR_TIE", "attribute"]
 
+# Every clause name, in the order a row's primary clause is chosen (the first broken one wins).
+CLAUSE_ORDER: tuple[str, ...] = (
+    "validity", "group_mask", "group_selection", "group_tie_order", "nan_last", "sentinel_fallback",
+    "tie_order", "signed_zero", "selection", "output_order", "bias_in_weight", "renorm_guard", "scaling", "weight_accuracy",
+)  # fmt: skip
+INDEX = {name: i for i, name in enumerate(CLAUSE_ORDER)}
+NEAR_TIE = -2  # the ids aspect found only a near tie
+NONE = -1
 
-def _signed_zero_orders(case, keys, c: oracle.Contract, rows) -> list[torch.Tensor]:
-    """Ids a router would give for ``rows`` if it ranked -0.0 inputs below (or above) +0.0 ones.
-
-    Counterfactual attribution: a row is blamed on ``signed_zero`` only when the
-    candidate's ids equal one of these exactly, never because zeros were merely
-    present (a random tie order would then be blamed too).
-    """
-    x, b = case.scores[rows].float(), case.bias.float()
-    negative_zero = ((x == 0) & torch.signbit(x)).long() + ((b == 0) & torch.signbit(b)).long()
-    if not bool(negative_zero.any()):
-        return []
-    experts, k = x.shape[1], case.topk
-    priority = oracle.tie_priority(experts, c.tie_rule).to(x.device)
-    orders = []
-    for rank_negative_lower in (True, False):
-        s = negative_zero if rank_negative_lower else 2 - negative_zero
-        comp = keys.long() * (3 * experts) + (2 - s) * experts + (experts - 1 - priority)
-        orders.append(torch.topk(comp, k, dim=1).indices)
-    return orders
+# Reason codes: (clause, code) -> the reason's template; {slot}, {n}, {extra}, {missing}, ... are filled per row.
+R_OUT_OF_RANGE, R_TWICE = 1, 2
+R_ROUND_INDEX, R_NAN_OVER_NUMBER, R_NAN_ORDER, R_NAN_TAKEN, R_NUMBER_OVER_NAN = 10, 11, 12, 13, 14
+R_SENTINEL = 20
+R_GROUP_MASK, R_GROUP_SELECTION, R_GROUP_TIE = 30, 31, 32
+R_TIE_SET, R_TIE_ORDER, R_SIGNED_ZERO, R_NEAR_ULP, R_NEAR_SET = 40, 41, 42, 44, 45
+R_SELECTION, R_SELECTION_FTZ, R_ORDER, R_ORDER_FTZ = 50, 51, 52, 53
+R_BIAS, R_GUARD_DIVIDED, R_NOT_RENORMALIZED, R_SCALING, R_ACCURACY = 60, 61, 62, 63, 64
 
 
-def row_facts(keys, ranking, ids, topk: int):
-    """Per row: size of the tie group at the cutoff, whether it straddles, NaN count."""
-    cutoff = keys.gather(1, ids[:, topk - 1 : topk])
-    group = (keys == cutoff).sum(1)
-    inside = (keys.gather(1, ids) == cutoff).sum(1)
-    return group, group > inside, torch.isnan(ranking).sum(1)
+@dataclass
+class Blame:
+    """Per bad row (the rows passed in, in order): the clause of each aspect (index into CLAUSE_ORDER, or NONE / NEAR_TIE)."""
+
+    validity: torch.Tensor  # [B] NONE or INDEX["validity"]
+    ids: torch.Tensor  # [B] clause index, NONE, or NEAR_TIE
+    weights: torch.Tensor  # [B] clause index or NONE
+    validity_code: torch.Tensor
+    ids_code: torch.Tensor
+    weights_code: torch.Tensor
+    slot: torch.Tensor  # [B] the first differing slot (-1 if none)
+    reference_weights: torch.Tensor  # [B, k] the contract's weights for the candidate's own experts
+    weights_ok: torch.Tensor  # [B, k] bool
+
+    def broken(self) -> torch.Tensor:
+        """bool [B, len(CLAUSE_ORDER)]: every clause each row breaks."""
+        rows = self.ids.shape[0]
+        out = torch.zeros((rows, len(CLAUSE_ORDER)), dtype=torch.bool, device=self.ids.device)
+        for aspect in (self.validity, self.ids, self.weights):
+            hit = aspect >= 0
+            out[hit.nonzero().squeeze(1), aspect[hit]] = True
+        return out
 
 
-def fast_attribution(case, c, bad_t, e, a, keys, ranking, ids_equal, invalid) -> list:
-    """Vectorized attribution of the common row shapes; ``None`` where the per-row path must decide.
+@dataclass
+class _Rows:
+    """What attribution needs of the bad rows, gathered once."""
 
-    - aiter's round index (slot j holds id j where only -inf/NaN were left) -> nan_last;
-    - more NaN experts chosen than expected (NaN over a number) -> nan_last;
-    - every slot's key equal to the expected slot's key, ids differing: an exact tie
-      broken the wrong way (tie_order), or a coincidental one (near_tie); unless
-      the output is the signed-zero counterfactual (signed_zero).
-    """
-    rows, k = e.shape
-    verdict = [None] * rows
-    ke, ka = keys.gather(1, e), keys.gather(1, a)
-    nan_e, nan_a = ke == oracle.NAN_KEY, ka == oracle.NAN_KEY
-    differs = ~ids_equal
-    if c.name == "aiter":
-        slot = torch.arange(k, device=e.device)
-        neg_inf_e = ranking.gather(1, e) == -float("inf")
-        round_index = ((a == slot) & (e != slot) & (nan_e | neg_inf_e)).any(1)
-        nan_over_number = ~invalid & differs & ~round_index & (nan_a.sum(1) > nan_e.sum(1))
+    e: torch.Tensor  # [B, k] expected ids (long)
+    a: torch.Tensor  # [B, k] actual ids clamped into range (long)
+    w: torch.Tensor  # [B, k] actual weights
+    we: torch.Tensor  # [B, k] expected weights
+    keys: torch.Tensor  # [B, E]
+    selection: torch.Tensor  # [B, E]
+    ranking: torch.Tensor  # [B, E]
+    scores: torch.Tensor  # [B, E]
+    x: torch.Tensor  # [B, E] logits as fp32
+    bias: torch.Tensor | None  # [E]
+    valid: torch.Tensor  # [B] eligible slots of the oracle's answer
+    kept: torch.Tensor | None  # [B, G] bool
+    group_scores: torch.Tensor | None  # [B, G]
+
+
+def _gather(m: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    return m.gather(1, ids)
+
+
+def _member(ids: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+    """bool [B, k]: ids[:, j] is in the row's pool."""
+    return (ids.unsqueeze(2) == pool.unsqueeze(1)).any(2)
+
+
+def _exact_pairs(r: _Rows, p: torch.Tensor, q: torch.Tensor, c) -> torch.Tensor:
+    """bool, broadcast of p and q: experts p and q tie exactly in every faithful implementation."""
+    x, keys, sel = r.x, r.keys, r.selection
+    kp, kq = _gather(keys, p.flatten(1)).view(p.shape), _gather(keys, q.flatten(1)).view(q.shape)
+    xp, xq = _gather(x, p.flatten(1)).view(p.shape), _gather(x, q.flatten(1)).view(q.shape)
+    vp = _gather(sel, p.flatten(1)).view(p.shape)
+    same_x = (xp == xq) | (torch.isnan(xp) & torch.isnan(xq))
+    if r.bias is not None:
+        bp, bq = r.bias[p], r.bias[q]
+        same_b = (bp == bq) | (torch.isnan(bp) & torch.isnan(bq))
     else:
-        round_index = nan_over_number = torch.zeros_like(differs)
-    slot_ok = (ka == ke).all(1) & ~nan_e.any(1) & ~nan_a.any(1)
-    if c.name == "serial":
-        slot_ok &= (ranking.gather(1, e) > oracle.SERIAL_SENTINEL).all(1)
-    tie_like = ~invalid & differs & slot_ok & ~round_index
-    signed = torch.zeros_like(tie_like)
-    for alt in _signed_zero_orders(case, keys, c, bad_t):
-        signed |= (alt == a).all(1)
-    # Exact ties: equal inputs, both logits saturated, or an infinite ranking value.
-    x, b = case.scores[bad_t].float(), case.bias.float()
-    xe, xa, be, ba = x.gather(1, e), x.gather(1, a), b[e], b[a]
-    same_x = (xe == xa) | (torch.isnan(xe) & torch.isnan(xa))
-    same_b = (be == ba) | (torch.isnan(be) & torch.isnan(ba))
-    saturated = ((xe >= 20) & (xa >= 20)) | ((xe <= -90) & (xa <= -90))
-    exact_slot = torch.isinf(ranking.gather(1, e)) | (same_b & (same_x | saturated)) | (e == a)
-    exact_tie = exact_slot.all(1)
-    codes = torch.where(round_index, 1, torch.where(nan_over_number, 2, torch.where(tie_like & signed, 3,
-            torch.where(tie_like & exact_tie, 4, torch.where(tie_like, 5, 0))))).tolist()  # fmt: skip
-    meaning = {
-        1: ("nan_last", "round index emitted as the expert id where only -inf/NaN remain"),
-        2: ("nan_last", "a NaN expert was chosen over a number"),
-        3: ("signed_zero", "the output is what ranking -0.0 and +0.0 inputs apart would give"),
-        4: ("tie_order", "every slot holds an expert of the expected key: exact ties broken against the tie priority"),
-        5: ("near_tie", "different inputs that happen to round to equal ranking values, ordered otherwise"),
-    }
-    for i, code in enumerate(codes):
-        if code:
-            verdict[i] = meaning[code]
-    return verdict
+        same_b = torch.ones_like(same_x)
+    if c.scoring == "sigmoid":
+        saturated = ((xp >= 20) & (xq >= 20)) | ((xp <= -90) & (xq <= -90))
+    elif c.scoring == "softmax":
+        top = torch.nan_to_num(x, nan=-math.inf).amax(1).view(-1, *([1] * (p.dim() - 1)))
+        saturated = ((xp - top) <= -110) & ((xq - top) <= -110)  # exp underflows to exactly 0
+    else:
+        saturated = torch.zeros_like(same_x)
+    exact = torch.isinf(vp) | (same_b & (same_x | saturated)) | (p == q)
+    if r.kept is not None:
+        group = r.x.shape[1] // r.kept.shape[1]
+        kept_p = r.kept.gather(1, (p // group).flatten(1)).view(p.shape)
+        kept_q = r.kept.gather(1, (q // group).flatten(1)).view(q.shape)
+        exact |= ~kept_p & ~kept_q  # both masked: the mask value ties them
+    return (kp == kq) & exact
 
 
-class RowAttribution:
-    """Works out which clause one mismatched row breaks. Plain Python on one row."""
+def _near_pairs(r: _Rows, allow: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    vp = _gather(r.selection, p.flatten(1)).view(p.shape)
+    vq = _gather(r.selection, q.flatten(1)).view(q.shape)
+    ap = _gather(allow, p.flatten(1)).view(p.shape)
+    aq = _gather(allow, q.flatten(1)).view(q.shape)
+    finite = torch.isfinite(vp) & torch.isfinite(vq)
+    return finite & ((vp - vq).abs() <= ap + aq)
 
-    def __init__(self, contract, exp_ids, act_ids, keys, ranking, scores, bias, numbers, valid, sig, experts):
-        # keys, ranking, scores, bias, sig: indexable by expert id (dicts over the row's expected and actual ids)
-        self.c = contract
-        self.experts = experts
-        self.sig = sig
-        self.numbers, self.valid = numbers, valid  # non-NaN values; values > the serial sentinel
-        self.e, self.a = exp_ids, act_ids
-        self.keys, self.ranking = keys, ranking
-        self.scores, self.bias = scores, bias
-        self.k = len(exp_ids)
 
-    def _key(self, expert):
-        return self.keys[expert] if 0 <= expert < self.experts else None
+def _select_under(values: torch.Tensor, topk: int, c) -> torch.Tensor:
+    """The ids the contract would choose from ``values`` (a counterfactual ranking), in contract order."""
+    return oracle.select_ids(values, topk, contract=c).long()
 
-    def _allowance(self, expert):
-        sig, x = self.sig[expert], self.scores[expert]
-        if not (math.isfinite(sig) and math.isfinite(x)):
-            return 0.0
-        ulps = self.c.near_tie_ulp + self.c.near_tie_x_ulp * (1.0 - sig) * abs(x)
-        return ulps * f32_ulp(sig)
 
-    def _tie_is_exact(self, a, b):
-        """Whether every faithful implementation ranks experts a and b equal.
+def _signed_zero_alternatives(r: _Rows, c, k: int) -> list[torch.Tensor]:
+    """Ids a router would give if it ranked -0.0 inputs below (or above) +0.0 ones (per row)."""
+    neg = ((r.x == 0) & torch.signbit(r.x)).long()
+    if r.bias is not None:
+        neg = neg + ((r.bias == 0) & torch.signbit(r.bias)).long()
+    if not bool(neg.any()):
+        return []
+    experts = r.x.shape[1]
+    priority = oracle.tie_priority(experts, c.tie_rule).to(r.x.device)
+    out = []
+    for negative_lower in (True, False):
+        s = neg if negative_lower else 2 - neg
+        comp = r.keys.long() * (3 * experts) + (2 - s) * experts + (experts - 1 - priority)
+        out.append(torch.topk(comp, k, dim=1).indices)
+    return out
 
-        True for equal logits and equal bias; for logits both deep in saturation
-        (sigmoid exactly 1.0 above 20, exactly 0.0 below -90 where exp(-x)
-        overflows fp32, in any implementation) with equal bias; and for equal
-        infinite ranking values.
-        Otherwise equal oracle values are a coincidence of rounding (a near tie).
-        """
 
-        def same(u, v):
-            return u == v or (math.isnan(u) and math.isnan(v))
-
-        ra, rb = self.ranking[a], self.ranking[b]
-        if math.isinf(ra) and ra == rb:
-            return True
-        xa, xb = self.scores[a], self.scores[b]
-        saturated = (xa >= 20 and xb >= 20) or (xa <= -90 and xb <= -90)
-        return same(self.bias[a], self.bias[b]) and (same(xa, xb) or saturated)
-
-    def round_index(self):
-        """aiter's round index: slot j holds id j where only -inf/NaN were left to rank."""
-        for j in range(self.k):
-            e = self.e[j]
-            if self.a[j] == j and self.e[j] != j and (self._is_nan(e) or self.ranking[e] == -float("inf")):
-                return "nan_last", f"round index {j} emitted as the expert id where only -inf/NaN remain"
+def _ftz_alternative(r: _Rows, c, k: int) -> torch.Tensor | None:
+    """Ids a router would give that flushes subnormal ranking values to zero (None if the rows have none)."""
+    sub = (r.selection != 0) & (r.selection.abs() < 2.0**-126)
+    if not bool(sub.any()):
         return None
+    return _select_under(r.selection.masked_fill(sub, 0.0), k, c)
 
-    def _near_experts(self, a, b):
-        """Whether experts a and b are near-tied: closer than both sigmoids' error bounds, but not equal."""
-        if not (0 <= a < self.experts and 0 <= b < self.experts):
-            return False
-        ra, rb = self.ranking[a], self.ranking[b]
-        if not (math.isfinite(ra) and math.isfinite(rb)):
-            return False
-        return abs(ra - rb) <= self._allowance(a) + self._allowance(b)
 
-    def _is_nan(self, expert):
-        return 0 <= expert < self.experts and self.keys[expert] == oracle.NAN_KEY
+def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
+    """(clause, code, first differing slot) of the ids aspect, per row."""
+    rows, k = r.e.shape
+    clause = torch.full((rows,), NONE, dtype=torch.long, device=r.e.device)
+    code = torch.zeros_like(clause)
+    diff_slot = (r.e != r.a)
+    slot = torch.where(diff_slot.any(1), diff_slot.float().argmax(1), torch.full_like(clause, -1))
+    todo = differs & ~invalid
 
-    def ids(self) -> tuple[str, str]:
-        """(clause or 'near_tie', reason) for a row whose ids differ."""
-        e, a, k = self.e, self.a, self.k
-        diff = [j for j in range(k) if e[j] != a[j]]
-        if self.c.name == "serial":
-            valid = self.valid
-            if any(self._is_nan(x) for x in a if x not in e):
-                return "nan_last", "a NaN expert was chosen (the serial scan never takes NaN)"
-            if any(j >= valid for j in diff):
-                return "sentinel_fallback", f"only {valid} values beat -1e30; slots {valid}.. must hold expert 0"
-        else:
-            numbers = self.numbers
-            found = self.round_index()
-            if found:
-                return found
-            if any(self._is_nan(x) for x in a if x not in e) and any(not self._is_nan(m) for m in e if m not in a):
-                return "nan_last", "a NaN expert was chosen over a number"
-            if any(j >= numbers for j in diff):
-                return "nan_last", f"only {numbers} non-NaN values; NaN experts fill slots {numbers}.. in tie order"
-        if set(e) == set(a):
-            j = diff[0]
-            ke, ka = self._key(e[j]), self._key(a[j])
-            if ke == ka and not self._tie_is_exact(e[j], a[j]):
-                return "near_tie", f"slot {j}: different inputs that happen to round to one ranking value"
-            if ke == ka:
-                return "tie_order", f"same expert set, equal keys, other priority order (slot {j}: {a[j]} before {e[j]})"
-            if self._near_experts(e[j], a[j]):
-                return "near_tie", f"slot {j}: ranking values {abs(ke - ka)} ULP apart, within the sigmoid tolerance"
-            return "output_order", f"same expert set in another order (slot {j}: expected {e[j]}, got {a[j]})"
-        extra = [x for x in a if x not in e]
-        missing = [m for m in e if m not in a]
-        if any(x < 0 or x >= self.experts for x in extra):
-            return "validity", "expert id out of range"
-        if all(any(self._key(x) == self._key(m) and self._tie_is_exact(x, m) for m in missing) for x in extra):
-            return "tie_order", "equal keys at the cutoff, other experts chosen (tie priority not followed)"
-        if all(any(self._near_experts(x, m) for m in missing) for x in extra):
-            return "near_tie", "each differing expert is within the sigmoid tolerance of an expected one at the cutoff"
-        return "selection", f"expected experts {missing} are missing, {extra} chosen instead"
+    def assign(mask, name, reason):
+        nonlocal todo
+        hit = todo & mask
+        clause[hit] = INDEX[name] if isinstance(name, str) else name
+        code[hit] = reason
+        todo = todo & ~hit
 
-    def weights(self, w_exp, w_act, sig_sel, rank_sel, renormalize, rsf) -> tuple[str, str]:
-        """(clause, reason) for a row with equal ids but weights out of tolerance."""
-        t_exp = torch.tensor(w_exp)
-        t_act = torch.tensor(w_act)
+    in_e, in_a = _member(r.a, r.e), _member(r.e, r.a)
+    extra, missing = ~in_e, ~in_a
+    same_set = ~extra.any(1)
+    ke, ka = _gather(r.keys, r.e), _gather(r.keys, r.a)
+    nan_e, nan_a = ke == oracle.NAN_KEY, ka == oracle.NAN_KEY
+    slots = torch.arange(k, device=r.e.device)
 
-        def close(alt):
-            return bool(weights_close(t_act, alt, self.c).all())
+    # special values
+    if c.nan_rule == "last":
+        minus_inf_e = _gather(r.ranking, r.e) == -math.inf
+        assign(((r.a == slots) & (r.e != slots) & (nan_e | minus_inf_e)).any(1), "nan_last", R_ROUND_INDEX)
+        assign((extra & nan_a).any(1) & (missing & ~nan_e).any(1), "nan_last", R_NAN_OVER_NUMBER)
+        numbers = (~torch.isnan(r.selection)).sum(1)
+        assign((diff_slot & (slots >= numbers.unsqueeze(1))).any(1), "nan_last", R_NAN_ORDER)
+    elif c.nan_rule == "never":
+        assign((extra & nan_a).any(1), "nan_last", R_NAN_TAKEN)
+    else:  # "first"
+        assign((extra & ~nan_a).any(1) & (missing & nan_e).any(1), "nan_last", R_NUMBER_OVER_NAN)
+    if c.has_fallback:
+        assign((diff_slot & (slots >= r.valid.unsqueeze(1))).any(1), "sentinel_fallback", R_SENTINEL)
 
-        def formula(values, renorm=renormalize, scale=rsf):
-            v = torch.tensor(values, dtype=torch.float32)
-            if renorm:
-                total = v.sum()
-                if self.c.name == "serial":
-                    v = v / (total + 1e-20)
-                elif total > 0:
-                    v = v / total
-            return v * scale
+    if r.kept is not None:
+        _group_aspect(r, c, todo, assign)
 
-        if close(formula(rank_sel)):
-            return "bias_in_weight", "weights match sig + bias, not sig"
-        if renormalize and self.c.name != "serial":
-            total = float(torch.tensor(sig_sel).sum())
-            if not total > 0 and not bool(torch.isfinite(t_act).all()):
-                return "renorm_guard", f"sum of weights is {total}: the guard must not divide"
-        if renormalize and close(formula(sig_sel, renorm=False)):
-            return "renorm_guard", "weights were not renormalized"
-        if rsf != 1.0 and (close(t_exp * rsf) or close(t_exp / rsf)):
-            return "scaling", f"weights scaled by routed_scaling_factor={rsf} twice or not at all"
-        return "weight_accuracy", "weights differ beyond the contract's tolerance"
+    # equal keys: exact ties, near ties; the counterfactuals
+    allow = near_allowance(r.scores, r.x, c)
+    relevant = extra.unsqueeze(2) & missing.unsqueeze(1)  # [B, k(actual), k(expected)]: an extra expert against a missing one
+    pair_exact = _exact_pairs(r, r.a.unsqueeze(2), r.e.unsqueeze(1), c) & relevant
+    pair_near = (_near_pairs(r, allow, r.a.unsqueeze(2), r.e.unsqueeze(1)) | (ka.unsqueeze(2) == ke.unsqueeze(1))) & relevant & ~pair_exact
+    extra_exact, extra_near = pair_exact.any(2), pair_near.any(2)
+    set_explained = (~extra | extra_exact | extra_near).all(1)
+    set_near = (~extra | extra_near).all(1)
+    slot_exact = diff_slot & _exact_pairs(r, r.a, r.e, c)
+    slot_near = diff_slot & (_near_pairs(r, allow, r.a, r.e) | (ke == ka)) & ~slot_exact
+    order_explained = (~diff_slot | slot_exact | slot_near).all(1)
+    order_near = (~diff_slot | slot_near).all(1)
+    order_matters = c.output_order != "any"
+
+    # An exact tie broken against the rule is tie_order, even beside near ties (those alone are no failure).
+    assign(~same_set & set_explained & ~set_near, "tie_order", R_TIE_SET)
+    assign(same_set & order_matters & order_explained & ~order_near, "tie_order", R_TIE_ORDER)
+    signed = torch.zeros_like(todo)
+    for alt in _signed_zero_alternatives(r, c, k):
+        signed |= (alt == r.a).all(1)
+    assign(signed, "signed_zero", R_SIGNED_ZERO)
+    assign(~same_set & set_near, NEAR_TIE, R_NEAR_SET)
+    assign(same_set & order_matters & order_near, NEAR_TIE, R_NEAR_ULP)
+
+    ftz = _ftz_alternative(r, c, k) if bool(todo.any()) else None
+    ftz_match = (ftz == r.a).all(1) if ftz is not None else torch.zeros_like(todo)
+    assign(~same_set & ftz_match, "selection", R_SELECTION_FTZ)
+    assign(~same_set, "selection", R_SELECTION)
+    if order_matters:
+        assign(same_set & ftz_match, "output_order", R_ORDER_FTZ)
+        assign(same_set, "output_order", R_ORDER)
+    return clause, code, slot
+
+
+def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign) -> None:
+    """Experts chosen from groups the contract dropped (grouped contracts)."""
+    rows, k = r.a.shape
+    n_group = r.kept.shape[1]
+    size = r.x.shape[1] // n_group
+    used = torch.zeros_like(r.kept).scatter_(1, r.a // size, True)
+    leaked = (used & ~r.kept).any(1)
+    if not bool((todo & leaked).any()):
+        return
+    n_used = used.sum(1)
+    # Kept other groups, chose right within them? The contract's selection restricted to the used groups.
+    within = r.ranking.view(rows, n_group, size).masked_fill(~used.unsqueeze(2), -math.inf).view(rows, -1)
+    consistent = (_select_under(within, k, c.replace(n_group=1, topk_group=1)) == r.a).all(1)
+    # Do the groups it used tie the kept ones exactly (group scores equal at the cutoff)?
+    cutoff = r.group_scores.masked_fill(~r.kept, math.inf).amin(1, keepdim=True)
+    tied = ((r.group_scores == cutoff) | ~(used & ~r.kept)).all(1)
+    assign(leaked & (n_used > c.topk_group), "group_mask", R_GROUP_MASK)
+    assign(leaked & consistent & tied, "group_tie_order", R_GROUP_TIE)
+    assign(leaked & consistent, "group_selection", R_GROUP_SELECTION)
+    assign(leaked, "group_mask", R_GROUP_MASK)
+
+
+def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.Tensor, invalid: torch.Tensor):
+    """(clause, code, reference weights, ok mask) of the weights aspect, per row."""
+    rows, k = r.a.shape
+    clause = torch.full((rows,), NONE, dtype=torch.long, device=r.a.device)
+    code = torch.zeros_like(clause)
+    renormalize, rsf = case.renormalize, float(case.routed_scaling_factor)
+
+    def formula(values: torch.Tensor, renorm: bool = renormalize) -> torch.Tensor:
+        return oracle.weights_from(values, contract=c, renormalize=renorm, routed_scaling_factor=rsf, logits_dtype=case.scores.dtype)
+
+    chosen = _gather(r.scores, r.a)
+    reference = formula(chosen)
+    # Where the ids are right (in any order), the expected weights matched by expert id are the reference.
+    pos = (r.a.unsqueeze(2) == r.e.unsqueeze(1)).float().argmax(2)
+    by_id = r.we.gather(1, pos)
+    reference = torch.where((ids_equal | same_set).unsqueeze(1), by_id, reference)
+    ok = weights_close(r.w, reference, c)
+    bad = ~ok.all(1) & ~invalid
+    if not bool(bad.any()):
+        return clause, code, reference, ok
+    todo = bad.clone()
+
+    def close_to(alt):
+        return weights_close(r.w, alt, c).all(1)
+
+    def assign(mask, name, reason):
+        nonlocal todo
+        hit = todo & mask
+        clause[hit] = INDEX[name]
+        code[hit] = reason
+        todo &= ~hit
+
+    if c.has_bias:
+        with_bias = formula(_gather(r.ranking, r.a))
+        differs = ~weights_close(with_bias, reference, c).all(1)  # an all-zero bias gives the same weights
+        assign(differs & close_to(with_bias), "bias_in_weight", R_BIAS)
+    if renormalize:
+        total = chosen.sum(1)
+        finite_ref = torch.isfinite(reference).all(1)
+        assign(~(total > 0) & ~torch.isfinite(r.w).all(1) & finite_ref, "renorm_guard", R_GUARD_DIVIDED)
+        unnormalized = formula(chosen, renorm=False)
+        assign(close_to(unnormalized) & ~weights_close(unnormalized, reference, c).all(1), "renorm_guard", R_NOT_RENORMALIZED)
+    if rsf != 1.0:
+        assign(close_to(reference * rsf) | close_to(reference / rsf), "scaling", R_SCALING)
+    assign(torch.ones_like(todo), "weight_accuracy", R_ACCURACY)
+    return clause, code, reference, ok
+
+
+def attribute(case, exp, w_act: torch.Tensor, ids_act: torch.Tensor, rows: torch.Tensor, c, *, out_of_range, twice, ids_equal) -> Blame:
+    """The blame of the ``rows`` (int64 indices into the case) that are not a clean match."""
+    experts = case.scores.shape[1]
+    e = exp.ids.index_select(0, rows).long()
+    a_raw = ids_act.index_select(0, rows).long()
+    r = _Rows(
+        e=e, a=a_raw.clamp(0, experts - 1), w=w_act.index_select(0, rows), we=exp.weights.index_select(0, rows),
+        keys=exp.keys.index_select(0, rows), selection=exp.selection.index_select(0, rows),
+        ranking=exp.ranking.index_select(0, rows), scores=exp.scores.index_select(0, rows),
+        x=case.scores.index_select(0, rows).float(), bias=None if case.bias is None else case.bias.float(),
+        valid=exp.trace.valid.index_select(0, rows),
+        kept=None if exp.trace.kept_group_mask is None else exp.trace.kept_group_mask.index_select(0, rows),
+        group_scores=None if exp.trace.group_scores is None else exp.trace.group_scores.index_select(0, rows),
+    )  # fmt: skip
+    oor, tw, eq = out_of_range.index_select(0, rows), twice.index_select(0, rows), ids_equal.index_select(0, rows)
+    invalid = oor | tw
+    validity = torch.where(invalid, INDEX["validity"], NONE)
+    validity_code = torch.where(oor, R_OUT_OF_RANGE, torch.where(tw, R_TWICE, 0))
+    ids_clause, ids_code, slot = _ids_aspect(r, c, ~eq, invalid)
+    if c.nan_rule == "last":  # aiter's round index shows as an id twice: it is the NaN rule that broke
+        round_index = invalid & ((r.a == torch.arange(r.a.shape[1], device=r.a.device)) & (r.e != r.a)
+                                 & ((_gather(r.keys, r.e) == oracle.NAN_KEY) | (_gather(r.ranking, r.e) == -math.inf))).any(1)  # fmt: skip
+        validity = torch.where(round_index & ~oor, NONE, validity)
+        ids_clause = torch.where(round_index & ~oor, INDEX["nan_last"], ids_clause)
+        ids_code = torch.where(round_index & ~oor, R_ROUND_INDEX, ids_code)
+    same_set = ~(~_member(r.a, r.e)).any(1)
+    w_clause, w_code, reference, ok = _weights_aspect(r, c, case, eq, same_set, invalid)
+    return Blame(validity, ids_clause, w_clause, validity_code, ids_code, w_code, slot, reference, ok)

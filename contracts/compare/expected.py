@@ -1,7 +1,13 @@
-"""The reference side of a comparison: the oracle's answer and the values it ranked."""
+"""The reference side of a comparison: the oracle's answer and the values it ranked.
+
+With ``--against`` the expected ids and weights are the other candidate's,
+while the values (scores, ranking, groups) stay the oracle's: attribution
+explains a difference in terms of the contract either way.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -15,29 +21,35 @@ __all__ = ["Expected", "agrees", "expected_for"]
 
 @dataclass
 class Expected:
-    """The reference side of a comparison, plus what attribution needs."""
+    weights: torch.Tensor  # fp32 [M, k]
+    ids: torch.Tensor  # int32 [M, k]
+    scores: torch.Tensor  # fp32 [M, E]: the per-expert scores weights are made of (sigmoid, softmax, logit)
+    ranking: torch.Tensor  # fp32 [M, E]: scores + bias, what ranks
+    selection: torch.Tensor  # fp32 [M, E]: ranking after the group mask (the ranking itself when ungrouped)
+    keys: torch.Tensor  # int32 [M, E]: rank keys of ``selection``
+    trace: object  # oracle.RouteTrace: groups kept, group scores, eligible slots
 
-    weights: torch.Tensor
-    ids: torch.Tensor
-    sig: torch.Tensor  # fp32 [M, E], the oracle's
-    ranking: torch.Tensor  # fp32 [M, E]
-    keys: torch.Tensor  # int32 [M, E]
+    def replaced(self, weights: torch.Tensor, ids: torch.Tensor) -> "Expected":
+        """The same values with another answer (a second candidate's)."""
+        return dataclasses.replace(self, weights=weights, ids=ids)
 
 
-def expected_for(case, contract: oracle.Contract) -> Expected:
-    """The oracle's answer for ``case`` under ``contract``, with its ranking data."""
-    weights, ids, sig, ranking = oracle.route_with_values(
+def expected_for(case, contract) -> Expected:
+    """The oracle's answer for ``case`` under ``contract``, with the values it ranked."""
+    trace = oracle.route_trace(
         case.scores,
         case.bias,
         case.topk,
         renormalize=case.renormalize,
         routed_scaling_factor=case.routed_scaling_factor,
         contract=contract,
+        **case.group_args,
     )
-    return Expected(weights, ids, sig, ranking, oracle.rank_keys(ranking))
+    return Expected(trace.weights, trace.ids, trace.expert_scores, trace.ranking, trace.selection_ranking,
+                    oracle.rank_keys(trace.selection_ranking), trace)  # fmt: skip
 
 
-def agrees(exp: Expected, output, contract: oracle.Contract) -> torch.Tensor | None:
+def agrees(exp: Expected, output, contract) -> torch.Tensor | None:
     """Per row: does ``output`` give the expected ids, with weights within tolerance? None if malformed."""
     try:
         w, ids = output

@@ -1,54 +1,61 @@
-"""Compare a candidate's output with the expected output, column by column.
+"""Compare a candidate's output with the expected output, row by row and clause by clause.
 
 Every row gets one verdict:
 
 - ``exact``: ids equal, weights bit-equal (NaN matching NaN);
-- ``within_tolerance``: ids equal, weights within the contract's tolerance;
+- ``within_tolerance``: ids equal (as a set, for contracts whose output
+  order is ``any``), weights within the contract's tolerance;
 - ``near_tie``: the expert sets or orders differ only among experts whose
-  ranking values are closer than two faithful sigmoids' error bounds (spec §9;
-  ``oracle.Contract`` defines the bound): such implementations may swap them. Counted apart, never a failure;
-- ``mismatch``: anything else. A mismatched row is attributed to exactly one
-  clause of the contract, with a reason, and to ``selection`` only when
-  nothing more specific explains it;
-- ``expected``: a mismatch whose clause the candidate declares as a known
-  deviation.
+  ranking values are closer than two faithful implementations' error
+  bounds (``contracts.compare.tolerance``). Counted apart, never a failure;
+- ``mismatch``: the row breaks a clause the candidate does not declare;
+- ``expected``: every clause the row breaks is one the candidate declares.
 
-Mismatches are data first: per-row arrays and per-cell records. Text is
-made once, at the edge (``contracts.report``).
+``contracts.compare.attribution`` names every clause a row breaks (one per
+aspect: validity, ids, weights) and the primary one, the first in
+``CLAUSE_ORDER`` that is not declared. The comparison stays in tensors on
+the case's device; only the rows a report shows (a few per clause, and the
+mismatch cells up to a cap) become Python records.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import torch
 
-import oracle
+from . import attribution as A
+from .reasons import reason_text
+from .tolerance import plain_contract_tolerance, ulp_distance, weights_close
 
-from .attribution import RowAttribution, fast_attribution, row_facts
-from .expected import Expected
-from .tolerance import ulp_distance, weights_close
-
-__all__ = ["DETAILS_PER_CLAUSE", "VERDICTS", "CaseOutcome", "compare_case"]
+__all__ = ["DETAILS_PER_CLAUSE", "VERDICTS", "CaseOutcome", "compare_case", "plain_output"]
 
 VERDICTS = ("exact", "within_tolerance", "near_tie", "mismatch", "expected")
 DETAILS_PER_CLAUSE = 5
+_CHUNK = 8192  # bad rows attributed at a time: bounds the [B, k, k] and [B, E] work tensors
 
 
 @dataclass
 class CaseOutcome:
     rows: int
     verdict_counts: dict[str, int] = field(default_factory=dict)
-    clause_rows: dict[str, int] = field(default_factory=dict)  # unexpected mismatches per clause
-    expected_rows: dict[str, int] = field(default_factory=dict)  # declared deviations seen, per clause
+    clause_rows: dict[str, int] = field(default_factory=dict)  # unexpected mismatches per primary clause
+    expected_rows: dict[str, int] = field(default_factory=dict)  # declared deviations seen, per primary clause
+    clauses_broken: dict[str, int] = field(default_factory=dict)  # mismatched rows breaking each undeclared clause
+    expected_clauses: dict[str, int] = field(default_factory=dict)  # rows showing each declared clause
     inexact_weight_rows: int = 0
     max_weight_ulp: float = 0.0
     cells: list[dict] = field(default_factory=list)
-    rows_detail: list[dict] = field(default_factory=list)  # one per non-exact row worth showing
+    rows_detail: list[dict] = field(default_factory=list)  # a few per clause, tie-straddling rows preferred
 
 
-def _validity_failure(actual, case, device) -> str | None:
+def plain_output(value):
+    """``(weights, ids)`` as plain, detached tensors: a tensor subclass cannot lie through ``==`` or ``isclose``."""
+    w, ids = value
+    return tuple(t.detach().as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t.detach() for t in (w, ids))
+
+
+def validity_failure(actual, case) -> str | None:
     if not (isinstance(actual, (tuple, list)) and len(actual) == 2):
         return f"returned {type(actual).__name__}, not a (weights, ids) pair"
     w, ids = actual
@@ -59,167 +66,170 @@ def _validity_failure(actual, case, device) -> str | None:
         return f"shapes weights {tuple(w.shape)}, ids {tuple(ids.shape)}; expected {shape}"
     if w.dtype != torch.float32 or ids.dtype != torch.int32:
         return f"dtypes weights {w.dtype}, ids {ids.dtype}; expected torch.float32 and torch.int32"
+    device = case.scores.device
     if w.device != device or ids.device != device:
         return f"outputs on {w.device}/{ids.device}; the inputs were on {device}"
+    if w.layout != torch.strided or ids.layout != torch.strided:
+        return f"outputs of layout {w.layout}/{ids.layout}; expected dense tensors"
     return None
 
 
-def compare_case(
-    case,
-    exp: Expected,
-    actual,
-    contract: oracle.Contract,
-    *,
-    deviations: dict[str, str],
-    inputs_changed: bool = False,
-    exact: bool = False,
-    max_cells: int = 20000,
-) -> CaseOutcome:
-    """Compare ``actual`` with ``exp`` for every row of ``case``."""
-    rows, k = case.spec.rows, case.topk
-    out = CaseOutcome(rows=rows)
-    counts = dict.fromkeys(VERDICTS, 0)
-    # --exact: bit-identity (weights to 0 ULP, no near ties), for kernels that share arithmetic
-    c = dataclasses.replace(contract, weight_rtol=0.0, weight_atol=0.0, near_tie_ulp=0, near_tie_x_ulp=0.0) if exact else contract
+def _whole_case(case, problem: str, deviations) -> CaseOutcome:
+    rows = case.spec.rows
+    kind = "expected" if "validity" in deviations else "mismatch"
+    out = CaseOutcome(rows=rows, verdict_counts={**dict.fromkeys(VERDICTS, 0), kind: rows})
+    bucket = out.expected_rows if kind == "expected" else out.clause_rows
+    bucket["validity"] = rows
+    (out.expected_clauses if kind == "expected" else out.clauses_broken)["validity"] = rows
+    out.rows_detail.append({"row": 0, "clause": "validity", "reason": problem, "verdict": kind, "clauses": ["validity"]})
+    out.cells.append({"row": 0, "col": -1, "clause": "validity", "verdict": kind, "reason": problem})
+    return out
 
-    def record_rows(clause, reason, indices):
-        kind = "expected" if clause in deviations else "mismatch"
-        counts[kind] += len(indices)
-        bucket = out.expected_rows if kind == "expected" else out.clause_rows
-        bucket[clause] = bucket.get(clause, 0) + len(indices)
-        return kind
 
-    problem = "inputs were modified in place" if inputs_changed else _validity_failure(actual, case, case.scores.device)
-    if problem:
-        kind = record_rows("validity", problem, range(rows))
-        out.rows_detail.append({"row": 0, "clause": "validity", "reason": problem, "verdict": kind})
-        out.cells.append({"row": 0, "col": -1, "clause": "validity", "verdict": kind, "reason": problem})
-        out.verdict_counts = counts
-        return out
-
-    w_act, ids_act = actual[0].detach(), actual[1].detach()
-    ids_exp, w_exp = exp.ids, exp.weights
-    ids_equal = (ids_act == ids_exp).all(1)
-    close = weights_close(w_act, w_exp, c)
-    bit_equal = (w_act == w_exp) | (torch.isnan(w_act) & torch.isnan(w_exp))
-    good = ids_equal & close.all(1)
-    exact_rows = good & bit_equal.all(1)
-    counts["exact"] = int(exact_rows.sum())
-    counts["within_tolerance"] = int((good & ~exact_rows).sum())
-    out.inexact_weight_rows = counts["within_tolerance"]
-    if ids_equal.any():
-        ulps = ulp_distance(w_act[ids_equal], w_exp[ids_equal])
-        finite = ulps[torch.isfinite(ulps)]
-        out.max_weight_ulp = float(finite.max()) if finite.numel() else 0.0
-
-    experts = case.scores.shape[1]
-    out_of_range = ((ids_act < 0) | (ids_act >= experts)).any(1)
-    ordered = ids_act.sort(dim=1).values
+def _validity_masks(ids: torch.Tensor, experts: int, c):
+    out_of_range = ((ids < 0) | (ids >= experts)).any(1)
+    ordered = ids.sort(dim=1).values
     repeats = ordered[:, 1:] == ordered[:, :-1]
     if c.allows_duplicate_ids:  # only the expert-0 fallback may repeat
         repeats &= ordered[:, 1:] != 0
-    invalid_rows = out_of_range | repeats.any(1)
-    good &= ~invalid_rows
-    bad = (~good).nonzero().squeeze(1).tolist()
-    if not bad:
-        out.verdict_counts = counts
-        return out
+    return out_of_range, repeats.any(1)
 
-    # Only the rows that need it travel to Python.
-    bad_t = torch.tensor(bad, device=ids_exp.device)
-    e_b, a_b = ids_exp[bad_t].long(), ids_act[bad_t].long().clamp(0, experts - 1)
-    keys_b, rank_b = exp.keys[bad_t], exp.ranking[bad_t]
-    group, straddles, nan_count = row_facts(keys_b, rank_b, e_b, k)
-    fast = fast_attribution(case, c, bad_t, e_b, a_b, keys_b, rank_b, ids_equal[bad_t], invalid_rows[bad_t])
-    sel = {
-        "e": ids_exp[bad_t].tolist(),
-        "a": ids_act[bad_t].tolist(),
-        "we": w_exp[bad_t].tolist(),
-        "wa": w_act[bad_t].tolist(),
-        "ids_eq": ids_equal[bad_t].tolist(),
-        "invalid": invalid_rows[bad_t].tolist(),
-        "out_of_range": out_of_range[bad_t].tolist(),
-        "group": group.tolist(),
-        "straddles": straddles.tolist(),
-        "nan": nan_count.tolist(),
-        "close": close[bad_t].tolist(),
-        "ulp": ulp_distance(w_act[bad_t], w_exp[bad_t]).tolist(),
-        "numbers": (~torch.isnan(rank_b)).sum(1).tolist(),
-        "valid": (rank_b > oracle.SERIAL_SENTINEL).sum(1).tolist(),
-    }
-    # Only the columns attribution looks at: the row's expected and actual experts.
-    cols = torch.cat([e_b, a_b], dim=1)
-    cols_list = cols.tolist()
-    for name, matrix in (("ranking", rank_b), ("sig", exp.sig[bad_t]), ("scores", case.scores[bad_t].float())):
-        sel[name] = matrix.gather(1, cols).tolist()
-    sel["keys"] = keys_b.gather(1, cols).tolist()
-    sel["bias"] = case.bias.float()[cols].tolist()
-    shown: dict[str, list[int]] = {}  # clause -> [rows shown, straddling rows shown]
 
-    for i, row in enumerate(bad):
-        if fast[i] is not None:
-            clause, reason = fast[i]
-        else:
-            by_expert = {name: dict(zip(cols_list[i], sel[name][i])) for name in ("keys", "ranking", "scores", "bias", "sig")}
-            attr = RowAttribution(
-                c, sel["e"][i], sel["a"][i], by_expert["keys"], by_expert["ranking"], by_expert["scores"], by_expert["bias"],
-                sel["numbers"][i], sel["valid"][i], by_expert["sig"], experts,
-            )  # fmt: skip
-            if sel["invalid"][i]:
-                what = "an expert id out of [0, E)" if sel["out_of_range"][i] else "an expert id twice"
-                clause, reason = (c.name == "aiter" and attr.round_index()) or ("validity", f"row holds {what}")
-            elif sel["ids_eq"][i]:
-                sig_sel = [by_expert["sig"][x] for x in sel["e"][i]]
-                rank_sel = [by_expert["ranking"][x] for x in sel["e"][i]]
-                clause, reason = attr.weights(sel["we"][i], sel["wa"][i], sig_sel, rank_sel, case.renormalize, case.routed_scaling_factor)
-            else:
-                clause, reason = attr.ids()
-        if clause == "near_tie":
-            counts["near_tie"] += 1
-            kind = "near_tie"
-        else:
-            kind = record_rows(clause, reason, [row])
+def _row_facts(keys, ranking, ids, topk: int):
+    """Per row: size of the tie group at the cutoff, whether it straddles, NaN count."""
+    cutoff = keys.gather(1, ids[:, topk - 1 : topk])
+    group = (keys == cutoff).sum(1)
+    inside = (keys.gather(1, ids) == cutoff).sum(1)
+    return group, group > inside, torch.isnan(ranking).sum(1)
 
-        # Row examples: a few per clause, tie-straddling ones preferred.
-        seen = shown.setdefault(clause, [0, 0])
-        if seen[0] < DETAILS_PER_CLAUSE or (sel["straddles"][i] and seen[1] < DETAILS_PER_CLAUSE):
-            seen[0] += 1
-            seen[1] += bool(sel["straddles"][i])
-            out.rows_detail.append(
-                {
-                    "row": row,
-                    "clause": clause,
-                    "verdict": kind,
-                    "reason": reason,
-                    "expected_ids": sel["e"][i],
-                    "actual_ids": sel["a"][i],
-                    "expected_weights": sel["we"][i],
-                    "actual_weights": sel["wa"][i],
-                    "tie_group_size": sel["group"][i],
-                    "straddles_cutoff": bool(sel["straddles"][i]),
-                    "nan_count": sel["nan"][i],
-                }
-            )
-        if len(out.cells) < max_cells:
-            for col in range(k):
-                ide, ida = sel["e"][i][col], sel["a"][i][col]
-                if ide != ida or not sel["close"][i][col]:
-                    out.cells.append(
-                        {
-                            "row": row,
-                            "col": col,
-                            "expected_id": ide,
-                            "actual_id": ida,
-                            "expected_weight": sel["we"][i][col],
-                            "actual_weight": sel["wa"][i][col],
-                            "weight_ulp": sel["ulp"][i][col],
-                            "clause": clause,
-                            "verdict": kind,
-                            "reason": reason,
-                            "tie_group_size": sel["group"][i],
-                            "straddles_cutoff": bool(sel["straddles"][i]),
-                            "nan_count": sel["nan"][i],
-                        }
-                    )
-    out.verdict_counts = counts
+
+def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_changed: bool = False, exact: bool = False,
+                 max_cells: int = 20000) -> CaseOutcome:  # fmt: skip
+    """Compare ``actual`` with ``exp`` for every row of ``case``."""
+    c = plain_contract_tolerance(contract, exact)  # --exact: bit identity, weights to 0 ULP, no near ties
+    problem = "inputs were modified in place" if inputs_changed else validity_failure(actual, case)
+    if problem:
+        return _whole_case(case, problem, deviations)
+    w_act, ids_act = plain_output(actual)
+    rows, experts = case.spec.rows, case.scores.shape[1]
+    out = CaseOutcome(rows=rows, verdict_counts=dict.fromkeys(VERDICTS, 0))
+    ids_equal = (ids_act == exp.ids).all(1)
+    close = weights_close(w_act, exp.weights, c).all(1)
+    bit_equal = ((w_act == exp.weights) | (torch.isnan(w_act) & torch.isnan(exp.weights))).all(1)
+    out_of_range, twice = _validity_masks(ids_act, experts, c)
+    good = ids_equal & close & ~out_of_range & ~twice
+    out.verdict_counts["exact"] = int((good & bit_equal).sum())
+    out.verdict_counts["within_tolerance"] = out.inexact_weight_rows = int((good & ~bit_equal).sum())
+    if bool(ids_equal.any()):
+        finite = ulp_distance(w_act[ids_equal], exp.weights[ids_equal])
+        finite = finite[torch.isfinite(finite)]
+        out.max_weight_ulp = float(finite.max()) if finite.numel() else 0.0
+    bad = (~good).nonzero().squeeze(1)
+    declared = torch.tensor([name in deviations for name in A.CLAUSE_ORDER], device=bad.device)
+    for start in range(0, bad.numel(), _CHUNK):
+        rows_b = bad[start : start + _CHUNK]
+        blame = A.attribute(case, exp, w_act, ids_act, rows_b, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
+        _count(out, blame, declared)
+        if len(out.cells) < max_cells or len(out.rows_detail) < DETAILS_PER_CLAUSE * len(A.CLAUSE_ORDER):
+            _record(out, case, exp, w_act, ids_act, rows_b, blame, declared, max_cells)
     return out
+
+
+def _bincount(values: torch.Tensor, names=A.CLAUSE_ORDER) -> dict[str, int]:
+    counts = torch.bincount(values, minlength=len(names)).tolist() if values.numel() else [0] * len(names)
+    return {name: n for name, n in zip(names, counts) if n}
+
+
+def _add(into: dict, more: dict) -> None:
+    for key, n in more.items():
+        into[key] = into.get(key, 0) + n
+
+
+def _primary(broken: torch.Tensor) -> torch.Tensor:
+    """Index of the first True along dim 1 (the CLAUSE_ORDER priority)."""
+    return broken.float().argmax(1)
+
+
+def _verdicts(blame, declared):
+    broken = blame.broken()
+    undeclared = broken & ~declared
+    mismatch = undeclared.any(1)
+    expected = ~mismatch & broken.any(1)
+    near = ~broken.any(1) & (blame.ids == A.NEAR_TIE)
+    matched = ~broken.any(1) & ~near  # e.g. the same set in another order, where the contract leaves the order open
+    primary = torch.where(mismatch, _primary(undeclared), _primary(broken))
+    return broken, undeclared, mismatch, expected, near, matched, primary
+
+
+def _count(out: CaseOutcome, blame, declared) -> None:
+    broken, undeclared, mismatch, expected, near, matched, primary = _verdicts(blame, declared)
+    v = out.verdict_counts
+    v["mismatch"] += int(mismatch.sum())
+    v["expected"] += int(expected.sum())
+    v["near_tie"] += int(near.sum())
+    v["within_tolerance"] += int(matched.sum())
+    _add(out.clause_rows, _bincount(primary[mismatch]))
+    _add(out.expected_rows, _bincount(primary[expected]))
+    _add(out.clauses_broken, {n: int(x) for n, x in zip(A.CLAUSE_ORDER, undeclared.sum(0).tolist()) if x})
+    _add(out.expected_clauses, {n: int(x) for n, x in zip(A.CLAUSE_ORDER, (broken & declared).sum(0).tolist()) if x})
+
+
+def _reasons(i: int, rows: dict, case) -> list[tuple[str, str]]:
+    """(clause or 'near_tie', reason) of each aspect row ``i`` breaks, in aspect order."""
+    pairs = []
+    for aspect, code in zip(rows["aspects"][i], rows["codes"][i]):
+        if aspect >= 0 or aspect == A.NEAR_TIE:
+            name = A.CLAUSE_ORDER[aspect] if aspect >= 0 else "near_tie"
+            text = reason_text(code, e=rows["e"][i], a=rows["a"][i], slot=rows["slot"][i], numbers=rows["numbers"][i],
+                               valid=rows["valid"][i], total=rows["total"][i], rsf=case.routed_scaling_factor)  # fmt: skip
+            pairs.append((name, text))
+    return pairs
+
+
+def _record(out: CaseOutcome, case, exp, w_act, ids_act, rows_b, blame, declared, max_cells: int) -> None:
+    """Row examples (a few per primary clause) and mismatch cells (up to the cap): the only per-row Python."""
+    _, _, mismatch, expected, near, matched, primary = _verdicts(blame, declared)
+    k = case.topk
+    e_b, a_b = exp.ids.index_select(0, rows_b), ids_act.index_select(0, rows_b)
+    we_b, wa_b = exp.weights.index_select(0, rows_b), w_act.index_select(0, rows_b)
+    sel_b = exp.selection.index_select(0, rows_b)
+    group, straddles, nan_count = _row_facts(exp.keys.index_select(0, rows_b), sel_b, e_b.long(), k)
+    chosen = exp.scores.index_select(0, rows_b).gather(1, a_b.long().clamp(0, exp.scores.shape[1] - 1))
+    rows = {
+        name: t.tolist()
+        for name, t in (
+            ("row", rows_b), ("e", e_b), ("a", a_b), ("we", we_b), ("wa", wa_b), ("group", group), ("straddles", straddles),
+            ("nan", nan_count), ("primary", primary), ("mismatch", mismatch), ("expected", expected), ("slot", blame.slot),
+            ("codes", torch.stack([blame.validity_code, blame.ids_code, blame.weights_code], 1)),
+            ("aspects", torch.stack([blame.validity, blame.ids, blame.weights], 1)), ("valid", exp.trace.valid.index_select(0, rows_b)),
+            ("numbers", (~torch.isnan(sel_b)).sum(1)), ("total", chosen.sum(1)), ("ulp", ulp_distance(wa_b, we_b)),
+            ("cells", ((e_b != a_b) | ~blame.weights_ok)),
+        )
+    }  # fmt: skip
+    shown: dict[str, list[int]] = {}
+    for d in out.rows_detail:
+        shown.setdefault(d["clause"], [0, 0])[0] += 1
+    for i in (~matched).nonzero().squeeze(1).tolist():
+        kind = "mismatch" if rows["mismatch"][i] else ("expected" if rows["expected"][i] else "near_tie")
+        clause = "near_tie" if kind == "near_tie" else A.CLAUSE_ORDER[rows["primary"][i]]
+        pairs = _reasons(i, rows, case)
+        pairs.sort(key=lambda p: p[0] != clause)  # the primary clause first
+        reason = "; ".join([pairs[0][1]] + [f"also {name}: {text}" for name, text in pairs[1:]]) if pairs else ""
+        facts = {"tie_group_size": rows["group"][i], "straddles_cutoff": bool(rows["straddles"][i]), "nan_count": rows["nan"][i]}
+        seen = shown.setdefault(clause, [0, 0])
+        if seen[0] < DETAILS_PER_CLAUSE or (facts["straddles_cutoff"] and seen[1] < DETAILS_PER_CLAUSE):
+            seen[0] += 1
+            seen[1] += facts["straddles_cutoff"]
+            out.rows_detail.append({
+                "row": rows["row"][i], "clause": clause, "verdict": kind, "reason": reason,
+                "clauses": [name for name, _ in pairs if name != "near_tie"] or None,
+                "expected_ids": rows["e"][i], "actual_ids": rows["a"][i], "expected_weights": rows["we"][i],
+                "actual_weights": rows["wa"][i], **facts,
+            })  # fmt: skip
+        for col in range(k) if len(out.cells) < max_cells else ():
+            if rows["cells"][i][col]:
+                out.cells.append({
+                    "row": rows["row"][i], "col": col, "expected_id": rows["e"][i][col], "actual_id": rows["a"][i][col],
+                    "expected_weight": rows["we"][i][col], "actual_weight": rows["wa"][i][col], "weight_ulp": rows["ulp"][i][col],
+                    "clause": clause, "verdict": kind, "reason": reason, **facts,
+                })  # fmt: skip

@@ -49,6 +49,7 @@ from .schema import (
 __all__ = [
     "BundleError",
     "BundleExistsError",
+    "BundleFileMissing",
     "CheckBundle",
     "DATA_FILES",
     "empty_cells",
@@ -76,6 +77,10 @@ class BundleError(ValueError):
     """A path that does not hold a readable bundle; the message names the file (and the field)."""
 
 
+class BundleFileMissing(BundleError, FileNotFoundError):
+    """A file a bundle needs is not there."""
+
+
 class BundleExistsError(BundleError):
     """``--out`` already holds a bundle (or other files) and replacing it was not asked for."""
 
@@ -89,7 +94,7 @@ def read_json(path: Path):
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise BundleError(f"{path} is missing") from None
+        raise BundleFileMissing(f"{path} is missing; pass a bundle folder written by the check command") from None
     except OSError as exc:
         raise BundleError(f"{path} cannot be read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

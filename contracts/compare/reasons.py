@@ -1,0 +1,51 @@
+"""The one place a blame becomes text: a reason per clause of a row, for the rows a report shows."""
+
+from __future__ import annotations
+
+from . import attribution as A
+
+__all__ = ["reason_text"]
+
+_FIXED = {
+    A.R_OUT_OF_RANGE: "row holds an expert id out of [0, E)",
+    A.R_TWICE: "row holds an expert id twice",
+    A.R_ROUND_INDEX: "round index emitted as the expert id where only -inf/NaN remain",
+    A.R_NAN_OVER_NUMBER: "a NaN expert was chosen over a number",
+    A.R_NAN_TAKEN: "a NaN expert was chosen (the contract never takes NaN)",
+    A.R_NUMBER_OVER_NAN: "a number was chosen over a NaN expert (the contract ranks NaN first)",
+    A.R_GROUP_MASK: "experts of a group the contract drops were chosen (the group mask did not hold them back)",
+    A.R_GROUP_SELECTION: "other groups were kept than the contract's group scores keep",
+    A.R_GROUP_TIE: "groups whose scores tie the kept ones exactly were kept instead (group tie rule not followed)",
+    A.R_TIE_SET: "equal keys at the cutoff, other experts chosen (tie priority not followed)",
+    A.R_SIGNED_ZERO: "the output is what ranking -0.0 and +0.0 inputs apart would give",
+    A.R_NEAR_SET: "each differing expert is within the scores' error bounds of an expected one at the cutoff",
+    A.R_NEAR_ULP: "the differing slots hold experts within the scores' error bounds of each other",
+    A.R_SELECTION_FTZ: "the output is what flushing subnormal ranking values to zero would give (flush-to-zero)",
+    A.R_ORDER_FTZ: "the order is what flushing subnormal ranking values to zero would give (flush-to-zero)",
+    A.R_BIAS: "weights match sig + bias, not sig",
+    A.R_NOT_RENORMALIZED: "weights were not renormalized",
+    A.R_ACCURACY: "weights differ beyond the contract's tolerance",
+}
+
+
+def reason_text(code: int, *, e: list[int], a: list[int], slot: int, numbers: int, valid: int, total: float, rsf: float) -> str:
+    """The reason of one aspect of one row (``e``/``a``: expected and actual ids; ``slot``: first differing slot)."""
+    if code in _FIXED:
+        return _FIXED[code]
+    if code == A.R_NAN_ORDER:
+        return f"only {numbers} non-NaN values; NaN experts fill slots {numbers}.. in tie order"
+    if code == A.R_SENTINEL:
+        return f"only {valid} values beat the floor; slots {valid}.. must hold expert 0"
+    if code == A.R_TIE_ORDER:
+        return f"same expert set, equal keys, other priority order (slot {slot}: {a[slot]} before {e[slot]})"
+    if code == A.R_SELECTION:
+        missing = [m for m in e if m not in a]
+        extra = [x for x in a if x not in e]
+        return f"expected experts {missing} are missing, {extra} chosen instead"
+    if code == A.R_ORDER:
+        return f"same expert set in another order (slot {slot}: expected {e[slot]}, got {a[slot]})"
+    if code == A.R_GUARD_DIVIDED:
+        return f"sum of weights is {total}: the guard must not divide"
+    if code == A.R_SCALING:
+        return f"weights scaled by routed_scaling_factor={rsf} twice or not at all"
+    return f"reason code {code}"
