@@ -1,58 +1,91 @@
-"""The routing oracle: both contracts as an executable fp32 reference.
+"""The routing oracle: every routing contract as an executable fp32 reference.
 
 This package *defines* what a correct MoE router top-k returns. It imports
-only torch. Public surface:
+only torch (and the standard library; ``tomli`` on Python 3.10 for contract
+files). A contract is data (``Contract``, a frozen dataclass of small
+orthogonal fields; docs/contracts_as_data.md is the field reference), and
+one vectorized ``route`` is driven by those fields. Public surface:
 
-- ``route(scores, bias, topk, *, renormalize, routed_scaling_factor, contract)``
+- ``route(scores, bias, topk, *, renormalize, routed_scaling_factor, contract, num_expert_group, topk_group)``
   -> ``(weights fp32 [M, k], ids int32 [M, k])``
-- ``CONTRACTS`` / ``get_contract(name)``: the contracts as named clauses
-- ``tie_priority(E, rule)`` / ``tie_order(E, rule)``: the tie permutations
+- ``route_with_values(...)``: ``route`` plus the scores and ranking it used;
+  ``route_trace(...)``: everything, as a ``RouteTrace`` (groups kept, cutoffs)
+- ``Contract`` / ``ContractError`` / ``FIELD_VALUES``; ``BUILTIN_CONTRACTS`` (all
+  built-ins), ``CONTRACTS`` (the two the harness checks today: aiter, serial),
+  ``get_contract(name | Contract | path.toml)``, ``load_contract(path)``
+- ``ClauseName`` (the closed clause vocabulary), ``Clause``, ``CLAUSE_NAMES``
+  (the clause names of ``CONTRACTS``)
+- ``variants(contract)`` -> ``[Variant(label, field, value, contract)]``: the
+  single-field changes a diagnosis tries
+- ``tie_priority(E, rule)`` / ``tie_order(E, rule)`` / ``group_tie_priority(G, rule)``
 - ``rank_keys(values)``: the fp32 -> ordered int32 key map
-- ``ranking_values(scores, bias, contract)``: ``(sig, sig + bias)`` in fp32
-- ``route_with_values(...)``: ``route`` plus the ``sig`` and ``ranking`` it used
+- ``ranking_values(scores, bias, contract)``: ``(scores, ranking)`` in fp32;
+  ``sigmoid(scores, contract)``: the contract's fp32 sigmoid
 
-The contracts, clause by clause
--------------------------------
+The built-in contracts
+----------------------
 
-================  ==========================================  ==========================================
-clause            ``aiter``                                   ``serial``
-================  ==========================================  ==========================================
-sigmoid           ``torch.sigmoid`` fp32 (aiter: exp2 + rcp)  ``1 / (1 + exp(-x))`` fp32
-ranking           ``sig + bias`` fp32                         ``sig + bias`` fp32
-tie_order         aiter wave64 lane priority                  lowest index
-nan_last          NaN below -inf; fills slots last            NaN never taken
-signed_zero       -0 == +0                                    -0 == +0
-sentinel          none                                        only values > -1e30; else expert 0
-output_order      key desc, priority asc                      selection order
-weights           ``sig[id]``                                 ``sig[id]``
-renorm_guard      ``/ sum`` only if ``sum > 0``               ``/ (den + 1e-20)``, den in selection order
-scaling           ``* routed_scaling_factor`` after           ``* routed_scaling_factor`` after
-tolerance         rtol 1e-5, atol 1e-6; ids exact             rtol 1e-5, atol 1e-6; ids exact
-================  ==========================================  ==========================================
+=====================  ==========  ===============  =======  ============  ======  =======  ========  ==========
+contract               E / k       scoring          bias     groups        mask    ties     NaN       renormalize
+=====================  ==========  ===============  =======  ============  ======  =======  ========  ==========
+``aiter``              896 / 16    sigmoid (exact)  ranks    --            --      aiter    last      guard
+``serial``             896 / 16    sigmoid (expf)   ranks    --            --      lowest   never     eps 1e-20
+``deepseek-v3``        256 / 8     sigmoid (exact)  ranks    8, keep 4     -inf    lowest   last      eps 1e-20
+``deepseek-v3-ref..``  256 / 8     sigmoid (exact)  ranks    8, keep 4     0.0     lowest   last      eps 1e-20
+``qwen3-moe``          128 / 8     softmax          none     --            --      lowest   last      raw
+``mixtral``            8 / 2       softmax          none     --            --      lowest   last      raw
+``gpt-oss``            128 / 4     softmax of top4  none     --            --      lowest   last      (off)
+=====================  ==========  ===============  =======  ============  ======  =======  ========  ==========
+
+Common to all: the ranking add in fp32 (``score_precision="fp32"``), group
+score the top-2 sum, group ties to the lowest group, scaling by
+``routed_scaling_factor`` after renormalization (2.5 by default for the
+DeepSeek ones, else 1.0), weights to rtol 1e-5 / atol 1e-6, ids exactly.
+Output order: key descending then tie priority (aiter, softmax ones),
+selection order (serial; the same ids), any (DeepSeek: compared as a set).
+``serial`` alone has the -1e30 floor and the expert-0 fallback.
 """
 
-from ._contracts import CLAUSE_NAMES, CONTRACTS, Clause, Contract, get_contract
+from ._builtin import BUILTIN_CONTRACTS, CLAUSE_NAMES, CONTRACTS, SERIAL_SENTINEL, get_contract
+from ._clauses import Clause, ClauseName
+from ._contracts import FIELD_NAMES, FIELD_VALUES, Contract, ContractError
 from ._keys import NAN_KEY, rank_keys
-from ._route import SERIAL_SENTINEL, ranking_values, route, route_with_values
-from ._tie_priority import LANE_RANK, TIE_RULES, tie_order, tie_priority
+from ._route import RouteTrace, ranking_values, route, route_trace, route_with_values, sigmoid
+from ._tie_priority import GROUP_TIE_RULES, LANE_RANK, TIE_RULES, group_tie_priority, tie_order, tie_priority
+from ._toml import contract_from_mapping, load_contract
 from ._validate import LOGIT_DTYPES, RoutingArgumentError
+from ._variants import Variant, variants
 
 __all__ = [
+    "BUILTIN_CONTRACTS",
     "CLAUSE_NAMES",
     "CONTRACTS",
+    "FIELD_NAMES",
+    "FIELD_VALUES",
+    "GROUP_TIE_RULES",
     "LANE_RANK",
     "LOGIT_DTYPES",
     "NAN_KEY",
     "SERIAL_SENTINEL",
     "TIE_RULES",
     "Clause",
+    "ClauseName",
     "Contract",
+    "ContractError",
+    "RouteTrace",
     "RoutingArgumentError",
+    "Variant",
+    "contract_from_mapping",
     "get_contract",
+    "group_tie_priority",
+    "load_contract",
     "rank_keys",
     "ranking_values",
     "route",
+    "route_trace",
     "route_with_values",
+    "sigmoid",
     "tie_order",
     "tie_priority",
+    "variants",
 ]

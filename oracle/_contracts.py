@@ -1,127 +1,221 @@
-"""The two routing contracts as data: named clauses, a tie rule, tolerances.
+"""A routing contract as data: small orthogonal fields, validated on construction.
 
-The clause names are a fixed vocabulary: the runner attributes every
-mismatched row to exactly one of them, reports group by them, and nightly
-diffs compare them across runs. Do not rename them.
+Every behaviour of the oracle (and of the harness's attribution) is decided
+by a field, never by a contract's name. ``docs/contracts_as_data.md`` is the
+field reference; ``FIELD_VALUES`` lists the allowed values of each
+enumerated field.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
 from dataclasses import dataclass
 
-__all__ = ["CLAUSE_NAMES", "CONTRACTS", "Clause", "Contract", "get_contract"]
+from ._clauses import Clause, ClauseName, clauses_for
 
+__all__ = ["FIELD_VALUES", "Contract", "ContractError"]
 
-@dataclass(frozen=True)
-class Clause:
-    name: str
-    statement: str
+_NEG_INF = -math.inf
 
-
-@dataclass(frozen=True)
-class Contract:
-    """One routing contract.
-
-    ``weight_rtol``/``weight_atol``: a weight ``a`` matches the oracle's ``e``
-    when ``|a - e| <= atol + rtol * |e|`` (NaN matches only NaN).
-    Near ties (spec §9): two faithful implementations of the contract's
-    sigmoid may differ by a few ULP, so two experts whose ranking values are
-    closer than both sigmoids' error bounds may swap. The bound of one
-    expert's sigmoid is ``(near_tie_ulp + near_tie_x_ulp * (1 - sig) * |x|)``
-    ULP of ``sig``: the second term models a sigmoid computed as
-    ``exp2(-log2(e) * x)``, whose rounded product carries ``|x|`` times
-    more relative error (aiter's form). Zero for both means bit-exact.
-    """
-
-    name: str
-    summary: str
-    tie_rule: str
-    output_order: str
-    clauses: tuple[Clause, ...]
-    weight_rtol: float
-    weight_atol: float
-    near_tie_ulp: int
-    near_tie_x_ulp: float
-    allows_duplicate_ids: bool
-
-    @property
-    def clause_names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.clauses)
-
-    def clause(self, name: str) -> Clause:
-        for c in self.clauses:
-            if c.name == name:
-                return c
-        raise KeyError(f"contract {self.name!r} has no clause {name!r}; it has {self.clause_names}")
-
-
-_COMMON = {
-    "validity": "Outputs are fp32 weights and int32 ids of shape [M, topk], ids in [0, E), inputs left unchanged.",
-    "selection": "The selected experts are those with the topk largest ranking values sig(x) + bias.",
-    "signed_zero": "-0.0 and +0.0 ranking values are equal (they tie, and the tie rule decides).",
-    "bias_in_weight": "The bias takes part in ranking only: weights are built from sig(x), never sig(x) + bias.",
-    "scaling": "Weights are multiplied by routed_scaling_factor exactly once, after renormalization.",
-    "weight_accuracy": "Each weight equals the contract's arithmetic within the contract's tolerance.",
+# Allowed values of the enumerated fields, in the order the docs give them.
+FIELD_VALUES: dict[str, tuple] = {
+    "scoring": ("sigmoid", "softmax", "softmax_of_topk"),
+    "sigmoid_formula": ("correctly_rounded", "expf"),
+    "score_precision": ("fp32", "input"),
+    "bias": ("none", "ranks_only", "in_weight"),
+    "group_score": ("top2_sum", "max"),
+    "group_mask": (_NEG_INF, 0.0),
+    "group_tie_rule": ("lowest", "highest"),
+    "tie_rule": ("aiter", "lowest"),
+    "nan_rule": ("last", "never", "first"),
+    "renormalize": ("guard", "eps", "raw"),
+    "sum_order": ("sequential",),
+    "scaling": ("after", "fused"),
+    "output_order": ("rank", "selection", "any"),
 }
 
-AITER = Contract(
-    name="aiter",
-    summary="AMD aiter-compatible routing (the Kimi-K3 radix-4 kernel): wave64 lane tie order, NaN last.",
-    tie_rule="aiter",
-    output_order="key descending, then tie priority ascending",
-    clauses=(
-        Clause("validity", _COMMON["validity"] + " No expert appears twice in a row."),
-        Clause("selection", _COMMON["selection"]),
-        Clause("tie_order", "Equal ranking keys are broken by aiter's wave64 lane priority (expert 252 wins an all-equal row)."),
-        Clause("nan_last", "A NaN ranking value ranks below every number, -inf included; NaN experts only fill slots no number can."),
-        Clause("signed_zero", _COMMON["signed_zero"]),
-        Clause("output_order", "Winners are ordered by ranking key descending, then tie priority ascending."),
-        Clause("bias_in_weight", _COMMON["bias_in_weight"]),
-        Clause("renorm_guard", "With renormalize, weights are divided by their sum only when the sum is > 0 (else by 1)."),
-        Clause("scaling", _COMMON["scaling"]),
-        Clause("weight_accuracy", _COMMON["weight_accuracy"] + " (rtol 1e-5, atol 1e-6; aiter's sigmoid is not torch's)"),
-    ),
-    weight_rtol=1e-5,
-    weight_atol=1e-6,
-    near_tie_ulp=4,
-    near_tie_x_ulp=1.0,
-    allows_duplicate_ids=False,
-)
 
-SERIAL = Contract(
-    name="serial",
-    summary="The serial-scan router of a second engine: lowest-index ties, -1e30 sentinel, expert-0 fallback.",
-    tie_rule="lowest",
-    output_order="selection order (ranking value descending, then lowest index)",
-    clauses=(
-        Clause("validity", _COMMON["validity"] + " Repeats are allowed only as the expert-0 fallback."),
-        Clause("selection", _COMMON["selection"] + " Only values > -1e30 can be selected."),
-        Clause("tie_order", "Equal ranking values go to the lowest expert index."),
-        Clause("nan_last", "A NaN ranking value is never selected (it never beats the running best)."),
-        Clause("signed_zero", _COMMON["signed_zero"]),
-        Clause("output_order", "Winners are output in selection order."),
-        Clause("bias_in_weight", _COMMON["bias_in_weight"]),
-        Clause("renorm_guard", "With renormalize, weight = (sig / (den + 1e-20f)) * rs, den summed in selection order."),
-        Clause("scaling", _COMMON["scaling"]),
-        Clause("weight_accuracy", _COMMON["weight_accuracy"] + " (rtol 1e-5, atol 1e-6)"),
-        Clause("sentinel_fallback", "A round in which no value beats -1e30 emits expert 0 and counts its sig again."),
-    ),
-    weight_rtol=1e-5,
-    weight_atol=1e-6,
-    near_tie_ulp=4,
-    near_tie_x_ulp=0.0,
-    allows_duplicate_ids=True,
-)
-
-CONTRACTS: dict[str, Contract] = {c.name: c for c in (AITER, SERIAL)}
-
-CLAUSE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(n for c in CONTRACTS.values() for n in c.clause_names))
+class ContractError(ValueError):
+    """A contract field is malformed (the one-line message names the field, the value and what is allowed)."""
 
 
-def get_contract(contract: str | Contract) -> Contract:
-    if isinstance(contract, Contract):
-        return contract
-    try:
-        return CONTRACTS[contract]
-    except (KeyError, TypeError):
-        raise ValueError(f"contract={contract!r} is not a known contract; use one of {sorted(CONTRACTS)}") from None
+@dataclass(frozen=True, kw_only=True)
+class Contract:
+    """One routing contract. Field reference: ``docs/contracts_as_data.md``.
+
+    Tolerances: a weight ``a`` matches the oracle's ``e`` when
+    ``|a - e| <= weight_atol + weight_rtol * |e|`` (NaN matches only NaN).
+    Near ties (spec §9): an expert's ranking value may be off by
+    ``near_tie_ulp + near_tie_x_ulp * t`` ULP in a faithful implementation,
+    where ``t = (1 - sig) * |x|`` for a sigmoid (the error of
+    ``exp2(-log2(e) * x)``), ``t = |x - max(x)|`` for a softmax, and the
+    ranking of ``softmax_of_topk`` (the logits) is exact. Zero for both
+    means bit-exact.
+    """
+
+    # identity
+    name: str
+    summary: str = ""
+    source: str = ""
+    # scores: what ranks and what the weights are made of
+    scoring: str
+    sigmoid_formula: str = "correctly_rounded"
+    score_precision: str = "fp32"
+    bias: str = "none"
+    # expert groups (n_group = topk_group = 1: none); the default group shape
+    n_group: int = 1
+    topk_group: int = 1
+    group_score: str = "top2_sum"
+    group_mask: float = _NEG_INF
+    group_tie_rule: str = "lowest"
+    # selection
+    tie_rule: str = "lowest"
+    nan_rule: str = "last"
+    floor: float | None = None
+    # weights
+    renormalize: str = "guard"
+    renorm_eps: float = 1e-20
+    sum_order: str = "sequential"
+    scaling: str = "after"
+    output_order: str = "rank"
+    # tolerances
+    weight_rtol: float = 1e-5
+    weight_atol: float = 1e-6
+    near_tie_ulp: int = 4
+    near_tie_x_ulp: float = 0.0
+    # default shape and call
+    experts: int
+    topk: int
+    routed_scaling_factor: float = 1.0
+    default_renormalize: bool = True
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # ---- derived properties the oracle and the harness decide by
+    @property
+    def is_grouped(self) -> bool:
+        return self.n_group > 1
+
+    @property
+    def has_bias(self) -> bool:
+        return self.bias != "none"
+
+    @property
+    def has_fallback(self) -> bool:
+        """Slots no eligible value can fill hold expert 0 (the serial scan's fallback)."""
+        return self.floor is not None or self.nan_rule == "never"
+
+    @property
+    def allows_duplicate_ids(self) -> bool:
+        return self.has_fallback
+
+    @property
+    def clauses(self) -> tuple[Clause, ...]:
+        return _clauses(self)
+
+    @property
+    def clause_names(self) -> tuple[ClauseName, ...]:
+        return tuple(c.name for c in self.clauses)
+
+    def clause(self, name: str | ClauseName) -> Clause:
+        try:
+            key = ClauseName(name)
+        except ValueError:
+            raise KeyError(f"{name!r} is not a clause name; use one of {[n.value for n in ClauseName]}") from None
+        for c in self.clauses:
+            if c.name == key:
+                return c
+        raise KeyError(f"contract {self.name!r} has no clause {key.value!r}; it has {[n.value for n in self.clause_names]}")
+
+    def replace(self, **changes) -> Contract:
+        """A copy with ``changes`` applied (validated like a new contract)."""
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        """The fields as plain values (for reports; ``-inf`` stays a float)."""
+        return dataclasses.asdict(self)
+
+
+@functools.lru_cache(maxsize=256)
+def _clauses(c: Contract) -> tuple[Clause, ...]:
+    return clauses_for(c)
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Contract))
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _fail(c, field: str, value, allowed: str) -> None:
+    raise ContractError(f"contract {c.name!r}: {field}={_show(value)} is not allowed; {allowed}")
+
+
+def _show(value) -> str:
+    return "-inf" if isinstance(value, float) and value == _NEG_INF else repr(value)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_choice(c, field: str) -> None:
+    value, allowed = getattr(c, field), FIELD_VALUES[field]
+    if field == "group_mask":
+        ok = _is_real(value) and (value == _NEG_INF or (value == 0 and math.copysign(1.0, value) > 0))
+    else:
+        ok = isinstance(value, str) and value in allowed
+    if not ok:
+        _fail(c, field, value, "use one of " + ", ".join(_show(a) if not isinstance(a, str) else repr(a) for a in allowed))
+
+
+def _check_real(c, field: str, *, minimum: float | None = 0.0, optional: bool = False) -> None:
+    value = getattr(c, field)
+    if optional and value is None:
+        return
+    if not _is_real(value) or not math.isfinite(value) or (minimum is not None and value < minimum):
+        bound = f" >= {minimum:g}" if minimum is not None else ""
+        _fail(c, field, value, f"use a finite number{bound}" + (" or leave it unset (none)" if optional else ""))
+    object.__setattr__(c, field, float(value))
+
+
+def _check_shape(c) -> None:
+    for field in ("experts", "topk", "n_group", "topk_group", "near_tie_ulp"):
+        value = getattr(c, field)
+        low = 0 if field == "near_tie_ulp" else 1
+        if not _is_int(value) or value < low:
+            _fail(c, field, value, f"use an int >= {low}")
+    if c.topk > c.experts:
+        _fail(c, "topk", c.topk, f"it must satisfy 1 <= topk <= experts={c.experts}")
+    if c.topk_group > c.n_group:
+        _fail(c, "topk_group", c.topk_group, f"it must satisfy 1 <= topk_group <= n_group={c.n_group}")
+    if c.experts % c.n_group:
+        _fail(c, "n_group", c.n_group, f"it must divide experts={c.experts} (groups are contiguous blocks of E / n_group)")
+    if c.is_grouped and c.group_score == "top2_sum" and c.experts // c.n_group < 2:
+        _fail(c, "group_score", c.group_score, f"top2_sum needs >= 2 experts per group (experts={c.experts}, n_group={c.n_group}); use 'max'")
+
+
+def _validate(c: Contract) -> None:
+    if not isinstance(c.name, str) or not c.name or any(ch.isspace() for ch in c.name):
+        raise ContractError(f"contract name={c.name!r} is not allowed; use a non-empty string without spaces")
+    for field in ("summary", "source"):
+        value = getattr(c, field)
+        if not isinstance(value, str) or "\n" in value:
+            _fail(c, field, value, "use a one-line string")
+    for field in FIELD_VALUES:
+        _check_choice(c, field)
+    object.__setattr__(c, "group_mask", float(c.group_mask))
+    _check_real(c, "floor", minimum=None, optional=True)
+    for field in ("renorm_eps", "weight_rtol", "weight_atol", "near_tie_x_ulp"):
+        _check_real(c, field)
+    _check_real(c, "routed_scaling_factor", minimum=None)
+    if not isinstance(c.default_renormalize, bool):
+        _fail(c, "default_renormalize", c.default_renormalize, "use true or false")
+    _check_shape(c)

@@ -1,39 +1,50 @@
-"""The routing function of both contracts, vectorized over rows.
+"""The routing function of every contract: one vectorized pipeline driven by the contract's fields.
 
-Plain statement (per row, per contract; see ``oracle.CONTRACTS``)::
+Plain statement (per row; see ``oracle.Contract`` and docs/contracts_as_data.md)::
 
-    sig     = sigmoid(x)                       # fp32
-    ranking = sig + bias                       # fp32; ranks only
-    ids     = the topk experts by (rank_key(ranking) desc, tie priority asc)
-    w       = sig[ids], renormalized and scaled by the contract's formula
+    s       = sigmoid(x) | softmax(x) | x          # scoring, fp32 (or rounded to the logits' dtype)
+    ranking = s + bias                             # bias ranks only (when the contract has one)
+    if grouped:                                    # n_group contiguous groups of E / n_group experts
+        g    = top2_sum or max of ranking per group
+        kept = the topk_group groups by (rank_key(g) desc, group priority asc)
+        ranking outside the kept groups := group_mask (-inf or 0.0)
+    ids     = the topk experts by (rank_key(ranking) desc, tie priority asc),
+              NaN by the NaN rule, only values above the floor (else expert 0)
+    w       = s[ids] (softmax over x[ids] for softmax_of_topk), renormalized by
+              the contract's rule, scaled by routed_scaling_factor
 
 How it is fast without being clever in the wrong place: one ``torch.topk``
 over ``topk + 1`` values per row finds the selected *set* whenever the k-th
 value is a number strictly above the (k+1)-th and no NaN is in sight (almost
 every row of real logits). Only the k selected entries are then put in
 contract order with exact keys. Rows where the cutoff is tied, or NaN, -inf
-or the serial sentinel reach it, take the exact path: a composite int64 key
+or the floor reach it, take the exact path: a composite int64 key
 ``rank_key * E + (E - 1 - priority)`` that is distinct per expert, so
 ``torch.topk`` over it has a single right answer whatever torch's own tie
-behaviour is.
+behaviour is. Group scores and kept groups are found the same way, with
+the group priority.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 
-from ._contracts import Contract, get_contract
+from ._builtin import SERIAL_SENTINEL, get_contract
+from ._contracts import Contract
 from ._keys import NAN_KEY, rank_keys
-from ._tie_priority import tie_priority
-from ._validate import check_route_args
+from ._scores import expert_scores, ranking_from, sigmoid_of, softmax_rows
+from ._tie_priority import group_tie_priority, tie_priority
+from ._validate import check_route_args, resolve_groups
 
-__all__ = ["SERIAL_SENTINEL", "ranking_values", "route", "route_with_values", "sigmoid"]
+__all__ = ["SERIAL_SENTINEL", "RouteTrace", "ranking_values", "route", "route_trace", "route_with_values", "sigmoid"]
 
-SERIAL_SENTINEL = -1e30
-_CHUNK_ROWS_CPU = 1024
+_CHUNK_ELEMENTS_CPU = 1024 * 896  # row chunks of about 3.5 MB of fp32 stay cache-resident
 _CHUNK_ROWS_GPU = 1 << 16
+_NAN_FIRST_KEY = 2**31  # above rank_key(+inf); the keys are int64 from here on
+_INELIGIBLE_KEY = NAN_KEY - 1  # below NaN: values at or under the floor (and NaN where never taken)
 
 
 @functools.lru_cache(maxsize=32)
@@ -41,93 +52,310 @@ def _priority_on(experts: int, rule: str, device: torch.device) -> torch.Tensor:
     return tie_priority(experts, rule).to(device)
 
 
-def _sigmoid_exact(x: torch.Tensor, contract: str) -> torch.Tensor:
-    """The contract's fp32 sigmoid, computed through float64 so it is the same
-    bits on every device and for every memory layout.
-
-    (torch's own fp32 sigmoid is not: on a CPU the vectorized body and the
-    scalar tail of one tensor round differently, so a logit's sigmoid would
-    depend on where it sits in the batch.)
-
-    aiter:  round_fp32(1 / (1 + exp(-x))), and 0 where exp(-x) overflows fp32
-            -- the correctly rounded sigmoid, as an fp32 formula sees it
-    serial: e = round_fp32(exp(-x)); 1.0f / (1.0f + e)  -- expf, then fp32 add and divide
-
-    Below x = -88.72, exp(-x) exceeds the largest fp32 number: every fp32
-    implementation of the formula (aiter's exp2 and rcp, torch's sigmoid, a
-    CUDA kernel) gives exactly 0 there, although the true sigmoid is a tiny
-    subnormal down to x = -103.9. The contract is the fp32 formula, so the
-    oracle gives 0 too; otherwise those experts would rank above a tie that
-    every real router sees.
-    """
-    e = torch.exp(-x.double())
-    e32 = e.float()
-    if contract == "serial":
-        return torch.reciprocal(e32.add_(1.0))
-    sig = torch.reciprocal(e.add_(1.0)).float()
-    return sig.masked_fill_(torch.isinf(e32), 0.0)
-
-
-@functools.lru_cache(maxsize=8)
-def _sigmoid_table(dtype: torch.dtype, contract: str, device: torch.device) -> torch.Tensor:
-    # A 16-bit float has 65,536 values: tabulate the exact sigmoid once.
-    every = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
-    return _sigmoid_exact(every.float(), contract).to(device)
+@functools.lru_cache(maxsize=32)
+def _group_priority_on(n_group: int, rule: str, device: torch.device) -> torch.Tensor:
+    return group_tie_priority(n_group, rule).to(device)
 
 
 def sigmoid(scores: torch.Tensor, contract: str | Contract = "aiter") -> torch.Tensor:
-    """fp32 sigmoid of ``scores`` under ``contract`` (see ``_sigmoid_exact``)."""
-    c = get_contract(contract)
-    if scores.dtype in (torch.bfloat16, torch.float16):
-        table = _sigmoid_table(scores.dtype, c.name, scores.device)
-        index = scores.view(torch.int16).long().add_(2**15)
-        # gather over an expanded view is the fastest table lookup torch has on a CPU
-        return table.expand(scores.shape[0], table.shape[0]).gather(1, index)
-    return _sigmoid_exact(scores.float(), c.name)
+    """fp32 sigmoid of ``scores`` by the contract's ``sigmoid_formula`` (whatever its scoring)."""
+    return sigmoid_of(scores, get_contract(contract).sigmoid_formula)
 
 
-def ranking_values(scores: torch.Tensor, bias: torch.Tensor, contract: str | Contract = "aiter"):
-    """``(sig, ranking)``, both fp32 ``[M, E]``, as the contract computes them."""
-    sig = sigmoid(scores, contract)
-    return sig, sig + bias.float()
+def ranking_values(scores: torch.Tensor, bias: torch.Tensor | None, contract: str | Contract = "aiter"):
+    """``(expert scores, ranking)``, both fp32 ``[M, E]``, as the contract computes them (before any group mask).
 
-
-def _composite(keys: torch.Tensor, priority: torch.Tensor, experts: int) -> torch.Tensor:
-    # Distinct per expert: equal keys are separated by the priority, which is < experts.
-    return keys.long() * experts + (experts - 1 - priority)
-
-
-def _select(ranking: torch.Tensor, topk: int, priority: torch.Tensor, floor: float) -> torch.Tensor:
-    """int64 ids ``[M, topk]`` in contract order; slots no valid value can fill hold ``-1``.
-
-    ``floor=None`` (aiter): every expert ranks, NaN below -inf, so no slot
-    stays empty. ``floor=-1e30`` (serial): only values strictly above the
-    sentinel can be taken; NaN never is.
+    For a sigmoid contract the scores are ``sig``; for softmax ``p``; for
+    softmax_of_topk the logits. ``ranking`` is ``scores + bias`` or ``scores``.
     """
+    c = get_contract(contract)
+    s = expert_scores(scores, c)
+    return s, ranking_from(s, bias, c, scores.dtype)
+
+
+@dataclass(frozen=True)
+class RouteTrace:
+    """What the oracle computed, for explaining mismatches. Tensors are on the inputs' device.
+
+    ``expert_scores`` / ``ranking`` fp32 ``[M, E]``: see ``ranking_values``.
+    ``selection_ranking`` fp32 ``[M, E]``: the values top-k ran on (``ranking``
+    with the group mask applied; ``ranking`` itself when ungrouped).
+    ``group_scores`` fp32 ``[M, G]`` and ``kept_groups`` int64 ``[M, topk_group]``
+    (best first): ``None`` when ungrouped. ``valid`` int64 ``[M]``: slots filled
+    by an eligible expert (the rest hold the expert-0 fallback).
+    """
+
+    contract: Contract
+    weights: torch.Tensor
+    ids: torch.Tensor
+    expert_scores: torch.Tensor
+    ranking: torch.Tensor
+    selection_ranking: torch.Tensor
+    group_scores: torch.Tensor | None
+    kept_groups: torch.Tensor | None
+    valid: torch.Tensor
+    n_group: int
+    topk_group: int
+    renormalize: bool
+    routed_scaling_factor: float
+
+    @property
+    def kept_group_mask(self) -> torch.Tensor | None:
+        """bool ``[M, G]``: the kept groups."""
+        if self.kept_groups is None:
+            return None
+        mask = torch.zeros(self.group_scores.shape, dtype=torch.bool, device=self.group_scores.device)
+        return mask.scatter_(1, self.kept_groups, True)
+
+    @property
+    def cutoff(self) -> torch.Tensor:
+        """fp32 ``[M]``: the selection value of the last eligible slot (NaN where none is)."""
+        slot = (self.valid - 1).clamp(min=0).unsqueeze(1)
+        value = self.selection_ranking.gather(1, self.ids.long().gather(1, slot)).squeeze(1)
+        return value.masked_fill(self.valid == 0, float("nan"))
+
+    @property
+    def group_cutoff(self) -> torch.Tensor | None:
+        """fp32 ``[M]``: the score of the weakest kept group."""
+        if self.kept_groups is None:
+            return None
+        return self.group_scores.gather(1, self.kept_groups[:, -1:]).squeeze(1)
+
+
+def route(
+    scores: torch.Tensor,
+    bias: torch.Tensor | None,
+    topk: int,
+    *,
+    renormalize: bool | None = None,
+    routed_scaling_factor: float | None = None,
+    contract: str | Contract = "aiter",
+    num_expert_group: int | None = None,
+    topk_group: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Route ``scores`` ``[M, E]`` under ``contract``; returns ``(weights fp32, ids int32)``, each ``[M, topk]``.
+
+    ``renormalize``, ``routed_scaling_factor``, ``num_expert_group`` and
+    ``topk_group`` default to the contract's (``default_renormalize``,
+    ``routed_scaling_factor``, ``n_group``, ``topk_group``). ``bias`` may be
+    ``None`` for a contract without a correction bias (one given is ignored).
+    Inputs are never modified. Works on any device torch supports, for
+    bf16/fp16/fp32 logits, row-strided inputs (column stride 1), any
+    ``1 <= topk <= E``.
+    """
+    return _route(scores, bias, topk, renormalize, routed_scaling_factor, contract, num_expert_group, topk_group, keep=False)
+
+
+def route_with_values(
+    scores: torch.Tensor,
+    bias: torch.Tensor | None,
+    topk: int,
+    *,
+    renormalize: bool | None = None,
+    routed_scaling_factor: float | None = None,
+    contract: str | Contract = "aiter",
+    num_expert_group: int | None = None,
+    topk_group: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``route`` plus the fp32 expert scores (``sig``) and ``ranking`` ``[M, E]`` it ranked with."""
+    t = route_trace(scores, bias, topk, renormalize=renormalize, routed_scaling_factor=routed_scaling_factor,
+                    contract=contract, num_expert_group=num_expert_group, topk_group=topk_group)  # fmt: skip
+    return t.weights, t.ids, t.expert_scores, t.ranking
+
+
+def route_trace(
+    scores: torch.Tensor,
+    bias: torch.Tensor | None,
+    topk: int,
+    *,
+    renormalize: bool | None = None,
+    routed_scaling_factor: float | None = None,
+    contract: str | Contract = "aiter",
+    num_expert_group: int | None = None,
+    topk_group: int | None = None,
+) -> RouteTrace:
+    """``route`` with everything it computed on the way, as a ``RouteTrace``."""
+    return _route(scores, bias, topk, renormalize, routed_scaling_factor, contract, num_expert_group, topk_group, keep=True)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One call's resolved arguments."""
+
+    c: Contract
+    topk: int
+    n_group: int
+    topk_group: int
+    renormalize: bool
+    rsf: float
+    priority: torch.Tensor
+    group_priority: torch.Tensor
+
+
+def _route(scores, bias, topk, renormalize, rsf, contract, num_expert_group, topk_group, *, keep):
+    c = get_contract(contract)
+    renormalize = c.default_renormalize if renormalize is None else renormalize
+    rsf = c.routed_scaling_factor if rsf is None else rsf
+    check_route_args(scores, bias, topk, renormalize, rsf, bias_required=c.has_bias)
+    rows, experts = scores.shape
+    n_group, n_kept = resolve_groups(c, experts, num_expert_group, topk_group)
+    device = scores.device
+    plan = _Plan(c, topk, n_group, n_kept, renormalize, float(rsf), _priority_on(experts, c.tie_rule, device),
+                 _group_priority_on(n_group, c.group_tie_rule, device))  # fmt: skip
+    bias = bias if c.has_bias else None
+    out = _Outputs(rows, experts, plan, device, keep)
+    chunk = max(1, _CHUNK_ELEMENTS_CPU // experts) if device.type == "cpu" else _CHUNK_ROWS_GPU
+    for start in range(0, rows, chunk):
+        stop = min(start + chunk, rows)
+        out.store(start, stop, _route_rows(scores[start:stop], bias, plan, keep))
+    return out.result(c, plan)
+
+
+class _Outputs:
+    """The call's output tensors, filled chunk by chunk."""
+
+    def __init__(self, rows, experts, plan, device, keep):
+        f32 = dict(dtype=torch.float32, device=device)
+        self.keep = keep
+        self.weights = torch.empty((rows, plan.topk), **f32)
+        self.ids = torch.empty((rows, plan.topk), dtype=torch.int32, device=device)
+        if keep:
+            grouped = plan.n_group > 1
+            self.values = [torch.empty((rows, experts), **f32) for _ in range(3 if grouped else 2)]
+            self.groups = (torch.empty((rows, plan.n_group), **f32),
+                           torch.empty((rows, plan.topk_group), dtype=torch.int64, device=device)) if grouped else None  # fmt: skip
+            self.valid = torch.empty(rows, dtype=torch.int64, device=device)
+
+    def store(self, start, stop, chunk):
+        self.weights[start:stop] = chunk.weights
+        self.ids[start:stop] = chunk.ids
+        if self.keep:
+            for dst, src in zip(self.values, (chunk.scores, chunk.ranking, chunk.selection)):  # selection if grouped
+                dst[start:stop] = src
+            if self.groups is not None:
+                self.groups[0][start:stop] = chunk.group_scores
+                self.groups[1][start:stop] = chunk.kept_groups
+            self.valid[start:stop] = chunk.valid
+
+    def result(self, c, plan):
+        if not self.keep:
+            return self.weights, self.ids
+        ranking, selection = self.values[1], self.values[-1]
+        groups = self.groups or (None, None)
+        return RouteTrace(c, self.weights, self.ids, self.values[0], ranking, selection,
+                          groups[0], groups[1], self.valid, plan.n_group, plan.topk_group, plan.renormalize, plan.rsf)  # fmt: skip
+
+
+@dataclass
+class _Chunk:
+    weights: torch.Tensor
+    ids: torch.Tensor
+    scores: torch.Tensor
+    ranking: torch.Tensor
+    selection: torch.Tensor
+    group_scores: torch.Tensor | None
+    kept_groups: torch.Tensor | None
+    valid: torch.Tensor | None
+
+
+def _route_rows(x: torch.Tensor, bias, plan: _Plan, keep: bool) -> _Chunk:
+    c = plan.c
+    scores = expert_scores(x, c)
+    ranking = ranking_from(scores, bias, c, x.dtype)
+    group_scores = kept = None
+    selection = ranking
+    if plan.n_group > 1:
+        group_scores = _group_scores(ranking, plan.n_group, c)
+        kept = _kept_groups(group_scores, plan.topk_group, plan.group_priority, c)
+        if plan.topk_group < plan.n_group:
+            selection = _mask_groups(ranking, kept, plan.n_group, c.group_mask)
+    ids = _select(selection, plan.topk, plan.priority, c)
+    valid = (ids >= 0).sum(1) if keep and c.has_fallback else None
+    if c.has_fallback:
+        ids.clamp_(min=0)  # the expert-0 fallback
+    if keep and valid is None:
+        valid = torch.full((x.shape[0],), plan.topk, dtype=torch.int64, device=x.device)
+    weights = _weights(scores, ranking, ids, plan, x.dtype)
+    return _Chunk(weights, ids, scores, ranking, selection, group_scores, kept, valid)
+
+
+def _rule_keys(values: torch.Tensor, nan_rule: str) -> torch.Tensor:
+    """int64 rank keys with NaN placed by ``nan_rule`` (``never`` ranks it last; eligibility is apart)."""
+    keys = rank_keys(values).long()
+    if nan_rule == "first":
+        keys.masked_fill_(torch.isnan(values), _NAN_FIRST_KEY)
+    return keys
+
+
+def _composite(keys: torch.Tensor, priority: torch.Tensor, n: int) -> torch.Tensor:
+    # Distinct per expert (or group): equal keys are separated by the priority, which is < n.
+    return keys.long() * n + (n - 1 - priority)
+
+
+def _group_scores(ranking: torch.Tensor, n_group: int, c: Contract) -> torch.Tensor:
+    """fp32 [M, G]: each group's top2_sum or max of ranking values, NaN by the NaN rule; zeros unsigned."""
     rows, experts = ranking.shape
+    per_group = ranking.view(rows, n_group, experts // n_group)
+    k = 2 if c.group_score == "top2_sum" else 1
+    top = torch.topk(per_group, k, dim=2).values  # torch ranks NaN first: right for nan_rule "first" only
+    if c.nan_rule != "first":
+        hit = torch.isnan(top).any(2).any(1).nonzero().squeeze(1)
+        if hit.numel():
+            sub = per_group.index_select(0, hit)
+            pick = torch.topk(rank_keys(sub), k, dim=2).indices  # NaN_KEY is the lowest key
+            top.index_copy_(0, hit, sub.gather(2, pick))
+    score = top[..., 0] + top[..., 1] if k == 2 else top[..., 0]
+    return score + 0.0  # -0.0 and +0.0 share a key; which one torch.topk picks is not the contract's
+
+
+def _kept_groups(group_scores: torch.Tensor, topk_group: int, priority: torch.Tensor, c: Contract) -> torch.Tensor:
+    """int64 [M, topk_group]: the kept groups, best first."""
+    n_group = group_scores.shape[1]
+    comp = _composite(_rule_keys(group_scores, c.nan_rule), priority, n_group)
+    return torch.topk(comp, topk_group, dim=1).indices
+
+
+def _mask_groups(ranking: torch.Tensor, kept: torch.Tensor, n_group: int, mask_value: float) -> torch.Tensor:
+    rows, experts = ranking.shape
+    keep = torch.zeros((rows, n_group), dtype=torch.bool, device=ranking.device).scatter_(1, kept, True)
+    per_group = ranking.view(rows, n_group, experts // n_group)
+    return per_group.masked_fill(~keep.unsqueeze(2), mask_value).view(rows, experts)
+
+
+def _select(values: torch.Tensor, topk: int, priority: torch.Tensor, c: Contract) -> torch.Tensor:
+    """int64 ids ``[M, topk]`` in contract order; slots no eligible value can fill hold ``-1``.
+
+    Eligible: every expert, NaN placed by the NaN rule; with a floor only
+    values strictly above it (and NaN unless the rule is ``never``); with
+    ``nan_rule="never"`` no NaN.
+    """
+    experts = values.shape[1]
     width = min(topk + 1, experts)
-    values, candidates = torch.topk(ranking, width, dim=1)
-    kth = values[:, topk - 1]
-    lower = -float("inf") if floor is None else floor
-    clean = (kth > lower) & ~torch.isnan(values).any(dim=1)
+    top_values, candidates = torch.topk(values, width, dim=1)
+    kth = top_values[:, topk - 1]
+    lower = -float("inf") if c.floor is None else c.floor
+    clean = (kth > lower) & ~torch.isnan(top_values).any(dim=1)
     if width > topk:
-        clean &= kth != values[:, topk]
+        clean &= kth != top_values[:, topk]
     chosen = candidates[:, :topk]
 
     # Put each clean row's set in contract order.
-    comp = _composite(rank_keys(ranking.gather(1, chosen)), priority[chosen], experts)
+    comp = _composite(rank_keys(values.gather(1, chosen)), priority[chosen], experts)
     ids = chosen.gather(1, comp.argsort(dim=1, descending=True))
 
     hard = (~clean).nonzero().squeeze(1)
     if hard.numel():
-        sub = ranking.index_select(0, hard)
-        keys = rank_keys(sub)
-        if floor is not None:
-            keys.masked_fill_(~(sub > floor), NAN_KEY)
-        comp_sub = _composite(keys, priority, experts)
-        top = torch.topk(comp_sub, topk, dim=1).indices
-        if floor is not None:
-            top.masked_fill_(keys.gather(1, top) == NAN_KEY, -1)
+        sub = values.index_select(0, hard)
+        keys = _rule_keys(sub, c.nan_rule)
+        if c.has_fallback:
+            nan = torch.isnan(sub)
+            ineligible = nan if c.nan_rule == "never" else torch.zeros_like(nan)
+            if c.floor is not None:
+                ineligible |= ~(sub > c.floor) & ~nan
+            keys.masked_fill_(ineligible, _INELIGIBLE_KEY)
+        top = torch.topk(_composite(keys, priority, experts), topk, dim=1).indices
+        if c.has_fallback:
+            top.masked_fill_(keys.gather(1, top) == _INELIGIBLE_KEY, -1)
         ids.index_copy_(0, hard, top)
     return ids
 
@@ -140,77 +368,22 @@ def _sequential_sum(w: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def route(
-    scores: torch.Tensor,
-    bias: torch.Tensor,
-    topk: int,
-    *,
-    renormalize: bool = True,
-    routed_scaling_factor: float = 1.0,
-    contract: str | Contract = "aiter",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Route ``scores`` ``[M, E]`` under ``contract``; returns ``(weights fp32, ids int32)``, each ``[M, topk]``.
-
-    Inputs are never modified. Works on any device torch supports, for
-    bf16/fp16/fp32 logits, row-strided inputs (column stride 1), any
-    ``1 <= topk <= E``.
-    """
-    return _route(scores, bias, topk, renormalize, routed_scaling_factor, contract, keep_values=False)[:2]
-
-
-def route_with_values(
-    scores: torch.Tensor,
-    bias: torch.Tensor,
-    topk: int,
-    *,
-    renormalize: bool = True,
-    routed_scaling_factor: float = 1.0,
-    contract: str | Contract = "aiter",
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``route`` plus the fp32 ``sig`` and ``ranking`` ``[M, E]`` it ranked with (for explaining mismatches)."""
-    return _route(scores, bias, topk, renormalize, routed_scaling_factor, contract, keep_values=True)
-
-
-def _route(scores, bias, topk, renormalize, routed_scaling_factor, contract, *, keep_values):
-    c = get_contract(contract)
-    check_route_args(scores, bias, topk, renormalize, routed_scaling_factor)
-    rows, experts = scores.shape
-    device = scores.device
-    weights = torch.empty((rows, topk), dtype=torch.float32, device=device)
-    ids = torch.empty((rows, topk), dtype=torch.int32, device=device)
-    values = [torch.empty((rows, experts), dtype=torch.float32, device=device) for _ in range(2)] if keep_values else None
-    if rows == 0:
-        return (weights, ids, *values) if keep_values else (weights, ids)
-    priority = _priority_on(experts, c.tie_rule, device)
-    # Row chunks keep each chunk's fp32 intermediates cache-resident on a CPU
-    # (about 2x faster than whole-matrix passes at M = 65,536).
-    chunk = _CHUNK_ROWS_CPU if device.type == "cpu" else _CHUNK_ROWS_GPU
-    for start in range(0, rows, chunk):
-        stop = min(start + chunk, rows)
-        sig, ranking = ranking_values(scores[start:stop], bias, c)
-        w, i = _route_rows(sig, ranking, topk, renormalize, float(routed_scaling_factor), c, priority)
-        weights[start:stop] = w
-        ids[start:stop] = i
-        if keep_values:
-            values[0][start:stop] = sig
-            values[1][start:stop] = ranking
-    return (weights, ids, *values) if keep_values else (weights, ids)
-
-
-def _route_rows(sig, ranking, topk, renormalize, rsf, c, priority):
-    if c.name == "serial":
-        ids = _select(ranking, topk, priority, floor=SERIAL_SENTINEL)
-        ids.clamp_(min=0)  # the expert-0 fallback
-        w = sig.gather(1, ids)
-        if renormalize:
-            w = (w / (_sequential_sum(w) + 1e-20).unsqueeze(1)) * rsf
-        else:
-            w = w * rsf
+def _weights(scores, ranking, ids, plan: _Plan, dtype: torch.dtype) -> torch.Tensor:
+    c = plan.c
+    w = (ranking if c.bias == "in_weight" else scores).gather(1, ids)
+    if c.scoring == "softmax_of_topk":
+        w = softmax_rows(w)
+        if c.score_precision == "input" and dtype in (torch.bfloat16, torch.float16):
+            w = w.to(dtype).float()
+    if not plan.renormalize:
+        return w * plan.rsf
+    total = _sequential_sum(w)
+    if c.renormalize == "guard":
+        denom = torch.where(total > 0, total, torch.ones_like(total))
+    elif c.renormalize == "eps":
+        denom = total + c.renorm_eps
     else:
-        ids = _select(ranking, topk, priority, floor=None)
-        w = sig.gather(1, ids)
-        if renormalize:
-            total = _sequential_sum(w)
-            w = w / torch.where(total > 0, total, torch.ones_like(total)).unsqueeze(1)
-        w = w * rsf
-    return w, ids
+        denom = total
+    if c.scaling == "fused":
+        return w * (torch.full_like(denom, plan.rsf) / denom).unsqueeze(1)
+    return (w / denom.unsqueeze(1)) * plan.rsf

@@ -17,6 +17,11 @@ A priority is a permutation ``p`` of ``0..E-1``: expert ``e`` has priority
     missing elements are padding that never wins (aiter pads with ``-inf``),
     so the real experts keep the order the formula gives them; the formula
     is applied unchanged for every ``E >= 1``.
+
+Group ties (grouped contracts: equal group scores at the ``topk_group``
+cutoff) have their own rules, ``GROUP_TIE_RULES``: ``lowest`` (group ``g``
+has priority ``g``) or ``highest`` (priority ``G - 1 - g``, as some
+group-elimination steps keep the last group seen).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import functools
 
 import torch
 
-__all__ = ["LANE_RANK", "TIE_RULES", "tie_priority", "tie_order"]
+__all__ = ["GROUP_TIE_RULES", "LANE_RANK", "TIE_RULES", "group_tie_priority", "tie_priority", "tie_order"]
 
 # Traversal rank of each of the 64 lanes in aiter's argmax reduction (spec §3):
 # lane 63 is visited first, so its experts win ties.
@@ -37,6 +42,7 @@ LANE_RANK: tuple[int, ...] = (
 )  # fmt: skip
 
 TIE_RULES = ("aiter", "lowest")
+GROUP_TIE_RULES = ("lowest", "highest")
 
 
 @functools.lru_cache(maxsize=64)
@@ -68,3 +74,13 @@ def tie_priority(experts: int, rule: str) -> torch.Tensor:
     priority = torch.empty_like(order)
     priority[order] = torch.arange(experts, dtype=torch.int64)
     return priority
+
+
+def group_tie_priority(n_group: int, rule: str) -> torch.Tensor:
+    """Priority of each expert group (int64 ``[G]``; lower wins a tie between group scores)."""
+    if isinstance(n_group, bool) or not isinstance(n_group, int) or n_group < 1:
+        raise ValueError(f"n_group={n_group!r} must be a positive int (the number of expert groups)")
+    if rule not in GROUP_TIE_RULES:
+        raise ValueError(f"rule={rule!r} is not a group tie rule; use one of {GROUP_TIE_RULES}")
+    ascending = torch.arange(n_group, dtype=torch.int64)
+    return ascending if rule == "lowest" else ascending.flip(0)

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-__all__ = ["LOGIT_DTYPES", "RoutingArgumentError", "check_route_args"]
+__all__ = ["LOGIT_DTYPES", "RoutingArgumentError", "check_route_args", "resolve_groups"]
 
 LOGIT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -20,7 +20,11 @@ def _fail(message: str) -> None:
     raise RoutingArgumentError(message)
 
 
-def check_route_args(scores, bias, topk, renormalize, routed_scaling_factor) -> None:
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_route_args(scores, bias, topk, renormalize, routed_scaling_factor, *, bias_required: bool = True) -> None:
     if not isinstance(scores, torch.Tensor):
         _fail(f"scores must be a torch.Tensor of shape [M, E], got {type(scores).__name__}")
     if scores.dim() != 2:
@@ -34,14 +38,24 @@ def check_route_args(scores, bias, topk, renormalize, routed_scaling_factor) -> 
         _fail(f"scores.shape={tuple(scores.shape)} has no experts (E=0); E must be >= 1")
     if experts > 1 and scores.stride(1) != 1:
         _fail(f"scores.stride()={scores.stride()} has column stride {scores.stride(1)}; it must be 1 (use .contiguous())")
-    if not isinstance(bias, torch.Tensor):
-        _fail(f"bias must be a torch.Tensor of shape [E]={experts}, got {type(bias).__name__}")
+    if bias is not None or bias_required:  # a contract without a bias takes None (a tensor is checked, then ignored)
+        if not isinstance(bias, torch.Tensor):
+            why = "; this contract ranks with a correction bias" if bias is None else ""
+            _fail(f"bias must be a torch.Tensor of shape [E]={experts}, got {type(bias).__name__}{why}")
+        _check_bias(bias, scores, experts)
+    _check_options(topk, renormalize, routed_scaling_factor, experts)
+
+
+def _check_bias(bias, scores, experts) -> None:
     if bias.dim() != 1 or bias.shape[0] != experts:
         _fail(f"bias.shape={tuple(bias.shape)} must be [{experts}] (one correction bias per expert, E={experts})")
     if bias.dtype not in LOGIT_DTYPES:
         _fail(f"bias.dtype={bias.dtype} is not supported; use torch.float32 or torch.bfloat16")
     if bias.device != scores.device:
         _fail(f"bias.device={bias.device} differs from scores.device={scores.device}; move both to one device")
+
+
+def _check_options(topk, renormalize, routed_scaling_factor, experts) -> None:
     if isinstance(topk, bool) or not isinstance(topk, int):
         _fail(f"topk={topk!r} must be an int")
     if not 1 <= topk <= experts:
@@ -52,3 +66,26 @@ def check_route_args(scores, bias, topk, renormalize, routed_scaling_factor) -> 
         _fail(f"routed_scaling_factor={routed_scaling_factor!r} must be a float")
     if not math.isfinite(routed_scaling_factor):
         _fail(f"routed_scaling_factor={routed_scaling_factor!r} must be finite")
+
+
+def resolve_groups(contract, experts: int, num_expert_group, topk_group) -> tuple[int, int]:
+    """``(n_group, topk_group)`` of one call: the arguments, else the contract's default group shape."""
+    if num_expert_group is None and topk_group is None:
+        n_group, kept = contract.n_group, contract.topk_group
+    elif topk_group is None and num_expert_group == 1:
+        n_group, kept = 1, 1
+    elif num_expert_group is None or topk_group is None:
+        _fail(f"num_expert_group={num_expert_group!r}, topk_group={topk_group!r}: pass both or neither "
+              f"(neither takes contract {contract.name!r}'s {contract.n_group} / {contract.topk_group})")
+    else:
+        n_group, kept = num_expert_group, topk_group
+    if not _is_int(n_group) or n_group < 1:
+        _fail(f"num_expert_group={n_group!r} must be a positive int")
+    if not _is_int(kept) or not 1 <= kept <= n_group:
+        _fail(f"topk_group={kept!r} must be an int with 1 <= topk_group <= num_expert_group={n_group}")
+    if experts % n_group:
+        _fail(f"num_expert_group={n_group} does not divide E={experts}; groups are contiguous blocks of E / num_expert_group "
+              f"(contract {contract.name!r}; pass num_expert_group=1, topk_group=1 for no groups)")
+    if n_group > 1 and contract.group_score == "top2_sum" and experts // n_group < 2:
+        _fail(f"num_expert_group={n_group} leaves {experts // n_group} expert per group; group_score top2_sum needs >= 2")
+    return n_group, kept
