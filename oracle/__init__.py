@@ -50,6 +50,7 @@ from ._builtin import BUILTIN_CONTRACTS, CLAUSE_NAMES, CONTRACTS, SERIAL_SENTINE
 from ._clauses import Clause, ClauseName
 from ._contracts import FIELD_NAMES, FIELD_VALUES, Contract, ContractError
 from ._keys import NAN_KEY, rank_keys
+from ._parts import select_ids, weights_from
 from ._route import RouteTrace, ranking_values, route, route_trace, route_with_values, sigmoid
 from ._tie_priority import GROUP_TIE_RULES, LANE_RANK, TIE_RULES, group_tie_priority, tie_order, tie_priority
 from ._toml import contract_from_mapping, load_contract
@@ -84,8 +85,10 @@ __all__ = [
     "route",
     "route_trace",
     "route_with_values",
+    "select_ids",
     "sigmoid",
     "tie_order",
     "tie_priority",
     "variants",
+    "weights_from",
 ]

@@ -20,6 +20,7 @@ from contracts.cases import iter_plan, planned_rows
 from contracts.run.check import check_candidate
 from contracts.run.checks import bundle_dirname
 from contracts.run.tally import DETAILS_PER_CLAUSE
+from contracts.reports.schema import to_json
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -64,7 +65,7 @@ def test_runner_consumes_specs_one_at_a_time_and_stops_when_asked():
         get_candidate("oracle"), _spec_stream(pulled), contract="aiter", device="cpu",
         should_stop=lambda: "SIGINT" if len(pulled) >= stop_after else None,
     )  # fmt: skip
-    s = result.summary
+    s = to_json(result.summary)
     assert len(pulled) == stop_after  # an endless plan is never materialized
     assert s["status"] == "interrupted" and s["interrupted"] == "SIGINT"
     assert s["rows_checked"] == sum(p.rows for p in pulled) and s["mismatched_rows"] == 0
@@ -79,10 +80,10 @@ def test_records_are_capped_while_counts_stay_exact():
     specs = list(iter_plan(["random_fp32"], 3000, 0, 64, 8))
     cand = Candidate(name="reversed", route=_reversed_ids)
     result = check_candidate(cand, iter(specs), contract="aiter", device="cpu", max_cells=25)
-    s = result.summary
+    s = to_json(result.summary)
     assert s["rows_checked"] == s["mismatched_rows"] == sum(x.rows for x in specs)
     assert len(result.cells) == s["cells_recorded"] == 25
-    per_clause = pd.Series([d["clause"] for d in result.details]).value_counts()
+    per_clause = pd.Series([d.clause for d in result.details]).value_counts()
     assert (per_clause <= DETAILS_PER_CLAUSE).all()
 
 
@@ -109,8 +110,10 @@ def test_determinism_in_process_and_declared_nondeterminism_passes():
 
     specs = list(iter_plan(["all_equal"], 20, 0, 896, 16))
     undeclared = check_candidate(Candidate(name="flaky", route=flaky.route), specs, contract="aiter", device="cpu", repeat=2)
+    undeclared.summary = to_json(undeclared.summary)
     assert undeclared.summary["status"] == "fail" and undeclared.summary["determinism"]["rows_differing"] > 0
     declared = check_candidate(flaky.declared, specs, contract="aiter", device="cpu", repeat=2).summary
+    declared = to_json(declared)
     assert declared["status"] == "pass" and declared["mismatched_rows"] == 0
     assert declared["determinism"]["declared"] and declared["determinism"]["rows_differing"] > 0
     assert declared["expected_deviations"]["determinism"]["observed"]
@@ -118,7 +121,7 @@ def test_determinism_in_process_and_declared_nondeterminism_passes():
 
 def test_a_deterministic_candidate_passes_repeats():
     specs = list(iter_plan(["all_equal", "nan_dense"], 300, 0, 896, 16))
-    s = check_candidate(get_candidate("oracle"), specs, contract="aiter", device="cpu", repeat=3).summary
+    s = to_json(check_candidate(get_candidate("oracle"), specs, contract="aiter", device="cpu", repeat=3).summary)
     assert s["status"] == "pass" and s["determinism"]["rows_differing"] == 0 and s["determinism"]["repeat"] == 3
 
 

@@ -72,8 +72,13 @@ def test_tie_order_mismatch_replays_to_the_same_row(tmp_path, capsys):
 
 
 def test_candidate_that_raises_is_reported_not_fatal(tmp_path):
+    # Issue 22 item 14: an exception is an error of the candidate (status error, its message and
+    # replay line), no longer a validity mismatch on every row.
     code, s, out = _check(tmp_path, PLANTED + "raises", "random_bf16", rows=200)
-    assert code == 1 and s["clauses"]["validity"] == s["rows_checked"]
+    assert code == 1 and s["status"] == "error" and s["raised_rows"] == s["rows_checked"] == 200
+    assert s["clauses"]["validity"] == 0 and s["mismatched_rows"] == 0
+    assert s["error"]["kind"] == "exception" and "planted failure" in s["error"]["message"]
+    assert "--replay " + s["error"]["case"] in s["error"]["replay"]
     assert "planted failure" in (out / "report.md").read_text()
 
 

@@ -36,6 +36,13 @@ class Case:
     def topk(self) -> int:
         return self.spec.topk
 
+    @property
+    def group_args(self) -> dict:
+        """The keyword arguments of a grouped call (``{}`` for an ungrouped contract)."""
+        if self.spec.n_group <= 1:
+            return {}
+        return {"num_expert_group": self.spec.n_group, "topk_group": self.spec.topk_group}
+
 
 def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     """The inputs of ``spec``, identical on every machine, placed on ``device``."""

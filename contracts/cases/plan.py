@@ -25,6 +25,8 @@ class CaseSpec:
     rows: int
     experts: int
     topk: int
+    n_group: int = 1  # expert groups of a grouped contract (DeepSeek: 8 groups, 4 kept); 1 = none
+    topk_group: int = 1
 
     @property
     def replay_id(self) -> str:

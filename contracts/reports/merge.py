@@ -39,8 +39,8 @@ DETAILS_PER_CLAUSE = 5
 # Fields every shard of one check must agree on.
 _SAME = ("candidate", "contract", "against", "device", "seed", "bit_exact")
 _SUMMED = ("rows_checked", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_deviation_rows", "exact_rows",
-           "within_tolerance_rows", "cells_recorded", "cells_total")  # fmt: skip
-_FAMILY_SUMMED = ("rows", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_rows")
+           "within_tolerance_rows", "cells_recorded", "cells_total", "raised_rows")  # fmt: skip
+_FAMILY_SUMMED = ("rows", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_rows", "rows_raised")
 _FAMILY_COUNTERS = ("clauses", "clauses_broken", "expected_clauses", "skip_reasons")
 # The options of a run that shards must share, so their sum is one run's counts.
 _SAME_OPTIONS = ("rows", "families", "experts", "topk", "repeat")

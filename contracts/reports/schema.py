@@ -92,10 +92,10 @@ def decide_status(*, interrupted: bool, fatal: bool, mismatched_rows: int, nonde
         return Status.INTERRUPTED
     if fatal:
         return Status.ERROR
+    if raised:
+        return Status.ERROR
     if mismatched_rows or nondeterministic:
         return Status.FAIL
-    if raised and not rows_checked:
-        return Status.ERROR
     return Status.PASS
 
 
@@ -126,6 +126,7 @@ class FamilyCounts:
     # v2: declared-deviation rows by clause, and skipped rows by reason
     expected_clauses: dict[str, int] = field(default_factory=dict)
     skip_reasons: dict[str, int] = field(default_factory=dict)
+    rows_raised: int = 0  # v2: rows of cases on which the candidate raised
 
 
 @dataclass
@@ -206,6 +207,7 @@ class Summary:
     shard_environments: list | None = None
     # v2
     clauses_broken: dict[str, int] = field(default_factory=dict)
+    raised_rows: int = 0  # rows of cases on which the candidate raised (an error of the candidate)
     options: dict | None = None  # rows, families, experts, topk, repeat: what shards must share
     cells_capped: bool = False
     cells_total: int = 0

@@ -17,7 +17,7 @@ from ..candidates import Candidate
 from ..candidates.calling import CaseRunner
 from ..candidates.worker import Interrupted, Worker, WorkerFailure
 from ..cases import CaseSpec, build_case
-from ..compare import Expected, agrees, compare_case, expected_for
+from ..compare import agrees, compare_case, expected_for
 from ..reports.schema import CheckResult
 from .replay import replay_command
 from .tally import Tally
@@ -127,8 +127,10 @@ def _check_case(spec, candidate, against, c, device, exact, runner, worker, tall
         raise _Stop
     tally.note(call.notes)
     actual = call.actual
-    if call.traceback is not None:  # it raised: keep the first traceback
+    if call.traceback is not None:  # it raised: an error of the candidate, with the first traceback and its replay line
         tally.failed("exception", spec, actual, call.traceback or actual, fatal=False)
+        tally.raised(case)
+        return
     exp = expected_for(case, c)
     oracle_side = None
     if call.other is not None:
@@ -136,10 +138,13 @@ def _check_case(spec, candidate, against, c, device, exact, runner, worker, tall
         # Which side the oracle agrees with, per row: tells a reader which of two
         # disagreeing routers breaks the contract (the clause names the difference).
         exp_oracle = exp
-        exp = Expected(w, i, exp.sig, exp.ranking, exp.keys)
+        exp = exp.replaced(w, i)
         oracle_side = (agrees(exp_oracle, actual, c), agrees(exp_oracle, call.other, c), agrees(exp, actual, c))
-    raised = isinstance(actual, str)
-    outcome = compare_case(case, exp, (actual,) if raised else actual, c, deviations=tally.deviations, inputs_changed=call.changed, exact=exact)
-    tally.compared(case, outcome, oracle_side=oracle_side, message=actual if raised else None)
+    if isinstance(actual, str):  # it returned something that is not an answer: a validity finding
+        outcome = compare_case(case, exp, (actual,), c, deviations=tally.deviations, inputs_changed=call.changed, exact=exact)
+        tally.compared(case, outcome, oracle_side=oracle_side, message=actual)
+        return
+    outcome = compare_case(case, exp, actual, c, deviations=tally.deviations, inputs_changed=call.changed, exact=exact)
+    tally.compared(case, outcome, oracle_side=oracle_side)
     if call.differing_rows:
         tally.nondeterministic(call, case)

@@ -62,6 +62,8 @@ class Tally:
 
     def __post_init__(self):
         self.clauses = dict.fromkeys(self.clause_names, 0)
+        self.clauses_broken: dict[str, int] = {}
+        self.raised_rows = 0
         self.expected_seen = dict.fromkeys(self.deviations, 0)
         graph = self.device.startswith("cuda") and self.repeat > 1
         self.determinism = Determinism(repeat=self.repeat, graph_replay=graph, declared=self.deviations.get("determinism"))
@@ -83,6 +85,13 @@ class Tally:
             )  # fmt: skip
         self.fatal = self.fatal or fatal
 
+    def raised(self, case: Case) -> None:
+        """The candidate raised on this case: its rows ran and failed as an error of the candidate, not a clause."""
+        f = self.family(case.spec)
+        f.rows += case.spec.rows
+        f.rows_raised += case.spec.rows
+        self.raised_rows += case.spec.rows
+
     def compared(self, case: Case, outcome: CaseOutcome, *, oracle_side=None, message: str | None = None) -> None:
         spec = case.spec
         f = self.family(spec)
@@ -97,7 +106,11 @@ class Tally:
             f.clauses[clause] = f.clauses.get(clause, 0) + n
         for clause, n in outcome.expected_rows.items():
             self.expected_seen[clause] = self.expected_seen.get(clause, 0) + n
+        for clause, n in outcome.expected_clauses.items():
             f.expected_clauses[clause] = f.expected_clauses.get(clause, 0) + n
+        for clause, n in outcome.clauses_broken.items():
+            self.clauses_broken[clause] = self.clauses_broken.get(clause, 0) + n
+            f.clauses_broken[clause] = f.clauses_broken.get(clause, 0) + n
         self.inexact_rows += outcome.inexact_weight_rows
         self.max_ulp = max(self.max_ulp, outcome.max_weight_ulp)
         if message is not None:
@@ -187,7 +200,7 @@ class Tally:
             deviations["determinism"].observed = det.rows_differing > 0
         status = decide_status(
             interrupted=bool(self.interrupted), fatal=self.fatal, mismatched_rows=mismatched,
-            nondeterministic=det.rows_differing > 0 and not det.declared, raised=self.error is not None, rows_checked=rows_checked,
+            nondeterministic=det.rows_differing > 0 and not det.declared, raised=self.raised_rows > 0, rows_checked=rows_checked,
         )  # fmt: skip
         summary = Summary(
             candidate=self.candidate,
@@ -204,6 +217,8 @@ class Tally:
             within_tolerance_rows=self.verdicts.get("within_tolerance", 0),
             max_weight_ulp=self.max_ulp,
             clauses=self.clauses,
+            clauses_broken=self.clauses_broken,
+            raised_rows=self.raised_rows,
             families=self.families,
             expected_deviations=deviations,
             bit_exact=self.exact,

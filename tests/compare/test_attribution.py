@@ -1,0 +1,306 @@
+"""The comparison itself, table-driven: one planted output per clause and reason (array-api-tests' meta-test style).
+
+Each case builds inputs, takes the oracle's answer, plants one defect in it
+and checks the verdict, the primary clause, every clause the row breaks and
+a word of the reason. The reference inside is the oracle plus a plain edit
+of its answer, so a wrong attribution cannot hide behind shared code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+import torch
+
+import oracle
+from contracts.cases.build import Case
+from contracts.cases.plan import CaseSpec
+from contracts.compare import compare_case, expected_for
+
+
+def _case(x, bias, topk, *, renormalize=True, rsf=1.0, groups=(1, 1)) -> Case:
+    spec = CaseSpec("unit", 0, x.shape[0], x.shape[1], topk, *groups)
+    return Case(spec, x, bias, renormalize, rsf)
+
+
+def _answer(case, contract):
+    exp = expected_for(case, oracle.get_contract(contract))
+    return exp, exp.weights.clone(), exp.ids.clone()
+
+
+def _random(rows=2, experts=64, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, experts, generator=g) * 2).to(dtype), torch.randn(experts, generator=g) * 0.05
+
+
+@dataclass
+class Plant:
+    name: str
+    contract: str
+    make: Callable  # () -> (case, plant(w, ids, exp) -> (w, ids) or a full answer)
+    verdict: str
+    primary: str | None
+    also: tuple[str, ...] = ()
+    reason: str = ""
+    declared: tuple[str, ...] = ()
+
+
+def _rows_case(contract, topk=8, **kw):
+    x, b = _random(**kw)
+    return _case(x, b, topk)
+
+
+def _swap(t, i, j):
+    t = t.clone()
+    t[:, [i, j]] = t[:, [j, i]]
+    return t
+
+
+def _scaled(factor):
+    def plant(w, ids, exp):
+        return w * factor, ids
+
+    return plant
+
+
+def _reversed(w, ids, exp):
+    return w.flip(1), ids.flip(1)
+
+
+def _replace_last(w, ids, exp):
+    ids = ids.clone()
+    ranking = exp.ranking.clone()
+    ranking.scatter_(1, ids.long(), math.inf)
+    worst = ranking.argmin(1)  # the expert ranked last of all: far below the cutoff
+    ids[:, -1] = worst.to(ids.dtype)
+    return w, ids
+
+
+def _bias_in_weight(w, ids, exp):
+    r = exp.ranking.gather(1, ids.long())
+    return r / r.sum(1, keepdim=True), ids
+
+
+def _unnormalized(w, ids, exp):
+    return exp.scores.gather(1, ids.long()), ids
+
+
+def _zero_sum_case(contract):
+    experts = 64
+    x = torch.full((1, experts), -120.0)  # every sigmoid exactly 0
+    b = torch.randperm(experts, generator=torch.Generator().manual_seed(1)).float() / experts
+    return _case(x, b, 8)
+
+
+def _divide_by_zero(w, ids, exp):
+    s = exp.scores.gather(1, ids.long())
+    return s / s.sum(1, keepdim=True), ids
+
+
+def _all_equal_case(contract):
+    return _case(torch.zeros(1, 64), torch.zeros(64), 8)
+
+
+def _other_tied(w, ids, exp):
+    chosen = set(ids[0].tolist())
+    spare = next(e for e in range(64) if e not in chosen)
+    ids = ids.clone()
+    ids[0, -1] = spare
+    return _own_weights(ids, exp), ids
+
+
+def _nan_case(contract):
+    x = torch.full((1, 64), math.nan)
+    x[0, :5] = torch.tensor([1.0, 2.0, 3.0, 0.5, -1.0])
+    return _case(x, torch.zeros(64), 8)
+
+
+def _nan_over_number(w, ids, exp):
+    ids = ids.clone()
+    ids[0, 0] = 40  # a NaN expert in the first slot, displacing the best number
+    return w, ids
+
+
+def _near_case(contract):
+    # Two experts whose ranking values are 1 ULP apart at the cutoff: faithful sigmoids may swap them.
+    x = torch.linspace(-3.0, -1.0, 64).unsqueeze(0)
+    b = torch.zeros(64)
+    case = _case(x, b, 8)
+    exp = expected_for(case, oracle.get_contract(contract))
+    cut = exp.ids[0, -1].item()
+    s = exp.ranking[0, cut].item()
+    nxt = torch.nextafter(torch.tensor(s), torch.tensor(-1.0)).item()
+    below = [e for e in range(64) if e not in exp.ids[0].tolist()]
+    neighbour = max(below, key=lambda e: exp.ranking[0, e].item())
+    b[neighbour] = nxt - exp.ranking[0, neighbour].item()  # put the neighbour one ULP under the cutoff
+    return _case(x, b, 8)
+
+
+def _swap_cutoff_neighbour(w, ids, exp):
+    chosen = ids[0].tolist()
+    below = [e for e in range(exp.ranking.shape[1]) if e not in chosen]
+    neighbour = max(below, key=lambda e: exp.ranking[0, e].item())
+    ids = ids.clone()
+    ids[0, -1] = neighbour
+    return _own_weights(ids, exp), ids
+
+
+def _own_weights(ids, exp, contract="aiter", renormalize=True, rsf=1.0):
+    """What a faithful router gives for its own choice of experts."""
+    chosen = exp.scores.gather(1, ids.long())
+    return oracle.weights_from(chosen, contract=contract, renormalize=renormalize, routed_scaling_factor=rsf)
+
+
+def _signed_zero_tie_case(contract):
+    # Issue 23 item 3: equal logits, biases -0.0 and +0.0: one exact tie, whatever the sign of the zero.
+    x = torch.full((1, 64), -3.0)
+    x[0, 10] = x[0, 20] = 1.0
+    x[0, :7] = 4.0
+    b = torch.zeros(64)
+    b[20] = -0.0
+    return _case(x, b, 8)
+
+
+def _lower_index_of_the_tie(w, ids, exp):
+    ids = ids.clone()
+    tied = [10, 20]
+    slot = next(j for j in range(ids.shape[1]) if ids[0, j].item() in tied)
+    ids[0, slot] = 10 if ids[0, slot].item() == 20 else 20
+    return _own_weights(ids, exp), ids
+
+
+def _subnormal_case(contract):
+    x = torch.full((1, 64), -200.0)  # sigmoid exactly 0: the subnormal biases alone rank
+    b = torch.randperm(64, generator=torch.Generator().manual_seed(3)).float().add(1) * 2.0**-149
+    return _case(x, b, 8)
+
+
+def _flushed(w, ids, exp):
+    ftz = exp.selection.masked_fill(exp.selection.abs() < 2.0**-126, 0.0)
+    ids = oracle.select_ids(ftz, ids.shape[1], contract="aiter")
+    return _own_weights(ids, exp), ids
+
+
+def _out_of_range(w, ids, exp):
+    ids = ids.clone()
+    ids[0, 3] = 10_000
+    return w, ids
+
+
+def _twice(w, ids, exp):
+    ids = ids.clone()
+    ids[0, 2] = ids[0, 1]
+    return w, ids
+
+
+def _few_valid_case(contract):
+    b = torch.full((64,), -math.inf)
+    b[[3, 9]] = torch.tensor([0.1, 0.2])
+    return _case(torch.zeros(1, 64), b, 8)
+
+
+def _garbage_beyond_valid(w, ids, exp):
+    ids = ids.clone()
+    ids[0, 5] = 33
+    return w, ids
+
+
+def _vllm_like(w, ids, exp):
+    # an unsorted top-k and a raw division by a zero sum (vLLM's torch paths, spec section 10)
+    s = exp.scores.gather(1, ids.long())
+    return (s / s.sum(1, keepdim=True)).flip(1), ids.flip(1)
+
+
+PLANTS = [
+    Plant("exact", "aiter", lambda: (_rows_case("aiter"), lambda w, i, e: (w, i)), "exact", None),
+    Plant("within_tolerance", "aiter", lambda: (_rows_case("aiter"), _scaled(1 + 2e-6)), "within_tolerance", None),
+    Plant("out_of_range", "aiter", lambda: (_rows_case("aiter", rows=1), _out_of_range), "mismatch", "validity", reason="out of [0, E)"),
+    Plant("twice", "aiter", lambda: (_rows_case("aiter", rows=1), _twice), "mismatch", "validity", reason="twice"),
+    Plant("selection", "aiter", lambda: (_rows_case("aiter"), _replace_last), "mismatch", "selection", ("weight_accuracy",), "missing"),
+    Plant("output_order", "aiter", lambda: (_rows_case("aiter"), _reversed), "mismatch", "output_order", reason="another order"),
+    Plant("tie_order_set", "aiter", lambda: (_all_equal_case("aiter"), _other_tied), "mismatch", "tie_order", reason="tie priority"),
+    Plant("tie_order_slots", "aiter", lambda: (_all_equal_case("aiter"), lambda w, i, e: (w, _swap(i, 0, 1))), "mismatch", "tie_order",
+          reason="other priority order"),
+    Plant("signed_zero_is_a_tie", "aiter", lambda: (_signed_zero_tie_case("aiter"), _lower_index_of_the_tie), "mismatch", "tie_order"),
+    Plant("signed_zero_declared_tie", "aiter", lambda: (_signed_zero_tie_case("aiter"), _lower_index_of_the_tie), "expected", "tie_order",
+          declared=("tie_order",)),
+    Plant("nan_over_number", "aiter", lambda: (_nan_case("aiter"), _nan_over_number), "mismatch", "nan_last", reason="NaN expert"),
+    Plant("near_tie", "aiter", lambda: (_near_case("aiter"), _swap_cutoff_neighbour), "near_tie", None),
+    Plant("flush_to_zero", "aiter", lambda: (_subnormal_case("aiter"), _flushed), "mismatch", "selection", reason="flush-to-zero"),
+    Plant("bias_in_weight", "aiter", lambda: (_rows_case("aiter"), _bias_in_weight), "mismatch", "bias_in_weight", reason="sig + bias"),
+    Plant("not_renormalized", "aiter", lambda: (_rows_case("aiter"), _unnormalized), "mismatch", "renorm_guard", reason="not renormalized"),
+    Plant("zero_sum_divided", "aiter", lambda: (_zero_sum_case("aiter"), _divide_by_zero), "mismatch", "renorm_guard", reason="must not divide"),
+    Plant("accuracy", "aiter", lambda: (_rows_case("aiter"), _scaled(1.01)), "mismatch", "weight_accuracy"),
+    Plant("serial_zero_sum", "serial", lambda: (_zero_sum_case("serial"), _divide_by_zero), "mismatch", "renorm_guard", reason="must not divide"),
+    Plant("serial_sentinel", "serial", lambda: (_few_valid_case("serial"), _garbage_beyond_valid), "mismatch", "sentinel_fallback",
+          reason="beat the floor"),
+    Plant("unsorted_and_zero_sum", "aiter", lambda: (_zero_sum_case("aiter"), _vllm_like), "mismatch", "output_order", ("renorm_guard",)),
+    Plant("declared_order_hides_no_guard", "aiter", lambda: (_zero_sum_case("aiter"), _vllm_like), "mismatch", "renorm_guard",
+          ("output_order",), declared=("output_order",)),
+]
+
+
+@pytest.mark.parametrize("plant", PLANTS, ids=[p.name for p in PLANTS])
+def test_planted_defect_is_blamed_on_its_clause(plant: Plant):
+    c = oracle.get_contract(plant.contract)
+    case, edit = plant.make()
+    exp, w, ids = _answer(case, c)
+    w2, ids2 = edit(w, ids, exp)
+    out = compare_case(case, exp, (w2.float(), ids2.to(torch.int32)), c, deviations={d: "declared" for d in plant.declared})
+    bad = {v: n for v, n in out.verdict_counts.items() if n}
+    assert plant.verdict in bad, (bad, out.rows_detail)
+    if plant.primary is None:
+        assert set(bad) == {plant.verdict}, (bad, out.rows_detail)
+        return
+    detail = next(d for d in out.rows_detail if d["verdict"] == plant.verdict)
+    assert detail["clause"] == plant.primary, detail
+    assert set(plant.also) <= set(detail["clauses"] or ()), detail
+    assert plant.reason in detail["reason"], detail
+    counts = out.clause_rows if plant.verdict == "mismatch" else out.expected_rows
+    assert counts.get(plant.primary, 0) >= 1
+    for clause in (plant.primary, *plant.also):
+        into = out.expected_clauses if clause in plant.declared else out.clauses_broken
+        assert into.get(clause, 0) >= 1, (clause, out.clauses_broken, out.expected_clauses)
+
+
+def test_a_flushed_subnormal_is_no_near_tie():
+    """Issue 22 item 4: near ties near a sigmoid of 0 are bounded by what real sigmoids can differ by."""
+    case = _subnormal_case("aiter")
+    c = oracle.get_contract("aiter")
+    exp, w, ids = _answer(case, c)
+    _, flushed = _flushed(w, ids, exp)
+    assert not torch.equal(flushed, ids)  # the plant does change the answer
+    out = compare_case(case, exp, (w, flushed), c, deviations={})
+    assert out.verdict_counts["near_tie"] == 0 and out.verdict_counts["mismatch"] == 1
+
+
+def test_a_tensor_subclass_that_lies_is_compared_as_a_plain_tensor():
+    """Issue 22 item 5: outputs are compared as plain tensors, whatever their ``==`` says."""
+
+    class Liar(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func in (torch.Tensor.__eq__, torch.isclose, torch.eq, torch.equal):
+                shape = args[0].shape
+                return torch.ones(shape, dtype=torch.bool)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    case = _rows_case("aiter")
+    c = oracle.get_contract("aiter")
+    exp, w, ids = _answer(case, c)
+    wrong = (w.flip(1) * 3).as_subclass(Liar), ids.flip(1).as_subclass(Liar)
+    out = compare_case(case, exp, wrong, c, deviations={})
+    assert out.verdict_counts["mismatch"] == case.spec.rows
+
+
+def test_bias_all_zero_is_never_bias_in_weight():
+    """Issue 22 item 17: with a zero bias sig and sig + bias give the same weights; no bias_in_weight blame."""
+    x, _ = _random()
+    case = _case(x, torch.zeros(64), 8)
+    c = oracle.get_contract("aiter")
+    exp, w, ids = _answer(case, c)
+    out = compare_case(case, exp, (w * 1.01, ids), c, deviations={})
+    assert "bias_in_weight" not in out.clause_rows and out.clause_rows.get("weight_accuracy") == case.spec.rows
