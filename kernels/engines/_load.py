@@ -27,8 +27,9 @@ The routing functions themselves need only torch. So::
    annotations`` (annotations are never evaluated, so type-only imports are
    not needed), and executed in a fresh namespace.
 5. Imports inside function bodies run at call time through a stand-in
-   ``__import__``: modules in ``provide_modules`` answer them; any other
-   import of the engine's own packages raises ImportError naming it.
+   ``__import__``: modules in ``provide_modules`` answer them, libraries in
+   ``ALLOWED_IMPORTS`` import as usual, and any other import (the engine's
+   own packages) raises ImportError naming it.
 
 The functions' bodies are the engine's own, byte for byte; nothing is copied
 into this repository.
@@ -50,7 +51,6 @@ __all__ = ["ALLOWED_IMPORTS", "LoadError", "load_definitions"]
 ALLOWED_IMPORTS = frozenset(
     {"torch", "triton", "math", "functools", "typing", "dataclasses", "abc", "enum", "logging", "numbers", "collections"}
 )
-ENGINE_PACKAGES = frozenset({"sglang", "vllm", "lmdeploy", "flashinfer", "tvm_ffi", "sgl_kernel", "aiter"})
 
 
 class LoadError(RuntimeError):
@@ -126,7 +126,7 @@ def _make_import(path: Path, provide_modules: Mapping[str, object]):
     def _import(name, globals=None, locals=None, fromlist=(), level=0):
         if level == 0 and name in provide_modules:
             return provide_modules[name]
-        if level > 0 or name.split(".")[0] in ENGINE_PACKAGES:
+        if level > 0 or name.split(".")[0] not in ALLOWED_IMPORTS | {"__future__"}:
             raise ImportError(
                 f"{path}: a published function imports {'.' * level}{name} when called; "
                 f"the adapter provides no stand-in for it (the engine's package is never imported)"

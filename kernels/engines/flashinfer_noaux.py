@@ -11,12 +11,17 @@ is ``flashinfer_noaux_shim.cu``)::
     w = sig[id] * routed_scaling_factor / (sum(sig[ids]) + 1e-20)     # always renormalized
     w stored in the logits dtype (bf16 logits -> bf16 weights); ids int32
 
-Shapes (FlashInfer's own checks, ``_check_dsv3_fused_routing_supported``):
-one group with E <= 384 and topk <= 8 (Kimi-K2: 384/8), or groups with
-E / n_group <= 32, E / n_group * topk_group <= 128, topk <= 8 and
-E <= 256 (DeepSeek-V3: 256/8, 8 groups, 4 kept). Kimi-K3's 896 experts are
-not served (FlashInfer's 896-expert routers are sm_100 only). It always
-renormalizes: ``covered(renormalize=False)`` is False and ``route`` raises.
+Shapes (``invokeNoAuxTc``'s kernel selection, ``served``): one group with
+E <= 384 and topk <= 8 (Kimi-K2: 384/8), or groups with E <= 256,
+E / n_group <= 32, E / n_group * topk_group <= 128, topk_group <= 4, topk <= 8
+(DeepSeek-V3: 256/8, 8 groups, 4 kept). Kimi-K3's 896 experts are not
+served (FlashInfer's 896-expert routers are sm_100 only). Note that
+FlashInfer's Python wrapper (``_check_dsv3_fused_routing_supported``) and
+SGLang's dispatch also require ``topk_group * n_group >= topk``, which
+rejects every one-group call (1 * 1 < 8): through them Kimi-K2 never
+reaches this kernel. The shim calls ``invokeNoAuxTc`` below that check, so
+the one-group kernel can be compared. It always renormalizes:
+``covered(renormalize=False)`` is False and ``route`` raises.
 
 Arguments as SGLang serves it (``biased_grouped_topk_gpu``'s FlashInfer
 branch): fp32 logits (``gating_output.to(torch.float32)``), the bias as the
@@ -132,19 +137,23 @@ def available() -> tuple[bool, str]:
 
 
 def served(experts: int, topk: int, num_expert_group: int = 1, topk_group: int = 1) -> bool:
-    """FlashInfer's own shape checks (``_check_dsv3_fused_routing_supported``) and the kernel's selection."""
+    """The shapes ``invokeNoAuxTc`` launches a kernel for, within the kernel's fixed arrays.
+
+    One group: E <= 384. Groups: E <= 256, E / groups <= 32, E / groups * topk_group <= 128,
+    topk_group <= 4 (``MaxNumTopGroups``). Always topk <= 8 (``MaxNumTopExperts``).
+    """
     groups, kept = num_expert_group or 1, topk_group or 1
-    if experts % groups or kept > groups or kept * groups < topk or topk > 8:
+    if experts % groups or kept > groups or topk > 8 or topk > experts:
         return False
     if groups == 1:
         return experts <= 384
     per_group = experts // groups
-    return experts <= 256 and per_group <= 32 and per_group * kept <= 128
+    return experts <= 256 and per_group <= 32 and per_group * kept <= 128 and kept <= 4 and kept * per_group >= topk
 
 
 def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert_group=1, topk_group=1,
             renormalize=True, **_) -> bool:  # fmt: skip
-    """FlashInfer's shapes (see ``served``), float logits and bias, and renormalize (it always renormalizes)."""
+    """The kernel's shapes (see ``served``), float logits and bias, and renormalize (it always renormalizes)."""
     return (
         rows >= 0
         and bool(renormalize)
@@ -163,8 +172,8 @@ def _launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_g
         raise ValueError("renormalize=False: FlashInfer's fused_topk_deepseek always renormalizes; pass renormalize=True")
     if not served(E, topk, groups, kept):
         raise ValueError(f"(E, topk, groups, topk_group)=({E}, {topk}, {groups}, {kept}) is outside FlashInfer's "
-                         f"shapes (one group: E <= 384, topk <= 8; groups: E <= 256, E/groups <= 32, "
-                         f"E/groups*topk_group <= 128)")  # fmt: skip
+                         f"kernel (topk <= 8; one group: E <= 384; groups: E <= 256, E/groups <= 32, "
+                         f"E/groups*topk_group <= 128, topk_group <= 4)")  # fmt: skip
     if scores.device.type != "cuda":
         raise ValueError(f"scores.device={scores.device} is not a CUDA device; flashinfer-noaux runs on an NVIDIA GPU")
     scores = scores.contiguous()  # FlashInfer requires dense tensors (its check raises on strided views)

@@ -39,7 +39,7 @@ from ._common import check_args, describe_roots, gate
 from ._load import load_definitions, stand_in
 from ._locate import locate
 
-__all__ = ["FILE", "available", "build", "covered", "load", "route", "supported_hardware"]
+__all__ = ["FILE", "available", "build", "covered", "load", "route", "source", "supported_hardware"]
 
 ENGINE = "sglang"
 FILE = "sglang/kernels/ops/moe/moe_fused_gate.py"
@@ -67,8 +67,14 @@ def _load(path: str, pdl: bool) -> dict:
     )  # fmt: skip
 
 
+def source():
+    """The installed ``moe_fused_gate.py`` (EngineUnavailable when missing)."""
+    return locate(ENGINE, FILE)
+
+
 def load(*, pdl: bool = True) -> dict:
-    return _load(str(locate(ENGINE, FILE)), pdl)
+    """The namespace holding ``moe_fused_gate`` and its kernels (needs triton importable)."""
+    return _load(str(source()), pdl)
 
 
 def supported_hardware() -> tuple[bool, str]:
