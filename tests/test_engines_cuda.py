@@ -15,7 +15,6 @@ Skips (with the reason) only when nvcc or the engine's files are missing.
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import shutil
@@ -136,3 +135,30 @@ def test_sglang_triton_kernel_under_the_triton_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-c", TRITON_CHECK], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+
+
+@needs_nvcc
+def test_extract_takes_only_the_files_the_adapters_read(tmp_path):
+    """python -m kernels.engines.extract: a small tree that the adapters read as they read the wheels."""
+    from kernels import engines
+    from kernels.engines import extract, lmdeploy_torch, sglang_torch, vllm_torch
+
+    for module in (sglang_radix, flashinfer_noaux):
+        _sources_or_skip(module)
+    summary = extract.extract(tmp_path / "engines")
+    total = sum(info["bytes"] for info in summary.values())
+    assert total < 20e6, summary
+    saved = os.environ.get(engines.ENV_ENGINE_PATH)
+    engines.set_engine_path(str(tmp_path / "engines"))
+    try:
+        for module in (sglang_torch, vllm_torch, lmdeploy_torch):
+            ok, why = module.available()
+            assert ok and "--engine-path" in why, why
+        # Every header the shims include is there: preprocessing both shims succeeds against the tree alone.
+        for shim, flags in ((sglang_radix.SHIM, sglang_radix.compile_flags("sm_90")),
+                            (flashinfer_noaux.SHIM, flashinfer_noaux.compile_flags("sm_90")[0])):  # fmt: skip
+            assert all(str(tmp_path) in f for f in flags if f.startswith("-I") and "compile_only" not in f)
+            proc = subprocess.run(["nvcc", *flags, "-E", "-o", os.devnull, str(shim)], capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+    finally:
+        engines.set_engine_path(saved)

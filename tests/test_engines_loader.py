@@ -156,3 +156,12 @@ def test_engine_path_per_package_and_in_the_environment(tmp_path, monkeypatch, n
     engines.set_engine_path(None)
     monkeypatch.setenv(engines.ENV_ENGINE_PATH, str(tmp_path))
     assert engines.engine_paths() == {"*": tmp_path}
+
+
+def test_the_pins_file_and_the_locator_agree():
+    """requirements/engines.txt (what CI installs) and PACKAGES (what the messages name) pin the same versions."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "requirements" / "engines.txt").read_text()
+    pins = {line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")}
+    assert pins == {pkg.pin for pkg in _locate.PACKAGES.values()}
