@@ -59,12 +59,12 @@ def describe_roots(*keys: str) -> tuple[bool, str]:
     return True, "; ".join(parts)
 
 
-def gate(fn) -> tuple[bool, str]:
-    """Run a loader/builder and turn any failure into ``(False, one line)``; never raises."""
+def gate(load, detail) -> tuple[bool, str]:
+    """Run ``load()`` (a loader or builder): ``(True, detail())``, or ``(False, one line)``; never raises."""
     try:
-        detail = fn()
+        load()
+        return True, detail()
     except Exception as exc:  # noqa: BLE001 -- a gate reports, it does not raise
         text = str(exc).strip().splitlines()
         first = text[0] if text else ""
         return False, first if isinstance(exc, EngineUnavailable) else f"{type(exc).__name__}: {first}"
-    return True, detail

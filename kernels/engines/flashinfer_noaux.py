@@ -133,7 +133,7 @@ def available() -> tuple[bool, str]:
     ok, why = supported_hardware()
     if not ok:
         return ok, why
-    return gate(lambda: (library(), why)[1])
+    return gate(library, lambda: why)
 
 
 def served(experts: int, topk: int, num_expert_group: int = 1, topk_group: int = 1) -> bool:

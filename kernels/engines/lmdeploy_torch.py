@@ -65,11 +65,7 @@ def build() -> None:
 
 
 def available() -> tuple[bool, str]:
-    def check():
-        load()
-        return describe_roots(ENGINE)[1]
-
-    return gate(check)
+    return gate(load, lambda: describe_roots(ENGINE)[1])
 
 
 def covered(**_shape) -> bool:

@@ -120,7 +120,7 @@ def available() -> tuple[bool, str]:
     ok, why = supported_hardware()
     if not ok:
         return ok, why
-    return gate(lambda: (library(), why)[1])
+    return gate(library, lambda: why)
 
 
 def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert_group=1, topk_group=1, **_) -> bool:

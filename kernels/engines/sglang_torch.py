@@ -87,7 +87,7 @@ def build() -> None:
 
 
 def available() -> tuple[bool, str]:
-    return gate(lambda: (load(), describe_roots(ENGINE)[1])[1])
+    return gate(load, lambda: describe_roots(ENGINE)[1])
 
 
 def covered(**_shape) -> bool:

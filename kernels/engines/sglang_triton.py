@@ -97,7 +97,7 @@ def available() -> tuple[bool, str]:
     ok, why = supported_hardware()
     if not ok:
         return ok, why
-    return gate(lambda: (load(), why)[1])
+    return gate(load, lambda: why)
 
 
 def covered(*, rows: int, experts: int, topk: int, num_expert_group=1, topk_group=1, **_) -> bool:
