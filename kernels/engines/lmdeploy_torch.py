@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 
-from ._common import check_args, describe_roots, gate
+from ._common import check_args, describe_roots, empty_result, gate
 from ._load import load_definitions
 from ._locate import locate
 
@@ -76,8 +76,10 @@ def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, nu
     """lmdeploy's default noaux_tc router on the logits and bias as given; ``(weights fp32, ids int32)``."""
     import torch
 
-    _, E, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor, bias_required=True,
+    M, E, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor, bias_required=True,
                                     num_expert_group=num_expert_group, topk_group=topk_group)  # fmt: skip
+    if M == 0:
+        return empty_result(topk, scores.device)
     impl = load()(scoring_func="sigmoid", top_k=int(topk), n_group=groups, topk_group=kept, n_routed_experts=E,
                   routed_scaling_factor=float(routed_scaling_factor), renormalize=renormalize, router_n_groups=-1)  # fmt: skip
     weights, ids = impl.forward(scores, bias)

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import functools
 
-from ._common import check_args, describe_roots, gate
+from ._common import check_args, describe_roots, empty_result, gate
 from ._load import load_definitions
 from ._locate import locate
 
@@ -95,8 +95,10 @@ def covered(**_shape) -> bool:
 
 
 def _route(ns, scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group):
-    _, _, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor,
+    M, _, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor,
                                     num_expert_group=num_expert_group, topk_group=topk_group)  # fmt: skip
+    if M == 0:
+        return empty_result(topk, scores.device)
     rs = float(routed_scaling_factor)
     if bias is None:
         return ns["grouped_topk_gpu"](scores, scores, topk, renormalize, groups, kept, num_fused_shared_experts=0,

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import functools
 
-from ._common import check_args, describe_roots, gate
+from ._common import check_args, describe_roots, empty_result, gate
 from ._load import load_definitions, stand_in
 from ._locate import locate
 
@@ -123,8 +123,10 @@ def covered(**_shape) -> bool:
 
 
 def _route(fns, scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group):
-    _, _, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor,
+    M, _, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor,
                                     num_expert_group=num_expert_group, topk_group=topk_group)  # fmt: skip
+    if M == 0:
+        return empty_result(topk, scores.device)
     rs = float(routed_scaling_factor)
     if groups == 1 and kept == 1:
         return fns["fused_topk_bias"](scores, scores, "sigmoid", bias, topk, renormalize, routed_scaling_factor=rs)
