@@ -29,7 +29,8 @@ model keeps it (fp32, bf16 or fp16), ``launch_with_pdl=True``; so ``route``
 widens the logits to fp32 and the weights come out fp32.
 ``route_native_dtype`` passes the logits' own dtype, as a direct caller of
 ``flashinfer.fused_moe.fused_topk_deepseek`` may: bf16 logits then give
-bf16 weights (widened to fp32 exactly for the harness).
+bf16 weights (widened to fp32 exactly for the harness). ``bias=None``
+passes a zero fp32 bias (``sig + 0.0`` is ``sig``).
 
 Launch: on ``torch.cuda.current_stream()``; PDL on unless ``pdl=False``
 (the PDL instructions are compiled in for sm_90+). FlashInfer lists
@@ -159,7 +160,7 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert
         and bool(renormalize)
         and served(experts, topk, num_expert_group, topk_group)
         and dtype_name(dtype) in _DTYPES
-        and dtype_name(bias_dtype) in _DTYPES
+        and (bias_dtype is None or dtype_name(bias_dtype) in _DTYPES)
     )
 
 

@@ -68,8 +68,9 @@ def available() -> tuple[bool, str]:
     return gate(load, lambda: describe_roots(ENGINE)[1])
 
 
-def covered(**_shape) -> bool:
-    return True
+def covered(*, bias_dtype="unknown", **_shape) -> bool:
+    """Every shape, but only with a bias (lmdeploy's noaux_tc router has no unbiased form)."""
+    return bias_dtype is not None
 
 
 def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None):

@@ -16,7 +16,8 @@ with column stride 1; the bias is passed as fp32 (SGLang's caller does
 whose start is not 16-byte aligned, or whose stride is not a multiple of 4
 elements, are copied into a dense tensor first: SGLang's own gate would send
 them to its Triton router instead, and the kernel reads the same values
-either way.
+either way. ``bias=None`` (contracts without a bias) passes a zero fp32
+bias: ``sig + 0.0`` is ``sig`` exactly, so the ranking is the sigmoid's.
 
 Arguments as SGLang serves Kimi-K3: ``biased_grouped_topk_gpu`` passes bf16
 logits through untouched (fp32 logits from K3's fp32 router stay fp32) and
@@ -131,7 +132,7 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert
         and (topk_group or 1) == 1
         and rows >= 0
         and dtype_name(dtype) in _DTYPES
-        and dtype_name(bias_dtype) in ("float32", "bfloat16", "float16")
+        and (bias_dtype is None or dtype_name(bias_dtype) in ("float32", "bfloat16", "float16"))
     )
 
 

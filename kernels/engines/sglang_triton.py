@@ -23,7 +23,7 @@ Arguments as SGLang's ``biased_grouped_topk_gpu`` passes them: the logits in
 their dtype (bf16 passes through; grouped calls get fp32, which the kernel's
 load makes the same), ``correction_bias.to(torch.float32)``,
 ``scoring_func="sigmoid"``; ``apply_routed_scaling_factor_on_output=True``
-so the harness sees the scaling. Needs triton and an NVIDIA GPU; under
+so the harness sees the scaling; ``bias=None`` passes a zero fp32 bias. Needs triton and an NVIDIA GPU; under
 Triton's interpreter (``TRITON_INTERPRET=1`` before triton is imported)
 ``route`` also runs on CPU tensors, which is how the CPU tests check it
 (``pdl=False`` there).
