@@ -36,6 +36,11 @@ VARIANTS = {
 }
 SHAPES = ((896, 16), (384, 8))
 EPSILON = {"sglang_torch": 1e-20, "lmdeploy_torch": 1e-20, "flashinfer_noaux": 1e-20}
+# Absolute error of each kernel's sigmoid against the fp32 one: rows whose k-th and (k+1)-th ranking
+# values are closer than a few of these are near ties and not checked; weights get the same allowance.
+# FlashInfer's 0.5 * tanh(0.5 x) + 0.5 compiles to tanh.approx.f32 under -use_fast_math (about 2^-11 relative).
+NAN_NEVER_CHOSEN = ("sglang_radix", "sglang_triton")  # both floor a NaN ranking value to -1e30
+SIGMOID_ERROR = {"sglang_radix": 1e-6, "sglang_triton": 1e-6, "flashinfer_noaux": 5e-4}
 TORCH_MODULES = ("sglang_torch", "vllm_torch", "lmdeploy_torch")
 
 
@@ -58,8 +63,9 @@ def _check_rows(E, k, dtype, device):
     return x.to(dtype).to(device), bias.to(device)
 
 
-def check(variant: str, E: int, k: int, dtype, device="cuda") -> list[str]:
-    """Problems found (empty: the adapter agrees with its reference)."""
+def check(variant: str, E: int, k: int, dtype, device="cuda", notes=None) -> list[str]:
+    """Problems found (empty: the adapter agrees with its reference); what was seen goes to ``notes``."""
+    notes = [] if notes is None else notes
     mod_name, fn_name, extra, _, lowest_ties, order = VARIANTS[variant]
     module = _module(mod_name)
     fn = getattr(module, fn_name)
@@ -78,7 +84,8 @@ def check(variant: str, E: int, k: int, dtype, device="cuda") -> list[str]:
     low_precision_weights = dtype != torch.float32 and (torch_path or fn_name == "route_native_dtype")
     for row in (0, 1, 2, 3):  # random rows: the set of ids, away from near ties
         ranked = torch.sort(choice[row], descending=True).values
-        if (ranked[k - 1] - ranked[k]).abs() < 1e-5 * ranked[k - 1].abs().clamp(min=1e-6) + 1e-6:
+        err = SIGMOID_ERROR.get(mod_name, 1e-7)
+        if (ranked[k - 1] - ranked[k]).abs() < 4 * err + 1e-6:
             continue
         ref = set(torch.topk(choice[row], k).indices.tolist())
         if set(ids[row].tolist()) != ref:
@@ -86,7 +93,7 @@ def check(variant: str, E: int, k: int, dtype, device="cuda") -> list[str]:
             continue
         ref_w = sig[row, ids[row].long()]
         ref_w = ref_w / (ref_w.sum() + EPSILON.get(mod_name, 0.0)) * 2.5
-        tol = 2e-2 if low_precision_weights else 1e-4
+        tol = 2e-2 if low_precision_weights else max(1e-4, 8 * err)
         if not torch.allclose(w[row], ref_w, rtol=tol, atol=1e-6):
             problems.append(f"row {row}: weights off by {(w[row] - ref_w).abs().max().item():.3g}")
         vals = choice[row, ids[row].long()]
@@ -96,8 +103,9 @@ def check(variant: str, E: int, k: int, dtype, device="cuda") -> list[str]:
             problems.append(f"row {row}: output not in id order")
     if lowest_ties and sorted(idz[4].tolist()) != list(range(k)):
         problems.append(f"all-equal row: ids {sorted(idz[4].tolist())}, expected the lowest {k}")
-    if 3 in ids[5].tolist() and mod_name not in TORCH_MODULES:
+    if 3 in ids[5].tolist() and mod_name in NAN_NEVER_CHOSEN:
         problems.append("NaN row: the NaN expert was chosen")
+    notes.append(f"NaN expert {'chosen' if 3 in ids[5].tolist() else 'not chosen'}")
     if mod_name == "vllm_torch":
         if not torch.isnan(w[6]).all():
             problems.append("zero-sum row: expected vLLM's NaN weights")
@@ -164,18 +172,20 @@ def main(argv=None) -> int:
             print(f"{variant:30s} unavailable: {why}")
             continue
         fn = getattr(module, fn_name)
-        problems = []
+        problems, seen = [], set()
         for E, k in SHAPES:
             for dtype in (torch.float32, torch.bfloat16):
                 if not _covered(module, E, k, dtype, torch.float32):
                     continue
+                notes = []
                 try:
-                    found = check(variant, E, k, dtype, args.device)
+                    found = check(variant, E, k, dtype, args.device, notes)
                 except Exception as exc:  # noqa: BLE001
                     found = [f"raised {type(exc).__name__}: {exc}".splitlines()[0]]
                     traceback.print_exc()
-                entry["check"][f"{E}/{k}/{str(dtype)[6:]}"] = found
+                entry["check"][f"{E}/{k}/{str(dtype)[6:]}"] = {"problems": found, "seen": notes}
                 problems += [f"{E}/{k} {str(dtype)[6:]}: {p}" for p in found]
+                seen |= set(notes)
         timings = []
         for E, k in () if cpu else SHAPES:
             for M in rows:
@@ -194,7 +204,8 @@ def main(argv=None) -> int:
                         entry["us"][label] = f"{type(exc).__name__}: {exc}".splitlines()[0]
                         timings.append(f"{label} error {type(exc).__name__}")
         status = "check ok" if not problems else f"CHECK FAILED ({len(problems)}): " + "; ".join(problems[:4])
-        print(f"{variant:30s} available ({why}); {status}; us/call (graph): " + ", ".join(timings))
+        seen_text = f" (seen: {', '.join(sorted(seen))})" if seen else ""
+        print(f"{variant:30s} available ({why}); {status}{seen_text}; us/call (graph): " + ", ".join(timings))
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(results, fh, indent=1)

@@ -4,7 +4,7 @@ What it computes (FlashInfer's ``deepseek_v3_topk_kernel``, one block per
 row, compiled like FlashInfer's JIT does it, ``-use_fast_math``; the C ABI
 is ``flashinfer_noaux_shim.cu``)::
 
-    sig = 0.5 * tanhf(0.5 * x) + 0.5        # under fast math; in fp32 after widening the logits
+    sig = 0.5 * tanhf(0.5 * x) + 0.5        # fp32; under -use_fast_math tanhf is tanh.approx.f32 (~2^-11 relative)
     choice = sig + bias
     grouped: group score = sum of the group's 2 largest choices; keep topk_group groups
     top-k of choice by warp reductions; equal values: lowest expert index
