@@ -30,6 +30,8 @@ class Family:
     share: float = 1.0
     sizes: tuple[int, ...] = (1, 16, 128, 1024)
     strided: bool = False  # the logits are a column slice of a wider buffer (row stride > E)
+    # After one pass over ``sizes``, draw further case sizes uniformly from this range (inclusive) instead of cycling.
+    drawn_sizes: tuple[int, int] | None = None
 
     @property
     def make(self) -> Callable:
@@ -59,7 +61,7 @@ FAMILIES: dict[str, Family] = {
         Family("sigmoid_underflow", "logits near -88.7: sigmoids that underflow to 0 or stay subnormal", "sigmoid_underflow", share=0.3, sizes=(1, 64, 256)),
         Family("zero_sum", "the chosen sigmoids sum to 0: the renormalize guard decides", "zero_sum", share=0.3, sizes=(1, 64, 256)),
         Family("strided", "a column slice of a wider buffer (row stride > E)", "strided", share=0.6, sizes=(1, 64, 1024), strided=True),
-        Family("batch_sizes", "batch sizes 1..1025, 1536, 4096", "batch_sizes", share=2.0, sizes=EDGE_BATCH_SIZES),
+        Family("batch_sizes", "batch sizes 1..1025, 1536, 4096", "batch_sizes", share=2.0, sizes=EDGE_BATCH_SIZES, drawn_sizes=(1, 1025)),
     ]
 }
 

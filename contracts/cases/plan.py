@@ -65,16 +65,18 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
     import torch  # here, not at import: the plan's names and specs load no torch
 
     for name, budget in _budgets(families, total_rows).items():
-        sizes = FAMILIES[name].sizes
+        family = FAMILIES[name]
+        sizes = family.sizes
         gen = None
         index, used = 0, 0
         while used < budget:
             if index < len(sizes):
                 rows = sizes[index]
-            elif name == "batch_sizes":
+            elif family.drawn_sizes is not None:
                 if gen is None:
                     gen = torch.Generator().manual_seed(_seed(seed, name, "sizes"))
-                rows = int(torch.randint(1, 1026, (1,), generator=gen))
+                low, high = family.drawn_sizes
+                rows = int(torch.randint(low, high + 1, (1,), generator=gen))
             else:
                 rows = sizes[index % len(sizes)]
             rows = min(rows, budget - used) if used else rows
