@@ -86,6 +86,8 @@ class Candidate:
     # For candidates that can follow either contract (the oracle itself):
     # contract name -> the route to use when that contract is checked.
     route_for_contract: Callable[[str], Callable] | None = None
+    # The largest batch (rows per call) it serves, when its ``covered`` gate cannot tell: caps the bulk cases.
+    max_rows: int | None = None
 
     def route_under(self, contract: str) -> Callable:
         return self.route_for_contract(contract) if self.route_for_contract else self.route

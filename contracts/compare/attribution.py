@@ -330,19 +330,16 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
     return clause, code, reference, ok
 
 
-def attribute(case, exp, w_act: torch.Tensor, ids_act: torch.Tensor, rows: torch.Tensor, c, *, out_of_range, twice, ids_equal) -> Blame:
-    """The blame of the ``rows`` (int64 indices into the case) that are not a clean match."""
+def attribute(case, exp, values, w_act: torch.Tensor, ids_act: torch.Tensor, rows: torch.Tensor, c, *, out_of_range, twice, ids_equal) -> Blame:
+    """The blame of the ``rows`` (int64 indices into the case) that are not a clean match; ``values`` are the oracle's for them."""
     experts = case.scores.shape[1]
     e = exp.ids.index_select(0, rows).long()
     a_raw = ids_act.index_select(0, rows).long()
     r = _Rows(
         e=e, a=a_raw.clamp(0, experts - 1), w=w_act.index_select(0, rows), we=exp.weights.index_select(0, rows),
-        keys=exp.keys.index_select(0, rows), selection=exp.selection.index_select(0, rows),
-        ranking=exp.ranking.index_select(0, rows), scores=exp.scores.index_select(0, rows),
+        keys=values.keys, selection=values.selection, ranking=values.ranking, scores=values.scores,
         x=case.scores.index_select(0, rows).float(), bias=None if case.bias is None else case.bias.float(),
-        valid=exp.trace.valid.index_select(0, rows),
-        kept=None if exp.trace.kept_group_mask is None else exp.trace.kept_group_mask.index_select(0, rows),
-        group_scores=None if exp.trace.group_scores is None else exp.trace.group_scores.index_select(0, rows),
+        valid=values.valid, kept=values.kept, group_scores=values.group_scores,
     )  # fmt: skip
     oor, tw, eq = out_of_range.index_select(0, rows), twice.index_select(0, rows), ids_equal.index_select(0, rows)
     invalid = oor | tw

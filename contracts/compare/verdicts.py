@@ -28,7 +28,7 @@ from . import attribution as A
 from .reasons import reason_text
 from .tolerance import plain_contract_tolerance, ulp_distance, weights_close
 
-__all__ = ["DETAILS_PER_CLAUSE", "VERDICTS", "CaseOutcome", "compare_case", "plain_output"]
+__all__ = ["DETAILS_PER_CLAUSE", "VERDICTS", "CaseOutcome", "compare_case", "plain_output", "row_blame"]
 
 VERDICTS = ("exact", "within_tolerance", "near_tie", "mismatch", "expected")
 DETAILS_PER_CLAUSE = 5
@@ -47,6 +47,9 @@ class CaseOutcome:
     max_weight_ulp: float = 0.0
     cells: list[dict] = field(default_factory=list)
     rows_detail: list[dict] = field(default_factory=list)  # a few per clause, tie-straddling rows preferred
+    # the unexpectedly mismatched rows (int64) and their primary clause (CLAUSE_ORDER index), for the diagnosis
+    mismatched: torch.Tensor | None = None
+    mismatched_primary: torch.Tensor | None = None
 
 
 def plain_output(value):
@@ -128,11 +131,39 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     declared = torch.tensor([name in deviations for name in A.CLAUSE_ORDER], device=bad.device)
     for start in range(0, bad.numel(), _CHUNK):
         rows_b = bad[start : start + _CHUNK]
-        blame = A.attribute(case, exp, w_act, ids_act, rows_b, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
+        values = exp.values(rows_b)
+        blame = A.attribute(case, exp, values, w_act, ids_act, rows_b, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
         _count(out, blame, declared)
+        _keep_mismatched(out, rows_b, blame, declared)
         if len(out.cells) < max_cells or len(out.rows_detail) < DETAILS_PER_CLAUSE * len(A.CLAUSE_ORDER):
-            _record(out, case, exp, w_act, ids_act, rows_b, blame, declared, max_cells)
+            _record(out, case, exp, values, w_act, ids_act, rows_b, blame, declared, max_cells)
     return out
+
+
+def _keep_mismatched(out: CaseOutcome, rows_b, blame, declared) -> None:
+    _, _, mismatch, _, _, _, primary = _verdicts(blame, declared)
+    rows, prim = rows_b[mismatch], primary[mismatch]
+    if out.mismatched is None:
+        out.mismatched, out.mismatched_primary = rows, prim
+    else:
+        out.mismatched = torch.cat([out.mismatched, rows])
+        out.mismatched_primary = torch.cat([out.mismatched_primary, prim])
+
+
+def row_blame(case, exp, actual, contract) -> torch.Tensor:
+    """bool ``[M, len(CLAUSE_ORDER)]``: every clause each row of ``case`` breaks (all False for a clean row)."""
+    c = contract
+    w_act, ids_act = plain_output(actual)
+    experts = case.scores.shape[1]
+    out_of_range, twice = _validity_masks(ids_act, experts, c)
+    ids_equal = (ids_act == exp.ids).all(1)
+    good = ids_equal & weights_close(w_act, exp.weights, c).all(1) & ~out_of_range & ~twice
+    broken = torch.zeros((case.spec.rows, len(A.CLAUSE_ORDER)), dtype=torch.bool, device=ids_act.device)
+    bad = (~good).nonzero().squeeze(1)
+    if bad.numel():
+        blame = A.attribute(case, exp, exp.values(bad), w_act, ids_act, bad, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
+        broken[bad] = blame.broken()
+    return broken
 
 
 def _bincount(values: torch.Tensor, names=A.CLAUSE_ORDER) -> dict[str, int]:
@@ -186,22 +217,22 @@ def _reasons(i: int, rows: dict, case) -> list[tuple[str, str]]:
     return pairs
 
 
-def _record(out: CaseOutcome, case, exp, w_act, ids_act, rows_b, blame, declared, max_cells: int) -> None:
+def _record(out: CaseOutcome, case, exp, values, w_act, ids_act, rows_b, blame, declared, max_cells: int) -> None:
     """Row examples (a few per primary clause) and mismatch cells (up to the cap): the only per-row Python."""
     _, _, mismatch, expected, near, matched, primary = _verdicts(blame, declared)
     k = case.topk
     e_b, a_b = exp.ids.index_select(0, rows_b), ids_act.index_select(0, rows_b)
     we_b, wa_b = exp.weights.index_select(0, rows_b), w_act.index_select(0, rows_b)
-    sel_b = exp.selection.index_select(0, rows_b)
-    group, straddles, nan_count = _row_facts(exp.keys.index_select(0, rows_b), sel_b, e_b.long(), k)
-    chosen = exp.scores.index_select(0, rows_b).gather(1, a_b.long().clamp(0, exp.scores.shape[1] - 1))
+    sel_b = values.selection
+    group, straddles, nan_count = _row_facts(values.keys, sel_b, e_b.long(), k)
+    chosen = values.scores.gather(1, a_b.long().clamp(0, values.scores.shape[1] - 1))
     rows = {
         name: t.tolist()
         for name, t in (
             ("row", rows_b), ("e", e_b), ("a", a_b), ("we", we_b), ("wa", wa_b), ("group", group), ("straddles", straddles),
             ("nan", nan_count), ("primary", primary), ("mismatch", mismatch), ("expected", expected), ("slot", blame.slot),
             ("codes", torch.stack([blame.validity_code, blame.ids_code, blame.weights_code], 1)),
-            ("aspects", torch.stack([blame.validity, blame.ids, blame.weights], 1)), ("valid", exp.trace.valid.index_select(0, rows_b)),
+            ("aspects", torch.stack([blame.validity, blame.ids, blame.weights], 1)), ("valid", values.valid),
             ("numbers", (~torch.isnan(sel_b)).sum(1)), ("total", chosen.sum(1)), ("ulp", ulp_distance(wa_b, we_b)),
             ("cells", ((e_b != a_b) | ~blame.weights_ok)),
         )

@@ -18,6 +18,7 @@ from typing import Callable
 from ..candidates import Candidate, CandidateLoadError, all_candidates, get_candidate
 from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_message
 from ..cases import FAMILY_NAMES, CaseSpec, iter_plan, planned_rows, shard as shard_of
+from ..cases.plan import bulk_rows_for
 from ..reports.bundle import prepare_out, write_check_bundle, write_index
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
@@ -145,16 +146,16 @@ class _Plan:
     shard: tuple[int, int] | None
     replay: CaseSpec | None
 
-    def specs(self):
+    def specs(self, bulk_rows: int | None):
         if self.replay is not None:
             return [self.replay], self.replay.rows
+
+        def full():
+            return iter_plan(self.families, self.rows, self.seed, self.experts, self.topk, bulk_rows=bulk_rows)
+
         if self.shard is None:
-            return iter_plan(self.families, self.rows, self.seed, self.experts, self.topk), planned_rows(self.families, self.rows)
-
-        def sliced():
-            return shard_of(iter_plan(self.families, self.rows, self.seed, self.experts, self.topk), *self.shard)
-
-        return sliced(), sum(s.rows for s in sliced())
+            return full(), planned_rows(self.families, self.rows)
+        return shard_of(full(), *self.shard), sum(s.rows for s in shard_of(full(), *self.shard))
 
 
 def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract: str | None, device: str | None, exact: bool,
@@ -178,7 +179,9 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         worker = target.worker or Worker(target.lookup, timeout=timeout, should_stop=stop)
         target.worker = worker
         try:
-            ok, why = worker.load(contract=contract, device=device, against=against.lookup if against else None, repeat=repeat, origin=cand.origin)
+            ok, why = worker.load(contract=contract, device=device, against=against.lookup if against else None, repeat=repeat,
+                                  origin=cand.origin, experts=plan.experts, topk=plan.topk)  # fmt: skip
+            bulk = worker.bulk_rows
         except WorkerFailure as failure:
             detail = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
             error = ErrorRecord(kind=failure.kind, case=f"loading {target.lookup}", message=failure.message, traceback=detail)
@@ -188,9 +191,17 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         if ok and against_c is not None:
             ok, why2 = against_c.available(device)
             why = why if ok else f"--against {against_c.name}: {why2}"
+        bulk = None
+        if ok:
+            def covered(**shape):
+                return cand.covered(**shape) and (against_c is None or against_c.covered(**shape))
+
+            caps = [m for m in (cand.max_rows, getattr(against_c, "max_rows", None)) if m]
+            bulk = bulk_rows_for(covered, experts=plan.experts, topk=plan.topk, device=device, max_rows=min(caps) if caps else None)
     if not ok:
         return _not_run(cand, contract, device, seed=plan.seed, command=command, reason=why), why
-    specs, total = plan.specs()
+    specs, total = plan.specs(bulk)
+    options = {**options, "bulk_rows": bulk}
     label = cand.name + (f" vs {against_c.name}" if against_c else "")
     with Progress(label, total, enabled=progress) as bar:
         result = check_candidate(

@@ -8,6 +8,8 @@ rows run.
 
 from __future__ import annotations
 
+import contextlib
+import resource
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -61,12 +63,37 @@ class Tally:
     started: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self):
+        from ..compare.diagnosis import DiagnosisSample
+
+        self.sample = DiagnosisSample()  # mismatched rows kept for the diagnosis
+        self.stages: dict[str, list[float]] = {}  # stage -> [seconds, rows]
         self.clauses = dict.fromkeys(self.clause_names, 0)
         self.clauses_broken: dict[str, int] = {}
         self.raised_rows = 0
         self.expected_seen = dict.fromkeys(self.deviations, 0)
         graph = self.device.startswith("cuda") and self.repeat > 1
         self.determinism = Determinism(repeat=self.repeat, graph_replay=graph, declared=self.deviations.get("determinism"))
+
+    @contextlib.contextmanager
+    def timed(self, stage: str, rows: int):
+        """Time a stage of one case (generation, candidate, oracle, comparison)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add_time(stage, time.perf_counter() - start, rows)
+
+    def add_time(self, stage: str, seconds: float, rows: int) -> None:
+        entry = self.stages.setdefault(stage, [0.0, 0])
+        entry[0] += seconds
+        entry[1] += rows
+
+    def _stage_summary(self, elapsed: float) -> dict:
+        out = {name: {"seconds": round(sec, 3), "rows": rows, "rows_per_s": round(rows / sec, 1) if sec > 0 else None}
+               for name, (sec, rows) in self.stages.items()}  # fmt: skip
+        out["wall"] = {"seconds": round(elapsed, 3)}
+        out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        return out
 
     def family(self, spec: CaseSpec) -> FamilyCounts:
         return self.families.setdefault(spec.family, FamilyCounts())
@@ -92,8 +119,10 @@ class Tally:
         f.rows_raised += case.spec.rows
         self.raised_rows += case.spec.rows
 
-    def compared(self, case: Case, outcome: CaseOutcome, *, oracle_side=None, message: str | None = None) -> None:
+    def compared(self, case: Case, outcome: CaseOutcome, *, oracle_side=None, message: str | None = None, actual=None) -> None:
         spec = case.spec
+        if actual is not None and outcome.mismatched is not None and not self.sample.full and not isinstance(actual, str):
+            self.sample.add(case, outcome.mismatched, actual[0], actual[1], outcome.mismatched_primary)
         f = self.family(spec)
         f.rows += spec.rows
         for verdict, n in outcome.verdict_counts.items():
@@ -180,6 +209,15 @@ class Tally:
         self.determinism.notes.extend(n for n in notes if n not in self.determinism.notes)
 
     # ---------------------------------------------------------------- the record
+    def diagnosis(self, contract) -> list[dict] | None:
+        """Which single-field variants of the contract explain the mismatched rows (None when nothing mismatched)."""
+        from ..compare.diagnosis import diagnose
+
+        if not self.sample.rows or self.against is not None:
+            return None
+        with self.timed("diagnosis", self.sample.rows):
+            return diagnose(self.sample, contract)
+
     def result(self, *, seed: int, command: str, isolated: bool, options: dict | None = None) -> CheckResult:
         import pandas as pd
 
@@ -235,6 +273,7 @@ class Tally:
             cells_total=self.cells_total,
             cells_capped=self.cells_total > len(self.cells),
             options=options,
+            stages=self._stage_summary(elapsed),
         )
         details = [RowDetail(**d) for key in sorted(self.details) for d in self.details[key]]
         cells = pd.DataFrame(self.cells, columns=list(CELL_COLUMNS))
