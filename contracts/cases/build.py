@@ -24,7 +24,7 @@ SCALING_FACTORS = (1.0, 2.5, 2.827)
 class Case:
     spec: CaseSpec
     scores: torch.Tensor
-    bias: torch.Tensor
+    bias: torch.Tensor | None
     renormalize: bool
     routed_scaling_factor: float
 
@@ -53,7 +53,8 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     renormalize = bool(torch.randint(0, 4, (1,), **on))  # 3 in 4 renormalize, as models do
     rsf = SCALING_FACTORS[int(torch.randint(0, len(SCALING_FACTORS), (1,), **on))]
     bias_in_logits_dtype = bool(torch.randint(0, 2, (1,), **on))
-    x, bias, dtype = family.make_for(spec.bulk)(gen, spec.rows, spec.experts, spec.topk)
+    groups = {"n_group": spec.n_group, "topk_group": spec.topk_group} if family.grouped else {}
+    x, bias, dtype = family.make_for(spec.bulk)(gen, spec.rows, spec.experts, spec.topk, **groups)
     scores = x.to(dtype)
     backing, offset = scores, 0
     if family.strided:
@@ -63,5 +64,5 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     bias = bias.to(dtype) if bias_in_logits_dtype else bias.float()
     # Move the whole backing buffer, so strided rows keep their row stride on the device.
     scores = backing.to(device)[:, offset : offset + spec.experts]
-    bias = bias.to(device)
+    bias = bias.to(device) if spec.bias else None  # a contract without a correction bias: the candidate gets None
     return Case(spec, scores, bias, renormalize, rsf)

@@ -223,3 +223,62 @@ def strided(gen, rows, experts, topk):
 
 def batch_sizes(gen, rows, experts, topk):
     return _normal(gen, rows, experts, 2.0), _small_bias(gen, experts), torch.bfloat16
+
+
+# ---------------------------------------------------------------- grouped contracts (DeepSeek-V3: 8 groups, 4 kept)
+# These take the group shape too: make(gen, rows, experts, topk, n_group=, topk_group=). Logits are chosen
+# so the sigmoid scores (and their top-2 group sums) tie exactly: equal logits tie in every implementation.
+
+
+def _group_view(x, n_group):
+    rows, experts = x.shape
+    return x.view(rows, n_group, experts // n_group)
+
+
+def group_score_ties(gen, rows, experts, topk, n_group=8, topk_group=4):
+    # Every group's two best experts share one of two logit levels, so group scores take two values and
+    # more groups than are kept tie at the cutoff: the group tie rule decides which are kept.
+    x = -3.0 + _rand(gen, rows, experts)
+    g = _group_view(x, n_group)
+    size = experts // n_group
+    level = torch.where(_rand(gen, rows, n_group) < 0.5, 2.0, 1.0)
+    level[:, : topk_group - 1] = 2.0  # a few groups strictly above, the rest tied at the lower level
+    level[:, topk_group - 1 :] = 1.0
+    order = _rand(gen, rows, n_group).argsort(1)
+    level = level.gather(1, order.argsort(1))
+    first = (_rand(gen, rows, n_group) * size).long().clamp(max=size - 1)
+    second = (first + 1 + (_rand(gen, rows, n_group) * (size - 1)).long()) % size
+    g.scatter_(2, first.unsqueeze(2), level.unsqueeze(2))
+    g.scatter_(2, second.unsqueeze(2), level.unsqueeze(2))
+    return x, _full(gen, (experts,), 0.0), torch.bfloat16
+
+
+def group_split_pool(gen, rows, experts, topk, n_group=8, topk_group=4):
+    # A pool of tied experts spread over a kept group and a dropped one: only the kept group's members may win.
+    x = -3.0 + _rand(gen, rows, experts)
+    g = _group_view(x, n_group)
+    size = experts // n_group
+    g[:, :topk_group, 0] = 3.0  # the kept groups' best experts...
+    g[:, :topk_group, 1 : 1 + topk] = 1.0  # ...and a pool at 1.0 in each of them
+    g[:, topk_group, 1 : 1 + min(topk, size - 1)] = 1.0  # the same pool in a dropped group (its top-2 sum is lower)
+    order = torch.stack([torch.randperm(n_group, **_on(gen)) for _ in range(1)]).expand(rows, n_group)
+    x = g.gather(1, order.unsqueeze(2).expand_as(g)).reshape(rows, experts)
+    return x, _full(gen, (experts,), 0.0), torch.bfloat16
+
+
+def negative_bias_mask(gen, rows, experts, topk, n_group=8, topk_group=4):
+    # A negative bias pushes every ranking value below 0: masking dropped groups with 0.0 (the model's
+    # reference code) lets them outrank the kept experts; masking with -inf (SGLang, vLLM) does not.
+    x = _normal(gen, rows, experts, 2.0)
+    bias = -1.0 - 0.05 * _rand(gen, experts)
+    return x, bias, torch.float32
+
+
+def group_all_equal(gen, rows, experts, topk, n_group=8, topk_group=4):
+    # Every expert of the kept groups equal (and the dropped groups lower): the expert tie rule decides inside them.
+    x = -3.0 + _rand(gen, rows, experts)
+    g = _group_view(x, n_group)
+    keep = _rand(gen, rows, n_group).argsort(1)[:, :topk_group]
+    mask = torch.zeros(rows, n_group, dtype=torch.bool, device=gen.device).scatter_(1, keep, True)
+    g.masked_fill_(mask.unsqueeze(2), 1.5)
+    return x, _full(gen, (experts,), 0.0), torch.bfloat16

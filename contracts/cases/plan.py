@@ -37,6 +37,7 @@ class CaseSpec:
     n_group: int = 1  # expert groups of a grouped contract (DeepSeek: 8 groups, 4 kept); 1 = none
     topk_group: int = 1
     bulk: bool = False  # drawn on the candidate's device by the family's vectorized maker
+    bias: bool = True  # the contract has a correction bias (else the candidate gets ``bias=None``)
 
     @property
     def replay_id(self) -> str:
@@ -95,7 +96,7 @@ def _coverage_rows(name: str) -> int:
 
 
 def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int, *, bulk_rows: int | None = DEFAULT_BULK_ROWS,
-              n_group: int = 1, topk_group: int = 1) -> Iterator[CaseSpec]:  # fmt: skip
+              n_group: int = 1, topk_group: int = 1, bias: bool = True) -> Iterator[CaseSpec]:  # fmt: skip
     """Spread ``total_rows`` over ``families`` by share, one spec at a time; deterministic in ``seed``.
 
     Coverage cases first (see the module docstring), then bulk cases of
@@ -105,6 +106,7 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
     import torch  # here, not at import: the plan's names and specs load no torch
 
     shape = dict(experts=experts, topk=topk, n_group=n_group, topk_group=topk_group)
+    extra = {} if bias else {"bias": False}
     for name, budget in _budgets(families, total_rows).items():
         family = FAMILIES[name]
         sizes = family.sizes
@@ -122,12 +124,12 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
             else:
                 rows = sizes[index % len(sizes)]
             rows = min(rows, coverage - used) if used else rows
-            yield CaseSpec(name, _seed(seed, name, index), rows, **shape)
+            yield CaseSpec(name, _seed(seed, name, index), rows, **shape, **extra)
             used += rows
             index += 1
         while used < budget:
             rows = min(bulk_rows, budget - used)
-            yield CaseSpec(name, _seed(seed, name, index), rows, **shape, bulk=True)
+            yield CaseSpec(name, _seed(seed, name, index), rows, **shape, bulk=True, **extra)
             used += rows
             index += 1
 

@@ -100,14 +100,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--topk {args.topk} is larger than --experts {args.experts}")
     if args.experts < 2 * args.topk - 1:
         raise UsageError(f"--experts {args.experts} is too small for --topk {args.topk}: the probe needs E >= 2k-1 = {2 * args.topk - 1}")
-    import oracle
-
     from ..candidates import get_candidate
     from ..run.checks import bundle_dirname, device_for
     from ..run.probe import run_probe
 
-    if args.contract is not None and args.contract not in oracle.CONTRACTS:
-        raise UsageError(f"--contract {args.contract!r} is not a known contract; choose from {', '.join(sorted(oracle.CONTRACTS))}")
+    from .check import check_contract
+
+    check_contract(args.contract)
     candidate = get_candidate(args.candidate)
     device = device_for(candidate, args.device)
     out = args.out or Path("reports") / f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-probe-{bundle_dirname(candidate.name)}"

@@ -48,14 +48,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--replay {args.replay} is not a file; give the minimal.pt of a search bundle")
     if not args.replay and not args.candidate:
         raise UsageError("--candidate NAME is required (or --replay MINIMAL.pt)")
-    import oracle
-
     from ..candidates import get_candidate
     from ..run.checks import bundle_dirname, device_for
     from ..run.search import SearchSetupError, covered_space, load_minimal, replay, search, write_search_bundle
 
-    if args.contract is not None and args.contract not in oracle.CONTRACTS:
-        raise UsageError(f"--contract {args.contract!r} is not a known contract; choose from {', '.join(sorted(oracle.CONTRACTS))}")
+    from .check import check_contract
+
+    check_contract(args.contract)
     name = args.candidate
     if args.replay:
         try:

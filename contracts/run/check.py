@@ -64,8 +64,8 @@ def check_candidate(
     c = oracle.get_contract(contract)
     against_name = against.name if against is not None else None
 
-    def replay(spec: CaseSpec, row: int | None) -> str:
-        return replay_command(candidate.name, c.name, device, spec, row, against_name, exact, repeat)
+    def replay(spec: CaseSpec, row: int | None) -> str:  # the contract as given: a name, or the .toml path
+        return replay_command(candidate.name, str(contract), device, spec, row, against_name, exact, repeat)
 
     tally = Tally(
         candidate=candidate.name, contract=c.name, clause_names=tuple(map(str, c.clause_names)), device=device,
