@@ -35,7 +35,7 @@ import torch
 from ._builtin import SERIAL_SENTINEL, get_contract
 from ._contracts import Contract
 from ._keys import NAN_KEY, rank_keys
-from ._scores import expert_scores, ranking_from, sigmoid_of, softmax_rows
+from ._scores import expert_scores, ranking_dtype, ranking_from, sigmoid_of, softmax_rows
 from ._tie_priority import group_tie_priority, tie_priority
 from ._validate import check_route_args, resolve_groups
 
@@ -190,6 +190,7 @@ class _Plan:
     rsf: float
     priority: torch.Tensor
     group_priority: torch.Tensor
+    low_precision: torch.dtype | None  # score_precision="input": the 16-bit dtype ranking values are rounded to
 
 
 def _route(scores, bias, topk, renormalize, rsf, contract, num_expert_group, topk_group, *, keep):
@@ -200,9 +201,10 @@ def _route(scores, bias, topk, renormalize, rsf, contract, num_expert_group, top
     rows, experts = scores.shape
     n_group, n_kept = resolve_groups(c, experts, num_expert_group, topk_group)
     device = scores.device
-    plan = _Plan(c, topk, n_group, n_kept, renormalize, float(rsf), _priority_on(experts, c.tie_rule, device),
-                 _group_priority_on(n_group, c.group_tie_rule, device))  # fmt: skip
     bias = bias if c.has_bias else None
+    plan = _Plan(c, topk, n_group, n_kept, renormalize, float(rsf), _priority_on(experts, c.tie_rule, device),
+                 _group_priority_on(n_group, c.group_tie_rule, device),
+                 ranking_dtype(c, scores.dtype, bias.dtype if bias is not None else None))  # fmt: skip
     out = _Outputs(rows, experts, plan, device, keep)
     chunk = max(1, _CHUNK_ELEMENTS_CPU // experts) if device.type == "cpu" else _CHUNK_ROWS_GPU
     for start in range(0, rows, chunk):
@@ -265,7 +267,7 @@ def _route_rows(x: torch.Tensor, bias, plan: _Plan, keep: bool) -> _Chunk:
     group_scores = kept = None
     selection = ranking
     if plan.n_group > 1:
-        group_scores = _group_scores(ranking, plan.n_group, c)
+        group_scores = _group_scores(ranking, plan.n_group, c, plan.low_precision)
         kept = _kept_groups(group_scores, plan.topk_group, plan.group_priority, c)
         if plan.topk_group < plan.n_group:
             selection = _mask_groups(ranking, kept, plan.n_group, c.group_mask)
@@ -292,8 +294,11 @@ def _composite(keys: torch.Tensor, priority: torch.Tensor, n: int) -> torch.Tens
     return keys.long() * n + (n - 1 - priority)
 
 
-def _group_scores(ranking: torch.Tensor, n_group: int, c: Contract) -> torch.Tensor:
-    """fp32 [M, G]: each group's top2_sum or max of ranking values, NaN by the NaN rule; zeros unsigned."""
+def _group_scores(ranking: torch.Tensor, n_group: int, c: Contract, low_precision) -> torch.Tensor:
+    """fp32 [M, G]: each group's top2_sum or max of ranking values, NaN by the NaN rule; zeros unsigned.
+
+    With ``low_precision`` the sum is rounded to that dtype, as the ranking values were.
+    """
     rows, experts = ranking.shape
     per_group = ranking.view(rows, n_group, experts // n_group)
     k = 2 if c.group_score == "top2_sum" else 1
@@ -305,6 +310,8 @@ def _group_scores(ranking: torch.Tensor, n_group: int, c: Contract) -> torch.Ten
             pick = torch.topk(rank_keys(sub), k, dim=2).indices  # NaN_KEY is the lowest key
             top.index_copy_(0, hit, sub.gather(2, pick))
     score = top[..., 0] + top[..., 1] if k == 2 else top[..., 0]
+    if low_precision is not None and k == 2:
+        score = score.to(low_precision).float()
     return score + 0.0  # -0.0 and +0.0 share a key; which one torch.topk picks is not the contract's
 
 
