@@ -298,21 +298,33 @@ def _group_scores(ranking: torch.Tensor, n_group: int, c: Contract, low_precisio
     """fp32 [M, G]: each group's top2_sum or max of ranking values, NaN by the NaN rule; zeros unsigned.
 
     With ``low_precision`` the sum is rounded to that dtype, as the ranking values were.
+    The top two come from two max reductions (several times faster than
+    ``torch.topk`` over short groups): the second is the largest value left
+    once the maximum is removed, or the maximum again when it occurs twice.
+    ``amax`` propagates NaN, which is the order of ``nan_rule="first"``; for the
+    other rules the groups holding NaN are redone on rank keys, NaN lowest.
     """
     rows, experts = ranking.shape
-    per_group = ranking.view(rows, n_group, experts // n_group)
-    k = 2 if c.group_score == "top2_sum" else 1
-    top = torch.topk(per_group, k, dim=2).values  # torch ranks NaN first: right for nan_rule "first" only
+    size = experts // n_group
+    per_group = ranking.view(rows, n_group, size)
+    first = per_group.amax(dim=2, keepdim=True)
+    if c.group_score == "top2_sum":
+        at_max = per_group == first
+        rest = per_group.masked_fill(at_max, -float("inf")).amax(dim=2)
+        second = torch.where(at_max.sum(2) > 1, first.squeeze(2), rest)
+        top = torch.stack((first.squeeze(2), second), dim=2)
+    else:
+        top = first
     if c.nan_rule != "first":
-        hit = torch.isnan(top).any(2).any(1).nonzero().squeeze(1)
+        hit = torch.isnan(top[..., 0]).any(1).nonzero().squeeze(1)
         if hit.numel():
             sub = per_group.index_select(0, hit)
-            pick = torch.topk(rank_keys(sub), k, dim=2).indices  # NaN_KEY is the lowest key
+            pick = torch.topk(rank_keys(sub), top.shape[2], dim=2).indices  # NAN_KEY is the lowest key
             top.index_copy_(0, hit, sub.gather(2, pick))
-    score = top[..., 0] + top[..., 1] if k == 2 else top[..., 0]
-    if low_precision is not None and k == 2:
+    score = top[..., 0] + top[..., 1] if c.group_score == "top2_sum" else top[..., 0]
+    if low_precision is not None and c.group_score == "top2_sum":
         score = score.to(low_precision).float()
-    return score + 0.0  # -0.0 and +0.0 share a key; which one torch.topk picks is not the contract's
+    return score + 0.0  # -0.0 and +0.0 share a key; which one a max returns is not the contract's
 
 
 def _kept_groups(group_scores: torch.Tensor, topk_group: int, priority: torch.Tensor, c: Contract) -> torch.Tensor:
@@ -329,6 +341,39 @@ def _mask_groups(ranking: torch.Tensor, kept: torch.Tensor, n_group: int, mask_v
     return per_group.masked_fill(~keep.unsqueeze(2), mask_value).view(rows, experts)
 
 
+def _fast_set(values: torch.Tensor, topk: int, c: Contract) -> tuple[torch.Tensor, torch.Tensor]:
+    """(columns of the topk largest values, rows where that set is the contract's without tie-breaking)."""
+    width = min(topk + 1, values.shape[1])
+    top_values, candidates = torch.topk(values, width, dim=1)
+    kth = top_values[:, topk - 1]
+    lower = -float("inf") if c.floor is None else c.floor
+    clean = (kth > lower) & ~torch.isnan(top_values).any(dim=1)
+    if width > topk:
+        clean &= kth != top_values[:, topk]
+    return candidates[:, :topk], clean
+
+
+def _in_order(chosen: torch.Tensor, chosen_values: torch.Tensor, priority: torch.Tensor, experts: int) -> torch.Tensor:
+    """The experts ``chosen`` (a clean row's set) in contract order: key descending, then tie priority."""
+    comp = _composite(rank_keys(chosen_values), priority[chosen], experts)
+    return chosen.gather(1, comp.argsort(dim=1, descending=True))
+
+
+def _exact(values: torch.Tensor, topk: int, priority: torch.Tensor, c: Contract) -> torch.Tensor:
+    """int64 ids of the rows ``values`` by composite keys: ties, NaN, -inf and the floor decided exactly."""
+    keys = _rule_keys(values, c.nan_rule)
+    if c.has_fallback:
+        nan = torch.isnan(values)
+        ineligible = nan if c.nan_rule == "never" else torch.zeros_like(nan)
+        if c.floor is not None:
+            ineligible |= ~(values > c.floor) & ~nan
+        keys.masked_fill_(ineligible, _INELIGIBLE_KEY)
+    top = torch.topk(_composite(keys, priority, values.shape[1]), topk, dim=1).indices
+    if c.has_fallback:
+        top.masked_fill_(keys.gather(1, top) == _INELIGIBLE_KEY, -1)
+    return top
+
+
 def _select(values: torch.Tensor, topk: int, priority: torch.Tensor, c: Contract) -> torch.Tensor:
     """int64 ids ``[M, topk]`` in contract order; slots no eligible value can fill hold ``-1``.
 
@@ -336,34 +381,11 @@ def _select(values: torch.Tensor, topk: int, priority: torch.Tensor, c: Contract
     values strictly above it (and NaN unless the rule is ``never``); with
     ``nan_rule="never"`` no NaN.
     """
-    experts = values.shape[1]
-    width = min(topk + 1, experts)
-    top_values, candidates = torch.topk(values, width, dim=1)
-    kth = top_values[:, topk - 1]
-    lower = -float("inf") if c.floor is None else c.floor
-    clean = (kth > lower) & ~torch.isnan(top_values).any(dim=1)
-    if width > topk:
-        clean &= kth != top_values[:, topk]
-    chosen = candidates[:, :topk]
-
-    # Put each clean row's set in contract order.
-    comp = _composite(rank_keys(values.gather(1, chosen)), priority[chosen], experts)
-    ids = chosen.gather(1, comp.argsort(dim=1, descending=True))
-
+    chosen, clean = _fast_set(values, topk, c)
+    ids = _in_order(chosen, values.gather(1, chosen), priority, values.shape[1])
     hard = (~clean).nonzero().squeeze(1)
     if hard.numel():
-        sub = values.index_select(0, hard)
-        keys = _rule_keys(sub, c.nan_rule)
-        if c.has_fallback:
-            nan = torch.isnan(sub)
-            ineligible = nan if c.nan_rule == "never" else torch.zeros_like(nan)
-            if c.floor is not None:
-                ineligible |= ~(sub > c.floor) & ~nan
-            keys.masked_fill_(ineligible, _INELIGIBLE_KEY)
-        top = torch.topk(_composite(keys, priority, experts), topk, dim=1).indices
-        if c.has_fallback:
-            top.masked_fill_(keys.gather(1, top) == _INELIGIBLE_KEY, -1)
-        ids.index_copy_(0, hard, top)
+        ids.index_copy_(0, hard, _exact(values.index_select(0, hard), topk, priority, c))
     return ids
 
 
