@@ -216,7 +216,7 @@ def _garbage_beyond_valid(w, ids, exp):
 
 
 def _vllm_like(w, ids, exp):
-    # an unsorted top-k and a raw division by a zero sum (vLLM's torch paths, spec section 10)
+    # an unsorted top-k and a raw division by a zero sum (vLLM's torch paths, docs/contracts.md#how-other-routers-differ)
     s = exp.scores.gather(1, ids.long())
     return (s / s.sum(1, keepdim=True)).flip(1), ids.flip(1)
 
