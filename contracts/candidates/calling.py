@@ -2,7 +2,13 @@
 
 ``CaseRunner.run(case)`` makes the call, ``repeat - 1`` more, and on CUDA
 with repeats one CUDA graph replay; it records whether the inputs changed
-and runs the ``--against`` candidate. What a misbehaving candidate becomes:
+and runs the ``--against`` candidate.
+
+What each call returned is copied at once, before the next call, so a
+candidate that returns the same static output buffers on every call is
+compared call against call (not its buffer with itself).
+
+What a misbehaving candidate becomes:
 
 ==========================================  ===================================================
 the candidate ...                           reported as
@@ -60,13 +66,26 @@ def fatal_kind(exc: BaseException) -> str | None:
     return None
 
 
+def _copied(value):
+    """What a call returned, copied at once into plain tensors (a static buffer, a racing writer, a lying subclass
+    cannot change it afterwards); anything else as it is, or a message if the tensors cannot be copied."""
+    if not (isinstance(value, (tuple, list)) and value and all(isinstance(t, torch.Tensor) for t in value)):
+        return value
+    try:
+        with torch._C.DisableTorchFunctionSubclass():
+            copies = [torch.Tensor.as_subclass(t.detach().clone(), torch.Tensor) for t in value]
+    except Exception as exc:  # noqa: BLE001 -- an output the harness cannot copy is not an answer
+        return f"returned tensors the harness cannot copy: {raised_message(exc)}"
+    return tuple(copies) if isinstance(value, tuple) else copies
+
+
 def _call(route: Callable, case: Case):
-    """One call; ``(value, None)`` or ``(None, exception)``. KeyboardInterrupt passes through."""
+    """One call; ``(a copy of the answer, None)`` or ``(None, exception)``. KeyboardInterrupt passes through."""
     try:
         value = route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor)
         if case.scores.is_cuda:
             torch.cuda.synchronize()  # asynchronous CUDA errors surface here, inside the try
-        return value, None
+        return _copied(value), None
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 -- SystemExit from a candidate is its failure, not ours
@@ -219,7 +238,7 @@ class CaseRunner:
                 static = self.route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor)
             graph.replay()
             torch.cuda.synchronize()
-            result = tuple(t.clone() for t in static) if _is_pair(static) else static
+            result = _copied(static)
             del graph
             return result
         except Exception as exc:  # noqa: BLE001 -- not capturable is a note, not a determinism finding
