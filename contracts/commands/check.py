@@ -158,6 +158,9 @@ def run(args: argparse.Namespace) -> int:
         return stop.exit_code
     if checked.unavailable:
         return ExitCode.UNAVAILABLE
+    if not checked.results:  # nothing was checked and no bundle was written: never a success
+        print("error: no check ran; no bundle was written", file=sys.stderr)
+        return ExitCode.FAILED
     return ExitCode.FAILED if checked.failed else ExitCode.OK
 
 
