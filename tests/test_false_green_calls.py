@@ -1,4 +1,4 @@
-"""No false green from one call of a candidate (issue 22, items 1 and 5).
+"""No false green from one call of a candidate (issue 22, items 1, 5 and 15).
 
 The candidates live in ``tests/adversarial``. Each test's docstring says what
 the harness did before the fix, so a reader can see the test fails there.
@@ -153,3 +153,23 @@ def test_a_thread_writing_into_the_outputs_does_not_abort_the_process(tmp_path):
     assert s["rows_checked"] == 100 and "terminate called" not in done.stderr
 
 
+# ---------------------------------------------------------------- item 15: torch.compile falling back to eager
+
+
+def test_torch_compile_recompiles_and_the_eager_fallback_are_in_the_summary_notes(tmp_path, capsys):
+    """Before: dynamo silently ran the function eagerly after its recompile limit; the summary said nothing."""
+    out = tmp_path / "compiled"
+    code = main(["--candidate", "tests.adversarial.compiled:route", "--families", "random_fp32,random_bf16,strided,batch_sizes",
+                 "--rows", "2000", "--experts", "64", "--topk", "4", "--out", str(out)])  # fmt: skip
+    s = json.loads((out / "summary.json").read_text())
+    assert code == 0 and s["isolated"]  # counted in the worker, reported by the parent
+    (note,) = [n for n in s["notes"] if n.startswith("torch.compile")]
+    assert "recompiled the candidate" in note and "fell back to eager after the limit of 4" in note
+    assert "torch._dynamo.config.recompile_limit" in note
+    assert "fell back to eager" in (out / "report.md").read_text()
+    assert "fell back to eager" in capsys.readouterr().out
+
+
+def test_no_compile_note_without_torch_compile():
+    s = _check(static.correct, _specs(("random_fp32",), rows=50))
+    assert not [n for n in s.notes if "torch.compile" in n]

@@ -30,6 +30,7 @@ calls sys.exit() or os._exit() in process   ``error`` (kind ``exit``); the run g
 exits, segfaults or aborts (worker only)    ``error`` (kind ``crash``, the signal, stderr tail)
 answers nothing for ``timeout`` s (worker)  ``error`` (kind ``timeout``; the worker is killed)
 gives different answers on repeated calls   a ``determinism`` finding (``--repeat N``)
+is recompiled by torch.compile              a note in the summary (how often; the recompile limit hit)
 ==========================================  ===================================================
 
 ``contracts.candidates.worker`` runs the same ``CaseRunner`` in a worker process.
@@ -38,6 +39,7 @@ gives different answers on repeated calls   a ``determinism`` finding (``--repea
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -193,6 +195,71 @@ def _call(route: Callable, inputs: _Inputs):
             return None, exc
 
 
+# ---------------------------------------------------------------- torch.compile
+
+
+def _dynamo_counts() -> tuple[int, dict[str, int]] | None:
+    """(frames dynamo compiled, recompile-limit hits by limit name) so far in this process; None if dynamo never loaded."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return None
+    hits: dict[str, int] = {}
+    for key, n in dict(counters.get("unimplemented", {})).items():
+        text = str(key).lower()
+        if "recompile limit" in text or "cache size limit" in text or "cache_size_limit" in text:
+            found = re.search(r"limit type: (\w+)", str(key))
+            name = found.group(1) if found else "recompile_limit"
+            hits[name] = hits.get(name, 0) + n
+    return int(dict(counters.get("frames", {})).get("ok", 0)), hits
+
+
+def _dynamo_limit(name: str):
+    config = sys.modules.get("torch._dynamo.config")
+    value = getattr(config, name, None)
+    if value is None and name == "recompile_limit":
+        value = getattr(config, "cache_size_limit", None)  # its name before torch 2.6
+    return value
+
+
+@dataclass
+class _CompileWatch:
+    """Dynamo's compiles and recompile-limit hits across the cases of one runner (the whole check)."""
+
+    compiles: int = 0
+    recompiles: int = 0  # compiles in cases after the first that compiled anything
+    limit: str | None = None  # the limit hit first, and where
+    limit_case: str | None = None
+    _before: tuple | None = None
+
+    def start(self) -> None:
+        self._before = _dynamo_counts()
+
+    def stop(self, case: Case) -> None:
+        after = _dynamo_counts()
+        if after is None:
+            return
+        before = self._before or (0, {})
+        compiled = after[0] - before[0]
+        if compiled > 0:
+            self.recompiles += compiled if self.compiles else 0
+            self.compiles += compiled
+        for name, n in after[1].items():
+            if n > before[1].get(name, 0) and self.limit is None:
+                self.limit, self.limit_case = name, case.spec.replay_id
+
+    def notes(self) -> list[str]:
+        if not self.recompiles and self.limit is None:
+            return []
+        text = (f"torch.compile: dynamo recompiled the candidate {self.recompiles} time(s) after its first case "
+                f"({self.compiles} compiles in all), as cases changed dtypes, renormalize, scaling or layout")  # fmt: skip
+        if self.limit is not None:
+            text += (f", and fell back to eager after the limit of {_dynamo_limit(self.limit)} (torch._dynamo.config.{self.limit}) "
+                     f"in case {self.limit_case}: later calls ran uncompiled, so this check did not test the compiled code "
+                     "for them; raise the limit or mark the changing inputs dynamic")  # fmt: skip
+        return [text]
+
+
 def raised_message(exc: BaseException) -> str:
     return f"raised {type(exc).__name__}: {first_line(exc)}"
 
@@ -252,7 +319,10 @@ class CallOutcome:
     differing_sample: list[int] = field(default_factory=list)
     differing_calls: list[str] = field(default_factory=list)
     difference: dict | None = None  # the first differing row: {"call", "row", "ids", "weights"} vs call 1
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # about determinism (a graph replay that could not run)
+    # About the whole check so far, for the summary's notes (torch.compile recompiles): each outcome's list
+    # replaces the one before.
+    summary_notes: list[str] = field(default_factory=list)
 
 
 def _fatal(exc: BaseException, kind: str, who: str = "") -> dict:
@@ -270,9 +340,19 @@ class CaseRunner:
         self.route, self.other, self.other_name = route, other, other_name
         self.repeat = repeat
         self.graph = graph  # turned off for good after the first failed capture
+        self.compile_watch = _CompileWatch()
 
     def run(self, case: Case) -> CallOutcome:
+        self.compile_watch.start()
         out = CallOutcome()
+        try:
+            self._run(case, out)
+        finally:
+            self.compile_watch.stop(case)
+            out.summary_notes = self.compile_watch.notes()
+        return out
+
+    def _run(self, case: Case, out: CallOutcome) -> CallOutcome:
         inputs = _Inputs(case)
         value, first_exc = _call(self.route, inputs)
         changed = inputs.changed()

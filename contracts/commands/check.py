@@ -127,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     from ..candidates.worker import Interrupted
     from ..reports.bundle import BundleError
     from ..reports.terminal import verdict_table
+    from ..reports.text import clean
     from ..run.checks import run_checks
     from ..run.signals import StopSignals
 
@@ -147,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
             return stop.exit_code
     if checked.results:
         print(verdict_table(checked.summaries))
+        for s in checked.summaries:
+            for note in s.notes:
+                print(f"note: {clean(s.label)}: {clean(note)}")
     print(f"bundle: {checked.out}")
     if args.replay and args.row is not None:
         _print_row(checked.results, args.row)

@@ -73,6 +73,7 @@ def check_candidate(
             graph=device.startswith("cuda") and repeat > 1,
         )
     specs_iter = iter(specs)
+    summary_notes: list[str] = []  # the runner's notes on the whole check (torch.compile recompiles)
     try:  # a KeyboardInterrupt outside a call (no signal handler installed) still keeps what ran
         while True:
             reason = should_stop() if should_stop else None
@@ -83,14 +84,16 @@ def check_candidate(
             if spec is None:
                 break
             try:
-                _check_case(spec, candidate, against, c, device, exact, runner, worker, tally, should_stop)
+                _check_case(spec, candidate, against, c, device, exact, runner, worker, tally, should_stop, summary_notes)
             except _Stop:
                 break
             if progress:
                 progress.update(spec.rows)
     except KeyboardInterrupt:
         tally.interrupted = tally.interrupted or (should_stop() if should_stop else None) or "KeyboardInterrupt"
-    return tally.result(seed=seed, command=command, isolated=worker is not None, options=options)
+    result = tally.result(seed=seed, command=command, isolated=worker is not None, options=options)
+    result.summary.notes += [n for n in summary_notes if n not in result.summary.notes]
+    return result
 
 
 def _covered(candidate: Candidate, against: Candidate | None, case) -> bool:
@@ -99,7 +102,7 @@ def _covered(candidate: Candidate, against: Candidate | None, case) -> bool:
     return candidate.covered(**shape) and (against is None or against.covered(**shape))
 
 
-def _check_case(spec, candidate, against, c, device, exact, runner, worker, tally: Tally, should_stop) -> None:
+def _check_case(spec, candidate, against, c, device, exact, runner, worker, tally: Tally, should_stop, summary_notes: list) -> None:
     """Run one case through the candidate and the comparison; raise ``_Stop`` when the run must end."""
     try:
         case = build_case(spec, device)
@@ -122,6 +125,8 @@ def _check_case(spec, candidate, against, c, device, exact, runner, worker, tall
     if call is None:
         tally.skipped(spec, "not covered: the candidate does not serve this shape or dtype")
         return
+    if call.summary_notes:
+        summary_notes[:] = call.summary_notes
     if call.fatal:
         tally.failed(call.fatal["kind"], spec, call.fatal["message"], call.fatal["traceback"], fatal=True)
         raise _Stop
