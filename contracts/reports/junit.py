@@ -26,6 +26,7 @@ import shlex
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
@@ -70,21 +71,28 @@ def _details(bundle: Path) -> list[dict]:
 
 
 def _fallback_replay(summary: dict, case: str, row) -> str:
-    parts = ["python", "-m", "contracts.check", "--candidate", summary["candidate"], "--contract", summary["contract"],
-             "--device", summary["device"]]  # fmt: skip
-    if summary.get("against"):
-        parts += ["--against", summary["against"]]
-    if summary.get("bit_exact"):
-        parts.append("--exact")
-    try:
-        words = shlex.split(summary.get("command") or "")
-    except ValueError:
-        words = []
-    for flag in ("--experts", "--topk"):
-        if flag in words and words.index(flag) + 1 < len(words):
-            parts += [flag, words[words.index(flag) + 1]]
-    parts += ["--replay", str(case), "--row", str(int(row))]
-    return shlex.join(parts)
+    """The replay line of a case the bundle recorded only as mismatch cells, built from the summary."""
+    from ..run.replay import replay_command
+
+    target = summary.get("replay_target") or {}  # older bundles: the display names, as they were
+    options = summary.get("options") or {}
+    experts, topk = options.get("experts"), options.get("topk")
+    if experts is None or topk is None:
+        try:
+            words = shlex.split(summary.get("command") or "")
+        except ValueError:
+            words = []
+        given = {flag: words[words.index(flag) + 1] for flag in ("--experts", "--topk") if flag in words and words.index(flag) + 1 < len(words)}
+        try:
+            experts, topk = int(given.get("--experts", 896)), int(given.get("--topk", 16))
+        except ValueError:
+            experts, topk = 896, 16
+    spec = SimpleNamespace(replay_id=str(case), experts=int(experts), topk=int(topk))  # what a replay line takes of a CaseSpec
+    return replay_command(
+        target.get("candidate") or summary["candidate"], summary["contract"], summary["device"], spec, int(row),
+        target.get("against") or summary.get("against"), bool(summary.get("bit_exact")), int(options.get("repeat") or 1),
+        pythonpath=target.get("pythonpath"),
+    )  # fmt: skip
 
 
 def _first_mismatch_text(detail: dict | None, cell: dict | None, summary: dict) -> str:

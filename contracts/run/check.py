@@ -18,8 +18,8 @@ from ..candidates.calling import CaseRunner
 from ..candidates.worker import Interrupted, Worker, WorkerFailure
 from ..cases import CaseSpec, build_case
 from ..compare import agrees, compare_case, expected_for
-from ..reports.schema import CheckResult
-from .replay import replay_command
+from ..reports.schema import CheckResult, ReplayTarget
+from .replay import candidate_lookup, replay_command, replay_pythonpath
 from .tally import Tally
 
 __all__ = ["check_candidate"]
@@ -45,18 +45,25 @@ def check_candidate(
     worker: Worker | None = None,
     should_stop: Callable[[], object] | None = None,
     options: dict | None = None,
+    lookup: str | None = None,
+    against_lookup: str | None = None,
 ) -> CheckResult:
     """Check ``candidate`` on ``specs`` (any iterable; consumed once).
 
     ``worker``: a loaded ``Worker`` that runs the candidate (and ``against``)
     in its own process; without it they run here. ``repeat``: calls per
-    case (differences are a ``determinism`` finding).
+    case (differences are a ``determinism`` finding). ``lookup`` /
+    ``against_lookup``: what ``get_candidate`` resolves to the candidates,
+    for replay lines (default: ``candidate_lookup``).
     """
     c = oracle.get_contract(contract)
     against_name = against.name if against is not None else None
 
+    target = ReplayTarget(lookup or candidate_lookup(candidate), (against_lookup or candidate_lookup(against)) if against is not None else None)
+    target.pythonpath = replay_pythonpath(target.candidate, target.against)
+
     def replay(spec: CaseSpec, row: int | None) -> str:
-        return replay_command(candidate.name, c.name, device, spec, row, against_name, exact, repeat)
+        return replay_command(target.candidate, c.name, device, spec, row, target.against, exact, repeat, pythonpath=target.pythonpath)
 
     tally = Tally(
         candidate=candidate.name, contract=c.name, clause_names=c.clause_names, device=device,
@@ -93,6 +100,7 @@ def check_candidate(
         tally.interrupted = tally.interrupted or (should_stop() if should_stop else None) or "KeyboardInterrupt"
     result = tally.result(seed=seed, command=command, isolated=worker is not None, options=options)
     result.summary.notes += [n for n in summary_notes if n not in result.summary.notes]
+    result.summary.replay_target = target
     return result
 
 
