@@ -150,3 +150,46 @@ def test_junit_failures_crashes_and_declared_deviations(tmp_path):
     assert "RuntimeError: boom" in cases[("contracts.other", "run")].find("error").text
     assert cases[("contracts.a-vs-b", "available")].find("skipped").get("message") == "only on rocm hosts"
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("10", "1", "1")  # 3 families x 2 clauses, a crash, a pair, probe, bench
+
+
+# ---------------------------------------------------------------- issue 22: a stopped nightly
+
+
+def test_sigterm_to_a_running_nightly_exits_143_and_every_record_says_interrupted(tmp_path):
+    """Before: a nightly stopped with SIGTERM exited 0 (even with --fail-on failure), the interrupted check
+    was missing from the totals, JUnit showed 0 failures and diff said pass -> interrupted was no regression."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    out = tmp_path / "n"
+    assert _run(out, "--no-probe", candidates="oracle") == 0
+    (passed,) = _bundles(out)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "contracts", "nightly", "--out", str(out), "--rows", "20000000", "--candidates", "oracle", "--no-probe",
+         "--fail-on", "failure"],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(repo)},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not any(p.glob("candidates/oracle") for p in _bundles(out) if p != passed):
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(3)  # well into the check: its bundle folder exists once it started
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, stderr
+    stopped = _bundles(out)[-1]
+    env = json.loads((stopped / "nightly.json").read_text())
+    assert env["interrupted"] == "SIGTERM" and env["candidates"]["oracle"]["status"] == "interrupted"
+    assert env["totals"]["interrupted"] == 1 and env["totals"]["pass"] == 0
+    root = ET.parse(stopped / "junit.xml").getroot()
+    assert int(root.get("failures")) + int(root.get("errors")) > 0
+    assert diff.main([str(passed), str(stopped)]) == 1

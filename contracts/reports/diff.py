@@ -7,7 +7,7 @@ are matched by label (``candidate`` or ``candidate vs against``).
 
 Regressions (exit 1):
 
-- a check that passed now fails or errors; a check that ran is now unavailable;
+- a check that passed now fails, errors or was interrupted; a check that ran is now unavailable;
 - a family that had no unexpected mismatch has some now ("turned red"), and a
   clause newly violated in a family that was already red;
 - a tie-order permutation recorded by the probe (``probe.json``) changed;
@@ -119,9 +119,10 @@ def _diff_check(label: str, old: dict, new: dict, result: DiffResult) -> None:
     if o_status == "unavailable":
         result.changes.append(f"{label}: now checked ({n_status}); was unavailable: {old.get('reason', '')}")
         return
-    if o_status == "pass" and n_status in ("fail", "error"):
-        result.regressions.append(f"{label}: status pass -> {n_status} ({new.get('mismatched_rows', 0):,} unexpected mismatched rows)")
-    elif o_status in ("fail", "error") and n_status == "pass":
+    if o_status == "pass" and n_status in ("fail", "error", "interrupted"):  # a stopped check proves nothing: never "no regression"
+        why = f"stopped by {new.get('interrupted') or 'a signal'}" if n_status == "interrupted" else f"{new.get('mismatched_rows', 0):,} unexpected mismatched rows"
+        result.regressions.append(f"{label}: status pass -> {n_status} ({why})")
+    elif o_status in ("fail", "error", "interrupted") and n_status == "pass":
         result.changes.append(f"{label}: status {o_status} -> pass")
     if n_status == "error" and o_status != "error" and new.get("error"):
         result.regressions.append(f"{label}: the candidate raised in case {new['error'].get('case')}")

@@ -12,7 +12,7 @@ one ``<testcase>`` per family x clause:
 - a declared deviation seen in the family passes, with a ``<system-out>`` note;
 - an unavailable candidate, or a pair that does not apply on this host, is one
   skipped testcase (classname ``contracts.<label>``, name ``available``) with the reason;
-- a candidate that raised adds an ``<error>`` testcase named ``run``.
+- a candidate that raised, or a check that was interrupted, adds an ``<error>`` testcase named ``run``.
 
 ``python -m contracts report junit BUNDLE [-o FILE]`` writes the file for any
 bundle (a nightly, a multi-candidate check, or a single check). Data come
@@ -191,6 +191,12 @@ def _clause_cases(suite: ET.Element, label: str, entry: CheckEntry, summary: dic
                         f"({declared_rows[(family, clause)]:,} rows in this family, reported as expected)")  # fmt: skip
                 ET.SubElement(case, "system-out").text = _clean(note)
 
+    if summary.get("status") == "interrupted":  # the rows that did not run prove nothing: never a green suite
+        case = _testcase(suite, f"contracts.{label}", "run")
+        message = f"interrupted ({summary.get('interrupted') or 'signal'}) after {summary.get('rows_checked', 0):,} rows; the counts cover only what ran"
+        ET.SubElement(case, "error", message=_clean(message), type="Interrupted").text = _clean(message)
+        counts["tests"] += 1
+        counts["errors"] += 1
     if summary.get("error"):
         err = summary["error"]
         case = _testcase(suite, f"contracts.{label}", "run")
