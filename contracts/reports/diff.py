@@ -97,8 +97,14 @@ def _load_local(root: Path, source: str) -> Bundle:
 def load_bundle(where: str | Path, *, storage_options: dict | None = None) -> Bundle:
     """Read a bundle from a folder or a URL (only its JSON files are fetched)."""
     text = str(where)
-    if "://" not in text or text.startswith("file://"):
-        path = Path(text[len("file://") :] if text.startswith("file://") else text)
+    if "://" not in text:
+        return _load_local(Path(text), text)
+    if text.startswith("file://"):  # an upload store on this machine: only complete uploads, as for any URL
+        from .upload import COMPLETION_MARKERS
+
+        path = Path(text[len("file://") :])
+        if path.is_dir() and not any((path / marker).exists() for marker in COMPLETION_MARKERS):
+            raise BundleError(f"{text} is an incomplete upload (no {', '.join(COMPLETION_MARKERS)} at its top); retry the upload")
         return _load_local(path, text)
     from .upload import download_bundle
 
