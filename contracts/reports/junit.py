@@ -31,7 +31,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from ._atomic import write_atomic
-from .bundle import BundleError, read_cells, read_details, read_nightly, read_summary
+from .bundle import BundleError, open_check, read_cells, read_details, read_nightly
 from .schema import to_json
 
 __all__ = ["CheckEntry", "build_junit", "entries_for_bundle", "first_mismatch", "write_junit"]
@@ -250,21 +250,21 @@ def entries_for_bundle(bundle: Path) -> tuple[list[CheckEntry], dict]:
                 folder = bundle / rec["bundle"] if rec.get("bundle") else None
                 summary = rec.get("summary")
                 if folder is not None and (folder / "summary.json").exists():
-                    summary = to_json(read_summary(folder))
+                    summary = to_json(open_check(folder).summary)
                 skip = rec.get("reason") if rec.get("status") == "skipped" else None
                 error = (rec.get("traceback") or rec.get("reason")) if rec.get("status") in ("error", "interrupted") and not summary else None
                 entries.append(CheckEntry(label, folder, summary, skip, error))
         tools = {k: v for k, v in (("probe", nightly.probe), ("bench", nightly.bench)) if isinstance(v, dict) and v}
         return entries, tools
     if (bundle / "summary.json").exists():
-        summary = to_json(read_summary(bundle))
+        summary = to_json(open_check(bundle).summary)
         return [CheckEntry(_label(summary), bundle, summary)], {}
     folders = sorted(p.parent for p in bundle.glob("*/summary.json"))
     if not folders:
         raise BundleError(f"{bundle} holds no nightly.json or summary.json: not a report bundle")
     entries = []
     for folder in folders:
-        summary = to_json(read_summary(folder))
+        summary = to_json(open_check(folder).summary)
         entries.append(CheckEntry(_label(summary), folder, summary))
     return entries, {}
 
