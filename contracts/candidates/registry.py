@@ -35,6 +35,7 @@ __all__ = [
     "UnknownCandidateError",
     "all_candidates",
     "get_candidate",
+    "is_spec",
     "load_spec",
     "register",
 ]
@@ -153,6 +154,11 @@ def all_candidates() -> dict[str, Candidate]:
 _SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 
+def is_spec(text: str) -> bool:
+    """Whether ``text`` has the ``package.module:attr`` form that ``load_spec`` takes."""
+    return bool(_SPEC.match(text or ""))
+
+
 def _as_candidate(obj, name: str, origin: str) -> Candidate:
     if isinstance(obj, Candidate):
         if not obj.origin:
@@ -172,7 +178,7 @@ def _as_candidate(obj, name: str, origin: str) -> Candidate:
 
 def load_spec(spec: str) -> Candidate:
     """``package.module:attr`` -> Candidate (imported from ``sys.path``)."""
-    if not _SPEC.match(spec):
+    if not is_spec(spec):
         raise CandidateLoadError(
             f"--candidate {spec!r} is neither a known name nor 'package.module:attr' "
             "(e.g. mypkg.router:route); check the spelling"

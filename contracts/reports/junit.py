@@ -12,7 +12,7 @@ one ``<testcase>`` per family x clause:
 - a declared deviation seen in the family passes, with a ``<system-out>`` note;
 - an unavailable candidate, or a pair that does not apply on this host, is one
   skipped testcase (classname ``contracts.<label>``, name ``available``) with the reason;
-- a candidate that raised adds an ``<error>`` testcase named ``run``.
+- a candidate that raised, or a check that was interrupted, adds an ``<error>`` testcase named ``run``.
 
 ``python -m contracts report junit BUNDLE [-o FILE]`` writes the file for any
 bundle (a nightly, a multi-candidate check, or a single check). Data come
@@ -26,11 +26,12 @@ import shlex
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
 from ._atomic import write_atomic
-from .bundle import BundleError, read_cells, read_details, read_nightly, read_summary
+from .bundle import BundleError, open_check, read_cells, read_details, read_nightly
 from .schema import to_json
 
 __all__ = ["CheckEntry", "build_junit", "entries_for_bundle", "first_mismatch", "write_junit"]
@@ -70,21 +71,28 @@ def _details(bundle: Path) -> list[dict]:
 
 
 def _fallback_replay(summary: dict, case: str, row) -> str:
-    parts = ["python", "-m", "contracts.check", "--candidate", summary["candidate"], "--contract", summary["contract"],
-             "--device", summary["device"]]  # fmt: skip
-    if summary.get("against"):
-        parts += ["--against", summary["against"]]
-    if summary.get("bit_exact"):
-        parts.append("--exact")
-    try:
-        words = shlex.split(summary.get("command") or "")
-    except ValueError:
-        words = []
-    for flag in ("--experts", "--topk"):
-        if flag in words and words.index(flag) + 1 < len(words):
-            parts += [flag, words[words.index(flag) + 1]]
-    parts += ["--replay", str(case), "--row", str(int(row))]
-    return shlex.join(parts)
+    """The replay line of a case the bundle recorded only as mismatch cells, built from the summary."""
+    from ..run.replay import replay_command
+
+    target = summary.get("replay_target") or {}  # older bundles: the display names, as they were
+    options = summary.get("options") or {}
+    experts, topk = options.get("experts"), options.get("topk")
+    if experts is None or topk is None:
+        try:
+            words = shlex.split(summary.get("command") or "")
+        except ValueError:
+            words = []
+        given = {flag: words[words.index(flag) + 1] for flag in ("--experts", "--topk") if flag in words and words.index(flag) + 1 < len(words)}
+        try:
+            experts, topk = int(given.get("--experts", 896)), int(given.get("--topk", 16))
+        except ValueError:
+            experts, topk = 896, 16
+    spec = SimpleNamespace(replay_id=str(case), experts=int(experts), topk=int(topk))  # what a replay line takes of a CaseSpec
+    return replay_command(
+        target.get("candidate") or summary["candidate"], summary["contract"], summary["device"], spec, int(row),
+        target.get("against") or summary.get("against"), bool(summary.get("bit_exact")), int(options.get("repeat") or 1),
+        pythonpath=target.get("pythonpath"),
+    )  # fmt: skip
 
 
 def _first_mismatch_text(detail: dict | None, cell: dict | None, summary: dict) -> str:
@@ -183,6 +191,12 @@ def _clause_cases(suite: ET.Element, label: str, entry: CheckEntry, summary: dic
                         f"({declared_rows[(family, clause)]:,} rows in this family, reported as expected)")  # fmt: skip
                 ET.SubElement(case, "system-out").text = _clean(note)
 
+    if summary.get("status") == "interrupted":  # the rows that did not run prove nothing: never a green suite
+        case = _testcase(suite, f"contracts.{label}", "run")
+        message = f"interrupted ({summary.get('interrupted') or 'signal'}) after {summary.get('rows_checked', 0):,} rows; the counts cover only what ran"
+        ET.SubElement(case, "error", message=_clean(message), type="Interrupted").text = _clean(message)
+        counts["tests"] += 1
+        counts["errors"] += 1
     if summary.get("error"):
         err = summary["error"]
         case = _testcase(suite, f"contracts.{label}", "run")
@@ -236,21 +250,21 @@ def entries_for_bundle(bundle: Path) -> tuple[list[CheckEntry], dict]:
                 folder = bundle / rec["bundle"] if rec.get("bundle") else None
                 summary = rec.get("summary")
                 if folder is not None and (folder / "summary.json").exists():
-                    summary = to_json(read_summary(folder))
+                    summary = to_json(open_check(folder).summary)
                 skip = rec.get("reason") if rec.get("status") == "skipped" else None
                 error = (rec.get("traceback") or rec.get("reason")) if rec.get("status") in ("error", "interrupted") and not summary else None
                 entries.append(CheckEntry(label, folder, summary, skip, error))
         tools = {k: v for k, v in (("probe", nightly.probe), ("bench", nightly.bench)) if isinstance(v, dict) and v}
         return entries, tools
     if (bundle / "summary.json").exists():
-        summary = to_json(read_summary(bundle))
+        summary = to_json(open_check(bundle).summary)
         return [CheckEntry(_label(summary), bundle, summary)], {}
     folders = sorted(p.parent for p in bundle.glob("*/summary.json"))
     if not folders:
         raise BundleError(f"{bundle} holds no nightly.json or summary.json: not a report bundle")
     entries = []
     for folder in folders:
-        summary = to_json(read_summary(folder))
+        summary = to_json(open_check(folder).summary)
         entries.append(CheckEntry(_label(summary), folder, summary))
     return entries, {}
 

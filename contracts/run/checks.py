@@ -256,6 +256,7 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         result = check_candidate(
             cand, specs, contract=contract, device=device, against=against_c, exact=exact, seed=plan.seed,
             command=command, progress=bar, repeat=repeat, worker=worker, should_stop=stop, options=options,
+            lookup=target.lookup, against_lookup=against.lookup if against else None,
         )  # fmt: skip
         bar.close(result.summary.status.word)
     if shape.dropped:
