@@ -93,6 +93,8 @@ class Candidate:
     route_for_contract: Callable[[str], Callable] | None = None
     # The largest batch (rows per call) it serves, when its ``covered`` gate cannot tell: caps the bulk cases.
     max_rows: int | None = None
+    # What ``covered`` serves, in words: the reason shown for every row it skips.
+    coverage: str = ""
     # The contracts it serves ("*": any; empty: only ``contract``). ``--candidate all --contract X`` checks those that serve X.
     contracts: tuple[str, ...] = ()
 

@@ -77,8 +77,7 @@ def _encode_tensor(t: torch.Tensor) -> dict:
     if CUDA_IPC and t.is_cuda:
         from multiprocessing.reduction import ForkingPickler
 
-        import torch.multiprocessing  # noqa: F401  (registers the CUDA reductions)
-
+        importlib.import_module("torch.multiprocessing")  # registers the CUDA reductions
         return {"ipc": bytes(ForkingPickler.dumps(t.detach().contiguous()))}
     flat = t.detach().to("cpu").contiguous().reshape(-1)
     return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "data": flat.view(torch.uint8).numpy().tobytes()}
@@ -86,8 +85,7 @@ def _encode_tensor(t: torch.Tensor) -> dict:
 
 def _decode_tensor(d: dict) -> torch.Tensor:
     if "ipc" in d:
-        import torch.multiprocessing  # noqa: F401
-
+        importlib.import_module("torch.multiprocessing")
         return pickle.loads(d["ipc"]).clone()  # our own copy: the worker's block may be reused by its next call
     dtype = getattr(torch, d["dtype"])
     if not d["data"]:
@@ -397,6 +395,7 @@ def _describe(candidate) -> dict:
         "third_party": candidate.third_party,
         "origin": candidate.origin,
         "expected_deviations": candidate.expected_deviations,
+        "coverage": candidate.coverage,
     }
 
 

@@ -101,6 +101,8 @@ class _Step:
     def __init__(self, candidate, against, c, device, exact, tally: Tally, should_stop):
         self.candidate, self.against, self.c, self.device, self.exact = candidate, against, c, device, exact
         self.tally, self.should_stop = tally, should_stop
+        notes = [x.coverage for x in (candidate, against) if x is not None and x.coverage]
+        self.skip_reason = "not covered: " + ("; ".join(notes) if notes else "the candidate does not serve this shape or dtype")
         self.runner = CaseRunner(
             candidate.route_under(c.name),
             other=against.route_under(c.name) if against is not None else None,
@@ -136,7 +138,7 @@ class _Step:
         """The parent's half of a case: the call's outcome against the oracle, into the tally."""
         tally, c, spec = self.tally, self.c, case.spec
         if call is None:
-            tally.skipped(spec, "not covered: the candidate does not serve this shape or dtype")
+            tally.skipped(spec, self.skip_reason)
             return
         if call.summary_notes:  # notes on the whole check (torch.compile recompiles): the latest count stands
             tally.run_notes[:] = call.summary_notes
@@ -207,7 +209,7 @@ def _pipelined(specs, step: _Step, worker: Worker, progress) -> None:
         except (Interrupted, KeyboardInterrupt) as exc:
             step.interrupted(exc)
         if call is None:  # not covered: nothing to build here
-            tally.skipped(spec, "not covered: the candidate does not serve this shape or dtype")
+            tally.skipped(spec, step.skip_reason)
         else:
             step.finish(step.build(spec), call)
         if progress:

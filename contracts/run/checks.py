@@ -123,7 +123,7 @@ def resolve(name: str, *, role: str, isolate: bool | None, timeout: float, stop)
         proxy = Candidate(
             name=meta["name"], route=_runs_in_worker, contract=meta["contract"], devices=tuple(meta["devices"]),
             description=meta["description"], expected_deviations=meta["expected_deviations"],
-            third_party=meta["third_party"], origin=meta["origin"],
+            third_party=meta["third_party"], origin=meta["origin"], coverage=meta.get("coverage", ""),
         )  # fmt: skip
         return Target(proxy, name, worker)
     try:
