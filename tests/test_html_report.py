@@ -313,7 +313,8 @@ def assert_counts_match_summary(page: str, summary: dict) -> None:
     assert set(parsed.family_counts) == set(summary["families"])
     for family, fam in summary["families"].items():
         shown = parsed.family_counts[family]
-        for counter in ("rows", "rows_skipped", "near_tie_rows", "expected_rows", "mismatched_rows"):
+        raised = any(f.get("rows_raised") for f in summary["families"].values())
+        for counter in ("rows", "rows_skipped", "near_tie_rows", "expected_rows", "mismatched_rows") + (("rows_raised",) if raised else ()):
             assert shown[counter] == f"{fam.get(counter, 0):,}", (family, counter)
         for clause in summary["clauses"]:
             cell = parsed.heat[(family, clause)]
@@ -352,6 +353,18 @@ def test_html_per_family_counts_equal_the_summary(real_bundles, name):
     summary = json.loads((bundle / "summary.json").read_text())
     assert summary["expected_deviation_rows"] > 0
     assert_counts_match_summary((bundle / "report.html").read_text(encoding="utf-8"), summary)
+
+
+def test_rows_the_candidate_raised_on_are_counted_not_hidden(tmp_path):
+    out = tmp_path / "raises"
+    code = _quiet(check.main, ["--candidate", "tests.broken_candidates:raises", "--families", "random_bf16,all_equal", "--rows", "200",
+                               "--device", "cpu", "--no-isolate", "--out", str(out), "--quiet"])  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 1 and summary["status"] == "error" and summary["raised_rows"] == summary["rows_checked"] > 0
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert_counts_match_summary(page, summary)
+    assert f"the candidate raised on {summary['raised_rows']:,} of them" in _section(page, "verdict")
+    assert "planted failure inside the candidate" in _section(page, "error")
 
 
 def test_skipped_rows_carry_their_reason_everywhere(real_bundles):

@@ -149,3 +149,19 @@ def test_a_nightly_check_that_wrote_no_bundle_is_an_error(tmp_path, status):
     (bundle / "nightly.json").write_text(json.dumps({"candidates": {"c": {"status": status, "reason": f"c was {status}"}}}))
     root = _junit(bundle, tmp_path)
     assert _cases(root)[("contracts.c", "run")].find("error").get("message") == f"c was {status}"
+
+
+def test_a_candidate_that_raised_is_an_error_and_its_rows_are_not_passes(tmp_path):
+    out = tmp_path / "raises"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = check.main(["--candidate", "tests.broken_candidates:raises", "--families", "random_bf16", "--rows", "100",
+                           "--device", "cpu", "--no-isolate", "--out", str(out), "--quiet"])  # fmt: skip
+    assert code == 1
+    root = _junit(out, tmp_path)
+    cases = _cases(root)
+    label = "contracts.tests_broken_candidates_raises"
+    error = cases[(label, "run")].find("error")
+    assert error.get("message").startswith("the candidate raised in case random_bf16:") and "planted failure" in error.text
+    skipped = cases[(f"{label}.random_bf16", "selection")].find("skipped")
+    assert skipped.get("message") == "not compared: the candidate raised on all 100 rows (see the testcase 'run')"
+    assert root.get("errors") == "1" and root.get("failures") == "0"

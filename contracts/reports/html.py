@@ -10,7 +10,8 @@ Counts. Every number on the page is one of the summary's exact counters:
 per family x clause, the unexpected rows by primary clause
 (``FamilyCounts.clauses``), the rows breaking the clause
 (``clauses_broken``) and the declared-deviation rows (``expected_clauses``);
-the skipped rows with their reasons (``skip_reasons``); the declared
+the rows of cases the candidate raised on (``rows_raised``); the skipped
+rows with their reasons (``skip_reasons``); the declared
 deviations with, for ``weight_accuracy``, the rows within tolerance but not
 bit-exact (``inexact_rows``). The mismatch cells are a capped sample: they
 feed the examples and never a count. Where a version-1 bundle lacks a
@@ -201,12 +202,16 @@ class HeatNotes:
     declared_not_recorded: bool  # some family's declared rows are not counted by clause (v1)
     sample: int  # those rows among the recorded cells: a floor
     inexact: DeviationRow | None  # weight_accuracy, when it shows as inexact weights (counted over all families only)
+    raised: bool  # the candidate raised on some family's rows: a column for them
 
 
 def heat_notes(families: list[FamilyRow], deviations: dict[str, DeviationRow]) -> HeatNotes:
     unrecorded = [c for f in families for c in f.cells if c.declared is None]
     wa = deviations.get("weight_accuracy")
-    return HeatNotes(bool(unrecorded), sum(c.floor for c in unrecorded), wa if wa is not None and wa.inexact != 0 else None)
+    return HeatNotes(
+        declared_not_recorded=bool(unrecorded), sample=sum(c.floor for c in unrecorded),
+        inexact=wa if wa is not None and wa.inexact != 0 else None, raised=any(f.counts.rows_raised for f in families),
+    )  # fmt: skip
 
 
 def skip_totals(s: Summary) -> dict[str, int]:

@@ -9,7 +9,8 @@ one ``<testcase>`` per family x clause:
   (``FamilyCounts.clauses_broken``; a version-1 bundle has only the primary
   clause, ``clauses``): the message says how many rows, the text shows the
   first mismatch (ids and weights side by side) and the command that replays it;
-- ``<skipped>`` when the family's rows were all skipped, with the reasons;
+- ``<skipped>`` when the family's rows were all skipped, with the reasons, or
+  the candidate raised on all of them;
 - a declared deviation seen in the family passes, with a ``<system-out>`` note;
 - an unavailable candidate, or a pair that does not apply on this host, is one
   skipped testcase (classname ``contracts.<label>``, name ``available``) with the reason.
@@ -232,14 +233,18 @@ def _clause_cases(suite: ET.Element, label: str, bundle: Path | None, s: Summary
     for family, fam in s.families.items():
         classname = f"contracts.{label}.{family}"
         not_covered = fam.rows == 0 and fam.rows_skipped > 0
+        all_raised = fam.rows > 0 and fam.rows_raised == fam.rows  # nothing compared: the error testcase says why
         if fam.rows_skipped and not not_covered:
             counts.notes.append(f"{family}: {_skip_text(fam)}")
+        if fam.rows_raised:
+            counts.notes.append(f"{family}: the candidate raised on {fam.rows_raised:,} of {fam.rows:,} rows")
         for clause in clauses:
             case = _testcase(suite, classname, clause)
             counts.tests += 1
             bad = _broken(fam, clause)
-            if not_covered:
-                ET.SubElement(case, "skipped", message=_clean(_skip_text(fam)))
+            if not_covered or all_raised:
+                why = _skip_text(fam) if not_covered else f"not compared: the candidate raised on all {fam.rows:,} rows (see the testcase 'run')"
+                ET.SubElement(case, "skipped", message=_clean(why))
                 counts.skipped += 1
             elif bad:
                 message = f"{bad:,} of {fam.rows:,} rows of family {family} break clause {clause}"
@@ -275,6 +280,8 @@ def _run_cases(suite: ET.Element, label: str, s: Summary, counts: _Counts) -> No
     if s.error is not None:
         case = _testcase(suite, classname, "run")
         message = f"the candidate raised in case {s.error.case}" if s.error.kind == "exception" else f"{s.error.kind} in case {s.error.case}: {s.error.message}"
+        if s.raised_rows:
+            message += f" ({s.raised_rows:,} rows of cases it raised on)"
         text = s.error.traceback or s.error.message
         if s.error.replay:
             text += f"\nreplay: {s.error.replay}"
