@@ -25,8 +25,14 @@ if [[ "${1:-}" == "--ci-tools" ]]; then
         step "ci tools: hipcc, clang-19, chromium, chromium-driver already installed"
     else
         export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq hipcc clang-19 chromium chromium-driver >/dev/null
+        # apt's chatter goes to a log that is shown only if a step fails.
+        log=$(mktemp)
+        if ! { apt-get update -qq && apt-get install -y -qq hipcc clang-19 chromium chromium-driver; } >"$log" 2>&1; then
+            cat "$log" >&2
+            step "ci tools: apt-get failed (above)"
+            exit 1
+        fi
+        rm -f "$log"
         step "ci tools: installed hipcc, clang-19, chromium, chromium-driver with apt-get ($(since $t))"
     fi
 fi
