@@ -256,6 +256,8 @@ struct EmuLanes {
     static uint32_t all_max(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t = s[i] > t ? s[i] : t; return t; }); }
     static uint32_t all_min(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = ~0u; for (int i = 0; i < N; ++i) t = s[i] < t ? s[i] : t; return t; }); }
     template <class T> static void store_shared_if(bool p, T* at, T v) { if (p) *at = v; }
+    template <class E16> static void store_shared_if(bool p, E16* at, uint64_t c, float s) { if (p) at->composite = c, at->sig = s; }
+    static float exp2_flushed(float x) { const float r = std::exp2(x); return r < 0x1p-126f ? 0.0f : r; }
     static uint32_t shfl_xor(uint32_t v, int d) { const int me = lane(); return exchange(v, [me, d](uint64_t* s) { return s[me ^ d]; }); }
     static uint32_t shfl(uint32_t v, int src) { return exchange(v, [src](uint64_t* s) { return s[src]; }); }
     using Mask = uint64_t;
@@ -359,7 +361,7 @@ extern "C" void emu_hook_counts(int* out) { out[0] = emu_waits.load(); out[1] = 
 """
 
 
-def _build_emulation(tmp_path_factory, rank_max=None):
+def _build_emulation(tmp_path_factory, rank_max=None, defines=()):
     if shutil.which("g++") is None:
         pytest.skip("g++ is not on PATH")
     src = tmp_path_factory.mktemp("radix4_emulation") / "radix4_emulation.cpp"
@@ -370,6 +372,7 @@ def _build_emulation(tmp_path_factory, rank_max=None):
     flags = ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-gnu-unique", f"-I{HERE}"]
     if rank_max is not None:
         flags.append(f"-DRADIX4_RANK_MAX={rank_max}")
+    flags += [f"-D{d}" for d in defines]
     lib = load_library(compile_shared(src, compiler="g++", flags=flags, depends=radix4.headers("cuda")[:2]))
     p, i, i64, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
     lib.emu_route.argtypes = [i, i, i, p, i, i64, p, i, i, i, i, i, i, f, p, p]
@@ -521,6 +524,32 @@ def test_each_selection_path_alone_matches_plain_reference(emulation_one_path, l
     rw, rids = reference(emulation_one_path, scores, bias, topk, True, 2.5)
     assert torch.equal(ids, rids), f"ids differ in rows {(ids != rids).any(1).nonzero().flatten().tolist()}"
     torch.testing.assert_close(w, rw, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+# The tuning switches of radix4_router.h, each must leave every output bit as it was.
+SWITCHES = {
+    "ex2-ftz": ("RADIX4_EX2_FTZ=1",),
+    "entry16": ("RADIX4_COPY_ENTRY16=1",),
+    "sorted-bound": ("RADIX4_SORTED_BOUND=1",),
+    "all-switches": ("RADIX4_EX2_FTZ=1", "RADIX4_COPY_ENTRY16=1", "RADIX4_SORTED_BOUND=1"),
+}
+
+
+@pytest.fixture(scope="module", params=list(SWITCHES), ids=list(SWITCHES))
+def emulation_switched(tmp_path_factory, request):
+    return _build_emulation(tmp_path_factory, defines=SWITCHES[request.param])
+
+
+@needs_gxx
+@pytest.mark.parametrize("lanes,block", [(32, 1), (32, 0), (32, 4), (64, 1), (64, 0)],
+                         ids=["warp32-4-warps", "warp32-warp-per-token", "warp32-2-tokens-per-block", "wave64-4-waves",
+                              "wave64-wave-per-token"])  # fmt: skip
+def test_tuning_switches_keep_every_bit(emulation, emulation_switched, lanes, block):
+    for _, scores, bias, topk in CASES:
+        for contract in ("aiter", "serial"):
+            want = emulated_route(emulation, lanes, scores, bias, topk, True, 2.5, block=block, contract=contract)
+            got = emulated_route(emulation_switched, lanes, scores, bias, topk, True, 2.5, block=block, contract=contract)
+            assert torch.equal(got[1], want[1]) and torch.equal(got[0].view(torch.int32), want[0].view(torch.int32))
 
 
 @needs_gxx

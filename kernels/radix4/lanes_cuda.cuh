@@ -75,7 +75,25 @@ struct Warp32 {
                      :: "r"(static_cast<int>(p)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(at))), "f"(v)
                      : "memory");
     }
+
+    // *at = {composite, sig, 0} as one predicated 16-byte store.
+    template <class Entry16>
+    static __device__ __forceinline__ void store_shared_if(bool p, Entry16* at, uint64_t composite, float sig) {
+        static_assert(sizeof(Entry16) == 16 && alignof(Entry16) >= 8, "a 16-byte entry");
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %0, 0;\n\t@p st.shared.v4.b32 [%1], {%2, %3, %4, %5};\n\t}"
+                     :: "r"(static_cast<int>(p)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(at))),
+                        "r"(static_cast<uint32_t>(composite)), "r"(static_cast<uint32_t>(composite >> 32)),
+                        "f"(sig), "r"(0u)
+                     : "memory");
+    }
     static __device__ __forceinline__ bool any(bool p) { return __any_sync(0xffffffffu, p); }
+
+    // 2^x, flushed to zero below 2^-126 (one MUFU.EX2).
+    static __device__ __forceinline__ float exp2_flushed(float x) {
+        float r;
+        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+        return r;
+    }
 
     // 1 / y rounded to nearest, for 1 <= y < 2^126: the approximate
     // reciprocal and one Newton step with fused multiply-adds. `1.0f / y`

@@ -82,6 +82,12 @@ struct Wave64 {
     static __device__ __forceinline__ void store_shared_if(bool p, T* at, T v) {
         if (p) *at = v;
     }
+    template <class Entry16>
+    static __device__ __forceinline__ void store_shared_if(bool p, Entry16* at, uint64_t composite, float sig) {
+        if (p) at->composite = composite, at->sig = sig;
+    }
+
+    static __device__ __forceinline__ float exp2_flushed(float x) { return exp2f(x); }
 
     // IEEE division is branch-free on CDNA (v_div_scale / v_div_fmas /
     // v_div_fixup), so it serves every y.

@@ -132,7 +132,7 @@ __device__ __forceinline__ uint32_t ordered_bits(float r) {
 // ---- the contracts: sigmoid, rank keys, tie priority, weights ----
 //
 // A contract is a policy of static members:
-//   denominator(x)         1 + exp(-x) in the contract's form; the sigmoid is
+//   denominator<L>(x)      1 + exp(-x) in the contract's form; the sigmoid is
 //                          its IEEE reciprocal (contract_sigmoid)
 //   rank_key<L>(r)         the key of ranking value r; 0 for a value that only
 //                          fills slots (aiter's NaN) or never wins (serial)
@@ -149,10 +149,19 @@ __device__ const TieTable<E> kDeviceTieTable = make_tie_table<E>();
 struct AiterContract {
     static constexpr bool kFillWithExpertZero = false;  // NaN experts fill the slots numbers leave
     // aiter's form of the sigmoid, 1 / (1 + exp2(-log2(e) * x)); exp2f is
-    // the accurate library version because no fast-math flag is given.
+    // the accurate library version because no fast-math flag is given. With
+    // RADIX4_EX2_FTZ, L::exp2_flushed (ftz) instead: it differs from exp2f
+    // only where exp2f is below 2^-126, and 1 + such a value is 1 either way,
+    // so the denominator has the same bits (checked for every x by
+    // benchmarks/radix4_sigmoid_exhaustive.cu) for fewer instructions.
+    template <class L>
     static __device__ __forceinline__ float denominator(float x) {
         constexpr float kNegLog2e = -1.44269504088896340736f;
+#if RADIX4_EX2_FTZ
+        return 1.0f + L::exp2_flushed(kNegLog2e * x);
+#else
         return 1.0f + exp2f(kNegLog2e * x);
+#endif
     }
     // Every NaN maps to 0, below the key of -inf (0x007fffff), so NaN never
     // displaces a number.
@@ -173,6 +182,7 @@ struct AiterContract {
 
 struct SerialContract {
     static constexpr bool kFillWithExpertZero = true;  // the scan's expert 0 when nothing beats the floor
+    template <class L>
     static __device__ __forceinline__ float denominator(float x) { return 1.0f + expf(-x); }
     // Only values above the scan's -1e30 sentinel can win (NaN fails the
     // compare); every other value gets key 0, below every winner.
@@ -200,7 +210,7 @@ __device__ __noinline__ float ieee_reciprocal(float y) { return 1.0f / y; }
 // The contract's sigmoid: L::reciprocal is exact below L::kReciprocalLimit.
 template <class C, class L>
 __device__ __forceinline__ float contract_sigmoid(float x) {
-    const float y = C::denominator(x);
+    const float y = C::template denominator<L>(x);
     return y < L::kReciprocalLimit ? L::reciprocal(y) : ieee_reciprocal(y);
 }
 
@@ -300,6 +310,27 @@ __device__ unsigned long long radix4_lab_clock[8];
 #ifndef RADIX4_RANK_MAX
 #define RADIX4_RANK_MAX 128
 #endif
+// Tuning switches (0 or 1; docs/radix4_tuning.md has their measurements):
+//   RADIX4_EX2_FTZ        aiter's exp2 as the flushed hardware exp2 (same bits)
+//   RADIX4_COPY_ENTRY16   candidates as 16-byte entries, one store each
+//   RADIX4_SORTED_BOUND   the lane maxima sorted by a bitonic network (fewer
+//                         instructions, a longer dependent chain) instead
+//                         of counted by every lane against every lane
+// and RADIX4_WARP_MIN_BLOCKS, the warp-per-token shape's minimum blocks per
+// SM for ptxas (1: no register cap).
+#ifndef RADIX4_EX2_FTZ
+#define RADIX4_EX2_FTZ 0
+#endif
+#ifndef RADIX4_COPY_ENTRY16
+#define RADIX4_COPY_ENTRY16 0
+#endif
+#ifndef RADIX4_SORTED_BOUND
+#define RADIX4_SORTED_BOUND 0
+#endif
+
+#ifndef RADIX4_WARP_MIN_BLOCKS
+#define RADIX4_WARP_MIN_BLOCKS 1
+#endif
 
 // ---- the launch's compile-time shape, and the shared memory of all steps ----
 
@@ -341,28 +372,54 @@ struct Shape {
     static_assert(kRankMax >= 0 && kRankMax <= 1024, "RADIX4_RANK_MAX must be 0..1024");
 };
 
-// One token's entry in shared memory: its composite (larger ranks first),
-// its weight numerator and its expert id.
+// One expert's entry in shared memory: its composite (larger ranks first),
+// its weight numerator and its expert id (the composite's low bits for a
+// candidate).
 struct Entry {
     uint64_t composite;
     float sig;
     int32_t id;
 };
 
+// The rank step's candidates, one region per warp (a warp's share of the
+// token's C candidates is at most C). Either two arrays (composites 16-byte
+// aligned, so that two load as one in the rank loop) or, with
+// RADIX4_COPY_ENTRY16, one of 16-byte entries (one store per candidate).
+template <class S>
+struct Candidates {
+#if RADIX4_COPY_ENTRY16
+    alignas(16) Entry entry[S::kTokens][S::kWarps][S::kRankCap];
+    __device__ __forceinline__ uint64_t composite(int local, int w, uint32_t i) const { return entry[local][w][i].composite; }
+    __device__ __forceinline__ float sig(int local, int w, uint32_t i) const { return entry[local][w][i].sig; }
+    __device__ __forceinline__ void clear(int local, int w, uint32_t i) { entry[local][w][i].composite = 0u; }
+    template <class L>
+    __device__ __forceinline__ void store_if(bool take, int local, int w, uint32_t i, uint64_t composite, float sig) {
+        L::store_shared_if(take, &entry[local][w][i], composite, sig);
+    }
+#else
+    alignas(16) uint64_t comp[S::kTokens][S::kWarps][S::kRankCap];
+    float sigs[S::kTokens][S::kWarps][S::kRankCap];
+    __device__ __forceinline__ uint64_t composite(int local, int w, uint32_t i) const { return comp[local][w][i]; }
+    __device__ __forceinline__ float sig(int local, int w, uint32_t i) const { return sigs[local][w][i]; }
+    __device__ __forceinline__ void clear(int local, int w, uint32_t i) { comp[local][w][i] = 0u; }
+    template <class L>
+    __device__ __forceinline__ void store_if(bool take, int local, int w, uint32_t i, uint64_t composite, float sig) {
+        L::store_shared_if(take, &comp[local][w][i], composite);
+        L::store_shared_if(take, &sigs[local][w][i], sig);
+    }
+#endif
+};
+
 // Every step's shared memory, one struct per block (CUB's TempStorage).
 template <class S>
 struct Storage {
+    Candidates<S> cand;
     Entry winners[S::kTokens][S::K];  // the radix path's winners, in arrival order
     float ranked_sig[S::kTokens][S::K];  // the winners in output order
     int32_t ranked_id[S::kTokens][S::K];
     uint32_t partial[2][S::kWarps][S::kPartialWords];  // double-buffered by round
-    uint32_t winner_count;
-    // The rank step's candidates, one region per warp (a warp's share of the
-    // token's C candidates is at most C); 16-byte aligned so that two
-    // composites load as one.
-    alignas(16) uint64_t cand_composite[S::kTokens][S::kWarps][S::kRankCap];
-    float cand_sig[S::kTokens][S::kWarps][S::kRankCap];
     uint32_t cand_count[S::kTokens][S::kWarps];
+    uint32_t winner_count;
 };
 
 // Where this thread is: its lane, its lane group, its token.
@@ -435,22 +492,26 @@ struct Slice {
     static constexpr int kVals = S::kVals, kSlots = S::kSlots;
     float sig[kVals];
     uint32_t key[kVals];
-    uint32_t prio[kSlots];  // tie priority of each slot's first expert
+    // Per slot, the low word of its first expert's composite: inverted tie
+    // priority << 12 | expert id. The slot's expert i has word - i * 4095
+    // (the priority falls by i, the id rises by i, neither borrows).
+    uint32_t word[kSlots];
     int tid;
 
     __device__ __forceinline__ int vector(int s) const { return tid + S::kThreads * s; }
     __device__ __forceinline__ bool slot_valid(int s) const { return !S::kRagged || s < kSlots - 1 || vector(s) < S::kGroups; }
     __device__ __forceinline__ bool valid(int j) const { return slot_valid(j / 4); }
-    __device__ __forceinline__ int32_t expert_of(int j) const { return 4 * vector(j / 4) + (j & 3); }
-    // Inverted tie priority: larger wins, like the key.
-    __device__ __forceinline__ uint32_t inv_priority(int j) const {
-        return static_cast<uint32_t>(S::E - 1) - (prio[j / 4] + static_cast<uint32_t>(j & 3));
+    __device__ __forceinline__ uint32_t low_word(int j) const {
+        constexpr uint32_t kStep = (1u << S::kPrioBits) - 1u;
+        return word[j / 4] - static_cast<uint32_t>(j & 3) * kStep;
     }
+    __device__ __forceinline__ int32_t expert_of(int j) const { return static_cast<int32_t>(low_word(j) & S::kIdMask); }
+    // Inverted tie priority: larger wins, like the key.
+    __device__ __forceinline__ uint32_t inv_priority(int j) const { return low_word(j) >> S::kPrioBits; }
     // key, inverted priority, expert id: ordered by the first two (priorities
     // are unique); the id rides along so that the rank step stores 8 bytes.
     __device__ __forceinline__ uint64_t composite(int j) const {
-        return (static_cast<uint64_t>(key[j]) << 32) | (inv_priority(j) << S::kPrioBits) |
-               static_cast<uint32_t>(expert_of(j));
+        return (static_cast<uint64_t>(key[j]) << 32) | low_word(j);
     }
 
     // Issue every load before any is used, with no branch between them: a
@@ -463,7 +524,10 @@ struct Slice {
     __device__ __forceinline__ void load(const typename Score::Raw* row, const typename Bias::Raw* bias, float x[kVals],
                                          float b[kVals]) {
 #pragma unroll
-        for (int s = 0; s < kSlots; ++s) prio[s] = C::template vector_priority<S::E>(clamped(s));
+        for (int s = 0; s < kSlots; ++s) {
+            const uint32_t inverted = static_cast<uint32_t>(S::E - 1) - C::template vector_priority<S::E>(clamped(s));
+            word[s] = (inverted << S::kPrioBits) | static_cast<uint32_t>(4 * clamped(s));
+        }
         L::wait_for_prior_grids();
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
@@ -481,7 +545,7 @@ struct Slice {
             const bool here = slot_valid(s);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                sig[4 * s + i] = here ? C::denominator(x[4 * s + i]) : 1.0f;  // the reciprocal follows
+                sig[4 * s + i] = here ? C::template denominator<L>(x[4 * s + i]) : 1.0f;  // the reciprocal follows
                 key[4 * s + i] = here ? L::as_uint(b[4 * s + i]) : 0u;       // bias bits until then
             }
         }
@@ -554,10 +618,26 @@ struct BoundStep {
         // lane, by xor partner). The lanes with fewer than n larger hold the
         // group's n largest maxima, so the least of them, v_n, is the n-th
         // largest, and at least n keys of the group reach it.
+#if RADIX4_SORTED_BOUND
+        // Or sort the lane maxima, descending, by a bitonic network (lane i
+        // then holds the (i+1)-th largest).
+        uint32_t sorted = lane_max;
+#pragma unroll
+        for (int k = 2; k <= S::kLanes; k <<= 1) {
+#pragma unroll
+            for (int j = k >> 1; j > 0; j >>= 1) {
+                const uint32_t other = L::shfl_xor(sorted, j);
+                const bool keep_max = ((at.lane & j) == 0) == ((at.lane & k) == 0);
+                sorted = keep_max ? (other > sorted ? other : sorted) : (other < sorted ? other : sorted);
+            }
+        }
+        auto nth_lane_max = [&](uint32_t n) { return L::shfl(sorted, static_cast<int>(n) - 1); };
+#else
         uint32_t larger = 0;
 #pragma unroll
         for (int d = 1; d < S::kLanes; ++d) larger += static_cast<uint32_t>(L::shfl_xor(lane_max, d) > lane_max);
         auto nth_lane_max = [&](uint32_t n) { return L::all_min(larger < n ? lane_max : ~0u); };
+#endif
         if constexpr (!S::kShared) {
             bound.lo = nth_lane_max(S::K);
         } else {
@@ -644,9 +724,8 @@ struct CopyStep {
     // Entries past a region's count must hold 0 (the rank loop reads whole
     // steps of four), which is smaller than every composite.
     static __device__ __forceinline__ void clear(Storage<S>& storage, const Coords<S, L>& at) {
-        uint64_t* region = storage.cand_composite[at.local][at.region];
 #pragma unroll
-        for (int i = at.lane; i < S::kRankCap; i += S::kLanes) region[i] = 0u;
+        for (int i = at.lane; i < S::kRankCap; i += S::kLanes) storage.cand.clear(at.local, at.region, static_cast<uint32_t>(i));
         if constexpr (!S::kShared) L::sync();  // before other lanes write candidates here
     }
 
@@ -668,13 +747,10 @@ struct CopyStep {
             n += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m))) << bit;
         }
         if (__builtin_expect(n <= static_cast<uint32_t>(S::kRankCap), 1)) {
-            uint64_t* comp = storage.cand_composite[at.local][at.region];
-            float* csig = storage.cand_sig[at.local][at.region];
 #pragma unroll
             for (int j = 0; j < S::kVals; ++j) {
                 const bool take = slice.valid(j) && slice.key[j] >= lo;
-                L::store_shared_if(take, comp + first, slice.composite(j));
-                L::store_shared_if(take, csig + first, slice.sig[j]);
+                storage.cand.template store_if<L>(take, at.local, at.region, first, slice.composite(j), slice.sig[j]);
                 first += static_cast<uint32_t>(take);
             }
         }
@@ -716,7 +792,7 @@ struct RankStep {
             i -= past ? cw : 0u;
             r += static_cast<uint32_t>(past);
         }
-        return Found{storage.cand_composite[local][r][i], storage.cand_sig[local][r][i]};
+        return Found{storage.cand.composite(local, static_cast<int>(r), i), storage.cand.sig(local, static_cast<int>(r), i)};
     }
 
     template <class C>
@@ -766,7 +842,7 @@ struct RankStep {
                 for (int w = 0; w < S::kWarps; ++w) {
 #pragma unroll
                     for (uint32_t e = 0; e < 4; ++e) {
-                        const uint64_t other = storage.cand_composite[at.local][w][q + e];
+                        const uint64_t other = storage.cand.composite(at.local, w, q + e);
 #pragma unroll
                         for (int t = 0; t < 2; ++t) part[t][e] += static_cast<uint32_t>(other > me[t]);
                     }
@@ -950,7 +1026,8 @@ struct WriteStep {
 //      by rank.
 //   4. Write (WriteStep): the weights in output order.
 template <class C, class L, int E, int K, class Score, class Bias, bool kVec, int kWarpsPerToken, int kTokensPerBlock>
-__global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock, 1)
+__global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock,
+                                  kWarpsPerToken == 1 ? RADIX4_WARP_MIN_BLOCKS : 1)
 route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
              const typename Bias::Raw* __restrict__ bias, int rows, int renormalize, float routed_scaling_factor,
              float* __restrict__ weights, int32_t* __restrict__ ids) {
