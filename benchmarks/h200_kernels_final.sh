@@ -8,7 +8,9 @@
 #      the default), PDL in graphs, the oracle comparison, and the side-by-side
 #      table (graph replay, M = 1 .. 4096, 896/16, 384/8, 224/16) with the
 #      tuning variants;
-#   3. benchmarks/radix4_lab.py step clocks (aiter plain and PDL, serial);
+#   then benchmarks/serial_gpu_check.py --skip-timing (serial = block-argmax);
+#   3. benchmarks/radix4_lab.py step clocks (aiter plain and PDL, the untuned
+#      switches, serial);
 #   4. ncu instruction counts of one launch per configuration, where ncu runs.
 # Prints a compact table at the end; $OUT gets kernels_bench.txt / .json,
 # lab.txt and kernels_final.tgz (every log; the work folder is $WORK,
@@ -39,7 +41,7 @@ import concurrent.futures, os, torch
 import kernels.radix4 as r
 arch = "sm_%d%d" % torch.cuda.get_device_capability()
 lab = [(c, ("RADIX4_LAB", *d, *extra)) for c in ("aiter", "serial") for d in ((), ("RADIX4_RANK_MAX=0",))
-       for extra in ((), ("RADIX4_EX2_FTZ=1", "RADIX4_COPY_ENTRY16=1"))]
+       for extra in ((), ("RADIX4_EX2_FTZ=0", "RADIX4_COPY_ENTRY16=0"))]
 with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
     for f in [pool.submit(r.build, arch=arch, defines=d, contract=c) for c, d in lab]:
         print(f.result())
@@ -52,18 +54,22 @@ python3 benchmarks/radix4_kernels_bench.py "${args[@]}" > "$OUT/bench_log.txt" 2
 bench_rc=$?
 echo "bench exit $bench_rc after $(( $(date +%s) - t0 )) s"
 
+# the serial kernels' own check (serial scan = block argmax, every case family, 224/16 included)
+python3 benchmarks/serial_gpu_check.py --skip-timing > "$OUT/serial_gpu_check.txt" 2>&1 || bench_rc=1
+tail -3 "$OUT/serial_gpu_check.txt"
+
 # 3. step clocks
 {
     python3 benchmarks/radix4_lab.py --launches 20
     python3 benchmarks/radix4_lab.py --launches 20 --pdl
-    python3 benchmarks/radix4_lab.py --launches 20 --defines RADIX4_EX2_FTZ=1,RADIX4_COPY_ENTRY16=1
+    python3 benchmarks/radix4_lab.py --launches 20 --defines RADIX4_EX2_FTZ=0,RADIX4_COPY_ENTRY16=0
     python3 benchmarks/radix4_lab.py --launches 20 --contract serial
 } > "$OUT/lab.txt" 2>&1
 echo "lab done after $(( $(date +%s) - t0 )) s"
 
 # 4. instruction counts (ncu), when it works here
 if command -v ncu > /dev/null; then
-    for pair in "default:" "ftz_e16:RADIX4_EX2_FTZ=1,RADIX4_COPY_ENTRY16=1"; do
+    for pair in "default:" "mb4:RADIX4_WARP_MIN_BLOCKS=4"; do
         name=${pair%%:*} d=${pair#*:}
         timeout 120 ncu --profile-from-start off --clock-control none --csv \
             --metrics smsp__inst_executed.sum,gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread \
@@ -89,5 +95,5 @@ for path in sorted(glob.glob(sys.argv[1] + "/ncu_*.csv")):
         print(f"  {i:>2} block {block:>14} grid {grid:>16}: " + ", ".join(f"{k.split('__')[1]}={v}" for k, v in m.items()))
 EOF
 tar -czf "$FINAL_OUT/kernels_final.tgz" -C "$OUT" .
-cp "$OUT/kernels_bench.txt" "$OUT/kernels_bench.json" "$OUT/lab.txt" "$FINAL_OUT/" 2>/dev/null
+cp "$OUT/kernels_bench.txt" "$OUT/kernels_bench.json" "$OUT/lab.txt" "$OUT/serial_gpu_check.txt" "$FINAL_OUT/" 2>/dev/null
 exit $bench_rc

@@ -70,24 +70,24 @@ RS = 2.5
 FLAG_RENORM, FLAG_BLOCK, FLAG_WARP, FLAG_PDL = 1, 2, 4, 8
 
 # name -> (contract, defines). Timed side by side at 896/16 and checked bit-identical to the default build.
-FTZ, E16, SORTED = "RADIX4_EX2_FTZ=1", "RADIX4_COPY_ENTRY16=1", "RADIX4_SORTED_BOUND=1"
+UNTUNED = ("RADIX4_EX2_FTZ=0", "RADIX4_COPY_ENTRY16=0")  # the split kernel before this tuning
 VARIANTS = {
     "default": ("aiter", ()),
-    "ftz": ("aiter", (FTZ,)),
-    "e16": ("aiter", (E16,)),
-    "sorted": ("aiter", (SORTED,)),
-    "ftz_e16": ("aiter", (FTZ, E16)),
-    "ftz_e16_sorted": ("aiter", (FTZ, E16, SORTED)),
-    "ftz_e16_minblk4": ("aiter", (FTZ, E16, "RADIX4_WARP_MIN_BLOCKS=4")),
-    "ftz_e16_tpb2": ("aiter", (FTZ, E16, "RADIX4_TOKENS_PER_BLOCK=2")),
-    "ftz_e16_tpb1": ("aiter", (FTZ, E16, "RADIX4_TOKENS_PER_BLOCK=1")),
-    "ftz_e16_7w": ("aiter", (FTZ, E16, "RADIX4_WARPS_PER_TOKEN=7")),
-    "ftz_e16_8w": ("aiter", (FTZ, E16, "RADIX4_WARPS_PER_TOKEN=8")),
+    "untuned": ("aiter", UNTUNED),
+    "mb4": ("aiter", ("RADIX4_WARP_MIN_BLOCKS=4",)),
+    "mb5": ("aiter", ("RADIX4_WARP_MIN_BLOCKS=5",)),
+    "mb6": ("aiter", ("RADIX4_WARP_MIN_BLOCKS=6",)),
+    "mb8": ("aiter", ("RADIX4_WARP_MIN_BLOCKS=8",)),
+    "mb4_tpb1": ("aiter", ("RADIX4_WARP_MIN_BLOCKS=16", "RADIX4_TOKENS_PER_BLOCK=1")),
+    "mb8_tpb2": ("aiter", ("RADIX4_WARP_MIN_BLOCKS=16", "RADIX4_TOKENS_PER_BLOCK=2")),
+    "late": ("aiter", ("RADIX4_PDL_LATE_TRIGGER=1",)),
+    "mb4_late": ("aiter", ("RADIX4_WARP_MIN_BLOCKS=4", "RADIX4_PDL_LATE_TRIGGER=1")),
+    "sorted": ("aiter", ("RADIX4_SORTED_BOUND=1",)),
+    "rows128": ("aiter", ("RADIX4_BLOCK_PER_TOKEN_MAX_ROWS=128",)),
     "serial": ("serial", ()),
-    "serial_e16": ("serial", (E16,)),
-    "serial_e16_sorted": ("serial", (E16, SORTED)),
+    "serial_mb4": ("serial", ("RADIX4_WARP_MIN_BLOCKS=4",)),
 }
-SIGMOID_DEFINES = ((), ("RADIX4_EX2_FTZ=1",))  # the exhaustive check's builds
+SIGMOID_DEFINES = ((), ("RADIX4_EX2_FTZ=0",))  # the exhaustive check's builds
 
 
 def log(msg: str) -> None:

@@ -526,12 +526,12 @@ def test_each_selection_path_alone_matches_plain_reference(emulation_one_path, l
     torch.testing.assert_close(w, rw, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
-# The tuning switches of radix4_router.h, each must leave every output bit as it was.
+# The tuning switches of radix4_router.h against the defaults (RADIX4_EX2_FTZ=1,
+# RADIX4_COPY_ENTRY16=1): each must leave every output bit as it was.
 SWITCHES = {
-    "ex2-ftz": ("RADIX4_EX2_FTZ=1",),
-    "entry16": ("RADIX4_COPY_ENTRY16=1",),
+    "plain-exp2-two-arrays": ("RADIX4_EX2_FTZ=0", "RADIX4_COPY_ENTRY16=0"),
     "sorted-bound": ("RADIX4_SORTED_BOUND=1",),
-    "all-switches": ("RADIX4_EX2_FTZ=1", "RADIX4_COPY_ENTRY16=1", "RADIX4_SORTED_BOUND=1"),
+    "late-trigger": ("RADIX4_PDL_LATE_TRIGGER=1",),
 }
 
 

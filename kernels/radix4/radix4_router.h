@@ -310,24 +310,34 @@ __device__ unsigned long long radix4_lab_clock[8];
 #ifndef RADIX4_RANK_MAX
 #define RADIX4_RANK_MAX 128
 #endif
-// Tuning switches (0 or 1; docs/radix4_tuning.md has their measurements):
-//   RADIX4_EX2_FTZ        aiter's exp2 as the flushed hardware exp2 (same bits)
-//   RADIX4_COPY_ENTRY16   candidates as 16-byte entries, one store each
-//   RADIX4_SORTED_BOUND   the lane maxima sorted by a bitonic network (fewer
-//                         instructions, a longer dependent chain) instead
-//                         of counted by every lane against every lane
+// Tuning switches (0 or 1; the defaults are the measured choice,
+// docs/radix4_tuning.md has the measurements; every setting gives the same
+// bits):
+//   RADIX4_EX2_FTZ         aiter's exp2 as the flushed hardware exp2
+//   RADIX4_COPY_ENTRY16    candidates as 16-byte entries, one store each
+//   RADIX4_SORTED_BOUND    the lane maxima sorted by a bitonic network (fewer
+//                          instructions, a longer dependent chain) instead
+//                          of counted by every lane against every lane
+//   RADIX4_PDL_LATE_TRIGGER  the warp-per-token shape lets its dependents
+//                          launch before its write step, not at entry (a
+//                          dependent launched early holds SM slots that the
+//                          rest of a one-wave grid's blocks could balance)
 // and RADIX4_WARP_MIN_BLOCKS, the warp-per-token shape's minimum blocks per
-// SM for ptxas (1: no register cap).
+// SM for ptxas: the register cap that sets how many warps fit an SM (1: no
+// cap, no spills; 4: 128 registers, 16 warps of 65,536 registers, with a
+// few dozen bytes of spills).
 #ifndef RADIX4_EX2_FTZ
-#define RADIX4_EX2_FTZ 0
+#define RADIX4_EX2_FTZ 1
 #endif
 #ifndef RADIX4_COPY_ENTRY16
-#define RADIX4_COPY_ENTRY16 0
+#define RADIX4_COPY_ENTRY16 1
 #endif
 #ifndef RADIX4_SORTED_BOUND
 #define RADIX4_SORTED_BOUND 0
 #endif
-
+#ifndef RADIX4_PDL_LATE_TRIGGER
+#define RADIX4_PDL_LATE_TRIGGER 0
+#endif
 #ifndef RADIX4_WARP_MIN_BLOCKS
 #define RADIX4_WARP_MIN_BLOCKS 1
 #endif
@@ -1032,9 +1042,10 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
              const typename Bias::Raw* __restrict__ bias, int rows, int renormalize, float routed_scaling_factor,
              float* __restrict__ weights, int32_t* __restrict__ ids) {
     using S = Shape<L, E, K, kWarpsPerToken, kTokensPerBlock>;
+    constexpr bool kLateTrigger = RADIX4_PDL_LATE_TRIGGER && !S::kShared;
     // The dependent grid may start now: it waits for this one to complete
     // before it reads anything this grid writes.
-    L::launch_dependents();
+    if constexpr (!kLateTrigger) L::launch_dependents();
     __shared__ Storage<S> storage;
     const Coords<S, L> at = Coords<S, L>::here();
     if (at.token >= rows) return;  // whole warps leave together
@@ -1079,6 +1090,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     }
     RADIX4_STAMP(4);
 
+    if constexpr (kLateTrigger) L::launch_dependents();
     WriteStep<S, L>::template run<C>(storage, at, renormalize, routed_scaling_factor, weights, ids);
     RADIX4_STAMP(5);
 }
