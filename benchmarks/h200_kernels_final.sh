@@ -21,6 +21,7 @@
 # PREV_DIR: an earlier radix4 kernel's sources (radix4.cu and its headers),
 # e.g. from `git archive <commit> kernels/radix4`; VARIANTS: comma-separated
 # names of radix4_kernels_bench.VARIANTS, `all` (default) or `none`.
+# SKIP_NCU=1 leaves out step 4.
 # (The harness-level checks, python -m contracts.check --candidate radix4-serial
 # --against block-argmax --exact and friends, are run separately.)
 set -u -o pipefail
@@ -68,7 +69,7 @@ tail -3 "$OUT/serial_gpu_check.txt"
 echo "lab done after $(( $(date +%s) - t0 )) s"
 
 # 4. instruction counts (ncu), when it works here
-if command -v ncu > /dev/null; then
+if [ -z "${SKIP_NCU:-}" ] && command -v ncu > /dev/null; then
     for pair in "default:" "mb4:RADIX4_WARP_MIN_BLOCKS=4"; do
         name=${pair%%:*} d=${pair#*:}
         timeout 120 ncu --profile-from-start off --clock-control none --csv \
