@@ -70,11 +70,11 @@ echo "lab done after $(( $(date +%s) - t0 )) s"
 
 # 4. instruction counts (ncu), when it works here
 if [ -z "${SKIP_NCU:-}" ] && command -v ncu > /dev/null; then
-    for pair in "default:" "mb4:RADIX4_WARP_MIN_BLOCKS=4"; do
+    for pair in "default:" "untuned:RADIX4_EX2_FTZ=0,RADIX4_COPY_ENTRY16=0"; do
         name=${pair%%:*} d=${pair#*:}
         timeout 120 ncu --profile-from-start off --clock-control none --csv \
             --metrics smsp__inst_executed.sum,gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread \
-            python3 benchmarks/radix4_profile.py --configs 1:block:random,1024:warp:random,4096:warp:random --defines "$d" \
+            python3 benchmarks/radix4_profile.py --configs 1:block:random,1024:warp:random,4096:warp:random,4096:dense:random --defines "$d" \
             > "$OUT/ncu_$name.csv" 2>&1 || echo "ncu failed (see ncu_$name.csv)"
     done
 fi

@@ -53,7 +53,7 @@ import kernels.radix4 as radix4  # noqa: E402
 from kernels._build import compile_shared, load_library  # noqa: E402
 
 TIMING_ROWS = (1, 8, 64, 256, 512, 1024, 1536, 4096)
-LAUNCH_SHAPES = (None, "block", "warp")  # checked for correctness
+LAUNCH_SHAPES = (None, "block", "warp", "dense")  # checked for correctness
 LAUNCHES_PER_GRAPH = 20
 REPLAYS = 25
 NEG_LOG2E = -1.44269504088896340736

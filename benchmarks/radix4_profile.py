@@ -37,8 +37,8 @@ def parse_configs(text: str) -> list[tuple[int, str, str]]:
             out.append((int(m), shape, kind))
         except ValueError:
             raise SystemExit(f"--configs: {item!r} is not ROWS:SHAPE:KIND, e.g. 1024:warp:random") from None
-        if shape not in ("block", "warp") or kind not in ("random", "all-equal"):
-            raise SystemExit(f"--configs: {item!r}: SHAPE is block or warp, KIND is random or all-equal")
+        if shape not in ("block", "warp", "dense") or kind not in ("random", "all-equal"):
+            raise SystemExit(f"--configs: {item!r}: SHAPE is block, warp or dense, KIND is random or all-equal")
     return out
 
 
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         scores, bias = inputs(m, kind, dev)
         weights = torch.empty(m, 16, device=dev)
         ids = torch.empty(m, 16, dtype=torch.int32, device=dev)
-        flag = {"block": 2, "warp": 4}[shape]
+        flag = {"block": 2, "warp": 4, "dense": 16}[shape]
         for _ in range(3):
             route_with(lib, scores, bias, weights, ids, flag)
         torch.cuda.synchronize()

@@ -220,5 +220,5 @@ def test_serial_cuda_source_builds_for_sm90_and_its_abi_checks_arguments():
     fn.argtypes, fn.restype = [p, i, i64, p, i, i64, i, i, i, f, p, p, p], i
     assert fn(None, 1, 224, None, 0, 4, 224, 8, 1, 1.0, None, None, None) == 1  # E=224 needs topk 16
     assert fn(None, 1, 224, None, 0, 0, 224, 16, 1, 1.0, None, None, None) == 0  # empty batch
-    assert fn(None, 1, 224, None, 0, 0, 224, 16, 16, 1.0, None, None, None) == 3  # unknown flag
+    assert fn(None, 1, 224, None, 0, 0, 224, 16, 32, 1.0, None, None, None) == 3  # unknown flag
     assert not hasattr(lib, "radix4_route"), "one contract per library"

@@ -28,8 +28,9 @@ Inputs: ``scores`` ``[M, E]`` bf16 or fp32, column stride 1, row stride >= E;
 
 ``arch`` is ``'sm_90'`` (nvcc) or ``'gfx942'`` (hipcc) and lets a machine without
 a GPU compile the library. Launch shape: a block of 4 warps per token up to 256
-rows (lowest latency), a warp per token above (least work per token); the
-measurements behind the choice are in docs/radix4_tuning.md. ``route`` launches
+rows (lowest latency), a warp per token above (least work per token), with
+registers capped for more warps per SM above 1,536 rows; the measurements
+behind the choice are in docs/radix4_tuning.md. ``route`` launches
 on ``torch.cuda.current_stream``, so a CUDA graph captures it, and never modifies
 its inputs. ``pdl=True`` (CUDA, compute capability 9.0+; ValueError elsewhere)
 launches with programmatic dependent launch: the kernel may start while the
@@ -96,7 +97,7 @@ HIP_SUPPORTED = ("gfx942", "gfx950")
 
 _DTYPE_CODES = {"float32": 0, "bfloat16": 1}
 _RENORMALIZE = 1
-_LAUNCH_SHAPES = {None: 0, "block": 2, "warp": 4}  # mirrors radix4_entry.h's flags
+_LAUNCH_SHAPES = {None: 0, "block": 2, "warp": 4, "dense": 16}  # mirrors radix4_entry.h's flags
 _PROGRAMMATIC_LAUNCH = 8
 _STATUS = {
     1: "unsupported (experts, topk)",
@@ -286,8 +287,9 @@ def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_fact
 
     Launches on ``torch.cuda.current_stream(scores.device)``, so a CUDA graph
     captures it. Inputs are not modified. ``launch_shape`` ('block': a block
-    per token, 'warp': a warp per token) overrides the choice by batch size,
-    for benchmarks and tests; both give the same results. ``pdl=True``: a
+    per token, 'warp': a warp per token, 'dense': the register-capped warp per
+    token) overrides the choice by batch size, for benchmarks and tests; all
+    give the same results. ``pdl=True``: a
     programmatic dependent launch (CUDA sm_90+), the same results.
     """
     return route_contract("aiter", scores, bias, topk, renormalize, routed_scaling_factor,
@@ -302,7 +304,7 @@ def route_contract(contract: str, scores, bias, topk: int, renormalize: bool = T
 
     _contract(contract)
     if launch_shape not in _LAUNCH_SHAPES:
-        raise ValueError(f"launch_shape={launch_shape!r} is not one of None, 'block', 'warp'; leave it None")
+        raise ValueError(f"launch_shape={launch_shape!r} is not one of None, 'block', 'warp', 'dense'; leave it None")
     M, E, row_stride, rs = _check_args(scores, bias, topk, renormalize, routed_scaling_factor, name)
     _check_pdl(pdl, scores.device, name)
     weights = torch.empty((M, topk), dtype=torch.float32, device=scores.device)

@@ -12,10 +12,12 @@
 //   scores   [rows, experts] at `row_stride` elements per row, column stride 1
 //   bias     [experts], contiguous
 //   dtypes   RADIX4_FLOAT32 = 0, RADIX4_BFLOAT16 = 1 (any pairing)
-//   flags    RADIX4_RENORMALIZE = 1; RADIX4_BLOCK_PER_TOKEN = 2 and
-//            RADIX4_WARP_PER_TOKEN = 4 force a launch shape (benchmarks);
-//            by default rows <= RADIX4_BLOCK_PER_TOKEN_MAX_ROWS take a block
-//            per token, larger batches a warp per token.
+//   flags    RADIX4_RENORMALIZE = 1; RADIX4_BLOCK_PER_TOKEN = 2,
+//            RADIX4_WARP_PER_TOKEN = 4 and RADIX4_DENSE_WARP_PER_TOKEN = 16
+//            force a launch shape (benchmarks); by default rows <=
+//            RADIX4_BLOCK_PER_TOKEN_MAX_ROWS take a block per token, rows >
+//            RADIX4_DENSE_MIN_ROWS the dense warp-per-token kernel, the
+//            batches between the plain one.
 //            RADIX4_PROGRAMMATIC_LAUNCH = 8: programmatic dependent launch
 //            (CUDA, compute capability 9.0+; status 5 elsewhere): the
 //            kernel may start while the previous kernel in the stream
@@ -31,8 +33,10 @@
 // experts over RADIX4_WARPS_PER_TOKEN warps (4 on CUDA, 4 waves on HIP for
 // E=896; fewer when the experts fill fewer) and has the lowest latency; a
 // warp per token (RADIX4_TOKENS_PER_BLOCK warps a block, default 4) has the
-// least overhead per token. The defaults and the measurements behind them
-// are in docs/radix4_tuning.md.
+// least overhead per token; its dense kernel caps registers so that
+// RADIX4_DENSE_MIN_BLOCKS blocks fit an SM, for batches that do not fit one
+// wave otherwise (a few dozen bytes of spills for more warps in flight). The
+// defaults and the measurements behind them are in docs/radix4_tuning.md.
 #pragma once
 
 #include <stddef.h>
@@ -47,6 +51,16 @@
 // The largest batch that takes a block per token.
 #ifndef RADIX4_BLOCK_PER_TOKEN_MAX_ROWS
 #define RADIX4_BLOCK_PER_TOKEN_MAX_ROWS 256
+#endif
+// Batches above this many rows take the dense warp-per-token kernel (the
+// uncapped one fits 12 warps per H200 SM for E = 896: 1,584 tokens a wave).
+#ifndef RADIX4_DENSE_MIN_ROWS
+#define RADIX4_DENSE_MIN_ROWS 1536
+#endif
+// The dense kernel's minimum blocks per SM (register cap; 4 x 128 threads:
+// 128 registers).
+#ifndef RADIX4_DENSE_MIN_BLOCKS
+#define RADIX4_DENSE_MIN_BLOCKS 4
 #endif
 // Warps (waves) per token in the block-per-token shape, at most one per
 // 4 * lanes experts (0 = as many as give each thread one vector of 4).
@@ -65,11 +79,14 @@ enum Status : int {
     kUnsupportedLaunch = 5,
 };
 enum Dtype : int { kFloat32 = 0, kBFloat16 = 1 };
-enum Flags : int { kRenormalize = 1, kBlockPerToken = 2, kWarpPerToken = 4, kProgrammaticLaunch = 8 };
+enum Flags : int { kRenormalize = 1, kBlockPerToken = 2, kWarpPerToken = 4, kProgrammaticLaunch = 8, kDenseWarpPerToken = 16 };
+enum class LaunchShape { kBlockPerToken, kWarpPerToken, kDenseWarpPerToken };
 
 constexpr int kTokensPerBlock = RADIX4_TOKENS_PER_BLOCK;
 static_assert(kTokensPerBlock >= 1 && kTokensPerBlock <= 16, "RADIX4_TOKENS_PER_BLOCK must be 1..16");
 constexpr int64_t kBlockPerTokenMaxRows = RADIX4_BLOCK_PER_TOKEN_MAX_ROWS;
+constexpr int64_t kDenseMinRows = RADIX4_DENSE_MIN_ROWS;
+static_assert(RADIX4_DENSE_MIN_BLOCKS >= 1 && RADIX4_WARP_MIN_BLOCKS >= 1, "minimum blocks per SM are >= 1");
 
 inline int& last_runtime_error() {
     static thread_local int code = 0;
@@ -82,7 +99,7 @@ struct Args {
     const void* bias;
     int rows;
     int renormalize;
-    bool block_per_token;
+    LaunchShape shape;
     bool programmatic;
     float routed_scaling_factor;
     float* weights;
@@ -90,10 +107,10 @@ struct Args {
     Runtime::Stream stream;
 };
 
-template <class C, class L, int E, int K, class Score, class Bias, bool kVec, int kWarps, int kTokens>
+template <class C, class L, int E, int K, class Score, class Bias, bool kVec, int kWarps, int kTokens, int kMinBlocks>
 int launch_shape(const Args& a) {
     const int blocks = (a.rows + kTokens - 1) / kTokens;
-    return Runtime::launch(route_kernel<C, L, E, K, Score, Bias, kVec, kWarps, kTokens>, blocks,
+    return Runtime::launch(route_kernel<C, L, E, K, Score, Bias, kVec, kWarps, kTokens, kMinBlocks>, blocks,
                            L::kLanes * kWarps * kTokens, a.stream, a.programmatic,
                            static_cast<const typename Score::Raw*>(a.scores), a.row_stride,
                            static_cast<const typename Bias::Raw*>(a.bias), a.rows, a.renormalize,
@@ -105,8 +122,18 @@ int launch(const Args& a) {
     constexpr int kFull = (E / 4 + Lanes::kLanes - 1) / Lanes::kLanes;
     constexpr int kAsked = RADIX4_WARPS_PER_TOKEN;
     constexpr int kWarpsPerToken = kAsked > 0 && kAsked < kFull ? kAsked : kFull;
-    const int err = a.block_per_token ? launch_shape<C, Lanes, E, K, Score, Bias, kVec, kWarpsPerToken, 1>(a)
-                                      : launch_shape<C, Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock>(a);
+    int err = 0;
+    switch (a.shape) {
+        case LaunchShape::kBlockPerToken:
+            err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, kWarpsPerToken, 1, 1>(a);
+            break;
+        case LaunchShape::kWarpPerToken:
+            err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock, RADIX4_WARP_MIN_BLOCKS>(a);
+            break;
+        case LaunchShape::kDenseWarpPerToken:
+            err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock, RADIX4_DENSE_MIN_BLOCKS>(a);
+            break;
+    }
     if (err != 0) {
         last_runtime_error() = err;
         return kLaunchFailed;
@@ -157,10 +184,11 @@ int route(const void* scores, int scores_dtype, int64_t row_stride, const void* 
         (bias_dtype != kFloat32 && bias_dtype != kBFloat16)) {
         return kUnsupportedDtype;
     }
-    constexpr int kKnownFlags = kRenormalize | kBlockPerToken | kWarpPerToken | kProgrammaticLaunch;
+    constexpr int kKnownFlags = kRenormalize | kBlockPerToken | kWarpPerToken | kProgrammaticLaunch | kDenseWarpPerToken;
+    const int forced = flags & (kBlockPerToken | kWarpPerToken | kDenseWarpPerToken);
     if (rows < 0 || rows > INT32_MAX - kTokensPerBlock || row_stride < experts || (flags & ~kKnownFlags) != 0 ||
-        (flags & kBlockPerToken && flags & kWarpPerToken)) {
-        return kBadArgument;
+        (forced & (forced - 1)) != 0) {
+        return kBadArgument;  // out of range, unknown flags, or two launch shapes
     }
     const bool programmatic = (flags & kProgrammaticLaunch) != 0;
     if (programmatic && !(Runtime::kProgrammaticLaunch && Runtime::programmatic_launch_supported())) {
@@ -168,8 +196,13 @@ int route(const void* scores, int scores_dtype, int64_t row_stride, const void* 
     }
     if (rows == 0) return kOk;
     if (scores == nullptr || bias == nullptr || weights == nullptr || ids == nullptr) return kBadArgument;
-    const bool block_per_token = (flags & kBlockPerToken) || (!(flags & kWarpPerToken) && rows <= kBlockPerTokenMaxRows);
-    const Args a{scores, row_stride, bias, static_cast<int>(rows), flags & kRenormalize, block_per_token, programmatic,
+    const LaunchShape shape = forced == kBlockPerToken       ? LaunchShape::kBlockPerToken
+                              : forced == kWarpPerToken      ? LaunchShape::kWarpPerToken
+                              : forced == kDenseWarpPerToken ? LaunchShape::kDenseWarpPerToken
+                              : rows <= kBlockPerTokenMaxRows ? LaunchShape::kBlockPerToken
+                              : rows > kDenseMinRows         ? LaunchShape::kDenseWarpPerToken
+                                                             : LaunchShape::kWarpPerToken;
+    const Args a{scores, row_stride, bias, static_cast<int>(rows), flags & kRenormalize, shape, programmatic,
                  routed_scaling_factor, weights, ids, static_cast<Runtime::Stream>(stream)};
     if (k3) return launch_dtypes<C, 896, 16>(a, scores_dtype, bias_dtype);
     if (k2) return launch_dtypes<C, 384, 8>(a, scores_dtype, bias_dtype);

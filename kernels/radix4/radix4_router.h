@@ -322,10 +322,11 @@ __device__ unsigned long long radix4_lab_clock[8];
 //                          launch before its write step, not at entry (a
 //                          dependent launched early holds SM slots that the
 //                          rest of a one-wave grid's blocks could balance)
-// and RADIX4_WARP_MIN_BLOCKS, the warp-per-token shape's minimum blocks per
+// and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
 // SM for ptxas: the register cap that sets how many warps fit an SM (1: no
-// cap, no spills; 4: 128 registers, 16 warps of 65,536 registers, with a
-// few dozen bytes of spills).
+// cap, no spills). The entry point also has a dense warp-per-token kernel
+// for batches that fill more than one wave (RADIX4_DENSE_MIN_BLOCKS,
+// radix4_entry.h): route_kernel's kMinBlocks.
 #ifndef RADIX4_EX2_FTZ
 #define RADIX4_EX2_FTZ 1
 #endif
@@ -336,7 +337,7 @@ __device__ unsigned long long radix4_lab_clock[8];
 #define RADIX4_SORTED_BOUND 0
 #endif
 #ifndef RADIX4_PDL_LATE_TRIGGER
-#define RADIX4_PDL_LATE_TRIGGER 0
+#define RADIX4_PDL_LATE_TRIGGER 1
 #endif
 #ifndef RADIX4_WARP_MIN_BLOCKS
 #define RADIX4_WARP_MIN_BLOCKS 1
@@ -1035,9 +1036,12 @@ struct WriteStep {
 //      and max differ, then (GatherStep) the winners are gathered and placed
 //      by rank.
 //   4. Write (WriteStep): the weights in output order.
-template <class C, class L, int E, int K, class Score, class Bias, bool kVec, int kWarpsPerToken, int kTokensPerBlock>
-__global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock,
-                                  kWarpsPerToken == 1 ? RADIX4_WARP_MIN_BLOCKS : 1)
+//
+// kMinBlocks: ptxas keeps registers low enough for that many blocks per SM
+// (1: as many registers as it likes, no spills).
+template <class C, class L, int E, int K, class Score, class Bias, bool kVec, int kWarpsPerToken, int kTokensPerBlock,
+          int kMinBlocks = 1>
+__global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock, kMinBlocks)
 route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
              const typename Bias::Raw* __restrict__ bias, int rows, int renormalize, float routed_scaling_factor,
              float* __restrict__ weights, int32_t* __restrict__ ids) {
