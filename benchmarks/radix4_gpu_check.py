@@ -11,7 +11,8 @@
    bf16/fp32 logits with bf16/fp32 bias, all-equal rows, tie pools that
    straddle the cutoff, NaN rows, +-inf logits and -inf bias, saturated
    sigmoids, negative ranking values, strided rows (aligned and not), the
-   renormalize guard, M in {1, 7, 64, 1024}, Kimi-K2's 384/8.
+   renormalize guard, M in {1, 7, 64, 1024}, Kimi-K2's 384/8, the pruned
+   Kimi-K3's 224/16.
 4. Against ``oracle.route(contract="aiter")`` when the package is there: the
    oracle's sigmoid is torch.sigmoid, not the exp2 form, so ids may differ on
    near ties; rows whose id sets differ are counted with the largest ULP
@@ -52,7 +53,7 @@ import kernels.radix4 as radix4  # noqa: E402
 from kernels._build import compile_shared, load_library  # noqa: E402
 
 TIMING_ROWS = (1, 8, 64, 256, 512, 1024, 1536, 4096)
-LAUNCH_SHAPES = (None, "block", "warp")  # checked for correctness
+LAUNCH_SHAPES = (None, "block", "warp", "dense")  # checked for correctness
 LAUNCHES_PER_GRAPH = 20
 REPLAYS = 25
 NEG_LOG2E = -1.44269504088896340736
@@ -159,6 +160,11 @@ def case_families(device, seed=0):
     yield "strided fp32 rows, unaligned (1:)", backing32[:, 1 : 1 + E], on(randn(E) * 0.05), K, False, 1.0
     yield "Kimi-K2 384/8 random", on((randn(1024, 384) * 2).bfloat16()), on(randn(384) * 0.05), 8, True, 2.827
     yield "Kimi-K2 384/8 all equal", on(torch.zeros(64, 384, dtype=torch.bfloat16)), on(torch.zeros(384)), 8, True, 2.827
+    yield "Kimi-K3 pruned 224/16 random", on((randn(1024, 224) * 2).bfloat16()), on(randn(224) * 0.05), 16, True, 2.5
+    yield "Kimi-K3 pruned 224/16 all equal", on(torch.zeros(64, 224, dtype=torch.bfloat16)), on(torch.zeros(224)), 16, True, 2.5
+    nan224 = randn(256, 224)
+    nan224[torch.rand(256, 224, generator=g) < 0.5] = float("nan")
+    yield "Kimi-K3 pruned 224/16 NaN", on(nan224), on(randn(224) * 0.05), 16, True, 2.5
 
 
 # ---------------------------------------------------------------- checks
@@ -320,12 +326,14 @@ def torch_native(scores, bias, topk, rs):
 
 
 def route_with(lib, scores, bias, weights, ids, shape_flag):
-    """Launch a given library build in a given launch shape (flag 2: block per token, 4: warp per token)."""
+    """Launch a library build (radix4.library) in a launch shape (flag 2: block per token, 4: warp per token, | 8: PDL)."""
     M, E = scores.shape
-    rc = lib.radix4_route(scores.data_ptr(), 1, E, bias.data_ptr(), 0, M, E, 16, 1 | shape_flag, 2.5,
-                          weights.data_ptr(), ids.data_ptr(), torch.cuda.current_stream().cuda_stream)  # fmt: skip
+    K = weights.shape[1]
+    rc = lib.route(scores.data_ptr(), 1 if scores.dtype == torch.bfloat16 else 0, E, bias.data_ptr(),
+                   1 if bias.dtype == torch.bfloat16 else 0, M, E, K, 1 | shape_flag, 2.5, weights.data_ptr(),
+                   ids.data_ptr(), torch.cuda.current_stream().cuda_stream)  # fmt: skip
     if rc:
-        raise RuntimeError(f"radix4_route returned {rc}")
+        raise RuntimeError(f"radix4 route returned {rc}")
 
 
 VARIANTS = {  # column -> (build defines, shape flag: 2 block per token, 4 warp per token)

@@ -15,6 +15,11 @@ entry-to-end. A step a row does not take shows ``-``. Together with the
 per-launch time of radix4_gpu_check.py this separates in-kernel time from
 launch overhead.
 
+``--defines A=1,B=2`` adds compile-time switches to every build (the tuning
+variants of radix4_router.h), ``--contract serial`` times the radix4-serial
+library, ``--pdl`` launches with programmatic dependent launch (the step
+clocks then start after the previous launch's tail).
+
 Run from the repository root: ``python benchmarks/radix4_lab.py``.
 """
 
@@ -72,7 +77,12 @@ def median_row(samples: list[list[float | None]]) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--launches", type=int, default=40)
+    ap.add_argument("--defines", default="", help="comma-separated extra defines for every build, e.g. RADIX4_EX2_FTZ=1")
+    ap.add_argument("--contract", default="aiter", choices=["aiter", "serial"])
+    ap.add_argument("--pdl", action="store_true")
     args = ap.parse_args(argv)
+    extra = tuple(d for d in args.defines.split(",") if d)
+    pdl = 8 if args.pdl else 0
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(5)
     rows = {
@@ -82,27 +92,28 @@ def main(argv=None) -> int:
     bias = (torch.randn(896, generator=g) * 0.05).to(dev)
     weights = torch.empty(1, 16, device=dev)
     ids = torch.empty(1, 16, dtype=torch.int32, device=dev)
-    print(f"SM clock cycles of one token (median), clock {torch.cuda.get_device_properties(0).name}")
+    print(f"SM clock cycles of one token (median), {torch.cuda.get_device_properties(0).name}, contract {args.contract}, "
+          f"defines {list(extra)}{', PDL' if pdl else ''}")  # fmt: skip
     print(f"{'build':<16}{'row':<11}{'timer':<7}" + "".join(f"{s:>11}" for s in STEPS) + f"{'total':>9}")
     for name, (defines, flag) in BUILDS.items():
-        lib = radix4.library(defines=defines)
+        lib = radix4.library(defines=(*defines, *extra), contract=args.contract)
         lib.radix4_lab_clocks.argtypes, lib.radix4_lab_clocks.restype = [ctypes.c_void_p], ctypes.c_int
         lib.radix4_lab_reset.argtypes, lib.radix4_lab_reset.restype = [], ctypes.c_int
         for kind, scores in rows.items():
             eager = []
             for _ in range(args.launches):
                 assert lib.radix4_lab_reset() == 0
-                route_with(lib, scores, bias, weights, ids, flag)
+                route_with(lib, scores, bias, weights, ids, flag | pdl)
                 torch.cuda.synchronize()
                 eager.append(deltas(clocks(lib)))
             graph = torch.cuda.CUDAGraph()
             stream = torch.cuda.Stream()
             with torch.cuda.stream(stream):
-                route_with(lib, scores, bias, weights, ids, flag)
+                route_with(lib, scores, bias, weights, ids, flag | pdl)
             torch.cuda.synchronize()
             with torch.cuda.graph(graph):
                 for _ in range(20):
-                    route_with(lib, scores, bias, weights, ids, flag)
+                    route_with(lib, scores, bias, weights, ids, flag | pdl)
             replayed = []
             for _ in range(args.launches // 4 + 1):
                 assert lib.radix4_lab_reset() == 0

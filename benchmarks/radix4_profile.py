@@ -19,10 +19,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
 import kernels.radix4 as radix4  # noqa: E402
+from radix4_gpu_check import route_with  # noqa: E402
 
 DEFAULT_CONFIGS = "1:block:random,1024:warp:random,1024:warp:all-equal,1024:block:random"
 
@@ -35,8 +37,8 @@ def parse_configs(text: str) -> list[tuple[int, str, str]]:
             out.append((int(m), shape, kind))
         except ValueError:
             raise SystemExit(f"--configs: {item!r} is not ROWS:SHAPE:KIND, e.g. 1024:warp:random") from None
-        if shape not in ("block", "warp") or kind not in ("random", "all-equal"):
-            raise SystemExit(f"--configs: {item!r}: SHAPE is block or warp, KIND is random or all-equal")
+        if shape not in ("block", "warp", "dense") or kind not in ("random", "all-equal"):
+            raise SystemExit(f"--configs: {item!r}: SHAPE is block, warp or dense, KIND is random or all-equal")
     return out
 
 
@@ -51,15 +53,21 @@ def inputs(m: int, kind: str, device) -> tuple[torch.Tensor, torch.Tensor]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"ROWS:SHAPE:KIND,... (default {DEFAULT_CONFIGS})")
+    ap.add_argument("--defines", default="", help="comma-separated defines of the build to profile (tuning variants)")
+    ap.add_argument("--contract", default="aiter", choices=["aiter", "serial"])
     args = ap.parse_args(argv)
+    lib = radix4.library(defines=tuple(d for d in args.defines.split(",") if d), contract=args.contract)
     dev = torch.device("cuda")
     for m, shape, kind in parse_configs(args.configs):
         scores, bias = inputs(m, kind, dev)
+        weights = torch.empty(m, 16, device=dev)
+        ids = torch.empty(m, 16, dtype=torch.int32, device=dev)
+        flag = {"block": 2, "warp": 4, "dense": 16}[shape]
         for _ in range(3):
-            radix4.route(scores, bias, 16, True, 2.5, launch_shape=shape)
+            route_with(lib, scores, bias, weights, ids, flag)
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
-        radix4.route(scores, bias, 16, True, 2.5, launch_shape=shape)
+        route_with(lib, scores, bias, weights, ids, flag)
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
         print(f"profiled M={m} shape={shape} rows={kind}")

@@ -4,10 +4,14 @@
 // step) replaces IEEE division in the sigmoid for denominators below
 // Warp32::kReciprocalLimit. This program compares, bit for bit:
 //   1. Warp32::reciprocal(y) with 1.0f / y for every float y in [1, limit);
-//   2. radix4::contract_sigmoid<Warp32>(x) with 1.0f / (1.0f + exp2f(-log2e x))
-//      for every one of the 2^32 float bit patterns x (NaN == NaN).
+//   2. radix4::contract_sigmoid<AiterContract, Warp32>(x) with
+//      1.0f / (1.0f + exp2f(-log2e x)) for every one of the 2^32 float bit
+//      patterns x (NaN == NaN);
+//   3. radix4::contract_sigmoid<SerialContract, Warp32>(x) with the serial
+//      scan's 1.0f / (1.0f + expf(-x)) (kernels/serial/serial_row.h), for
+//      every x.
 // Prints the mismatch counts and the first mismatch of each; exit code 0
-// only when both are 0. Built and run by benchmarks/radix4_gpu_check.py:
+// only when all are 0. Built and run by benchmarks/radix4_gpu_check.py:
 //   nvcc -O3 -arch=sm_90 -fmad=false -ftz=false -prec-div=true -I kernels/radix4 this.cu
 #include <cstdio>
 #include <cstdint>
@@ -17,8 +21,8 @@
 
 using radix4::Warp32;
 
-__device__ unsigned long long mismatches[2];
-__device__ uint32_t first_bad[2];
+__device__ unsigned long long mismatches[3];
+__device__ uint32_t first_bad[3];
 
 __global__ void check_reciprocal(uint32_t lo, uint32_t hi) {
     for (uint64_t u = lo + blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; u < hi; u += uint64_t{gridDim.x} * blockDim.x) {
@@ -34,9 +38,14 @@ __global__ void check_sigmoid() {
     for (uint64_t u = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; u < (uint64_t{1} << 32); u += uint64_t{gridDim.x} * blockDim.x) {
         const float x = __uint_as_float(static_cast<uint32_t>(u));
         const float want = 1.0f / (1.0f + exp2f(kNegLog2e * x));
-        const float got = radix4::contract_sigmoid<Warp32>(x);
+        const float got = radix4::contract_sigmoid<radix4::AiterContract, Warp32>(x);
         const bool same = __float_as_uint(got) == __float_as_uint(want) || (got != got && want != want);
         if (!same && atomicAdd(&mismatches[1], 1ull) == 0) first_bad[1] = static_cast<uint32_t>(u);
+        const float want_serial = 1.0f / (1.0f + expf(-x));
+        const float got_serial = radix4::contract_sigmoid<radix4::SerialContract, Warp32>(x);
+        const bool same_serial = __float_as_uint(got_serial) == __float_as_uint(want_serial) ||
+                                 (got_serial != got_serial && want_serial != want_serial);
+        if (!same_serial && atomicAdd(&mismatches[2], 1ull) == 0) first_bad[2] = static_cast<uint32_t>(u);
     }
 }
 
@@ -49,14 +58,16 @@ int main() {
         std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
         return 2;
     }
-    unsigned long long bad[2];
-    uint32_t first[2];
+    unsigned long long bad[3];
+    uint32_t first[3];
     cudaMemcpyFromSymbol(bad, mismatches, sizeof bad);
     cudaMemcpyFromSymbol(first, first_bad, sizeof first);
     std::printf("reciprocal: %llu mismatches over %u denominators in [1, 2^126)", bad[0], limit - one);
     if (bad[0]) std::printf(" (first y bits 0x%08x)", first[0]);
-    std::printf("\nsigmoid: %llu mismatches over all 2^32 inputs", bad[1]);
+    std::printf("\nsigmoid (aiter): %llu mismatches over all 2^32 inputs", bad[1]);
     if (bad[1]) std::printf(" (first x bits 0x%08x)", first[1]);
+    std::printf("\nsigmoid (serial): %llu mismatches over all 2^32 inputs", bad[2]);
+    if (bad[2]) std::printf(" (first x bits 0x%08x)", first[2]);
     std::printf("\n");
-    return bad[0] || bad[1] ? 1 : 0;
+    return bad[0] || bad[1] || bad[2] ? 1 : 0;
 }

@@ -4,7 +4,7 @@
 2. Bit identity: on every case family (random bf16/fp32 logits with fp32/bf16
    bias, ties, saturated sigmoids, all-NaN and partly-NaN rows, -inf bias
    masks, rows where fewer than topk beat the -1e30 sentinel, +-inf logits,
-   strided rows, Kimi-K2/DeepSeek/small shapes) the serial scan and the block
+   strided rows, Kimi-K2/pruned Kimi-K3 224/DeepSeek/small shapes) the serial scan and the block
    argmax must agree on every id and every weight bit.
 3. Against the host build (g++, libm expf) on the same inputs: rows whose ids
    differ and a histogram of weight ULP distances (CUDA's expf and libm's may
@@ -60,6 +60,8 @@ def case_families(device, rows=CHECK_ROWS, seed=0):
     yield "random bf16 / bf16 bias", on((randn(M, 896) * 2).bfloat16()), on((randn(896) * 0.05).bfloat16()), 16, False, 2.5
     yield "random fp32 no renorm", on(randn(M, 896) * 4), on(randn(896) * 0.05), 16, False, 1.0
     yield "Kimi-K2 384/8", on((randn(M, 384) * 2).bfloat16()), on(randn(384) * 0.05), 8, True, 2.827
+    yield "Kimi-K3 pruned 224/16", on((randn(M, 224) * 2).bfloat16()), on(randn(224) * 0.05), 16, True, 2.5
+    yield "224/16 ties: few bf16 values", on((torch.randint(-3, 4, (M, 224), generator=g).float() * 0.5).bfloat16()), on(torch.zeros(224)), 16, True, 2.5
     yield "DeepSeek 256/8", on((randn(M, 256) * 2).bfloat16()), on(randn(256) * 0.05), 8, True, 2.5
     yield "small 16/16", on(randn(M, 16)), on(randn(16) * 0.05), 16, True, 2.5
     ties = torch.randint(-3, 4, (M, 896), generator=g).float() * 0.5

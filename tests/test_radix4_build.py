@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -52,18 +53,62 @@ def test_cuda_source_builds_for_sm90_and_its_abi_checks_arguments():
     assert fn(None, 1, 895, None, 0, 4, 896, 16, 1, 1.0, None, None, None) == 3  # row stride < E
     assert fn(None, 1, 896, None, 0, 4, 896, 16, 2, 1.0, None, None, None) == 3  # unknown flag
     assert fn(None, 1, 896, None, 0, 0, 896, 16, 1, 1.0, None, None, None) == 0  # empty batch
-    assert b"(896, 16)" in lib.radix4_status_string(1)
+    assert fn(None, 1, 224, None, 0, 0, 224, 16, 1, 1.0, None, None, None) == 0  # the pruned shape
+    assert fn(None, 1, 224, None, 0, 0, 224, 16, 32, 1.0, None, None, None) == 3  # unknown flag
+    assert fn(None, 1, 224, None, 0, 0, 224, 16, 2 | 16, 1.0, None, None, None) == 3  # two launch shapes
+    assert fn(None, 1, 224, None, 0, 0, 224, 16, 1 | 16, 1.0, None, None, None) == 0  # the dense shape
+    if not torch.cuda.is_available():  # programmatic launch needs a device of compute capability 9.0+
+        assert fn(None, 1, 896, None, 0, 0, 896, 16, 1 | 8, 1.0, None, None, None) == 5
+    assert b"(896, 16)" in lib.radix4_status_string(1) and b"(224, 16)" in lib.radix4_status_string(1)
+    assert b"9.0" in lib.radix4_status_string(5)
+
+
+# The dense warp-per-token kernel (kMinBlocks > 1, for batches above one wave)
+# trades a few dozen bytes of spills for more warps per SM
+# (docs/radix4_tuning.md); at most this many bytes (stores + loads) per thread.
+DENSE_SPILL_BUDGET = 256
+
+
+def _ptxas_report(source: Path) -> dict[str, int]:
+    """Entry function -> spill bytes (stores + loads), from ptxas -v."""
+    cmd = ["nvcc", *radix4.CUDA_FLAGS, "-arch=sm_90", "-Xptxas", "-v", "-o", "/dev/null", str(source)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    spills, props = {}, None
+    for line in (out.stdout + out.stderr).splitlines():
+        if m := re.search(r"Function properties for (\S+)", line):
+            props = m.group(1)
+        elif (m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)) and props:
+            spills[props] = int(m.group(1)) + int(m.group(2))
+    return {name: n for name, n in spills.items() if "route_kernel" in name}
 
 
 @needs_nvcc
-def test_cuda_build_has_no_local_memory_spills():
-    cmd = ["nvcc", *radix4.CUDA_FLAGS, "-arch=sm_90", "-Xptxas", "-v", "-o", "/dev/null", str(radix4.cuda_source())]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    report = out.stdout + out.stderr
-    assert "registers" in report
-    assert "bytes spill" in report and all(
-        "0 bytes spill stores, 0 bytes spill loads" in line for line in report.splitlines() if "spill" in line
-    )
+@pytest.mark.parametrize("contract", ["aiter", "serial"])
+def test_cuda_build_spills_only_in_the_dense_kernel_and_within_budget(contract):
+    spills = _ptxas_report(radix4.cuda_source(contract))
+    assert len(spills) == 3 * 4 * 2 * 3, "3 shapes x 4 dtype pairs x 2 load kinds x 3 launch shapes"
+    for name, n in spills.items():
+        min_blocks = int(re.search(r"Lb[01]ELi\d+ELi\d+ELi(\d+)EE", name).group(1))
+        if min_blocks == 1:
+            assert n == 0, f"{name} spills {n} bytes"
+        else:
+            assert n <= DENSE_SPILL_BUDGET, f"dense kernel {name} spills {n} bytes, more than {DENSE_SPILL_BUDGET}"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("contract", ["aiter", "serial"])
+def test_programmatic_launch_hooks_are_in_the_sm90_code_only(contract, tmp_path):
+    """griddepcontrol.launch_dependents at entry and griddepcontrol.wait before the logits: sm_90 only."""
+    flags = [f for f in radix4.CUDA_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    for arch, present in (("sm_90", True), ("sm_80", False)):
+        out = tmp_path / f"{contract}_{arch}.ptx"
+        subprocess.run(["nvcc", *flags, f"-arch={arch}", "--ptx", "-o", str(out), str(radix4.cuda_source(contract))],
+                       check=True, capture_output=True)  # fmt: skip
+        ptx = out.read_text()
+        entries = ptx.count(".entry ")
+        assert entries > 0
+        assert ptx.count("griddepcontrol.wait") == (entries if present else 0)
+        assert ptx.count("griddepcontrol.launch_dependents") == (entries if present else 0)
 
 
 @needs_nvcc
@@ -87,16 +132,16 @@ def test_exhaustive_sigmoid_check_compiles(tmp_path):
 # ---------------------------------------------------------------- HIP
 
 
-def _hip_assembly(arch: str, tmp_path: Path) -> str:
-    out = tmp_path / f"radix4_{arch}.s"
+def _hip_assembly(arch: str, tmp_path: Path, contract: str = "aiter") -> str:
+    out = tmp_path / f"radix4_{contract}_{arch}.s"
     if arch == "gfx942":  # HIP 5.2's clang does not know gfx942; clang 19 with hipcc's headers does
         flags = ["-x", "hip", f"--offload-arch={arch}", "-nogpulib", "--cuda-device-only", "-O3", "-std=c++17",
                  "-ffp-contract=off", "-I/usr/include"]  # fmt: skip
-        compile_to_assembly(radix4.hip_source(), compiler="clang++-19", flags=flags, out=out)
+        compile_to_assembly(radix4.hip_source(contract), compiler="clang++-19", flags=flags, out=out)
     else:
         flags = [f"--offload-arch={arch}", "-O3", "-std=c++17", "-ffp-contract=off", "--cuda-device-only"]
         env = {"HIP_PLATFORM": "amd", "PATH": "/usr/bin:/bin"}
-        compile_to_assembly(radix4.hip_source(), compiler="hipcc", flags=flags, out=out, env=env)
+        compile_to_assembly(radix4.hip_source(contract), compiler="hipcc", flags=flags, out=out, env=env)
     return out.read_text()
 
 
@@ -107,15 +152,17 @@ def _check_amd_assembly(asm: str) -> None:
 
 
 @needs_hipcc
+@pytest.mark.parametrize("contract", ["aiter", "serial"])
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx940"])
-def test_hip_source_compiles_with_dpp_prefix_sums(arch, tmp_path):
-    _check_amd_assembly(_hip_assembly(arch, tmp_path))
+def test_hip_source_compiles_with_dpp_prefix_sums(arch, contract, tmp_path):
+    _check_amd_assembly(_hip_assembly(arch, tmp_path, contract))
 
 
 @needs_hipcc
 @needs_clang19
-def test_hip_source_compiles_for_gfx942_with_clang19(tmp_path):
-    _check_amd_assembly(_hip_assembly("gfx942", tmp_path))
+@pytest.mark.parametrize("contract", ["aiter", "serial"])
+def test_hip_source_compiles_for_gfx942_with_clang19(contract, tmp_path):
+    _check_amd_assembly(_hip_assembly("gfx942", tmp_path, contract))
 
 
 # ---------------------------------------------------------------- build path and gates
@@ -149,6 +196,8 @@ def test_covered_gates_shape_rows_and_dtypes():
     ok = dict(rows=1024, experts=896, topk=16, dtype=torch.bfloat16, bias_dtype=torch.float32)
     assert radix4.covered(**ok)
     assert radix4.covered(**{**ok, "experts": 384, "topk": 8, "dtype": "float32", "bias_dtype": "bfloat16"})
+    assert radix4.covered(**{**ok, "experts": 224, "topk": 16})
+    assert not radix4.covered(**{**ok, "experts": 224, "topk": 8})
     assert not radix4.covered(**{**ok, "rows": radix4.MAX_ROWS + 1})
     assert not radix4.covered(**{**ok, "topk": 8})
     assert not radix4.covered(**{**ok, "dtype": torch.float16})
@@ -172,6 +221,7 @@ EMULATION = r"""
 // The radix4 kernel template compiled for the host: each GPU thread is a
 // thread, cross-lane operations exchange through a shared array between
 // barriers (one barrier per warp, one per block for __syncthreads).
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -204,6 +254,9 @@ inline uint32_t atomicAdd(uint32_t* p, uint32_t v) {
 
 #include "radix4_router.h"
 
+// How many threads passed the programmatic-launch hooks (each thread: both, once).
+inline std::atomic<int> emu_waits{0}, emu_triggers{0};
+
 template <int N>
 struct EmuLanes {
     static constexpr int kLanes = N;
@@ -213,6 +266,8 @@ struct EmuLanes {
     static int lane() { return threadIdx.x % N; }
     static int group() { return threadIdx.x / N; }
     static void sync() { barrier[group()]->arrive_and_wait(); }
+    static void wait_for_prior_grids() { ++emu_waits; }
+    static void launch_dependents() { ++emu_triggers; }
     static bool any(bool p) { return exchange(p, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t |= s[i]; return t; }) != 0; }
     static constexpr float kReciprocalLimit = 0x1p126f;  // as on CUDA, so the redo path runs here too
     static float reciprocal(float y) { return 1.0f / y; }
@@ -224,7 +279,10 @@ struct EmuLanes {
     static uint32_t all_max(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t = s[i] > t ? s[i] : t; return t; }); }
     static uint32_t all_min(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = ~0u; for (int i = 0; i < N; ++i) t = s[i] < t ? s[i] : t; return t; }); }
     template <class T> static void store_shared_if(bool p, T* at, T v) { if (p) *at = v; }
+    template <class E16> static void store_shared_if(bool p, E16* at, uint64_t c, float s) { if (p) at->composite = c, at->sig = s; }
+    static float exp2_flushed(float x) { const float r = std::exp2(x); return r < 0x1p-126f ? 0.0f : r; }
     static uint32_t shfl_xor(uint32_t v, int d) { const int me = lane(); return exchange(v, [me, d](uint64_t* s) { return s[me ^ d]; }); }
+    static uint32_t shfl(uint32_t v, int src) { return exchange(v, [src](uint64_t* s) { return s[src]; }); }
     using Mask = uint64_t;
     static Mask ballot(bool p) { return exchange(p, [](uint64_t* s) { uint64_t m = 0; for (int i = 0; i < N; ++i) m |= (s[i] & 1u) << i; return m; }); }
     static Mask lanes_below() { return (uint64_t{1} << lane()) - 1u; }
@@ -240,22 +298,24 @@ struct EmuLanes {
     static int count_leading_zeros(uint32_t v) { return __builtin_clz(v); }
 };
 
-template <int N, int E, int K, class S, class B, bool kVec, int kWarps>
+// One block after another; a block of kTokens tokens of kWarps warps each.
+template <class C, int N, int E, int K, class S, class B, bool kVec, int kWarps, int kTokens>
 void run(const void* scores, int64_t stride, const void* bias, int rows, int renorm, float rs, float* w, int32_t* ids) {
+    constexpr int kGroups = kWarps * kTokens;
     std::vector<std::unique_ptr<std::barrier<>>> warps;
-    for (int i = 0; i < kWarps; ++i) {
+    for (int i = 0; i < kGroups; ++i) {
         warps.emplace_back(new std::barrier<>(N));
         EmuLanes<N>::barrier[i] = warps.back().get();
     }
-    std::barrier<> block(N * kWarps);
+    std::barrier<> block(N * kGroups);
     emu_block_barrier = &block;
-    for (int token = 0; token < rows; ++token) {
+    for (int blk = 0; blk * kTokens < rows; ++blk) {
         std::vector<std::thread> threads;
-        for (int t = 0; t < N * kWarps; ++t) {
+        for (int t = 0; t < N * kGroups; ++t) {
             threads.emplace_back([=] {
                 threadIdx.x = t;
-                blockIdx.x = token;
-                radix4::route_kernel<EmuLanes<N>, E, K, S, B, kVec, kWarps, 1>(
+                blockIdx.x = blk;
+                radix4::route_kernel<C, EmuLanes<N>, E, K, S, B, kVec, kWarps, kTokens>(
                     static_cast<const typename S::Raw*>(scores), stride, static_cast<const typename B::Raw*>(bias),
                     rows, renorm, rs, w, ids);
             });
@@ -266,51 +326,65 @@ void run(const void* scores, int64_t stride, const void* bias, int rows, int ren
 
 // block: 0 = a warp per token; 1 = a block of min(4, E/4/N) warps per token
 // (radix4_entry.h's default); 2 = two warps per token; 3 = one vector of 4
-// experts per thread.
-template <int N, int E, int K, class S, class B, bool kVec>
+// experts per thread; 4 = a warp per token, two tokens per block.
+template <class C, int N, int E, int K, class S, class B, bool kVec>
 void shaped(int block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
     constexpr int kFull = (E / 4 + N - 1) / N;
-    if (block == 1) run<N, E, K, S, B, kVec, (kFull < 4 ? kFull : 4)>(s, st, b, rows, rn, rs, w, i);
-    else if (block == 2) run<N, E, K, S, B, kVec, 2>(s, st, b, rows, rn, rs, w, i);
-    else if (block == 3) run<N, E, K, S, B, kVec, kFull>(s, st, b, rows, rn, rs, w, i);
-    else run<N, E, K, S, B, kVec, 1>(s, st, b, rows, rn, rs, w, i);
+    if (block == 1) run<C, N, E, K, S, B, kVec, (kFull < 4 ? kFull : 4), 1>(s, st, b, rows, rn, rs, w, i);
+    else if (block == 2) run<C, N, E, K, S, B, kVec, (kFull < 2 ? kFull : 2), 1>(s, st, b, rows, rn, rs, w, i);
+    else if (block == 3) run<C, N, E, K, S, B, kVec, kFull, 1>(s, st, b, rows, rn, rs, w, i);
+    else if (block == 4) run<C, N, E, K, S, B, kVec, 1, 2>(s, st, b, rows, rn, rs, w, i);
+    else run<C, N, E, K, S, B, kVec, 1, 1>(s, st, b, rows, rn, rs, w, i);
 }
 
-template <int N, int E, int K, class S>
-void with_bias(int bdt, bool vec, int block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
+// Loads: vector (aligned) loads for every dtype pairing but bf16 / bf16;
+// scalar loads for bf16 logits with fp32 bias (the strided-row test).
+template <class C, int N, int E, int K>
+int with_dtypes(int sdt, int bdt, bool vec, int block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
     using radix4::Bf16; using radix4::F32;
-    if (bdt == 0) vec ? shaped<N, E, K, S, F32, true>(block, s, st, b, rows, rn, rs, w, i) : shaped<N, E, K, S, F32, false>(block, s, st, b, rows, rn, rs, w, i);
-    else vec ? shaped<N, E, K, S, Bf16, true>(block, s, st, b, rows, rn, rs, w, i) : shaped<N, E, K, S, Bf16, false>(block, s, st, b, rows, rn, rs, w, i);
+    if (!vec) {
+        if (sdt != 1 || bdt != 0) return 2;
+        shaped<C, N, E, K, Bf16, F32, false>(block, s, st, b, rows, rn, rs, w, i);
+    } else if (sdt == 0 && bdt == 0) shaped<C, N, E, K, F32, F32, true>(block, s, st, b, rows, rn, rs, w, i);
+    else if (sdt == 1 && bdt == 0) shaped<C, N, E, K, Bf16, F32, true>(block, s, st, b, rows, rn, rs, w, i);
+    else if (sdt == 0 && bdt == 1) shaped<C, N, E, K, F32, Bf16, true>(block, s, st, b, rows, rn, rs, w, i);
+    else return 2;
+    return 0;
 }
 
-template <int N, int E, int K>
-void with_dtypes(int sdt, int bdt, bool vec, int block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
-    if (sdt == 0) with_bias<N, E, K, radix4::F32>(bdt, vec, block, s, st, b, rows, rn, rs, w, i);
-    else with_bias<N, E, K, radix4::Bf16>(bdt, vec, block, s, st, b, rows, rn, rs, w, i);
-}
-
-extern "C" int emu_route(int lanes, int block, const void* s, int sdt, int64_t st, const void* b, int bdt, int rows,
-                         int E, int K, int vec, int rn, float rs, float* w, int32_t* i) {
-    if (E == 896 && K == 16) {
-        lanes == 32 ? with_dtypes<32, 896, 16>(sdt, bdt, vec, block, s, st, b, rows, rn, rs, w, i)
-                    : with_dtypes<64, 896, 16>(sdt, bdt, vec, block, s, st, b, rows, rn, rs, w, i);
-        return 0;
-    }
-    if (E == 384 && K == 8) {
-        lanes == 32 ? with_dtypes<32, 384, 8>(sdt, bdt, vec, block, s, st, b, rows, rn, rs, w, i)
-                    : with_dtypes<64, 384, 8>(sdt, bdt, vec, block, s, st, b, rows, rn, rs, w, i);
-        return 0;
-    }
+template <class C>
+int with_shape(int lanes, int block, const void* s, int sdt, int64_t st, const void* b, int bdt, int rows,
+               int E, int K, int vec, int rn, float rs, float* w, int32_t* i) {
+#define EMU_SHAPE(E_, K_)                                                                            \
+    if (E == E_ && K == K_)                                                                          \
+        return lanes == 32 ? with_dtypes<C, 32, E_, K_>(sdt, bdt, vec, block, s, st, b, rows, rn, rs, w, i) \
+                           : with_dtypes<C, 64, E_, K_>(sdt, bdt, vec, block, s, st, b, rows, rn, rs, w, i);
+    EMU_SHAPE(896, 16)
+    EMU_SHAPE(384, 8)
+    EMU_SHAPE(224, 16)
+#undef EMU_SHAPE
     return 1;
 }
 
-extern "C" void emu_sigmoid(const float* x, float* out, int64_t n) {
-    for (int64_t k = 0; k < n; ++k) out[k] = radix4::contract_sigmoid<EmuLanes<32>>(x[k]);
+// contract: 0 = aiter, 1 = serial.
+extern "C" int emu_route(int contract, int lanes, int block, const void* s, int sdt, int64_t st, const void* b, int bdt,
+                         int rows, int E, int K, int vec, int rn, float rs, float* w, int32_t* i) {
+    return contract == 0 ? with_shape<radix4::AiterContract>(lanes, block, s, sdt, st, b, bdt, rows, E, K, vec, rn, rs, w, i)
+                         : with_shape<radix4::SerialContract>(lanes, block, s, sdt, st, b, bdt, rows, E, K, vec, rn, rs, w, i);
 }
+
+extern "C" void emu_sigmoid(int contract, const float* x, float* out, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) {
+        out[k] = contract == 0 ? radix4::contract_sigmoid<radix4::AiterContract, EmuLanes<32>>(x[k])
+                               : radix4::contract_sigmoid<radix4::SerialContract, EmuLanes<32>>(x[k]);
+    }
+}
+
+extern "C" void emu_hook_counts(int* out) { out[0] = emu_waits.load(); out[1] = emu_triggers.load(); }
 """
 
 
-def _build_emulation(tmp_path_factory, rank_max=None):
+def _build_emulation(tmp_path_factory, rank_max=None, defines=()):
     if shutil.which("g++") is None:
         pytest.skip("g++ is not on PATH")
     src = tmp_path_factory.mktemp("radix4_emulation") / "radix4_emulation.cpp"
@@ -321,11 +395,13 @@ def _build_emulation(tmp_path_factory, rank_max=None):
     flags = ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-gnu-unique", f"-I{HERE}"]
     if rank_max is not None:
         flags.append(f"-DRADIX4_RANK_MAX={rank_max}")
+    flags += [f"-D{d}" for d in defines]
     lib = load_library(compile_shared(src, compiler="g++", flags=flags, depends=radix4.headers("cuda")[:2]))
     p, i, i64, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
-    lib.emu_route.argtypes = [i, i, p, i, i64, p, i, i, i, i, i, i, f, p, p]
+    lib.emu_route.argtypes = [i, i, i, p, i, i64, p, i, i, i, i, i, i, f, p, p]
     lib.emu_route.restype = i
-    lib.emu_sigmoid.argtypes = [p, p, i64]
+    lib.emu_sigmoid.argtypes = [i, p, p, i64]
+    lib.emu_hook_counts.argtypes = [p]
     return lib
 
 
@@ -344,24 +420,32 @@ def emulation_one_path(tmp_path_factory, request):
 
 
 CODES = {torch.float32: 0, torch.bfloat16: 1}
+CONTRACTS = {"aiter": 0, "serial": 1}
 
 
-def emulated_route(lib, lanes, scores, bias, topk, renormalize, rs, *, block=0, vec=True):
+def emulated_route(lib, lanes, scores, bias, topk, renormalize, rs, *, block=0, vec=True, contract="aiter"):
+    """The emulated kernel. block: 0 warp per token, 1 the default block, 2 two warps, 3 a vector per thread,
+    4 a warp per token with two tokens per block."""
     M, E = scores.shape
-    weights = torch.empty(M, topk, dtype=torch.float32)
-    ids = torch.empty(M, topk, dtype=torch.int32)
-    rc = lib.emu_route(lanes, block, scores.data_ptr(), CODES[scores.dtype], scores.stride(0), bias.data_ptr(),
-                       CODES[bias.dtype], M, E, topk, int(vec), int(renormalize), rs, weights.data_ptr(),
-                       ids.data_ptr())  # fmt: skip
+    weights = torch.full((M, topk), 12345.0, dtype=torch.float32)  # poisoned: every slot must be written
+    ids = torch.full((M, topk), -7, dtype=torch.int32)
+    rc = lib.emu_route(CONTRACTS[contract], lanes, block, scores.data_ptr(), CODES[scores.dtype], scores.stride(0),
+                       bias.data_ptr(), CODES[bias.dtype], M, E, topk, int(vec), int(renormalize), rs,
+                       weights.data_ptr(), ids.data_ptr())  # fmt: skip
     assert rc == 0
     return weights, ids
 
 
-def reference(lib, scores, bias, topk, renormalize, rs):
-    """Contract aiter, plainly: sort experts by (rank key desc, tie priority asc)."""
+def emulated_sigmoid(lib, scores, contract="aiter"):
     x = scores.float().contiguous()
     sig = torch.empty_like(x)
-    lib.emu_sigmoid(x.data_ptr(), sig.data_ptr(), x.numel())
+    lib.emu_sigmoid(CONTRACTS[contract], x.data_ptr(), sig.data_ptr(), x.numel())
+    return sig
+
+
+def reference(lib, scores, bias, topk, renormalize, rs):
+    """Contract aiter, plainly: sort experts by (rank key desc, tie priority asc)."""
+    sig = emulated_sigmoid(lib, scores)
     r = sig + bias.float()
     prio = tie_priority(scores.shape[1])
     weights, ids = [], []
@@ -418,16 +502,28 @@ def _cases():
     yield "top keys crowded on one lane", crowded, torch.zeros(E), K
     yield "Kimi-K2 random", (torch.randn(4, 384, generator=g) * 2).bfloat16(), torch.randn(384, generator=g) * 0.05, 8
     yield "Kimi-K2 all equal", torch.zeros(2, 384), torch.zeros(384), 8
+    yield "Kimi-K3 pruned 224 random", (torch.randn(5, 224, generator=g) * 2).bfloat16(), torch.randn(224, generator=g) * 0.05, K
+    yield "Kimi-K3 pruned 224 all equal", torch.zeros(2, 224, dtype=torch.bfloat16), torch.zeros(224), K
+    pool = torch.full((3, 224), -2.0)
+    for row in range(3):
+        perm = torch.randperm(224, generator=g)
+        pool[row, perm[: 5 + 3 * row]] = 3.0
+        pool[row, perm[5 + 3 * row : 30 + 3 * row]] = 1.0
+    yield "Kimi-K3 pruned 224 tie pool", pool.bfloat16(), torch.zeros(224), K
+    nan224 = torch.randn(3, 224, generator=g)
+    nan224[0] = float("nan")
+    nan224[1, 10:] = float("nan")
+    nan224[2, ::2] = float("nan")
+    yield "Kimi-K3 pruned 224 NaN rows", nan224, torch.randn(224, generator=g) * 0.05, K
 
 
 CASES = list(_cases())
 
 
-SHAPES = pytest.mark.parametrize(
-    "lanes,block", [(32, 1), (32, 2), (32, 3), (32, 0), (64, 1), (64, 2), (64, 0)],
-    ids=["warp32-4-warps", "warp32-2-warps", "warp32-vector-per-thread", "warp32-warp-per-token",
-         "wave64-4-waves", "wave64-2-waves", "wave64-wave-per-token"],
-)
+SHAPE_PARAMS = [(32, 1), (32, 2), (32, 3), (32, 0), (32, 4), (64, 1), (64, 2), (64, 0)]
+SHAPE_IDS = ["warp32-4-warps", "warp32-2-warps", "warp32-vector-per-thread", "warp32-warp-per-token",
+             "warp32-2-tokens-per-block", "wave64-4-waves", "wave64-2-waves", "wave64-wave-per-token"]  # fmt: skip
+SHAPES = pytest.mark.parametrize("lanes,block", SHAPE_PARAMS, ids=SHAPE_IDS)
 
 
 @needs_gxx
@@ -443,7 +539,7 @@ def test_emulated_kernel_matches_plain_reference(emulation, lanes, block, case):
 
 
 @needs_gxx
-@pytest.mark.parametrize("lanes,block", [(32, 1), (32, 0), (64, 1)], ids=["warp32-4-warps", "warp32-warp-per-token", "wave64-4-waves"])
+@pytest.mark.parametrize("lanes,block", [(32, 1), (32, 4), (64, 1)], ids=["warp32-4-warps", "warp32-2-tokens-per-block", "wave64-4-waves"])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_each_selection_path_alone_matches_plain_reference(emulation_one_path, lanes, block, case):
     _, scores, bias, topk = case
@@ -451,6 +547,32 @@ def test_each_selection_path_alone_matches_plain_reference(emulation_one_path, l
     rw, rids = reference(emulation_one_path, scores, bias, topk, True, 2.5)
     assert torch.equal(ids, rids), f"ids differ in rows {(ids != rids).any(1).nonzero().flatten().tolist()}"
     torch.testing.assert_close(w, rw, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+# The tuning switches of radix4_router.h against the defaults (RADIX4_EX2_FTZ=1,
+# RADIX4_COPY_ENTRY16=1): each must leave every output bit as it was.
+SWITCHES = {
+    "plain-exp2-two-arrays": ("RADIX4_EX2_FTZ=0", "RADIX4_COPY_ENTRY16=0"),
+    "sorted-bound": ("RADIX4_SORTED_BOUND=1",),
+    "late-trigger": ("RADIX4_PDL_LATE_TRIGGER=1",),
+}
+
+
+@pytest.fixture(scope="module", params=list(SWITCHES), ids=list(SWITCHES))
+def emulation_switched(tmp_path_factory, request):
+    return _build_emulation(tmp_path_factory, defines=SWITCHES[request.param])
+
+
+@needs_gxx
+@pytest.mark.parametrize("lanes,block", [(32, 1), (32, 0), (32, 4), (64, 1), (64, 0)],
+                         ids=["warp32-4-warps", "warp32-warp-per-token", "warp32-2-tokens-per-block", "wave64-4-waves",
+                              "wave64-wave-per-token"])  # fmt: skip
+def test_tuning_switches_keep_every_bit(emulation, emulation_switched, lanes, block):
+    for _, scores, bias, topk in CASES:
+        for contract in ("aiter", "serial"):
+            want = emulated_route(emulation, lanes, scores, bias, topk, True, 2.5, block=block, contract=contract)
+            got = emulated_route(emulation_switched, lanes, scores, bias, topk, True, 2.5, block=block, contract=contract)
+            assert torch.equal(got[1], want[1]) and torch.equal(got[0].view(torch.int32), want[0].view(torch.int32))
 
 
 @needs_gxx
@@ -469,6 +591,12 @@ def test_emulated_kernel_strided_rows_and_scalar_loads(emulation, lanes, block):
 def test_emulated_all_equal_row_starts_with_aiters_first_lane(emulation):
     _, ids = emulated_route(emulation, 32, torch.zeros(1, 896), torch.zeros(896), 16, True, 1.0)
     assert ids[0, :8].tolist() == [252, 253, 254, 255, 508, 509, 510, 511]
+    # E = 224: 56 vectors, lanes 0..55 hold one each; lane 48 has the lowest rank among them (8)
+    prio = tie_priority(224)
+    for lanes, block in SHAPE_PARAMS:
+        _, ids = emulated_route(emulation, lanes, torch.zeros(1, 224), torch.zeros(224), 16, True, 1.0, block=block)
+        assert ids[0].tolist() == sorted(range(224), key=prio.__getitem__)[:16]
+        assert ids[0, :4].tolist() == [192, 193, 194, 195]
 
 
 @needs_gxx

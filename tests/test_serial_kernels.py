@@ -126,6 +126,7 @@ OPTIONS = [(True, 1.0), (True, 2.5), (False, 1.0), (False, 2.5)]
         (6, 896, 16, torch.bfloat16, torch.float32),  # Kimi-K3
         (6, 896, 16, torch.float32, torch.float32),
         (6, 384, 8, torch.bfloat16, torch.bfloat16),  # Kimi-K2, bf16 bias upcast
+        (6, 224, 16, torch.bfloat16, torch.float32),  # the pruned Kimi-K3 checkpoint
         (16, 64, 8, torch.float32, torch.bfloat16),
         (16, 16, 16, torch.float32, torch.float32),  # topk == E
         (4, 1, 1, torch.float32, torch.float32),
@@ -276,6 +277,7 @@ def test_block_argmax_refuses_cpu_tensors():
 def test_covered():
     kimi = dict(rows=4096, experts=896, topk=16, dtype=torch.bfloat16, bias_dtype=torch.float32)
     assert scan.covered(**kimi) and block_argmax.covered(**kimi)
+    assert scan.covered(**{**kimi, "experts": 224}) and block_argmax.covered(**{**kimi, "experts": 224})
     assert not scan.covered(**{**kimi, "topk": 897})
     assert not scan.covered(**{**kimi, "dtype": torch.float16})
     assert scan.covered(**{**kimi, "experts": 20000, "topk": 16})

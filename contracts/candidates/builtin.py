@@ -115,6 +115,15 @@ register(
 register(_kernel("radix4", "kernels.radix4", contract="aiter", devices=("cuda",), gates_take_device=False,
                  coverage="radix4 serves the Kimi shapes (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
                  description="our radix-4 select kernel (CUDA warp32 / HIP wave64), aiter tie order"))
+register(_kernel("radix4-pdl", "kernels.radix4.pdl", contract="aiter", devices=("cuda",), gates_take_device=False,
+                 coverage="radix4 serves the Kimi shapes (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
+                 description="radix4 launched with programmatic dependent launch (CUDA sm_90+): it starts while the kernel before it ends"))
+register(_kernel("radix4-serial", "kernels.radix4.serial", contract="serial", devices=("cuda",), gates_take_device=False,
+                 coverage="radix4-serial serves (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
+                 description="the radix-4 select kernel under the serial contract (CUDA), bit for bit the serial scan"))
+register(_kernel("radix4-serial-pdl", "kernels.radix4.serial_pdl", contract="serial", devices=("cuda",), gates_take_device=False,
+                 coverage="radix4-serial serves (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
+                 description="radix4-serial launched with programmatic dependent launch (CUDA sm_90+)"))
 register(_kernel("serial", "kernels.serial.scan", contract="serial", devices=("cpu", "cuda"),
                  description="serial scan, one thread per row (host build on CPU, CUDA kernel on GPU)"))
 register(_kernel("block-argmax", "kernels.serial.block_argmax", contract="serial", devices=("cuda",),

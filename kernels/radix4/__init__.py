@@ -14,28 +14,40 @@ and bias ``b[E]``:
 
 Outputs: ``weights`` fp32 ``[M, topk]`` and ``ids`` int32 ``[M, topk]``, contiguous.
 Inputs: ``scores`` ``[M, E]`` bf16 or fp32, column stride 1, row stride >= E;
-``bias`` ``[E]`` bf16 or fp32, stride 1. Shapes: (E, topk) = (896, 16) (Kimi-K3)
-or (384, 8) (Kimi-K2).
+``bias`` ``[E]`` bf16 or fp32, stride 1. Shapes: (E, topk) = (896, 16) (Kimi-K3),
+(384, 8) (Kimi-K2) or (224, 16) (the pruned Kimi-K3 checkpoint).
 
 ::
 
     supported_hardware() -> tuple[bool, str]     # CUDA sm_80+ or ROCm gfx942/gfx950; never raises
-    build(*, arch=None) -> pathlib.Path          # BuildError on compiler error
+    build(*, arch=None, defines=()) -> pathlib.Path   # BuildError on compiler error
     available() -> tuple[bool, str]              # never raises
     covered(*, rows, experts, topk, dtype, bias_dtype) -> bool
-    route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, launch_shape=None)
+    route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, launch_shape=None, pdl=False)
         -> (weights, ids)
 
 ``arch`` is ``'sm_90'`` (nvcc) or ``'gfx942'`` (hipcc) and lets a machine without
 a GPU compile the library. Launch shape: a block of 4 warps per token up to 256
-rows (lowest latency), a warp per token above (least work per token); H200
-figures are in radix4_entry.h and benchmarks/radix4_gpu_check.py. ``route`` launches on ``torch.cuda.current_stream``,
-so a CUDA graph captures it, and never modifies its inputs.
+rows (lowest latency), a warp per token above (least work per token), with
+registers capped for more warps per SM above 1,536 rows; the measurements
+behind the choice are in docs/radix4_tuning.md. ``route`` launches
+on ``torch.cuda.current_stream``, so a CUDA graph captures it, and never modifies
+its inputs. ``pdl=True`` (CUDA, compute capability 9.0+; ValueError elsewhere)
+launches with programmatic dependent launch: the kernel may start while the
+previous kernel in the stream finishes, and waits for it right before it loads
+the logits (a graph captures it as a programmatic edge). Results are the same
+bits either way.
 
-Sources (no torch headers): ``radix4_router.h`` (the algorithm, shared),
-``tie_order.h`` (aiter's tie table), ``lanes_cuda.cuh`` / ``lanes_hip.h`` (the
-cross-lane primitives of each back end), ``radix4_entry.h`` (the C ABI),
-``radix4.cu`` and ``radix4.hip`` (one translation unit per back end).
+Sibling modules, same functions: ``kernels.radix4.serial`` (contract ``serial``,
+bit-identical to kernels.serial), ``kernels.radix4.pdl`` and
+``kernels.radix4.serial_pdl`` (``route`` with ``pdl=True``, gated on sm_90+).
+
+Sources (no torch headers): ``radix4_router.h`` (the algorithm and both
+contracts, shared), ``tie_order.h`` (aiter's tie table), ``lanes_cuda.cuh`` /
+``lanes_hip.h`` (the cross-lane primitives of each back end), ``radix4_entry.h``
+(the C ABI), ``radix4.cu`` / ``radix4.hip`` (contract aiter) and
+``radix4_serial.cu`` / ``radix4_serial.hip`` (contract serial), one translation
+unit per back end and contract.
 """
 
 from __future__ import annotations
@@ -49,6 +61,7 @@ from .._args import check_route_args
 from .._build import BuildError, compile_shared, load_library
 
 __all__ = [
+    "CONTRACTS",
     "MAX_ROWS",
     "NAME",
     "SHAPES",
@@ -64,7 +77,12 @@ __all__ = [
 
 NAME = "radix4"
 HERE = Path(__file__).resolve().parent
-SHAPES = frozenset({(896, 16), (384, 8)})  # (experts, topk); mirrors radix4_entry.h
+SHAPES = frozenset({(896, 16), (384, 8), (224, 16)})  # (experts, topk); mirrors radix4_entry.h
+# contract -> (CUDA source, HIP source, C entry point): one library per contract.
+CONTRACTS = {
+    "aiter": ("radix4.cu", "radix4.hip", "radix4_route"),
+    "serial": ("radix4_serial.cu", "radix4_serial.hip", "radix4_serial_route"),
+}
 # Rows per launch this kernel is meant for. On an H200 it beat torch-native
 # routing at every batch measured up to 4096 rows (benchmarks/radix4_gpu_check.py);
 # beyond that a library router may take over.
@@ -79,21 +97,29 @@ HIP_SUPPORTED = ("gfx942", "gfx950")
 
 _DTYPE_CODES = {"float32": 0, "bfloat16": 1}
 _RENORMALIZE = 1
-_LAUNCH_SHAPES = {None: 0, "block": 2, "warp": 4}  # mirrors radix4_entry.h's flags
+_LAUNCH_SHAPES = {None: 0, "block": 2, "warp": 4, "dense": 16}  # mirrors radix4_entry.h's flags
+_PROGRAMMATIC_LAUNCH = 8
 _STATUS = {
     1: "unsupported (experts, topk)",
     2: "unsupported dtype",
     3: "bad argument",
     4: "kernel launch failed",
+    5: "programmatic dependent launch unsupported",
 }
 
 
-def cuda_source() -> Path:
-    return HERE / "radix4.cu"
+def _contract(contract: str) -> tuple[str, str, str]:
+    if contract not in CONTRACTS:
+        raise ValueError(f"contract={contract!r} is not one of {sorted(CONTRACTS)}")
+    return CONTRACTS[contract]
 
 
-def hip_source() -> Path:
-    return HERE / "radix4.hip"
+def cuda_source(contract: str = "aiter") -> Path:
+    return HERE / _contract(contract)[0]
+
+
+def hip_source(contract: str = "aiter") -> Path:
+    return HERE / _contract(contract)[1]
 
 
 def headers(backend: str) -> list[Path]:
@@ -115,8 +141,12 @@ def _device_arch() -> tuple[str, str]:
     return "cuda", f"sm_{props.major}{props.minor}"
 
 
-def supported_hardware() -> tuple[bool, str]:
-    """(True, what) on CUDA sm_80+ or ROCm gfx942/gfx950 with its compiler; (False, why) otherwise. Never raises."""
+def supported_hardware(*, cuda_only: bool = False, min_cuda_arch: int = 80) -> tuple[bool, str]:
+    """(True, what) on CUDA sm_80+ or ROCm gfx942/gfx950 with its compiler; (False, why) otherwise. Never raises.
+
+    ``cuda_only`` refuses ROCm and ``min_cuda_arch`` raises the CUDA floor (the
+    serial contract and the PDL modules use them).
+    """
     try:
         try:
             import torch
@@ -126,12 +156,16 @@ def supported_hardware() -> tuple[bool, str]:
             return False, f"no GPU: torch {torch.__version__} sees none (torch.cuda.is_available() is False)"
         backend, arch = _device_arch()
         if backend == "hip":
+            if cuda_only:
+                return False, f"ROCm device {arch}: this kernel is CUDA only"
             if arch not in HIP_SUPPORTED:
                 return False, f"ROCm device {arch} is not a CDNA3/4 target; radix4 supports {', '.join(HIP_SUPPORTED)}"
             compiler = HIP_COMPILER
         else:
-            if int(arch[3:]) < 80:
+            if int(arch[3:].rstrip("a")) < 80:
                 return False, f"CUDA device {arch} is older than sm_80 (radix4 needs redux.sync)"
+            if int(arch[3:].rstrip("a")) < min_cuda_arch:
+                return False, f"CUDA device {arch} is older than sm_{min_cuda_arch} (programmatic dependent launch)"
             compiler = CUDA_COMPILER
         if shutil.which(compiler) is None:
             return False, f"{compiler} is not on PATH; install it to build radix4 for {arch}"
@@ -156,12 +190,12 @@ def _compile(source: Path, arch: str, *, depends: list[Path], defines: tuple[str
     raise ValueError(f"arch={arch!r} is neither a CUDA ('sm_90') nor an AMD ('gfx942') architecture")
 
 
-def build(*, arch: str | None = None, defines: tuple[str, ...] = ()) -> Path:
+def build(*, arch: str | None = None, defines: tuple[str, ...] = (), contract: str = "aiter") -> Path:
     """Compile (or find cached) the library for ``arch`` (default: the current device's).
 
     ``defines`` are preprocessor definitions such as ``("RADIX4_TOKENS_PER_BLOCK=2",)``
-    (the benchmark times them). Raises BuildError if the compiler rejects the source
-    or is missing.
+    (the benchmark times them); ``contract`` picks the translation unit ('aiter' or
+    'serial'). Raises BuildError if the compiler rejects the source or is missing.
     """
     if arch is None:
         ok, why = supported_hardware()
@@ -169,35 +203,36 @@ def build(*, arch: str | None = None, defines: tuple[str, ...] = ()) -> Path:
             raise BuildError(f"cannot pick an architecture: {why}; pass arch='sm_90' or arch='gfx942'")
         _, arch = _device_arch()
     backend = "hip" if arch.startswith("gfx") else "cuda"
-    source = hip_source() if backend == "hip" else cuda_source()
+    source = hip_source(contract) if backend == "hip" else cuda_source(contract)
     return _compile(source, arch, depends=headers(backend), defines=tuple(defines))
 
 
-_libraries: dict[tuple[str, tuple[str, ...]], ctypes.CDLL] = {}
+_libraries: dict[tuple[str, str, tuple[str, ...]], ctypes.CDLL] = {}
 
 
-def library(*, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """The loaded library for the current device, built on first use."""
+def library(*, defines: tuple[str, ...] = (), contract: str = "aiter") -> ctypes.CDLL:
+    """The loaded library for the current device, built on first use; its route entry is ``lib.route``."""
     _, arch = _device_arch()
-    key = (arch, tuple(defines))
+    key = (contract, arch, tuple(defines))
     if key not in _libraries:
-        lib = load_library(build(arch=arch, defines=tuple(defines)))
+        lib = load_library(build(arch=arch, defines=tuple(defines), contract=contract))
         p, i, i64, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
-        lib.radix4_route.argtypes = [p, i, i64, p, i, i64, i, i, i, f, p, p, p]
-        lib.radix4_route.restype = i
+        entry = getattr(lib, _contract(contract)[2])
+        entry.argtypes, entry.restype = [p, i, i64, p, i, i64, i, i, i, f, p, p, p], i
+        lib.route = entry
         lib.radix4_status_string.argtypes, lib.radix4_status_string.restype = [i], ctypes.c_char_p
         lib.radix4_runtime_error_string.argtypes, lib.radix4_runtime_error_string.restype = [], ctypes.c_char_p
         _libraries[key] = lib
     return _libraries[key]
 
 
-def available() -> tuple[bool, str]:
+def available(*, contract: str = "aiter", cuda_only: bool = False, min_cuda_arch: int = 80) -> tuple[bool, str]:
     """supported_hardware, then a build and load; (False, why) instead of raising."""
-    ok, why = supported_hardware()
+    ok, why = supported_hardware(cuda_only=cuda_only, min_cuda_arch=min_cuda_arch)
     if not ok:
         return ok, why
     try:
-        library()
+        library(contract=contract)
     except Exception as exc:  # noqa: BLE001 -- report build failures as data
         return False, f"{type(exc).__name__}: {exc}".splitlines()[0]
     return True, why
@@ -220,49 +255,74 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bool:
     )
 
 
-def _check_args(scores, bias, topk, renormalize, routed_scaling_factor) -> tuple[int, int, int, float]:
+def _check_args(scores, bias, topk, renormalize, routed_scaling_factor, name: str = NAME) -> tuple[int, int, int, float]:
     """Validate route() arguments; return ``(M, E, row_stride, rs)``."""
     M, E, row_stride, rs = check_route_args(scores, bias, topk, renormalize, routed_scaling_factor, dtypes=tuple(_DTYPE_CODES),
                                             bias_dtypes=tuple(_DTYPE_CODES))  # fmt: skip
     if (E, int(topk)) not in SHAPES:
         shapes = ", ".join(f"E={e} with topk={k}" for e, k in sorted(SHAPES))
-        raise ValueError(f"(E, topk)=({E}, {topk}) is not supported; radix4 takes {shapes}; use the oracle or aiter")
+        raise ValueError(f"(E, topk)=({E}, {topk}) is not supported; {name} takes {shapes}; use the oracle or aiter")
     if M >= 2**31 - 16:
         raise ValueError(f"M={M} rows is more than one launch takes; split the batch below 2**31 - 16 rows")
     if scores.device.type != "cuda":
-        raise ValueError(f"scores.device={scores.device} is not a GPU; radix4 runs on CUDA or ROCm devices")
+        raise ValueError(f"scores.device={scores.device} is not a GPU; {name} runs on CUDA or ROCm devices")
     return M, E, row_stride, rs
 
 
+def _check_pdl(pdl, device, name: str) -> None:
+    if not isinstance(pdl, bool):
+        raise ValueError(f"pdl={pdl!r} is not a bool; pass True or False")
+    if pdl:
+        import torch
+
+        with torch.cuda.device(device):
+            backend, arch = _device_arch()
+        if backend != "cuda" or int(arch[3:].rstrip("a")) < 90:
+            raise ValueError(f"pdl=True needs CUDA sm_90 or newer (this device is {arch}); {name} runs without it: pass pdl=False")
+
+
 def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_factor: float = 1.0, *,
-          launch_shape: str | None = None):  # fmt: skip
+          launch_shape: str | None = None, pdl: bool = False):  # fmt: skip
     """Route GPU ``scores`` [M, E] under contract ``aiter``; return ``(weights, ids)``.
 
     Launches on ``torch.cuda.current_stream(scores.device)``, so a CUDA graph
     captures it. Inputs are not modified. ``launch_shape`` ('block': a block
-    per token, 'warp': a warp per token) overrides the choice by batch size,
-    for benchmarks and tests; both give the same results.
+    per token, 'warp': a warp per token, 'dense': the register-capped warp per
+    token) overrides the choice by batch size, for benchmarks and tests; all
+    give the same results. ``pdl=True``: a
+    programmatic dependent launch (CUDA sm_90+), the same results.
     """
+    return route_contract("aiter", scores, bias, topk, renormalize, routed_scaling_factor,
+                          launch_shape=launch_shape, pdl=pdl)  # fmt: skip
+
+
+def route_contract(contract: str, scores, bias, topk: int, renormalize: bool = True,
+                   routed_scaling_factor: float = 1.0, *, launch_shape: str | None = None, pdl: bool = False,
+                   name: str = NAME):  # fmt: skip
+    """``route`` for either contract's library ('aiter' or 'serial'); ``name`` goes into error messages."""
     import torch
 
+    _contract(contract)
     if launch_shape not in _LAUNCH_SHAPES:
-        raise ValueError(f"launch_shape={launch_shape!r} is not one of None, 'block', 'warp'; leave it None")
-    M, E, row_stride, rs = _check_args(scores, bias, topk, renormalize, routed_scaling_factor)
+        raise ValueError(f"launch_shape={launch_shape!r} is not one of None, 'block', 'warp', 'dense'; leave it None")
+    M, E, row_stride, rs = _check_args(scores, bias, topk, renormalize, routed_scaling_factor, name)
+    _check_pdl(pdl, scores.device, name)
     weights = torch.empty((M, topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((M, topk), dtype=torch.int32, device=scores.device)
     if M == 0:
         return weights, ids
+    flags = (_RENORMALIZE if renormalize else 0) | _LAUNCH_SHAPES[launch_shape] | (_PROGRAMMATIC_LAUNCH if pdl else 0)
     with torch.cuda.device(scores.device):
-        lib = library()
+        lib = library(contract=contract)
         stream = torch.cuda.current_stream(scores.device).cuda_stream
-        rc = lib.radix4_route(
+        rc = lib.route(
             scores.data_ptr(), _DTYPE_CODES[_dtype_name(scores.dtype)], row_stride,
             bias.data_ptr(), _DTYPE_CODES[_dtype_name(bias.dtype)], M, E, topk,
-            (_RENORMALIZE if renormalize else 0) | _LAUNCH_SHAPES[launch_shape], rs, weights.data_ptr(), ids.data_ptr(), stream,
+            flags, rs, weights.data_ptr(), ids.data_ptr(), stream,
         )  # fmt: skip
     if rc != 0:
         detail = lib.radix4_status_string(rc).decode(errors="replace")
         if rc == 4:
             detail += ": " + lib.radix4_runtime_error_string().decode(errors="replace")
-        raise RuntimeError(f"radix4_route returned {rc} ({_STATUS.get(rc, 'unknown')}): {detail}")
+        raise RuntimeError(f"{_contract(contract)[2]} returned {rc} ({_STATUS.get(rc, 'unknown')}): {detail}")
     return weights, ids

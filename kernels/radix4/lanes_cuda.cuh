@@ -19,8 +19,9 @@ struct Warp32 {
     static __device__ __forceinline__ uint32_t sum(uint32_t v) { return __reduce_add_sync(0xffffffffu, v); }
     static __device__ __forceinline__ uint32_t all_max(uint32_t v) { return __reduce_max_sync(0xffffffffu, v); }
     static __device__ __forceinline__ uint32_t all_min(uint32_t v) { return __reduce_min_sync(0xffffffffu, v); }
-    // v of lane (this lane ^ d).
+    // v of lane (this lane ^ d), and v of lane `src`.
     static __device__ __forceinline__ uint32_t shfl_xor(uint32_t v, int d) { return __shfl_xor_sync(0xffffffffu, v, d); }
+    static __device__ __forceinline__ uint32_t shfl(uint32_t v, int src) { return __shfl_sync(0xffffffffu, v, src); }
 
     // One bit per lane: which lanes pass, and which lanes come before this one.
     using Mask = uint32_t;
@@ -45,6 +46,22 @@ struct Warp32 {
 
     static __device__ __forceinline__ void sync() { __syncwarp(); }
 
+    // Programmatic dependent launch (sm_90+): in a launch with the
+    // programmatic-stream-serialization attribute, launch_dependents lets
+    // the next grid start early and wait_for_prior_grids blocks until the
+    // grids before this one have completed and their writes are visible.
+    // In a plain launch (and before sm_90) both do nothing.
+    static __device__ __forceinline__ void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    }
+    static __device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+    }
+
     // *at = v in shared memory if p, as one predicated store: written as an
     // `if`, nvcc turns each of a thread's candidate stores into a branch
     // that diverges (a lane holds a candidate in a few of its 28 slots).
@@ -58,7 +75,25 @@ struct Warp32 {
                      :: "r"(static_cast<int>(p)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(at))), "f"(v)
                      : "memory");
     }
+
+    // *at = {composite, sig, 0} as one predicated 16-byte store.
+    template <class Entry16>
+    static __device__ __forceinline__ void store_shared_if(bool p, Entry16* at, uint64_t composite, float sig) {
+        static_assert(sizeof(Entry16) == 16 && alignof(Entry16) >= 8, "a 16-byte entry");
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %0, 0;\n\t@p st.shared.v4.b32 [%1], {%2, %3, %4, %5};\n\t}"
+                     :: "r"(static_cast<int>(p)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(at))),
+                        "r"(static_cast<uint32_t>(composite)), "r"(static_cast<uint32_t>(composite >> 32)),
+                        "f"(sig), "r"(0u)
+                     : "memory");
+    }
     static __device__ __forceinline__ bool any(bool p) { return __any_sync(0xffffffffu, p); }
+
+    // 2^x, flushed to zero below 2^-126 (one MUFU.EX2).
+    static __device__ __forceinline__ float exp2_flushed(float x) {
+        float r;
+        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+        return r;
+    }
 
     // 1 / y rounded to nearest, for 1 <= y < 2^126: the approximate
     // reciprocal and one Newton step with fused multiply-adds. `1.0f / y`
@@ -92,9 +127,44 @@ struct Warp32 {
 
 struct CudaRuntime {
     using Stream = cudaStream_t;
+    static constexpr bool kProgrammaticLaunch = true;  // on devices of compute capability 9.0 and later
+
     // Returns 0 after a good launch, else the runtime's error code.
     static int last_error() { return static_cast<int>(cudaGetLastError()); }
     static const char* error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
+
+    // Whether the current device can take a programmatic dependent launch.
+    static bool programmatic_launch_supported() {
+        int device = 0, major = 0;
+        if (cudaGetDevice(&device) != cudaSuccess) return false;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+        return major >= 9;
+    }
+
+    // kernel<<<blocks, threads, 0, stream>>>(args...), or with `programmatic`
+    // through cudaLaunchKernelEx with programmatic stream serialization (a
+    // CUDA graph captures it as a programmatic edge). Returns last_error().
+    template <class... Params, class... Args>
+    static int launch(void (*kernel)(Params...), int blocks, int threads, Stream stream, bool programmatic,
+                      Args... args) {
+        if (!programmatic) {
+            kernel<<<blocks, threads, 0, stream>>>(args...);
+            return last_error();
+        }
+        cudaLaunchAttribute attribute[1];
+        attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(static_cast<unsigned>(blocks));
+        config.blockDim = dim3(static_cast<unsigned>(threads));
+        config.dynamicSmemBytes = 0;
+        config.stream = stream;
+        config.attrs = attribute;
+        config.numAttrs = 1;
+        const cudaError_t err = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+        const int last = last_error();
+        return err != cudaSuccess ? static_cast<int>(err) : last;
+    }
 };
 
 using Lanes = Warp32;

@@ -45,9 +45,12 @@ struct Wave64 {
     }
     static __device__ __forceinline__ uint32_t exclusive_scan(uint32_t v) { return inclusive_scan(v) - v; }
 
-    // v of lane (this lane ^ d).
+    // v of lane (this lane ^ d), and v of lane `src`.
     static __device__ __forceinline__ uint32_t shfl_xor(uint32_t v, int d) {
         return static_cast<uint32_t>(__shfl_xor(static_cast<int>(v), d, 64));
+    }
+    static __device__ __forceinline__ uint32_t shfl(uint32_t v, int src) {
+        return static_cast<uint32_t>(__shfl(static_cast<int>(v), src, 64));
     }
     static __device__ __forceinline__ uint32_t all_max(uint32_t v) {
 #pragma unroll
@@ -79,6 +82,12 @@ struct Wave64 {
     static __device__ __forceinline__ void store_shared_if(bool p, T* at, T v) {
         if (p) *at = v;
     }
+    template <class Entry16>
+    static __device__ __forceinline__ void store_shared_if(bool p, Entry16* at, uint64_t composite, float sig) {
+        if (p) at->composite = composite, at->sig = sig;
+    }
+
+    static __device__ __forceinline__ float exp2_flushed(float x) { return exp2f(x); }
 
     // IEEE division is branch-free on CDNA (v_div_scale / v_div_fmas /
     // v_div_fixup), so it serves every y.
@@ -92,6 +101,10 @@ struct Wave64 {
         __builtin_amdgcn_wave_barrier();
         __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
     }
+
+    // No programmatic dependent launch on HIP: the entry point refuses it.
+    static __device__ __forceinline__ void wait_for_prior_grids() {}
+    static __device__ __forceinline__ void launch_dependents() {}
 
     // 1 << (4 * t) for t < 16, else 0 (AMD masks shift amounts, so test).
     static __device__ __forceinline__ uint64_t one_hot_nibble(uint32_t t) {
@@ -112,8 +125,16 @@ struct Wave64 {
 
 struct HipRuntime {
     using Stream = hipStream_t;
+    static constexpr bool kProgrammaticLaunch = false;
     static int last_error() { return static_cast<int>(hipGetLastError()); }
     static const char* error_string(int code) { return hipGetErrorString(static_cast<hipError_t>(code)); }
+    static bool programmatic_launch_supported() { return false; }
+
+    template <class... Params, class... Args>
+    static int launch(void (*kernel)(Params...), int blocks, int threads, Stream stream, bool, Args... args) {
+        kernel<<<blocks, threads, 0, stream>>>(static_cast<Params>(args)...);
+        return last_error();
+    }
 };
 
 using Lanes = Wave64;

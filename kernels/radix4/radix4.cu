@@ -1,4 +1,5 @@
-// Radix-4 MoE router top-k, NVIDIA CUDA back end (sm_80+).
+// Radix-4 MoE router top-k, contract `aiter`, NVIDIA CUDA back end (sm_80+;
+// programmatic dependent launch on sm_90+).
 //
 // Computes, per token, the top-k experts of contract `aiter` (sigmoid
 // scores plus a correction bias, aiter's tie order, NaN last) and their
@@ -7,7 +8,14 @@
 // up to RADIX4_BLOCK_PER_TOKEN_MAX_ROWS rows, else one 32-lane warp per
 // token, RADIX4_TOKENS_PER_BLOCK warps per block. C ABI: radix4_entry.h.
 //
-// Build: nvcc -O3 -arch=sm_90 -shared -Xcompiler -fPIC -std=c++17 radix4.cu
+// Build: nvcc -O3 -arch=sm_90 -shared -Xcompiler -fPIC -std=c++17 -fmad=false radix4.cu
 // (no fast math: the sigmoid must round as the contract's).
 #include "lanes_cuda.cuh"
 #include "radix4_entry.h"
+
+extern "C" int radix4_route(const void* scores, int scores_dtype, int64_t row_stride, const void* bias, int bias_dtype,
+                            int64_t rows, int experts, int topk, int flags, float routed_scaling_factor,
+                            float* weights, int32_t* ids, void* stream) {
+    return radix4::route<radix4::AiterContract>(scores, scores_dtype, row_stride, bias, bias_dtype, rows, experts, topk,
+                                                flags, routed_scaling_factor, weights, ids, stream);
+}

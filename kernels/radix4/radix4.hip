@@ -1,5 +1,5 @@
-// Radix-4 MoE router top-k, AMD HIP back end (CDNA wave64: gfx90a, gfx940,
-// gfx942, gfx950).
+// Radix-4 MoE router top-k, contract `aiter`, AMD HIP back end (CDNA wave64:
+// gfx90a, gfx940, gfx942, gfx950).
 //
 // Computes, per token, the top-k experts of contract `aiter` (sigmoid
 // scores plus a correction bias, aiter's tie order, NaN last) and their
@@ -7,9 +7,17 @@
 // algorithm. Launch shape: a block of RADIX4_WARPS_PER_TOKEN waves per token
 // up to RADIX4_BLOCK_PER_TOKEN_MAX_ROWS rows, else one 64-lane wave per
 // token, RADIX4_TOKENS_PER_BLOCK waves per block; cross-lane sums are DPP
-// prefix sums (lanes_hip.h). C ABI: radix4_entry.h.
+// prefix sums (lanes_hip.h). C ABI: radix4_entry.h (no programmatic
+// dependent launch here: that flag returns status 5).
 //
 // Build: hipcc --offload-arch=gfx942 -O3 -shared -fPIC -std=c++17 radix4.hip
 // (HIP_PLATFORM=amd where nvcc is also installed; no fast math).
 #include "lanes_hip.h"
 #include "radix4_entry.h"
+
+extern "C" int radix4_route(const void* scores, int scores_dtype, int64_t row_stride, const void* bias, int bias_dtype,
+                            int64_t rows, int experts, int topk, int flags, float routed_scaling_factor,
+                            float* weights, int32_t* ids, void* stream) {
+    return radix4::route<radix4::AiterContract>(scores, scores_dtype, row_stride, bias, bias_dtype, rows, experts, topk,
+                                                flags, routed_scaling_factor, weights, ids, stream);
+}

@@ -1,34 +1,42 @@
-// The C ABI of the radix-4 router, compiled once per back end (radix4.cu
-// with lanes_cuda.cuh, radix4.hip with lanes_hip.h). No torch headers: a
-// caller passes raw device pointers, the row stride in elements and its
-// stream (cudaStream_t / hipStream_t) as void*.
+// The C ABI of the radix-4 routers, compiled once per back end and contract
+// (radix4.cu / radix4.hip: contract `aiter`; radix4_serial.cu /
+// radix4_serial.hip: contract `serial`). No torch headers: a caller passes
+// raw device pointers, the row stride in elements and its stream
+// (cudaStream_t / hipStream_t) as void*.
 //
 //   int radix4_route(scores, scores_dtype, row_stride, bias, bias_dtype,
 //                    rows, experts, topk, flags, routed_scaling_factor,
-//                    weights, ids, stream)
+//                    weights, ids, stream)            (radix4.cu)
+//   int radix4_serial_route(... the same ...)         (radix4_serial.cu)
 //
 //   scores   [rows, experts] at `row_stride` elements per row, column stride 1
 //   bias     [experts], contiguous
 //   dtypes   RADIX4_FLOAT32 = 0, RADIX4_BFLOAT16 = 1 (any pairing)
-//   flags    RADIX4_RENORMALIZE = 1; RADIX4_BLOCK_PER_TOKEN = 2 and
-//            RADIX4_WARP_PER_TOKEN = 4 force a launch shape (benchmarks);
-//            by default rows <= RADIX4_BLOCK_PER_TOKEN_MAX_ROWS take a block
-//            per token, larger batches a warp per token
+//   flags    RADIX4_RENORMALIZE = 1; RADIX4_BLOCK_PER_TOKEN = 2,
+//            RADIX4_WARP_PER_TOKEN = 4 and RADIX4_DENSE_WARP_PER_TOKEN = 16
+//            force a launch shape (benchmarks); by default rows <=
+//            RADIX4_BLOCK_PER_TOKEN_MAX_ROWS take a block per token, rows >
+//            RADIX4_DENSE_MIN_ROWS the dense warp-per-token kernel, the
+//            batches between the plain one.
+//            RADIX4_PROGRAMMATIC_LAUNCH = 8: programmatic dependent launch
+//            (CUDA, compute capability 9.0+; status 5 elsewhere): the
+//            kernel may start while the previous kernel in the stream
+//            finishes and waits for it right before loading the logits.
 //   weights  fp32 [rows, topk] and ids int32 [rows, topk], contiguous
 //   returns  RADIX4_OK = 0, or a status below; radix4_status_string(status)
 //            says which, and after RADIX4_LAUNCH_FAILED
 //            radix4_runtime_error_string() gives the runtime's own message.
 //
-// Shapes: (experts, topk) in {(896, 16), (384, 8)}: Kimi-K3 and Kimi-K2.
+// Shapes: (experts, topk) in {(896, 16), (384, 8), (224, 16)}: Kimi-K3,
+// Kimi-K2 and the pruned Kimi-K3 checkpoint.
 // Launch shapes (radix4_router.h): a block per token spreads one token's
 // experts over RADIX4_WARPS_PER_TOKEN warps (4 on CUDA, 4 waves on HIP for
-// E=896) and has the lowest latency; a warp per token
-// (RADIX4_TOKENS_PER_BLOCK warps a block, default 4) has the least overhead
-// per token. The defaults come from benchmarks/radix4_gpu_check.py on an
-// H200 (reports/baselines/h200-radix4-gpu-check.log, fp32 bias): a block of
-// 4 warps per token won up to 64 rows (2.71 against 2.88 us at M = 64), the
-// shapes were within 0.15 us at 256 (block 3.36, warp 3.23), and a warp per
-// token won from 512 rows (3.15 against 4.39 us).
+// E=896; fewer when the experts fill fewer) and has the lowest latency; a
+// warp per token (RADIX4_TOKENS_PER_BLOCK warps a block, default 4) has the
+// least overhead per token; its dense kernel caps registers so that
+// RADIX4_DENSE_MIN_BLOCKS blocks fit an SM, for batches that do not fit one
+// wave otherwise (a few dozen bytes of spills for more warps in flight). The
+// defaults and the measurements behind them are in docs/radix4_tuning.md.
 #pragma once
 
 #include <stddef.h>
@@ -36,16 +44,26 @@
 
 #include "radix4_router.h"
 
+// Warps (one token each) per block in the warp-per-token shape.
 #ifndef RADIX4_TOKENS_PER_BLOCK
 #define RADIX4_TOKENS_PER_BLOCK 4
 #endif
+// The largest batch that takes a block per token.
 #ifndef RADIX4_BLOCK_PER_TOKEN_MAX_ROWS
 #define RADIX4_BLOCK_PER_TOKEN_MAX_ROWS 256
 #endif
-// Warps (waves) per token in the block-per-token shape, at most one vector of
-// 4 experts per thread (0 = exactly one). H200, E=896, graph replay, fp32
-// bias: 4 warps 2.52 / 2.57 / 2.71 us at M = 1 / 8 / 64 against 2.69 / 2.75
-// / 2.76 with 2 (reports/baselines/h200-radix4-gpu-check.log).
+// Batches above this many rows take the dense warp-per-token kernel (the
+// uncapped one fits 12 warps per H200 SM for E = 896: 1,584 tokens a wave).
+#ifndef RADIX4_DENSE_MIN_ROWS
+#define RADIX4_DENSE_MIN_ROWS 1536
+#endif
+// The dense kernel's minimum blocks per SM (register cap; 4 x 128 threads:
+// 128 registers).
+#ifndef RADIX4_DENSE_MIN_BLOCKS
+#define RADIX4_DENSE_MIN_BLOCKS 4
+#endif
+// Warps (waves) per token in the block-per-token shape, at most one per
+// 4 * lanes experts (0 = as many as give each thread one vector of 4).
 #ifndef RADIX4_WARPS_PER_TOKEN
 #define RADIX4_WARPS_PER_TOKEN 4
 #endif
@@ -58,13 +76,17 @@ enum Status : int {
     kUnsupportedDtype = 2,
     kBadArgument = 3,
     kLaunchFailed = 4,
+    kUnsupportedLaunch = 5,
 };
 enum Dtype : int { kFloat32 = 0, kBFloat16 = 1 };
-enum Flags : int { kRenormalize = 1, kBlockPerToken = 2, kWarpPerToken = 4 };
+enum Flags : int { kRenormalize = 1, kBlockPerToken = 2, kWarpPerToken = 4, kProgrammaticLaunch = 8, kDenseWarpPerToken = 16 };
+enum class LaunchShape { kBlockPerToken, kWarpPerToken, kDenseWarpPerToken };
 
 constexpr int kTokensPerBlock = RADIX4_TOKENS_PER_BLOCK;
 static_assert(kTokensPerBlock >= 1 && kTokensPerBlock <= 16, "RADIX4_TOKENS_PER_BLOCK must be 1..16");
 constexpr int64_t kBlockPerTokenMaxRows = RADIX4_BLOCK_PER_TOKEN_MAX_ROWS;
+constexpr int64_t kDenseMinRows = RADIX4_DENSE_MIN_ROWS;
+static_assert(RADIX4_DENSE_MIN_BLOCKS >= 1 && RADIX4_WARP_MIN_BLOCKS >= 1, "minimum blocks per SM are >= 1");
 
 inline int& last_runtime_error() {
     static thread_local int code = 0;
@@ -77,32 +99,41 @@ struct Args {
     const void* bias;
     int rows;
     int renormalize;
-    bool block_per_token;
+    LaunchShape shape;
+    bool programmatic;
     float routed_scaling_factor;
     float* weights;
     int32_t* ids;
     Runtime::Stream stream;
 };
 
-template <class L, int E, int K, class Score, class Bias, bool kVec, int kWarps, int kTokens>
-void launch_shape(const Args& a) {
+template <class C, class L, int E, int K, class Score, class Bias, bool kVec, int kWarps, int kTokens, int kMinBlocks>
+int launch_shape(const Args& a) {
     const int blocks = (a.rows + kTokens - 1) / kTokens;
-    route_kernel<L, E, K, Score, Bias, kVec, kWarps, kTokens><<<blocks, L::kLanes * kWarps * kTokens, 0, a.stream>>>(
-        static_cast<const typename Score::Raw*>(a.scores), a.row_stride, static_cast<const typename Bias::Raw*>(a.bias),
-        a.rows, a.renormalize, a.routed_scaling_factor, a.weights, a.ids);
+    return Runtime::launch(route_kernel<C, L, E, K, Score, Bias, kVec, kWarps, kTokens, kMinBlocks>, blocks,
+                           L::kLanes * kWarps * kTokens, a.stream, a.programmatic,
+                           static_cast<const typename Score::Raw*>(a.scores), a.row_stride,
+                           static_cast<const typename Bias::Raw*>(a.bias), a.rows, a.renormalize,
+                           a.routed_scaling_factor, a.weights, a.ids);
 }
 
-template <int E, int K, class Score, class Bias, bool kVec>
+template <class C, int E, int K, class Score, class Bias, bool kVec>
 int launch(const Args& a) {
     constexpr int kFull = (E / 4 + Lanes::kLanes - 1) / Lanes::kLanes;
     constexpr int kAsked = RADIX4_WARPS_PER_TOKEN;
     constexpr int kWarpsPerToken = kAsked > 0 && kAsked < kFull ? kAsked : kFull;
-    if (a.block_per_token) {
-        launch_shape<Lanes, E, K, Score, Bias, kVec, kWarpsPerToken, 1>(a);
-    } else {
-        launch_shape<Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock>(a);
+    int err = 0;
+    switch (a.shape) {
+        case LaunchShape::kBlockPerToken:
+            err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, kWarpsPerToken, 1, 1>(a);
+            break;
+        case LaunchShape::kWarpPerToken:
+            err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock, RADIX4_WARP_MIN_BLOCKS>(a);
+            break;
+        case LaunchShape::kDenseWarpPerToken:
+            err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock, RADIX4_DENSE_MIN_BLOCKS>(a);
+            break;
     }
-    const int err = Runtime::last_error();
     if (err != 0) {
         last_runtime_error() = err;
         return kLaunchFailed;
@@ -118,63 +149,80 @@ bool vector_loads_aligned(const Args& a) {
            b % (4 * sizeof(typename Bias::Raw)) == 0;
 }
 
-template <int E, int K, class Score, class Bias>
+template <class C, int E, int K, class Score, class Bias>
 int launch_aligned_or_not(const Args& a) {
-    return vector_loads_aligned<Score, Bias>(a) ? launch<E, K, Score, Bias, true>(a)
-                                                : launch<E, K, Score, Bias, false>(a);
+    return vector_loads_aligned<Score, Bias>(a) ? launch<C, E, K, Score, Bias, true>(a)
+                                                : launch<C, E, K, Score, Bias, false>(a);
 }
 
-template <int E, int K, class Score>
+template <class C, int E, int K, class Score>
 int launch_bias_dtype(const Args& a, int bias_dtype) {
     switch (bias_dtype) {
-        case kFloat32: return launch_aligned_or_not<E, K, Score, F32>(a);
-        case kBFloat16: return launch_aligned_or_not<E, K, Score, Bf16>(a);
+        case kFloat32: return launch_aligned_or_not<C, E, K, Score, F32>(a);
+        case kBFloat16: return launch_aligned_or_not<C, E, K, Score, Bf16>(a);
         default: return kUnsupportedDtype;
     }
 }
 
-template <int E, int K>
+template <class C, int E, int K>
 int launch_dtypes(const Args& a, int scores_dtype, int bias_dtype) {
     switch (scores_dtype) {
-        case kFloat32: return launch_bias_dtype<E, K, F32>(a, bias_dtype);
-        case kBFloat16: return launch_bias_dtype<E, K, Bf16>(a, bias_dtype);
+        case kFloat32: return launch_bias_dtype<C, E, K, F32>(a, bias_dtype);
+        case kBFloat16: return launch_bias_dtype<C, E, K, Bf16>(a, bias_dtype);
         default: return kUnsupportedDtype;
     }
+}
+
+// The whole entry point, for contract C: checks, then the launch.
+template <class C>
+int route(const void* scores, int scores_dtype, int64_t row_stride, const void* bias, int bias_dtype, int64_t rows,
+          int experts, int topk, int flags, float routed_scaling_factor, float* weights, int32_t* ids, void* stream) {
+    const bool k3 = experts == 896 && topk == 16, k2 = experts == 384 && topk == 8;
+    const bool k3_pruned = experts == 224 && topk == 16;
+    if (!k3 && !k2 && !k3_pruned) return kUnsupportedShape;
+    if ((scores_dtype != kFloat32 && scores_dtype != kBFloat16) ||
+        (bias_dtype != kFloat32 && bias_dtype != kBFloat16)) {
+        return kUnsupportedDtype;
+    }
+    constexpr int kKnownFlags = kRenormalize | kBlockPerToken | kWarpPerToken | kProgrammaticLaunch | kDenseWarpPerToken;
+    const int forced = flags & (kBlockPerToken | kWarpPerToken | kDenseWarpPerToken);
+    if (rows < 0 || rows > INT32_MAX - kTokensPerBlock || row_stride < experts || (flags & ~kKnownFlags) != 0 ||
+        (forced & (forced - 1)) != 0) {
+        return kBadArgument;  // out of range, unknown flags, or two launch shapes
+    }
+    const bool programmatic = (flags & kProgrammaticLaunch) != 0;
+    if (programmatic && !(Runtime::kProgrammaticLaunch && Runtime::programmatic_launch_supported())) {
+        return kUnsupportedLaunch;
+    }
+    if (rows == 0) return kOk;
+    if (scores == nullptr || bias == nullptr || weights == nullptr || ids == nullptr) return kBadArgument;
+    const LaunchShape shape = forced == kBlockPerToken       ? LaunchShape::kBlockPerToken
+                              : forced == kWarpPerToken      ? LaunchShape::kWarpPerToken
+                              : forced == kDenseWarpPerToken ? LaunchShape::kDenseWarpPerToken
+                              : rows <= kBlockPerTokenMaxRows ? LaunchShape::kBlockPerToken
+                              : rows > kDenseMinRows         ? LaunchShape::kDenseWarpPerToken
+                                                             : LaunchShape::kWarpPerToken;
+    const Args a{scores, row_stride, bias, static_cast<int>(rows), flags & kRenormalize, shape, programmatic,
+                 routed_scaling_factor, weights, ids, static_cast<Runtime::Stream>(stream)};
+    if (k3) return launch_dtypes<C, 896, 16>(a, scores_dtype, bias_dtype);
+    if (k2) return launch_dtypes<C, 384, 8>(a, scores_dtype, bias_dtype);
+    return launch_dtypes<C, 224, 16>(a, scores_dtype, bias_dtype);
 }
 
 }  // namespace radix4
 
 extern "C" {
 
-int radix4_route(const void* scores, int scores_dtype, int64_t row_stride, const void* bias, int bias_dtype,
-                 int64_t rows, int experts, int topk, int flags, float routed_scaling_factor, float* weights,
-                 int32_t* ids, void* stream) {
-    using namespace radix4;
-    const bool k3 = experts == 896 && topk == 16, k2 = experts == 384 && topk == 8;
-    if (!k3 && !k2) return kUnsupportedShape;
-    if ((scores_dtype != kFloat32 && scores_dtype != kBFloat16) ||
-        (bias_dtype != kFloat32 && bias_dtype != kBFloat16)) {
-        return kUnsupportedDtype;
-    }
-    if (rows < 0 || rows > INT32_MAX - kTokensPerBlock || row_stride < experts || (flags & ~(kRenormalize | kBlockPerToken | kWarpPerToken)) != 0 ||
-        (flags & kBlockPerToken && flags & kWarpPerToken)) {
-        return kBadArgument;
-    }
-    if (rows == 0) return kOk;
-    if (scores == nullptr || bias == nullptr || weights == nullptr || ids == nullptr) return kBadArgument;
-    const bool block_per_token = (flags & kBlockPerToken) || (!(flags & kWarpPerToken) && rows <= kBlockPerTokenMaxRows);
-    const Args a{scores, row_stride, bias, static_cast<int>(rows), flags & kRenormalize, block_per_token,
-                 routed_scaling_factor, weights, ids, static_cast<Runtime::Stream>(stream)};
-    return k3 ? launch_dtypes<896, 16>(a, scores_dtype, bias_dtype) : launch_dtypes<384, 8>(a, scores_dtype, bias_dtype);
-}
-
 const char* radix4_status_string(int status) {
     switch (status) {
         case radix4::kOk: return "ok";
-        case radix4::kUnsupportedShape: return "unsupported (experts, topk): supported are (896, 16) and (384, 8)";
+        case radix4::kUnsupportedShape:
+            return "unsupported (experts, topk): supported are (896, 16), (384, 8) and (224, 16)";
         case radix4::kUnsupportedDtype: return "unsupported dtype code: 0 = float32, 1 = bfloat16";
         case radix4::kBadArgument: return "bad argument: rows out of range, row_stride < experts, unknown or conflicting flags, or null pointer";
         case radix4::kLaunchFailed: return "kernel launch failed (see radix4_runtime_error_string)";
+        case radix4::kUnsupportedLaunch:
+            return "programmatic dependent launch needs CUDA on a device of compute capability 9.0 or later";
         default: return "unknown status";
     }
 }

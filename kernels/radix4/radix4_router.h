@@ -1,7 +1,8 @@
-// Radix-4 MoE router top-k: one algorithm for CUDA (warp32) and HIP (wave64).
+// Radix-4 MoE router top-k: one algorithm for CUDA (warp32) and HIP (wave64),
+// two routing contracts.
 //
-// What it computes (contract `aiter`, docs/contracts.md#contract-aiter), as
-// plain torch:
+// What it computes, as plain torch. Contract `aiter` (docs/contracts.md#contract-aiter,
+// AiterContract below):
 //
 //     sig = 1 / (1 + exp2(-log2(e) * scores.float()))       # IEEE division
 //     r   = sig + bias.float()                              # ranks only
@@ -10,7 +11,18 @@
 //     w   = sig[ids]; if renormalize and w.sum() > 0: w = w / w.sum()
 //     w   = w * routed_scaling_factor
 //
-// The tie priority is aiter's wave64 traversal order (tie_order.h).
+// with aiter's wave64 traversal order as the tie priority (tie_order.h).
+// Contract `serial` (docs/contracts.md#contract-serial, SerialContract below), bit for bit the
+// serial scan of kernels/serial:
+//
+//     sig = 1 / (1 + exp(-scores.float()))                  # plain expf, IEEE division
+//     r   = sig + bias.float()
+//     ids = the experts with r > -1e30 (NaN never) by (r desc, index asc),
+//           then expert 0 for every slot left                # selection order
+//     w   = sig[ids]                                        # expert 0's sig again
+//     w   = (w / (w.sum() + 1e-20)) * rs if renormalize else w * rs
+//
+// Both sum the weights in output order, in fp32.
 //
 // How: each token is routed by kWarpsPerToken lane groups of L::kLanes
 // lanes (warps on CUDA, waves on HIP) that hold its E scores in registers,
@@ -21,40 +33,46 @@
 // usual case they are found without a histogram (route_kernel lists the
 // steps): the lane maxima of the keys give a lower bound `lo` that at least
 // k keys reach (in each lane group, the k-th largest lane maximum: k lanes
-// hold a key at least that large); for sigmoid scores only about 20 of 896
-// keys reach it in a warp-per-token launch, about 25 with four warps
-// (benchmarks/radix4_bound_sim.py). Those
-// keys are copied to shared memory, where each is ranked by counting the
-// larger composites. The rank is the output position.
+// hold a key at least that large); for sigmoid scores only a few dozen
+// keys reach it (benchmarks/radix4_bound_sim.py; docs/radix4_tuning.md).
+// Those keys are copied to shared memory, where each is ranked by counting
+// the larger composites. The rank is the output position.
 //
-// When the set is too large (many keys tied near the max, NaN rows), a
-// radix select over the composite takes over, 4 bits per round: every
-// round builds a 16-bin histogram of the current digit of the remaining
-// candidates, sums it over the token's threads and finds the bin holding
-// the cutoff. It starts at the first bit where the bound and the max
-// differ, stops as soon as the cutoff bin holds exactly the winners still
-// needed, and visits the tie-priority digits only when whole rank keys tie
-// at the cutoff. Its winners are written to shared memory in any order and
-// each of the first k lanes places one by its rank among the winners.
-// Either way the output order is (key desc, tie priority asc) and the
-// renormalizing total is summed in that order.
+// When the set is too large (many keys tied near the max, NaN rows, rows
+// with fewer than k experts above the serial floor), a radix select over
+// the composite takes over, 4 bits per round: every round builds a 16-bin
+// histogram of the current digit of the remaining candidates, sums it over
+// the token's threads and finds the bin holding the cutoff. It starts at
+// the first bit where the bound and the max differ, stops as soon as the
+// cutoff bin holds exactly the winners still needed, and visits the
+// tie-priority digits only when whole rank keys tie at the cutoff. Its
+// winners are written to shared memory in any order and each of the first
+// k lanes places one by its rank among the winners. Either way the output
+// order is (key desc, tie priority asc) and the total is summed in that
+// order.
 //
 // Launch shape: either a block per token (kWarpsPerToken warps, grid = M;
 // the low-latency choice for small batches) or a warp per token
 // (kTokensPerBlock warps per block, grid = ceil(M / kTokensPerBlock)); the
 // entry point picks by M (radix4_entry.h). Static shared memory: about
 // 28 * k * kTokensPerBlock + 12 * RADIX4_RANK_MAX * kWarpsPerToken *
-// kTokensPerBlock bytes (5-8 KB). No fast math anywhere: the sigmoid must
-// round like the contract's so that ids stay comparable (on CUDA its
-// reciprocal is a branch-free sequence that is exact below 2^126, checked
-// for every input by benchmarks/radix4_sigmoid_exhaustive.cu).
+// kTokensPerBlock bytes. No fast math anywhere: the sigmoid must round like
+// the contract's so that ids stay comparable (on CUDA its reciprocal is a
+// branch-free sequence that is exact below 2^126, checked for every input by
+// benchmarks/radix4_sigmoid_exhaustive.cu).
+//
+// Programmatic dependent launch (CUDA sm_90+, radix4_entry.h): the kernel
+// lets its dependents launch at entry and waits for the grids before it
+// (L::wait_for_prior_grids) right before its first load of the logits;
+// only the constant tie table is read before that wait. In a plain launch
+// both are no-ops.
 #pragma once
 
 #include <stdint.h>
 
 #include "tie_order.h"
 
-// No contraction into fused multiply-adds: the contract rounds every step.
+// No contraction into fused multiply-adds: the contracts round every step.
 // (nvcc has no such pragma: its builds pass -fmad=false.)
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -97,39 +115,103 @@ __device__ __forceinline__ void load4(const typename T::Raw* p, float out[4]) {
     for (int i = 0; i < 4; ++i) out[i] = T::template widen<L>(raw[i]);
 }
 
-// ---- the contract's arithmetic ----
+// ---- the float-to-key twiddle ----
 
-// aiter's form of the sigmoid, 1 / (1 + exp2(-log2(e) * x)), in two
-// halves: the denominator (exp2f is the accurate library version because no
-// fast-math flag is given) and its IEEE reciprocal. L::reciprocal is exact
-// below L::kReciprocalLimit; sigmoids() redoes the rest with `1.0f / y`.
-__device__ __forceinline__ float sigmoid_denominator(float x) {
-    constexpr float kNegLog2e = -1.44269504088896340736f;
-    return 1.0f + exp2f(kNegLog2e * x);
+// An order-preserving map of fp32 onto uint32: negative floats have all
+// bits flipped, others only the sign bit. -0.0 and +0.0 get different keys
+// here, and need not get one: the kernel only maps r = sig + bias with
+// sig >= +0, and in round to nearest such a sum is never -0 (+0 + -0 = +0,
+// x + -x = +0). NaN is each contract's to map (rank_key below).
+template <class L>
+__device__ __forceinline__ uint32_t ordered_bits(float r) {
+    const uint32_t bits = L::as_uint(r);
+    const uint32_t flip = static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) | 0x80000000u;
+    return bits ^ flip;
 }
+
+// ---- the contracts: sigmoid, rank keys, tie priority, weights ----
+//
+// A contract is a policy of static members:
+//   denominator<L>(x)      1 + exp(-x) in the contract's form; the sigmoid is
+//                          its IEEE reciprocal (contract_sigmoid)
+//   rank_key<L>(r)         the key of ranking value r; 0 for a value that only
+//                          fills slots (aiter's NaN) or never wins (serial)
+//   kFillWithExpertZero    winners of key 0 leave as expert 0 with its sig
+//   vector_priority<E>(g)  the tie priority of vector g's first expert (the
+//                          other three follow it); lower wins
+//   weight(sig, total, renormalize, rs)
+
+// In global memory, not __constant__: lanes read different entries, which
+// the constant cache would serialize.
+template <int E>
+__device__ const TieTable<E> kDeviceTieTable = make_tie_table<E>();
+
+struct AiterContract {
+    static constexpr bool kFillWithExpertZero = false;  // NaN experts fill the slots numbers leave
+    // aiter's form of the sigmoid, 1 / (1 + exp2(-log2(e) * x)); exp2f is
+    // the accurate library version because no fast-math flag is given. With
+    // RADIX4_EX2_FTZ, L::exp2_flushed (ftz) instead: it differs from exp2f
+    // only where exp2f is below 2^-126, and 1 + such a value is 1 either way,
+    // so the denominator has the same bits (checked for every x by
+    // benchmarks/radix4_sigmoid_exhaustive.cu) for fewer instructions.
+    template <class L>
+    static __device__ __forceinline__ float denominator(float x) {
+        constexpr float kNegLog2e = -1.44269504088896340736f;
+#if RADIX4_EX2_FTZ
+        return 1.0f + L::exp2_flushed(kNegLog2e * x);
+#else
+        return 1.0f + exp2f(kNegLog2e * x);
+#endif
+    }
+    // Every NaN maps to 0, below the key of -inf (0x007fffff), so NaN never
+    // displaces a number.
+    template <class L>
+    static __device__ __forceinline__ uint32_t rank_key(float r) {
+        return r != r ? 0u : ordered_bits<L>(r);
+    }
+    template <int E>
+    static __device__ __forceinline__ uint32_t vector_priority(int g) {
+        return 4u * (kDeviceTieTable<E>.vec_base[g & 63] + static_cast<uint32_t>(g >> 6));
+    }
+    static __device__ __forceinline__ float weight(float sig, float total, int renormalize, float rs) {
+        float w = sig;
+        if (renormalize && total > 0.0f) w = w / total;
+        return w * rs;
+    }
+};
+
+struct SerialContract {
+    static constexpr bool kFillWithExpertZero = true;  // the scan's expert 0 when nothing beats the floor
+    template <class L>
+    static __device__ __forceinline__ float denominator(float x) { return 1.0f + expf(-x); }
+    // Only values above the scan's -1e30 sentinel can win (NaN fails the
+    // compare); every other value gets key 0, below every winner.
+    template <class L>
+    static __device__ __forceinline__ uint32_t rank_key(float r) {
+        constexpr float kSentinel = -1e30f;
+        return r > kSentinel ? ordered_bits<L>(r) : 0u;
+    }
+    template <int E>
+    static __device__ __forceinline__ uint32_t vector_priority(int g) {
+        return 4u * static_cast<uint32_t>(g);  // lowest index wins
+    }
+    static __device__ __forceinline__ float weight(float sig, float total, int renormalize, float rs) {
+        constexpr float kDenominatorEpsilon = 1e-20f;
+        return renormalize ? (sig / (total + kDenominatorEpsilon)) * rs : sig * rs;
+    }
+};
+
 // IEEE 1 / y out of line: only the rare denominators at or above
 // L::kReciprocalLimit come here, and one copy of the division keeps the
 // hot path's code short (the kernel runs each instruction about once, so
 // its code size is instruction-cache time).
 __device__ __noinline__ float ieee_reciprocal(float y) { return 1.0f / y; }
 
-template <class L>
+// The contract's sigmoid: L::reciprocal is exact below L::kReciprocalLimit.
+template <class C, class L>
 __device__ __forceinline__ float contract_sigmoid(float x) {
-    const float y = sigmoid_denominator(x);
+    const float y = C::template denominator<L>(x);
     return y < L::kReciprocalLimit ? L::reciprocal(y) : ieee_reciprocal(y);
-}
-
-// The float-to-key twiddle: an order-preserving map of fp32 onto uint32.
-// Negative floats have all bits flipped, others only the sign bit; every
-// NaN maps to 0, below the key of -inf (0x007fffff), so NaN never displaces
-// a number. The contract gives -0.0 and +0.0 one key; this map does not,
-// and need not: it only sees r = sig + bias with sig >= +0, and in round
-// to nearest such a sum is never -0 (+0 + -0 = +0, x + -x = +0).
-template <class L>
-__device__ __forceinline__ uint32_t rank_key_of_sum(float r) {
-    const uint32_t bits = L::as_uint(r);
-    const uint32_t flip = static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) | 0x80000000u;
-    return r != r ? 0u : bits ^ flip;
 }
 
 // ---- one radix round: histogram, sum over the token's threads, bin walk ----
@@ -157,8 +239,8 @@ struct Histogram {
     __device__ __forceinline__ void add(int j, uint32_t t) { counter[j / kValsPerCounter] += L::one_hot_nibble(t); }
 
     // Eight words of two 16-bit bin counts, ready to be summed as integers
-    // (a token has at most 4096 experts, so sums never carry between
-    // halves): out[q] holds bins 4q and 4q+2, out[4+q] bins 4q+1 and 4q+3.
+    // over a token (Pick's caller bounds the token's values below 2^16):
+    // out[q] holds bins 4q and 4q+2, out[4+q] bins 4q+1 and 4q+3.
     __device__ __forceinline__ void words(uint32_t out[8]) const {
         constexpr uint64_t kLowNibbles = 0x0f0f0f0f0f0f0f0full;
         uint64_t even = 0, odd = 0;  // bytes: bins 0,2,..,14 and 1,3,..,15
@@ -207,15 +289,10 @@ __device__ __forceinline__ Pick pick_bin(const uint32_t total[8], uint32_t neede
     return Pick{digit, above, at_digit - above};
 }
 
-// ---- the kernel ----
+// ---- step clocks ----
 
-// In global memory, not __constant__: lanes read different entries, which
-// the constant cache would serialize.
-template <int E>
-__device__ const TieTable<E> kDeviceTieTable = make_tie_table<E>();
-
-// Step clocks for benchmarks/radix4_lab.py: a RADIX4_LAB build records the
-// SM clock of block 0, thread 0 at each step; other builds compile nothing.
+// For benchmarks/radix4_lab.py: a RADIX4_LAB build records the SM clock of
+// block 0, thread 0 at each step; other builds compile nothing.
 #ifdef RADIX4_LAB
 __device__ unsigned long long radix4_lab_clock[8];
 #define RADIX4_STAMP(i)                                                               \
@@ -228,11 +305,45 @@ __device__ unsigned long long radix4_lab_clock[8];
     } while (0)
 #endif
 
-// Largest candidate set the rank step takes (see route_kernel); larger sets
-// go through the radix rounds. 0 turns the rank step off (benchmarks).
+// Largest candidate set the rank step takes (RankStep); larger sets go
+// through the radix rounds. 0 turns the rank step off (benchmarks).
 #ifndef RADIX4_RANK_MAX
 #define RADIX4_RANK_MAX 128
 #endif
+// Tuning switches (0 or 1; the defaults are the measured choice,
+// docs/radix4_tuning.md has the measurements; every setting gives the same
+// bits):
+//   RADIX4_EX2_FTZ         aiter's exp2 as the flushed hardware exp2
+//   RADIX4_COPY_ENTRY16    candidates as 16-byte entries, one store each
+//   RADIX4_SORTED_BOUND    the lane maxima sorted by a bitonic network (fewer
+//                          instructions, a longer dependent chain) instead
+//                          of counted by every lane against every lane
+//   RADIX4_PDL_LATE_TRIGGER  the warp-per-token shape lets its dependents
+//                          launch before its write step, not at entry (a
+//                          dependent launched early holds SM slots that the
+//                          rest of a one-wave grid's blocks could balance)
+// and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
+// SM for ptxas: the register cap that sets how many warps fit an SM (1: no
+// cap, no spills). The entry point also has a dense warp-per-token kernel
+// for batches that fill more than one wave (RADIX4_DENSE_MIN_BLOCKS,
+// radix4_entry.h): route_kernel's kMinBlocks.
+#ifndef RADIX4_EX2_FTZ
+#define RADIX4_EX2_FTZ 1
+#endif
+#ifndef RADIX4_COPY_ENTRY16
+#define RADIX4_COPY_ENTRY16 1
+#endif
+#ifndef RADIX4_SORTED_BOUND
+#define RADIX4_SORTED_BOUND 0
+#endif
+#ifndef RADIX4_PDL_LATE_TRIGGER
+#define RADIX4_PDL_LATE_TRIGGER 1
+#endif
+#ifndef RADIX4_WARP_MIN_BLOCKS
+#define RADIX4_WARP_MIN_BLOCKS 1
+#endif
+
+// ---- the launch's compile-time shape, and the shared memory of all steps ----
 
 // kWarpsPerToken lane groups (warps / waves) route one token together; with
 // more than one, a block is one token and histograms are summed across the
@@ -241,487 +352,750 @@ __device__ unsigned long long radix4_lab_clock[8];
 // beyond the warp. Many warps per token cut a token's latency (small
 // batches); one warp per token has the least overhead per token (large
 // batches).
-//
-// Steps:
-//   1. Each lane group reduces the max and min of its keys and ranks its
-//      lanes' maxima against each other (lane shuffles): the k-th largest
-//      lane maximum is reached by at least k keys. With several groups,
-//      each also gives its ceil(k / m)-th largest lane maximum for m = 1 ..
-//      groups, and these meet in shared memory (one barrier): the m-th
-//      largest of them over the groups is reached by k keys too, and lo is
-//      the largest such bound. If min == max every key is equal and the
-//      winners are the k first in tie priority: no selection.
-//   2a. Every key >= lo (C of them, about two dozen) is copied to its
-//      group's region of shared memory; after one barrier the first group
-//      ranks each by counting the larger composites (with C <= lanes, one
-//      candidate per lane and lane shuffles; else reading the regions), and
-//      ranks below k are the winners, already in output order. The other
-//      groups are done.
-//   2b. If C > RADIX4_RANK_MAX (wide tie pools, NaN rows) the copy is
-//      dropped and the radix select below runs instead, starting at the
-//      first bit where lo and max differ; then winners are gathered and
-//      placed.
-template <class L, int E, int K, class Score, class Bias, bool kVec, int kWarpsPerToken, int kTokensPerBlock>
-__global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock, 1)
-route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
-             const typename Bias::Raw* __restrict__ bias, int rows, int renormalize, float routed_scaling_factor,
-             float* __restrict__ weights, int32_t* __restrict__ ids) {
-    constexpr int kLanes = L::kLanes;
-    constexpr int kThreads = kLanes * kWarpsPerToken;  // threads per token
-    constexpr int kGroups = E / 4;
-    constexpr int kSlots = (kGroups + kThreads - 1) / kThreads;  // vectors of 4 per thread
-    constexpr int kVals = 4 * kSlots;
-    constexpr bool kRagged = kGroups % kThreads != 0;  // last slot empty on some threads
-    constexpr bool kShared = kWarpsPerToken > 1;
-    constexpr int kPrioBits = 12;  // tie priority < 4096, and so is an expert id
-    constexpr uint64_t kIdMask = (uint64_t{1} << kPrioBits) - 1u;
-    constexpr int kRankMax = RADIX4_RANK_MAX;
+template <class L, int E_, int K_, int kWarpsPerToken, int kTokensPerBlock>
+struct Shape {
+    static constexpr int E = E_, K = K_;
+    static constexpr int kLanes = L::kLanes;
+    static constexpr int kWarps = kWarpsPerToken;
+    static constexpr int kTokens = kTokensPerBlock;
+    static constexpr int kThreads = kLanes * kWarpsPerToken;  // threads per token
+    static constexpr int kBlockThreads = kThreads * kTokensPerBlock;
+    static constexpr int kGroups = E / 4;
+    static constexpr int kSlots = (kGroups + kThreads - 1) / kThreads;  // vectors of 4 per thread
+    static constexpr int kVals = 4 * kSlots;
+    static constexpr bool kRagged = kGroups % kThreads != 0;  // last slot empty on some threads
+    static constexpr bool kShared = kWarpsPerToken > 1;
+    static constexpr int kPrioBits = 12;  // tie priority < 4096, and so is an expert id
+    static constexpr uint64_t kIdMask = (uint64_t{1} << kPrioBits) - 1u;
+    static constexpr int kRankMax = RADIX4_RANK_MAX;
     // One warp's share of the candidates, at most, rounded up to the rank
     // step's four entries per step.
-    constexpr int kRankCap = kRankMax > 0 ? (kRankMax + 3) & ~3 : 4;
-    static_assert(E % 4 == 0 && E <= (1 << kPrioBits), "E must be a multiple of 4, at most 4096");
-    static_assert(K >= 1 && K <= kLanes && K <= E, "one lane places each winner: 1 <= k <= lanes, k <= E");
+    static constexpr int kRankCap = kRankMax > 0 ? (kRankMax + 3) & ~3 : 4;
+    // Per-warp histogram sums (8 words), or the bound step's max, min and
+    // bounds (2 + warps).
+    static constexpr int kPartialWords = 2 + kWarpsPerToken > 8 ? 2 + kWarpsPerToken : 8;
+
+    static_assert(E % 4 == 0 && E >= 4 && E <= (1 << kPrioBits), "E must be a multiple of 4 in 4..4096");
+    static_assert(K >= 1 && K <= E, "1 <= k <= E");
     static_assert(kVals <= 64, "a thread keeps its winners in a 64-bit mask");
     static_assert(!kShared || kTokensPerBlock == 1, "a token spread over warps owns its block");
+    static_assert(kWarpsPerToken >= 1 && kWarpsPerToken * kLanes <= 1024 && kBlockThreads <= 1024, "one block");
     static_assert(kRankMax >= 0 && kRankMax <= 1024, "RADIX4_RANK_MAX must be 0..1024");
+};
 
-    struct Entry {
-        uint64_t composite;  // as composite(j) below: larger ranks first
-        float sig;
-        int32_t id;
-    };
-    __shared__ Entry winners[kTokensPerBlock][K];
-    __shared__ float ranked_sig[kTokensPerBlock][K];
-    __shared__ int32_t ranked_id[kTokensPerBlock][K];
-    // Per-warp sums (8 words), or step 1's max, min and bounds (2 + warps).
-    constexpr int kPartialWords = 2 + kWarpsPerToken > 8 ? 2 + kWarpsPerToken : 8;
-    __shared__ uint32_t partial[2][kWarpsPerToken][kPartialWords];  // double-buffered by round
-    __shared__ uint32_t winner_count;
-    // The rank step's candidates, one region per warp (a warp's share of the
-    // token's C candidates is at most C); 16-byte aligned so that two
-    // composites load as one.
-    alignas(16) __shared__ uint64_t cand_composite[kTokensPerBlock][kWarpsPerToken][kRankCap];
-    __shared__ float cand_sig[kTokensPerBlock][kWarpsPerToken][kRankCap];
-    __shared__ uint32_t cand_count[kTokensPerBlock][kWarpsPerToken];
+// One expert's entry in shared memory: its composite (larger ranks first),
+// its weight numerator and its expert id (the composite's low bits for a
+// candidate).
+struct Entry {
+    uint64_t composite;
+    float sig;
+    int32_t id;
+};
 
-    const int lane = L::lane();
-    const int warp = L::group();
-    const int local = kShared ? 0 : warp;   // this token's index in the block
-    const int region = kShared ? warp : 0;  // this warp's candidate region
-    const int tid = kShared ? static_cast<int>(threadIdx.x) : lane;
-    const int token = blockIdx.x * kTokensPerBlock + local;
-    if (token >= rows) return;  // whole warps leave together
-    RADIX4_STAMP(0);
-    // The rank step reads whole steps of four entries of every region, so
-    // entries past a region's count must hold 0, which is larger than no
-    // composite. Cleared now, while the loads below are in flight.
-    if constexpr (kRankMax > 0) {
-        uint64_t* clear = cand_composite[local][region];
-#pragma unroll
-        for (int i = lane; i < kRankCap; i += kLanes) clear[i] = 0u;
-        if constexpr (!kShared) L::sync();  // before other lanes write candidates here
+// The rank step's candidates, one region per warp (a warp's share of the
+// token's C candidates is at most C). Either two arrays (composites 16-byte
+// aligned, so that two load as one in the rank loop) or, with
+// RADIX4_COPY_ENTRY16, one of 16-byte entries (one store per candidate).
+template <class S>
+struct Candidates {
+#if RADIX4_COPY_ENTRY16
+    alignas(16) Entry entry[S::kTokens][S::kWarps][S::kRankCap];
+    __device__ __forceinline__ uint64_t composite(int local, int w, uint32_t i) const { return entry[local][w][i].composite; }
+    __device__ __forceinline__ float sig(int local, int w, uint32_t i) const { return entry[local][w][i].sig; }
+    __device__ __forceinline__ void clear(int local, int w, uint32_t i) { entry[local][w][i].composite = 0u; }
+    template <class L>
+    __device__ __forceinline__ void store_if(bool take, int local, int w, uint32_t i, uint64_t composite, float sig) {
+        L::store_shared_if(take, &entry[local][w][i], composite, sig);
     }
+#else
+    alignas(16) uint64_t comp[S::kTokens][S::kWarps][S::kRankCap];
+    float sigs[S::kTokens][S::kWarps][S::kRankCap];
+    __device__ __forceinline__ uint64_t composite(int local, int w, uint32_t i) const { return comp[local][w][i]; }
+    __device__ __forceinline__ float sig(int local, int w, uint32_t i) const { return sigs[local][w][i]; }
+    __device__ __forceinline__ void clear(int local, int w, uint32_t i) { comp[local][w][i] = 0u; }
+    template <class L>
+    __device__ __forceinline__ void store_if(bool take, int local, int w, uint32_t i, uint64_t composite, float sig) {
+        L::store_shared_if(take, &comp[local][w][i], composite);
+        L::store_shared_if(take, &sigs[local][w][i], sig);
+    }
+#endif
+};
 
-    // The token's threads meet: a barrier with several warps, else the warp's.
-    auto token_sync = [&]() {
-        if constexpr (kShared) {
+// Every step's shared memory, one struct per block (CUB's TempStorage).
+template <class S>
+struct Storage {
+    Candidates<S> cand;
+    Entry winners[S::kTokens][S::K];  // the radix path's winners, in arrival order
+    float ranked_sig[S::kTokens][S::K];  // the winners in output order
+    int32_t ranked_id[S::kTokens][S::K];
+    uint32_t partial[2][S::kWarps][S::kPartialWords];  // double-buffered by round
+    uint32_t cand_count[S::kTokens][S::kWarps];
+    uint32_t winner_count;
+};
+
+// Where this thread is: its lane, its lane group, its token.
+template <class S, class L>
+struct Coords {
+    int lane, warp;
+    int local;   // this token's index in the block
+    int region;  // this warp's candidate region
+    int tid;     // this thread's index among the token's threads
+    int token;
+
+    static __device__ __forceinline__ Coords here() {
+        Coords c;
+        c.lane = L::lane();
+        c.warp = L::group();
+        c.local = S::kShared ? 0 : c.warp;
+        c.region = S::kShared ? c.warp : 0;
+        c.tid = S::kShared ? static_cast<int>(threadIdx.x) : c.lane;
+        c.token = static_cast<int>(blockIdx.x) * S::kTokens + c.local;
+        return c;
+    }
+};
+
+// The token's threads meet (a barrier with several warps, else the warp's),
+// and sum over them. With several warps each warp's sum goes to shared
+// memory, one barrier, every thread adds the warps' parts in the same
+// order. Alternating buffers make one barrier per round enough: a warp can
+// only overwrite a buffer after every warp has passed the next barrier,
+// hence finished reading it.
+template <class S, class L>
+struct TokenExchange {
+    uint32_t (*partial)[S::kWarps][S::kPartialWords];
+    int parity;
+
+    __device__ __forceinline__ explicit TokenExchange(Storage<S>& storage) : partial(storage.partial), parity(0) {}
+
+    static __device__ __forceinline__ void sync() {
+        if constexpr (S::kShared) {
             __syncthreads();
         } else {
             L::sync();
         }
-    };
+    }
 
-    // Sums over the token's threads. With several warps: each warp's sum
-    // goes to shared memory, one barrier, every thread adds the warps'
-    // parts in the same order. Alternating buffers make one barrier per
-    // round enough: a warp can only overwrite a buffer after every warp has
-    // passed the next barrier, hence finished reading it.
-    int parity = 0;
-    auto token_sum = [&](uint32_t v[8]) {
+    __device__ __forceinline__ void sum(uint32_t v[8], const Coords<S, L>& at) {
 #pragma unroll
         for (int w = 0; w < 8; ++w) v[w] = L::sum(v[w]);
-        if constexpr (kShared) {
-            if (lane == 0) {
+        if constexpr (S::kShared) {
+            if (at.lane == 0) {
 #pragma unroll
-                for (int w = 0; w < 8; ++w) partial[parity][warp][w] = v[w];
+                for (int w = 0; w < 8; ++w) partial[parity][at.warp][w] = v[w];
             }
             __syncthreads();
 #pragma unroll
             for (int w = 0; w < 8; ++w) v[w] = 0;
 #pragma unroll
-            for (int i = 0; i < kWarpsPerToken; ++i) {
+            for (int i = 0; i < S::kWarps; ++i) {
 #pragma unroll
                 for (int w = 0; w < 8; ++w) v[w] += partial[parity][i][w];
             }
             parity ^= 1;
         }
-    };
+    }
+};
 
-    // ---- load, sigmoid, rank keys ----
-    const typename Score::Raw* row = scores + static_cast<int64_t>(token) * row_stride;
+// ---- step 1: load, sigmoid, rank keys (this thread's share of the token) ----
+
+template <class S, class C>
+struct Slice {
+    static constexpr int kVals = S::kVals, kSlots = S::kSlots;
     float sig[kVals];
     uint32_t key[kVals];
-    uint32_t vec_base[kSlots];  // aiter's vector rank of this thread's vectors, less the bank
-    // Every load is issued before any is used, with no branch between them:
-    // a thread without a last vector (kRagged) loads the token's last one
-    // again and drops it. (Behind a branch, nvcc began the first vector's
-    // sigmoid before issuing the second's loads: two trips to L2, not one.)
-    float x[kVals], b[kVals];
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-        const int g = tid + kThreads * s;
-        const int at = !kRagged || s < kSlots - 1 || g < kGroups ? g : kGroups - 1;
-        load4<Score, L, kVec>(row + 4 * at, x + 4 * s);
-        load4<Bias, L, kVec>(bias + 4 * at, b + 4 * s);
-        vec_base[s] = kDeviceTieTable<E>.vec_base[at & 63];
-    }
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-        const bool here = !kRagged || s < kSlots - 1 || tid + kThreads * s < kGroups;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            sig[4 * s + i] = here ? sigmoid_denominator(x[4 * s + i]) : 1.0f;  // the reciprocal follows
-            key[4 * s + i] = here ? L::as_uint(b[4 * s + i]) : 0u;            // bias bits until then
-        }
-    }
-    // Reciprocals without a branch per value; the rare denominator at or
-    // above the limit (sigmoid below 2^-126, or NaN) is redone exactly, in
-    // one branch the warp takes together.
-    bool beyond = false;
-#pragma unroll
-    for (int j = 0; j < kVals; ++j) {
-        const float y = sig[j];
-        beyond |= !(y < L::kReciprocalLimit);
-        sig[j] = L::reciprocal(y);
-    }
-    if (__builtin_expect(L::any(beyond), 0)) {
-#pragma unroll
-        for (int s = 0; s < kSlots; ++s) {
-            const int g = tid + kThreads * s;
-            if (!kRagged || s < kSlots - 1 || g < kGroups) {
-                float again[4];  // loaded again rather than kept live in registers
-                load4<Score, L, kVec>(row + 4 * g, again);
-#pragma unroll
-                for (int i = 0; i < 4; ++i) sig[4 * s + i] = contract_sigmoid<L>(again[i]);
-            }
-        }
-    }
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-        const int g = tid + kThreads * s;
-        if (!kRagged || s < kSlots - 1 || g < kGroups) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                key[4 * s + i] = rank_key_of_sum<L>(sig[4 * s + i] + L::as_float(key[4 * s + i]));
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) sig[4 * s + i] = 0.0f;
-        }
-    }
-    if (kShared && threadIdx.x == 0) winner_count = 0;  // ordered by the first barrier below
-    RADIX4_STAMP(1);
+    // Per slot, the low word of its first expert's composite: inverted tie
+    // priority << 12 | expert id. The slot's expert i has word - i * 4095
+    // (the priority falls by i, the id rises by i, neither borrows).
+    uint32_t word[kSlots];
+    int tid;
 
-    auto valid = [&](int j) -> bool { return !kRagged || j / 4 < kSlots - 1 || tid + kThreads * (j / 4) < kGroups; };
-    auto expert_of = [&](int j) -> int32_t { return 4 * (tid + kThreads * (j / 4)) + (j & 3); };
+    __device__ __forceinline__ int vector(int s) const { return tid + S::kThreads * s; }
+    __device__ __forceinline__ bool slot_valid(int s) const { return !S::kRagged || s < kSlots - 1 || vector(s) < S::kGroups; }
+    __device__ __forceinline__ bool valid(int j) const { return slot_valid(j / 4); }
+    __device__ __forceinline__ uint32_t low_word(int j) const {
+        constexpr uint32_t kStep = (1u << S::kPrioBits) - 1u;
+        return word[j / 4] - static_cast<uint32_t>(j & 3) * kStep;
+    }
+    __device__ __forceinline__ int32_t expert_of(int j) const { return static_cast<int32_t>(low_word(j) & S::kIdMask); }
     // Inverted tie priority: larger wins, like the key.
-    auto inv_priority = [&](int j) -> uint32_t {
-        const int g = tid + kThreads * (j / 4);
-        const uint32_t priority = 4u * (vec_base[j / 4] + static_cast<uint32_t>(g >> 6)) + static_cast<uint32_t>(j & 3);
-        return static_cast<uint32_t>(E - 1) - priority;
-    };
+    __device__ __forceinline__ uint32_t inv_priority(int j) const { return low_word(j) >> S::kPrioBits; }
     // key, inverted priority, expert id: ordered by the first two (priorities
     // are unique); the id rides along so that the rank step stores 8 bytes.
-    auto composite = [&](int j) -> uint64_t {
-        return (static_cast<uint64_t>(key[j]) << 32) | (inv_priority(j) << kPrioBits) | static_cast<uint32_t>(expert_of(j));
-    };
-
-    // ---- step 1: max and min of the keys, and the bound lo from the lane maxima ----
-    uint32_t lane_max = 0u, lane_min = ~0u;
-#pragma unroll
-    for (int j = 0; j < kVals; ++j) {
-        if (valid(j)) lane_max = key[j] > lane_max ? key[j] : lane_max, lane_min = key[j] < lane_min ? key[j] : lane_min;
+    __device__ __forceinline__ uint64_t composite(int j) const {
+        return (static_cast<uint64_t>(key[j]) << 32) | low_word(j);
     }
-    uint32_t kmax = L::all_max(lane_max);
-    uint32_t kmin = L::all_min(lane_min);
-    // How many lanes of this group hold a larger maximum (every other lane,
-    // by xor partner). The lanes with fewer than n larger hold the group's
-    // n largest maxima, so the least of them, v_n, is the n-th largest, and
-    // at least n keys of the group reach it.
-    uint32_t larger = 0;
-#pragma unroll
-    for (int d = 1; d < kLanes; ++d) larger += static_cast<uint32_t>(L::shfl_xor(lane_max, d) > lane_max);
-    auto nth_lane_max = [&](uint32_t n) { return L::all_min(larger < n ? lane_max : ~0u); };
-    uint32_t lo = kShared ? 0u : nth_lane_max(K);  // with several groups, from the bounds below
-    if constexpr (kShared) {
-        // Bound m (m = 1..groups): every group has ceil(k / m) keys at or
-        // above its v_ceil(k/m), so any m groups together have k; the m-th
-        // largest of those values over the groups is a bound. lo = the
-        // largest bound. (For sigmoid rows and four warps: about 25
-        // candidates, against about 30 from bounds 1 and 4 alone.)
-        if (lane == 0) partial[parity][warp][0] = kmax, partial[parity][warp][1] = kmin;
-#pragma unroll
-        for (int m = 1; m <= kWarpsPerToken; ++m) {
-            const uint32_t v = nth_lane_max(static_cast<uint32_t>((K + m - 1) / m));
-            if (lane == 0) partial[parity][warp][1 + m] = v;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < kWarpsPerToken; ++i) {
-            const uint32_t mx = partial[parity][i][0], mn = partial[parity][i][1];
-            kmax = mx > kmax ? mx : kmax, kmin = mn < kmin ? mn : kmin;
-        }
-#pragma unroll
-        for (int m = 1; m <= kWarpsPerToken; ++m) {
-            uint32_t v[kWarpsPerToken];  // sorted descending by an unrolled exchange sort
-#pragma unroll
-            for (int i = 0; i < kWarpsPerToken; ++i) v[i] = partial[parity][i][1 + m];
-#pragma unroll
-            for (int i = 0; i < kWarpsPerToken; ++i) {
-#pragma unroll
-                for (int t = kWarpsPerToken - 1; t > i; --t) {
-                    const uint32_t hi = v[t] > v[t - 1] ? v[t] : v[t - 1], low = v[t] > v[t - 1] ? v[t - 1] : v[t];
-                    v[t - 1] = hi, v[t] = low;
-                }
-            }
-            lo = v[m - 1] > lo ? v[m - 1] : lo;
-        }
-        parity ^= 1;
-    }
-    RADIX4_STAMP(2);
 
-    // A value wins iff (key >> kshift) > khi, or equal and valid and
-    // (inv_priority >> qshift) >= qhi.
-    uint32_t kshift = 0, khi = 0, qshift = 31, qhi = 0;
-    bool ranked = false;  // the rank step placed the winners
-    if (__builtin_expect(kmin == kmax, 0)) {
-        // Every key is equal: the winners are the k first in tie priority.
-        khi = kmax;
-        qshift = 0;
-        qhi = static_cast<uint32_t>(E - K);
-    } else {
-        if constexpr (kRankMax > 0) {
-            // ---- step 2a: copy the keys >= lo, then rank each among them ----
-            // This lane's share, and where it starts in the group's region
-            // (a prefix sum over lanes from one ballot per bit of `mine`).
-            uint32_t mine = 0;
+    // Issue every load before any is used, with no branch between them: a
+    // thread without a last vector (kRagged) loads the token's last one
+    // again and drops it. (Behind a branch, nvcc began the first vector's
+    // sigmoid before issuing the second's loads: two trips to L2, not one.)
+    // The tie priorities read a constant table and may precede the wait for
+    // earlier grids; the logits and the bias follow it.
+    template <class L, class Score, class Bias, bool kVec>
+    __device__ __forceinline__ void load(const typename Score::Raw* row, const typename Bias::Raw* bias, float x[kVals],
+                                         float b[kVals]) {
 #pragma unroll
-            for (int j = 0; j < kVals; ++j) mine += static_cast<uint32_t>(valid(j) && key[j] >= lo);
-            constexpr int kCountBits = kVals < 8 ? 3 : kVals < 16 ? 4 : kVals < 32 ? 5 : kVals < 64 ? 6 : 7;
-            uint32_t at = 0, n = 0;
-            const auto below = L::lanes_below();
-#pragma unroll
-            for (int bit = 0; bit < kCountBits; ++bit) {
-                const auto m = L::ballot((mine >> bit) & 1u);
-                at += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m & below))) << bit;
-                n += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m))) << bit;
-            }
-            if (__builtin_expect(n <= static_cast<uint32_t>(kRankCap), 1)) {
-                uint64_t* comp = cand_composite[local][region];
-                float* csig = cand_sig[local][region];
-#pragma unroll
-                for (int j = 0; j < kVals; ++j) {
-                    const bool take = valid(j) && key[j] >= lo;
-                    L::store_shared_if(take, comp + at, composite(j));
-                    L::store_shared_if(take, csig + at, sig[j]);
-                    at += static_cast<uint32_t>(take);
-                }
-            }
-            if (lane == 0) cand_count[local][region] = n;
-            token_sync();
-            RADIX4_STAMP(3);
-            uint32_t longest = 0, count = 0;  // the largest region, and C
-#pragma unroll
-            for (int w = 0; w < kWarpsPerToken; ++w) {
-                const uint32_t c = cand_count[local][w];
-                longest = c > longest ? c : longest;
-                count += c;
-            }
-            if (__builtin_expect(count <= static_cast<uint32_t>(kRankMax), 1)) {
-                // One group ranks every candidate and writes the outputs;
-                // the others are done (no further barrier).
-                ranked = true;
-                if (kShared && warp != 0) return;
-                // Candidate i of the token (regions in order, entries in
-                // order): its composite and its sigmoid.
-                struct Found {
-                    uint64_t composite;
-                    float sig;
-                };
-                auto candidate = [&](uint32_t i) -> Found {
-                    uint32_t r = 0;
-#pragma unroll
-                    for (int w = 0; w + 1 < kWarpsPerToken; ++w) {
-                        const uint32_t cw = cand_count[local][w];
-                        const bool past = r == static_cast<uint32_t>(w) && i >= cw;
-                        i -= past ? cw : 0u;
-                        r += static_cast<uint32_t>(past);
-                    }
-                    return Found{cand_composite[local][r][i], cand_sig[local][r][i]};
-                };
-                auto place = [&](bool is_candidate, uint32_t rank, uint64_t c, float sv) {
-                    if (is_candidate && rank < static_cast<uint32_t>(K)) {
-                        ranked_sig[local][rank] = sv;
-                        ranked_id[local][rank] = static_cast<int32_t>(c & kIdMask);
-                    }
-                };
-                if (count <= static_cast<uint32_t>(kLanes)) {
-                    // One candidate per lane; its rank = how many lanes hold
-                    // a larger composite. Lanes without one hold 0, smaller
-                    // than every candidate (here lo > 0: lo = 0, the NaN
-                    // key, would make every key a candidate).
-                    const bool is_candidate = static_cast<uint32_t>(lane) < count;
-                    const Found mine = is_candidate ? candidate(static_cast<uint32_t>(lane)) : Found{0u, 0.0f};
-                    const uint64_t me = mine.composite;
-                    uint32_t part[2] = {0, 0};  // two chains of adds, not one
-#pragma unroll
-                    for (int d = 1; d < kLanes; ++d) {
-                        const uint32_t hi = L::shfl_xor(static_cast<uint32_t>(me >> 32), d);
-                        const uint32_t low = L::shfl_xor(static_cast<uint32_t>(me), d);
-                        part[d & 1] += static_cast<uint32_t>(((static_cast<uint64_t>(hi) << 32) | low) > me);
-                    }
-                    place(is_candidate, part[0] + part[1], me, mine.sig);
-                } else {
-                    // Up to kRankMax: a lane ranks two candidates per pass
-                    // (first, first + kLanes) against every region, four
-                    // entries of each per step (entries past a region's
-                    // count are 0), in a loop not unrolled further to keep
-                    // the code small; each entry read serves both.
-                    for (uint32_t first = static_cast<uint32_t>(lane); first < count; first += 2 * kLanes) {
-                        uint64_t me[2];
-                        float msig[2];
-                        uint32_t part[2][4];  // four chains of adds per candidate, not one
-#pragma unroll
-                        for (int t = 0; t < 2; ++t) {
-                            const uint32_t i = first + static_cast<uint32_t>(t * kLanes);
-                            const Found f = i < count ? candidate(i) : Found{~uint64_t{0}, 0.0f};  // nothing is larger
-                            me[t] = f.composite, msig[t] = f.sig;
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) part[t][e] = 0;
-                        }
-#pragma unroll 1
-                        for (uint32_t q = 0; q < longest; q += 4) {
-#pragma unroll
-                            for (int w = 0; w < kWarpsPerToken; ++w) {
-#pragma unroll
-                                for (uint32_t e = 0; e < 4; ++e) {
-                                    const uint64_t c = cand_composite[local][w][q + e];
-#pragma unroll
-                                    for (int t = 0; t < 2; ++t) part[t][e] += static_cast<uint32_t>(c > me[t]);
-                                }
-                            }
-                        }
-#pragma unroll
-                        for (int t = 0; t < 2; ++t) {
-                            const uint32_t rank = (part[t][0] + part[t][1]) + (part[t][2] + part[t][3]);
-                            place(first + static_cast<uint32_t>(t * kLanes) < count, rank, me[t], msig[t]);
-                        }
-                    }
-                }
-            }
+        for (int s = 0; s < kSlots; ++s) {
+            const uint32_t inverted = static_cast<uint32_t>(S::E - 1) - C::template vector_priority<S::E>(clamped(s));
+            word[s] = (inverted << S::kPrioBits) | static_cast<uint32_t>(4 * clamped(s));
         }
-        if (__builtin_expect(!ranked, 0)) {
-            // ---- step 2b: radix select from the first bit where lo and max differ ----
-            const uint32_t differ = lo ^ kmax;
-            uint32_t needed = K;
-            bool key_tied = true;  // whole keys tie at the cutoff: rank them by priority
-            khi = kmax;            // (with differ == 0: at least k keys equal the max)
-            // Radix rounds, 4 bits each, from digit position `shift` down:
-            // digit(j, shift, base) is value j's digit there if its higher
-            // digits equal `base`, else anything >= 16. Each round narrows
-            // `hi` by the cutoff bin's digit and `needed` by the winners
-            // above it. True when a cutoff bin holds exactly the winners
-            // still needed (`shift` then names that round), false when the
-            // digits ran out first.
-            auto radix_rounds = [&](int& shift, uint32_t& hi, auto digit) -> bool {
-                for (;;) {
-                    const uint32_t base = hi << 4;
-                    Histogram<L, kVals> round;
+        L::wait_for_prior_grids();
 #pragma unroll
-                    for (int j = 0; j < kVals; ++j) round.add(j, digit(j, shift, base));
-                    uint32_t sums[8];
-                    round.words(sums);
-                    token_sum(sums);
-                    const Pick r = pick_bin(sums, needed);
-                    needed -= r.above;
-                    hi = base | r.digit;
-                    if (r.in_bin == needed) return true;
-                    if (shift == 0) return false;
-                    shift -= 4;
-                }
-            };
-            if (differ != 0u) {
-                int shift = (31 - L::count_leading_zeros(differ)) & ~3;
-                uint32_t hi = shift >= 28 ? 0u : kmax >> (shift + 4);
-                key_tied = !radix_rounds(shift, hi, [&](int j, int sh, uint32_t base) { return (key[j] >> sh) - base; });
-                kshift = static_cast<uint32_t>(shift);  // 0 when key_tied: the rounds ran to the last digit
-                khi = hi;
-            }
-            if (key_tied) {
-                // `needed` of the keys equal to khi win, by tie priority.
-                // Priorities are distinct, so by qs = 0 the bin holds exactly one.
-                int qs = kPrioBits - 4;
-                uint32_t qh = 0;
-                radix_rounds(qs, qh, [&](int j, int sh, uint32_t base) {
-                    return (valid(j) && key[j] == khi) ? (inv_priority(j) >> sh) - base : 16u;
-                });
-                qshift = static_cast<uint32_t>(qs);
-                qhi = qh;
-            }
+        for (int s = 0; s < kSlots; ++s) {
+            load4<Score, L, kVec>(row + 4 * clamped(s), x + 4 * s);
+            load4<Bias, L, kVec>(bias + 4 * clamped(s), b + 4 * s);
         }
     }
 
-    if (__builtin_expect(!ranked, 0)) {
-        // ---- gather the k winners, then place each by its rank ----
-        uint64_t won = 0;
+    // sig and key of every value; phantom slots (kRagged) get sig 0, key 0.
+    template <class L, class Score, bool kVec>
+    __device__ __forceinline__ void compute_keys(const typename Score::Raw* row, const float x[kVals],
+                                                 const float b[kVals]) {
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) {
+            const bool here = slot_valid(s);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                sig[4 * s + i] = here ? C::template denominator<L>(x[4 * s + i]) : 1.0f;  // the reciprocal follows
+                key[4 * s + i] = here ? L::as_uint(b[4 * s + i]) : 0u;       // bias bits until then
+            }
+        }
+        // Reciprocals without a branch per value; the rare denominator at or
+        // above the limit (sigmoid below 2^-126, or NaN) is redone exactly,
+        // in one branch the warp takes together.
+        bool beyond = false;
 #pragma unroll
         for (int j = 0; j < kVals; ++j) {
-            const uint32_t top = key[j] >> kshift;
-            const bool win = top > khi || (top == khi && valid(j) && (inv_priority(j) >> qshift) >= qhi);
+            const float y = sig[j];
+            beyond |= !(y < L::kReciprocalLimit);
+            sig[j] = L::reciprocal(y);
+        }
+        if (__builtin_expect(L::any(beyond), 0)) {
+#pragma unroll
+            for (int s = 0; s < kSlots; ++s) {
+                if (slot_valid(s)) {
+                    float again[4];  // loaded again rather than kept live in registers
+                    load4<Score, L, kVec>(row + 4 * vector(s), again);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) sig[4 * s + i] = contract_sigmoid<C, L>(again[i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) {
+            if (slot_valid(s)) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    key[4 * s + i] = C::template rank_key<L>(sig[4 * s + i] + L::as_float(key[4 * s + i]));
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) sig[4 * s + i] = 0.0f;
+            }
+        }
+    }
+
+   private:
+    // The vector slot s loads: its own, or the token's last for a phantom slot.
+    __device__ __forceinline__ int clamped(int s) const {
+        return !S::kRagged || s < kSlots - 1 || vector(s) < S::kGroups ? vector(s) : S::kGroups - 1;
+    }
+};
+
+// ---- step 2: max and min of the keys, and the bound lo from the lane maxima ----
+
+struct Bound {
+    uint32_t kmax, kmin;
+    uint32_t lo;  // at least k keys are >= lo
+};
+
+template <class S, class L>
+struct BoundStep {
+    static_assert(S::K <= S::kLanes, "bound 1 is the k-th largest of a group's lane maxima");
+
+    template <class C>
+    static __device__ __forceinline__ Bound run(const Slice<S, C>& slice, const Coords<S, L>& at,
+                                                TokenExchange<S, L>& exchange) {
+        uint32_t lane_max = 0u, lane_min = ~0u;
+#pragma unroll
+        for (int j = 0; j < S::kVals; ++j) {
+            if (slice.valid(j)) {
+                const uint32_t k = slice.key[j];
+                lane_max = k > lane_max ? k : lane_max, lane_min = k < lane_min ? k : lane_min;
+            }
+        }
+        Bound bound{L::all_max(lane_max), L::all_min(lane_min), 0u};
+        // How many lanes of this group hold a larger maximum (every other
+        // lane, by xor partner). The lanes with fewer than n larger hold the
+        // group's n largest maxima, so the least of them, v_n, is the n-th
+        // largest, and at least n keys of the group reach it.
+#if RADIX4_SORTED_BOUND
+        // Or sort the lane maxima, descending, by a bitonic network (lane i
+        // then holds the (i+1)-th largest).
+        uint32_t sorted = lane_max;
+#pragma unroll
+        for (int k = 2; k <= S::kLanes; k <<= 1) {
+#pragma unroll
+            for (int j = k >> 1; j > 0; j >>= 1) {
+                const uint32_t other = L::shfl_xor(sorted, j);
+                const bool keep_max = ((at.lane & j) == 0) == ((at.lane & k) == 0);
+                sorted = keep_max ? (other > sorted ? other : sorted) : (other < sorted ? other : sorted);
+            }
+        }
+        auto nth_lane_max = [&](uint32_t n) { return L::shfl(sorted, static_cast<int>(n) - 1); };
+#else
+        uint32_t larger = 0;
+#pragma unroll
+        for (int d = 1; d < S::kLanes; ++d) larger += static_cast<uint32_t>(L::shfl_xor(lane_max, d) > lane_max);
+        auto nth_lane_max = [&](uint32_t n) { return L::all_min(larger < n ? lane_max : ~0u); };
+#endif
+        if constexpr (!S::kShared) {
+            bound.lo = nth_lane_max(S::K);
+        } else {
+            // Bound m (m = 1..groups): every group has ceil(k / m) keys at or
+            // above its v_ceil(k/m), so any m groups together have k; the
+            // m-th largest of those values over the groups is a bound. lo =
+            // the largest bound.
+            uint32_t* mine = exchange.partial[exchange.parity][at.warp];
+            if (at.lane == 0) mine[0] = bound.kmax, mine[1] = bound.kmin;
+#pragma unroll
+            for (int m = 1; m <= S::kWarps; ++m) {
+                const uint32_t v = nth_lane_max(static_cast<uint32_t>((S::K + m - 1) / m));
+                if (at.lane == 0) mine[1 + m] = v;
+            }
+            __syncthreads();
+            const auto& all = exchange.partial[exchange.parity];
+#pragma unroll
+            for (int i = 0; i < S::kWarps; ++i) {
+                const uint32_t mx = all[i][0], mn = all[i][1];
+                bound.kmax = mx > bound.kmax ? mx : bound.kmax, bound.kmin = mn < bound.kmin ? mn : bound.kmin;
+            }
+#pragma unroll
+            for (int m = 1; m <= S::kWarps; ++m) {
+                uint32_t v[S::kWarps];  // sorted descending by an unrolled exchange sort
+#pragma unroll
+                for (int i = 0; i < S::kWarps; ++i) v[i] = all[i][1 + m];
+#pragma unroll
+                for (int i = 0; i < S::kWarps; ++i) {
+#pragma unroll
+                    for (int t = S::kWarps - 1; t > i; --t) {
+                        const uint32_t hi = v[t] > v[t - 1] ? v[t] : v[t - 1], low = v[t] > v[t - 1] ? v[t - 1] : v[t];
+                        v[t - 1] = hi, v[t] = low;
+                    }
+                }
+                bound.lo = v[m - 1] > bound.lo ? v[m - 1] : bound.lo;
+            }
+            exchange.parity ^= 1;
+        }
+        return bound;
+    }
+};
+
+// ---- placing a winner at its output position ----
+
+// The winner of output position `rank`; under a contract that fills with
+// expert 0 (serial), a key-0 winner (nothing above the floor was left)
+// leaves as expert 0 with expert 0's sig, `sig0`.
+template <class S, class C>
+__device__ __forceinline__ void place_winner(Storage<S>& storage, int local, uint32_t rank, uint64_t composite,
+                                             float sig, float sig0) {
+    int32_t id = static_cast<int32_t>(composite & S::kIdMask);
+    if constexpr (C::kFillWithExpertZero) {
+        const bool filler = (composite >> 32) == 0u;
+        id = filler ? 0 : id;
+        sig = filler ? sig0 : sig;
+    }
+    storage.ranked_sig[local][rank] = sig;
+    storage.ranked_id[local][rank] = id;
+}
+
+// Expert 0's sig, on every lane of the token's first group (thread 0 of the
+// token holds it in its first slot); only a filling contract needs it.
+template <class S, class L, class C>
+__device__ __forceinline__ float expert_zero_sig(const Slice<S, C>& slice) {
+    if constexpr (C::kFillWithExpertZero) {
+        return L::as_float(L::shfl(L::as_uint(slice.sig[0]), 0));
+    } else {
+        return 0.0f;
+    }
+}
+
+// ---- step 3a: copy the keys >= lo to shared memory ----
+
+struct CandidateCount {
+    uint32_t count;    // C, the token's candidates
+    uint32_t longest;  // the largest region
+};
+
+template <class S, class L>
+struct CopyStep {
+    static constexpr int kCountBits = S::kVals < 8 ? 3 : S::kVals < 16 ? 4 : S::kVals < 32 ? 5 : S::kVals < 64 ? 6 : 7;
+    static_assert((1 << kCountBits) > S::kVals, "a lane's count fits kCountBits ballots");
+
+    // Entries past a region's count must hold 0 (the rank loop reads whole
+    // steps of four), which is smaller than every composite.
+    static __device__ __forceinline__ void clear(Storage<S>& storage, const Coords<S, L>& at) {
+#pragma unroll
+        for (int i = at.lane; i < S::kRankCap; i += S::kLanes) storage.cand.clear(at.local, at.region, static_cast<uint32_t>(i));
+        if constexpr (!S::kShared) L::sync();  // before other lanes write candidates here
+    }
+
+    // This lane's share, and where it starts in the group's region (a prefix
+    // sum over lanes from one ballot per bit of `mine`); the copy only if
+    // the group's count fits a region, as predicated stores.
+    template <class C>
+    static __device__ __forceinline__ CandidateCount run(const Slice<S, C>& slice, uint32_t lo, Storage<S>& storage,
+                                                         const Coords<S, L>& at) {
+        uint32_t mine = 0;
+#pragma unroll
+        for (int j = 0; j < S::kVals; ++j) mine += static_cast<uint32_t>(slice.valid(j) && slice.key[j] >= lo);
+        uint32_t first = 0, n = 0;
+        const auto below = L::lanes_below();
+#pragma unroll
+        for (int bit = 0; bit < kCountBits; ++bit) {
+            const auto m = L::ballot((mine >> bit) & 1u);
+            first += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m & below))) << bit;
+            n += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m))) << bit;
+        }
+        if (__builtin_expect(n <= static_cast<uint32_t>(S::kRankCap), 1)) {
+#pragma unroll
+            for (int j = 0; j < S::kVals; ++j) {
+                const bool take = slice.valid(j) && slice.key[j] >= lo;
+                storage.cand.template store_if<L>(take, at.local, at.region, first, slice.composite(j), slice.sig[j]);
+                first += static_cast<uint32_t>(take);
+            }
+        }
+        if (at.lane == 0) storage.cand_count[at.local][at.region] = n;
+        TokenExchange<S, L>::sync();
+        RADIX4_STAMP(3);
+        CandidateCount c{0, 0};
+#pragma unroll
+        for (int w = 0; w < S::kWarps; ++w) {
+            const uint32_t cw = storage.cand_count[at.local][w];
+            c.longest = cw > c.longest ? cw : c.longest;
+            c.count += cw;
+        }
+        return c;
+    }
+};
+
+// ---- step 3b: rank each candidate by counting the larger ones ----
+
+// One group ranks every candidate and places the ranks below k (already the
+// output order); the caller's other groups are done.
+template <class S, class L>
+struct RankStep {
+    static_assert(S::kRankCap % 4 == 0, "the rank loop reads four entries of a region per step");
+    static_assert(S::kRankMax <= 2 * S::kLanes * 16, "at most 16 passes of two candidates per lane");
+
+    struct Found {
+        uint64_t composite;
+        float sig;
+    };
+
+    // Candidate i of the token (regions in order, entries in order).
+    static __device__ __forceinline__ Found candidate(const Storage<S>& storage, int local, uint32_t i) {
+        uint32_t r = 0;
+#pragma unroll
+        for (int w = 0; w + 1 < S::kWarps; ++w) {
+            const uint32_t cw = storage.cand_count[local][w];
+            const bool past = r == static_cast<uint32_t>(w) && i >= cw;
+            i -= past ? cw : 0u;
+            r += static_cast<uint32_t>(past);
+        }
+        return Found{storage.cand.composite(local, static_cast<int>(r), i), storage.cand.sig(local, static_cast<int>(r), i)};
+    }
+
+    template <class C>
+    static __device__ __forceinline__ void run(Storage<S>& storage, const Coords<S, L>& at, CandidateCount c,
+                                               float sig0) {
+        auto place = [&](bool is_candidate, uint32_t rank, uint64_t composite, float sig) {
+            if (is_candidate && rank < static_cast<uint32_t>(S::K)) {
+                place_winner<S, C>(storage, at.local, rank, composite, sig, sig0);
+            }
+        };
+        if (c.count <= static_cast<uint32_t>(S::kLanes)) {
+            // One candidate per lane; its rank = how many lanes hold a larger
+            // composite. Lanes without one hold 0, smaller than every
+            // candidate.
+            const bool is_candidate = static_cast<uint32_t>(at.lane) < c.count;
+            const Found mine = is_candidate ? candidate(storage, at.local, static_cast<uint32_t>(at.lane)) : Found{0u, 0.0f};
+            const uint64_t me = mine.composite;
+            uint32_t part[2] = {0, 0};  // two chains of adds, not one
+#pragma unroll
+            for (int d = 1; d < S::kLanes; ++d) {
+                const uint32_t hi = L::shfl_xor(static_cast<uint32_t>(me >> 32), d);
+                const uint32_t low = L::shfl_xor(static_cast<uint32_t>(me), d);
+                part[d & 1] += static_cast<uint32_t>(((static_cast<uint64_t>(hi) << 32) | low) > me);
+            }
+            place(is_candidate, part[0] + part[1], me, mine.sig);
+            return;
+        }
+        // Up to kRankMax: a lane ranks two candidates per pass (first, first
+        // + kLanes) against every region, four entries of each per step
+        // (entries past a region's count are 0), in a loop not unrolled
+        // further to keep the code small; each entry read serves both.
+        for (uint32_t first = static_cast<uint32_t>(at.lane); first < c.count; first += 2 * S::kLanes) {
+            uint64_t me[2];
+            float msig[2];
+            uint32_t part[2][4];  // four chains of adds per candidate, not one
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const uint32_t i = first + static_cast<uint32_t>(t * S::kLanes);
+                const Found f = i < c.count ? candidate(storage, at.local, i) : Found{~uint64_t{0}, 0.0f};  // nothing is larger
+                me[t] = f.composite, msig[t] = f.sig;
+#pragma unroll
+                for (int e = 0; e < 4; ++e) part[t][e] = 0;
+            }
+#pragma unroll 1
+            for (uint32_t q = 0; q < c.longest; q += 4) {
+#pragma unroll
+                for (int w = 0; w < S::kWarps; ++w) {
+#pragma unroll
+                    for (uint32_t e = 0; e < 4; ++e) {
+                        const uint64_t other = storage.cand.composite(at.local, w, q + e);
+#pragma unroll
+                        for (int t = 0; t < 2; ++t) part[t][e] += static_cast<uint32_t>(other > me[t]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const uint32_t rank = (part[t][0] + part[t][1]) + (part[t][2] + part[t][3]);
+                place(first + static_cast<uint32_t>(t * S::kLanes) < c.count, rank, me[t], msig[t]);
+            }
+        }
+    }
+};
+
+// ---- step 3c: the radix select, when the candidates are too many ----
+
+// A value wins iff (key >> kshift) > khi, or equal and valid and
+// (inv_priority >> qshift) >= qhi.
+struct Cutoff {
+    uint32_t kshift, khi, qshift, qhi;
+
+    // Every key equal to kmax: the winners are the k first in tie priority.
+    template <class S>
+    static __device__ __forceinline__ Cutoff all_equal(uint32_t kmax) {
+        return Cutoff{0u, kmax, 0u, static_cast<uint32_t>(S::E - S::K)};
+    }
+};
+
+template <class S, class L>
+struct RadixSelect {
+    static_assert(S::E < (1 << 16), "a token's bin counts are 16-bit halves of a word");
+
+    // Radix rounds, 4 bits each, from digit position `shift` down:
+    // digit(j, shift, base) is value j's digit there if its higher digits
+    // equal `base`, else anything >= 16. Each round narrows `hi` by the
+    // cutoff bin's digit and `needed` by the winners above it. True when a
+    // cutoff bin holds exactly the winners still needed (`shift` then names
+    // that round), false when the digits ran out first.
+    template <class Digit>
+    static __device__ __forceinline__ bool rounds(int& shift, uint32_t& hi, uint32_t& needed, Digit digit,
+                                                  TokenExchange<S, L>& exchange, const Coords<S, L>& at) {
+        for (;;) {
+            const uint32_t base = hi << 4;
+            Histogram<L, S::kVals> round;
+#pragma unroll
+            for (int j = 0; j < S::kVals; ++j) round.add(j, digit(j, shift, base));
+            uint32_t sums[8];
+            round.words(sums);
+            exchange.sum(sums, at);
+            const Pick r = pick_bin(sums, needed);
+            needed -= r.above;
+            hi = base | r.digit;
+            if (r.in_bin == needed) return true;
+            if (shift == 0) return false;
+            shift -= 4;
+        }
+    }
+
+    // From the first bit where lo and max differ (with none, at least k keys
+    // equal the max); the priority digits only if whole keys tie.
+    template <class C>
+    static __device__ __forceinline__ Cutoff run(const Slice<S, C>& slice, const Bound& bound,
+                                                 TokenExchange<S, L>& exchange, const Coords<S, L>& at) {
+        Cutoff cut{0u, bound.kmax, 31u, 0u};
+        const uint32_t differ = bound.lo ^ bound.kmax;
+        uint32_t needed = S::K;
+        bool key_tied = true;  // whole keys tie at the cutoff: rank them by priority
+        if (differ != 0u) {
+            int shift = (31 - L::count_leading_zeros(differ)) & ~3;
+            uint32_t hi = shift >= 28 ? 0u : bound.kmax >> (shift + 4);
+            key_tied = !rounds(shift, hi, needed, [&](int j, int sh, uint32_t base) { return (slice.key[j] >> sh) - base; },
+                               exchange, at);
+            cut.kshift = static_cast<uint32_t>(shift);  // 0 when key_tied: the rounds ran to the last digit
+            cut.khi = hi;
+        }
+        if (key_tied) {
+            // `needed` of the keys equal to khi win, by tie priority.
+            // Priorities are distinct, so by qs = 0 the bin holds exactly one.
+            int qs = S::kPrioBits - 4;
+            uint32_t qh = 0;
+            const uint32_t khi = cut.khi;
+            rounds(qs, qh, needed, [&](int j, int sh, uint32_t base) {
+                return (slice.valid(j) && slice.key[j] == khi) ? (slice.inv_priority(j) >> sh) - base : 16u;
+            }, exchange, at);
+            cut.qshift = static_cast<uint32_t>(qs);
+            cut.qhi = qh;
+        }
+        return cut;
+    }
+};
+
+// ---- step 4: gather the radix path's winners, then place each by its rank ----
+
+template <class S, class L>
+struct GatherStep {
+    static_assert(S::K <= S::kLanes, "one lane of the first group places each winner");
+
+    // Returns false on the groups that are done (all but the first).
+    template <class C>
+    static __device__ __forceinline__ bool run(const Slice<S, C>& slice, const Cutoff& cut, Storage<S>& storage,
+                                               const Coords<S, L>& at) {
+        uint64_t won = 0;
+#pragma unroll
+        for (int j = 0; j < S::kVals; ++j) {
+            const uint32_t top = slice.key[j] >> cut.kshift;
+            const bool win = top > cut.khi || (top == cut.khi && slice.valid(j) && (slice.inv_priority(j) >> cut.qshift) >= cut.qhi);
             won |= static_cast<uint64_t>(win) << j;
         }
         const uint32_t n_won = static_cast<uint32_t>(__popcll(won));
         uint32_t slot;
-        if constexpr (kShared) {
+        if constexpr (S::kShared) {
             // Slots in arrival order: the placement below does not depend on it.
-            slot = n_won ? atomicAdd(&winner_count, n_won) : 0u;
+            slot = n_won ? atomicAdd(&storage.winner_count, n_won) : 0u;
         } else {
             slot = L::exclusive_scan(n_won);
         }
-        Entry* mine = winners[local];
+        Entry* mine = storage.winners[at.local];
 #pragma unroll
-        for (int j = 0; j < kVals; ++j) {
-            if ((won >> j) & 1u) mine[slot++] = Entry{composite(j), sig[j], expert_of(j)};
+        for (int j = 0; j < S::kVals; ++j) {
+            if ((won >> j) & 1u) mine[slot++] = Entry{slice.composite(j), slice.sig[j], slice.expert_of(j)};
         }
-        token_sync();
-        if (kShared && warp != 0) return;
-        if (lane < K) {
-            const Entry w = mine[lane];
-            int rank = 0;
+        TokenExchange<S, L>::sync();
+        if (S::kShared && at.warp != 0) return false;
+        const float sig0 = expert_zero_sig<S, L>(slice);
+        if (at.lane < S::K) {
+            const Entry w = mine[at.lane];
+            uint32_t rank = 0;
 #pragma unroll
-            for (int i = 0; i < K; ++i) rank += mine[i].composite > w.composite;
-            ranked_sig[local][rank] = w.sig;
-            ranked_id[local][rank] = w.id;
+            for (int i = 0; i < S::K; ++i) rank += static_cast<uint32_t>(mine[i].composite > w.composite);
+            place_winner<S, C>(storage, at.local, rank, w.composite, w.sig, sig0);
         }
         L::sync();
+        return true;
+    }
+};
+
+// ---- step 5: weights, in output order; the total is summed in that order too ----
+
+template <class S, class L>
+struct WriteStep {
+    static_assert(S::K <= S::kLanes, "one lane writes each output position");
+
+    template <class C>
+    static __device__ __forceinline__ void run(const Storage<S>& storage, const Coords<S, L>& at, int renormalize,
+                                               float routed_scaling_factor, float* weights, int32_t* ids) {
+        float total = 0.0f;
+#pragma unroll
+        for (int i = 0; i < S::K; ++i) total += storage.ranked_sig[at.local][i];
+        if (at.lane < S::K) {
+            const float weight = C::weight(storage.ranked_sig[at.local][at.lane], total, renormalize, routed_scaling_factor);
+            const int64_t out = static_cast<int64_t>(at.token) * S::K + at.lane;
+            weights[out] = weight;
+            ids[out] = storage.ranked_id[at.local][at.lane];
+        }
+    }
+};
+
+// ---- the kernel ----
+
+// Steps:
+//   1. Load, sigmoid, rank keys (Slice): each thread's share of the token.
+//   2. Bound (BoundStep): each lane group reduces the max and min of its
+//      keys and ranks its lanes' maxima against each other (lane shuffles):
+//      the k-th largest lane maximum is reached by at least k keys. With
+//      several groups, each also gives its ceil(k / m)-th largest lane
+//      maximum for m = 1 .. groups, and these meet in shared memory (one
+//      barrier): the m-th largest of them over the groups is reached by k
+//      keys too, and lo is the largest such bound. If min == max every key
+//      is equal and the winners are the k first in tie priority: no
+//      selection.
+//   3a. Copy (CopyStep): every key >= lo (C of them, a few dozen) goes to
+//      its group's region of shared memory; one barrier.
+//   3b. Rank (RankStep): if C <= RADIX4_RANK_MAX the first group ranks each
+//      candidate by counting the larger composites (with C <= lanes, one
+//      candidate per lane and lane shuffles; else reading the regions);
+//      ranks below k are the winners, already in output order. The other
+//      groups are done.
+//   3c. Radix select (RadixSelect): otherwise (wide tie pools, NaN rows) the
+//      copy is dropped and the radix rounds run from the first bit where lo
+//      and max differ, then (GatherStep) the winners are gathered and placed
+//      by rank.
+//   4. Write (WriteStep): the weights in output order.
+//
+// kMinBlocks: ptxas keeps registers low enough for that many blocks per SM
+// (1: as many registers as it likes, no spills).
+template <class C, class L, int E, int K, class Score, class Bias, bool kVec, int kWarpsPerToken, int kTokensPerBlock,
+          int kMinBlocks = 1>
+__global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock, kMinBlocks)
+route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
+             const typename Bias::Raw* __restrict__ bias, int rows, int renormalize, float routed_scaling_factor,
+             float* __restrict__ weights, int32_t* __restrict__ ids) {
+    using S = Shape<L, E, K, kWarpsPerToken, kTokensPerBlock>;
+    constexpr bool kLateTrigger = RADIX4_PDL_LATE_TRIGGER && !S::kShared;
+    // The dependent grid may start now: it waits for this one to complete
+    // before it reads anything this grid writes.
+    if constexpr (!kLateTrigger) L::launch_dependents();
+    __shared__ Storage<S> storage;
+    const Coords<S, L> at = Coords<S, L>::here();
+    if (at.token >= rows) return;  // whole warps leave together
+    RADIX4_STAMP(0);
+
+    Slice<S, C> slice;
+    slice.tid = at.tid;
+    const typename Score::Raw* row = scores + static_cast<int64_t>(at.token) * row_stride;
+    {
+        float x[S::kVals], b[S::kVals];
+        slice.template load<L, Score, Bias, kVec>(row, bias, x, b);
+        // Cleared while the loads are in flight.
+        if constexpr (S::kRankMax > 0) CopyStep<S, L>::clear(storage, at);
+        slice.template compute_keys<L, Score, kVec>(row, x, b);
+    }
+    if (S::kShared && threadIdx.x == 0) storage.winner_count = 0;  // ordered by the first barrier below
+    RADIX4_STAMP(1);
+
+    TokenExchange<S, L> exchange(storage);
+    const Bound bound = BoundStep<S, L>::run(slice, at, exchange);
+    RADIX4_STAMP(2);
+
+    bool ranked = false;  // the rank step placed the winners
+    Cutoff cut;
+    if (__builtin_expect(bound.kmin == bound.kmax, 0)) {
+        cut = Cutoff::all_equal<S>(bound.kmax);
+    } else {
+        if constexpr (S::kRankMax > 0) {
+            const CandidateCount c = CopyStep<S, L>::run(slice, bound.lo, storage, at);
+            if (__builtin_expect(c.count <= static_cast<uint32_t>(S::kRankMax), 1)) {
+                ranked = true;
+                if (S::kShared && at.warp != 0) return;  // no further barrier
+                RankStep<S, L>::template run<C>(storage, at, c, expert_zero_sig<S, L>(slice));
+            }
+        }
+        if (__builtin_expect(!ranked, 0)) cut = RadixSelect<S, L>::run(slice, bound, exchange, at);
+    }
+    if (__builtin_expect(!ranked, 0)) {
+        if (!GatherStep<S, L>::run(slice, cut, storage, at)) return;
     } else {
         L::sync();  // the ranking group's placements, before its reads below
     }
-
     RADIX4_STAMP(4);
 
-    // ---- weights, in output order; the total is summed in that order too ----
-    float total = 0.0f;
-#pragma unroll
-    for (int i = 0; i < K; ++i) total += ranked_sig[local][i];
-    if (lane < K) {
-        float weight = ranked_sig[local][lane];
-        if (renormalize && total > 0.0f) weight = weight / total;
-        weight = weight * routed_scaling_factor;
-        const int64_t at = static_cast<int64_t>(token) * K + lane;
-        weights[at] = weight;
-        ids[at] = ranked_id[local][lane];
-    }
+    if constexpr (kLateTrigger) L::launch_dependents();
+    WriteStep<S, L>::template run<C>(storage, at, renormalize, routed_scaling_factor, weights, ids);
     RADIX4_STAMP(5);
 }
 
