@@ -22,6 +22,7 @@ from ..reports.bundle import prepare_out, write_check_bundle, write_index
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
 from .check import check_candidate
+from .distributed import ONE_PROCESS
 from .options import OptionError
 from .progress import Progress
 
@@ -144,10 +145,11 @@ class _Plan:
     topk: int
     shard: tuple[int, int] | None
     replay: CaseSpec | None
+    replay_here: bool = True  # under torchrun only rank 0 runs a replayed case
 
     def specs(self):
         if self.replay is not None:
-            return [self.replay], self.replay.rows
+            return ([self.replay], self.replay.rows) if self.replay_here else ([], 0)
         if self.shard is None:
             return iter_plan(self.families, self.rows, self.seed, self.experts, self.topk), planned_rows(self.families, self.rows)
 
@@ -224,6 +226,7 @@ def run_checks(
     command: str = "",
     stop: Callable[[], object] | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
+    world=ONE_PROCESS,
 ) -> CheckRun:
     """Check ``names`` (registered names, ``module:attr`` specs, or ``["all"]``) and write their bundles under ``out``.
 
@@ -231,6 +234,10 @@ def run_checks(
     (``bundle_dirname``) plus ``index.json``. Each bundle is written as soon
     as its check finishes. ``stop()`` turning true ends the run after the
     current case (status ``interrupted``; later candidates are not started).
+
+    ``world``: a ``contracts.run.distributed`` world (torchrun). Each rank
+    checks its shard of the cases; rank 0 writes the bundles, with the
+    counts of all ranks; the other ranks write nothing.
     """
     stop = stop or (lambda: None)
     everything = names == ["all"]
@@ -239,7 +246,7 @@ def run_checks(
     if topk > experts:
         raise OptionError(f"--topk {topk} is larger than --experts {experts}; choose --topk <= {experts}")
     families = list(families or FAMILY_NAMES)
-    plan = _Plan(families, rows, seed, experts, topk, shard, replay)
+    plan = _Plan(families, rows, seed, experts, topk, world.shard(shard), replay, world.runs_replay())
     options = {"rows": rows, "families": families, "experts": experts, "topk": topk, "repeat": repeat, "exact": exact}
     targets: list[Target] = []
     against_t: Target | None = None
@@ -255,10 +262,11 @@ def run_checks(
                 against_t.worker = None
         several = len(targets) > 1
         label = "all" if everything else ("+".join(t.candidate.name for t in targets) if several else targets[0].candidate.name)
-        run = CheckRun(out=prepare_out(out or default_out(label), force=force), several=several)
+        out = out or default_out(label)
+        run = CheckRun(out=prepare_out(out, force=force) if world.writer else out, several=several)
         _run_targets(run, targets, against_t, everything=everything, plan=plan, contract=contract, device=device, exact=exact,
                      isolate=isolate, timeout=timeout, repeat=repeat, progress=progress, command=command, stop=stop,
-                     options=options, shard=shard, on_result=on_result)  # fmt: skip
+                     options=options, shard=shard, on_result=on_result, world=world)  # fmt: skip
         return run
     finally:
         for t in targets:
@@ -266,7 +274,8 @@ def run_checks(
                 t.worker.close()
 
 
-def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *, everything: bool, plan: _Plan, shard, on_result, stop, **check) -> None:
+def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *, everything: bool, plan: _Plan, shard, on_result, stop, world,
+                 **check) -> None:  # fmt: skip
     taken: set[str] = set()
     for position, target in enumerate(targets):
         if stop():
@@ -285,7 +294,10 @@ def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *
             if target.worker is not None:
                 target.worker.close()
                 target.worker = None
+        result = world.gather_check(result)  # one process: as it is; torchrun: every rank's counts (on rank 0, the cells)
         s = result.summary
+        if s.status is not Status.UNAVAILABLE:
+            unavailable = None
         if unavailable is not None and not everything:
             run.unavailable.append((s.candidate, unavailable))
         if unavailable is None:
@@ -299,9 +311,10 @@ def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *
             taken.add(name)
             folder = run.out / name
         s.bundle = str(folder)
-        write_check_bundle(folder, result)
+        if world.writer:
+            write_check_bundle(folder, result)
         run.results.append(result)
-        if on_result is not None:
+        if on_result is not None and world.writer:
             on_result(result)
         if s.status is Status.INTERRUPTED:
             run.interrupted = s.interrupted
@@ -309,5 +322,5 @@ def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *
             break
     if stop():
         run.interrupted = run.interrupted or str(stop())
-    if run.several:
+    if run.several and world.writer:
         write_index(run.out, run.summaries, command=check["command"], interrupted=run.interrupted, not_started=run.not_started)
