@@ -58,7 +58,7 @@ REPLAYS = 25
 NEG_LOG2E = -1.44269504088896340736
 RTOL, ATOL = 1e-5, 1e-6
 
-# aiter's wave64 lane order (ROUTING_CONTRACTS.md section 3), the script's own copy.
+# aiter's wave64 lane order (docs/contracts.md#the-tie-table), the script's own copy.
 LANE_RANK = [
     56, 57, 58, 59, 63, 62, 61, 60, 52, 53, 54, 55, 51, 50, 49, 48,
     40, 41, 42, 43, 47, 46, 45, 44, 36, 37, 38, 39, 35, 34, 33, 32,

@@ -47,8 +47,9 @@ class Contract:
 
     Tolerances: a weight ``a`` matches the oracle's ``e`` when
     ``|a - e| <= weight_atol + weight_rtol * |e|`` (NaN matches only NaN).
-    Near ties (spec §9): an expert's ranking value may be off by
-    ``near_tie_ulp + near_tie_x_ulp * t`` ULP in a faithful implementation,
+    Near ties (docs/contracts.md#tolerances-and-near-ties): an expert's
+    ranking value may be off by ``near_tie_ulp + near_tie_x_ulp * t`` ULP
+    in a faithful implementation,
     where ``t = (1 - sig) * |x|`` for a sigmoid (the error of
     ``exp2(-log2(e) * x)``), ``t = |x - max(x)|`` for a softmax, and the
     ranking of ``softmax_of_topk`` (the logits) is exact. Zero for both

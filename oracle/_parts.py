@@ -37,6 +37,6 @@ def weights_from(chosen: torch.Tensor, *, contract: str | Contract, renormalize:
     values = chosen.float()
     rows, k = values.shape
     unused = torch.arange(k, device=values.device)  # _weights reads no priority
-    plan = _Plan(c, k, 1, 1, bool(renormalize), float(routed_scaling_factor), unused, unused[:1])
+    plan = _Plan(c, k, 1, 1, bool(renormalize), float(routed_scaling_factor), unused, unused[:1], None)
     slots = torch.arange(k, device=values.device).expand(rows, k)
     return _weights(values, values, slots, plan, logits_dtype)

@@ -35,7 +35,7 @@ import torch
 from ._builtin import SERIAL_SENTINEL, get_contract
 from ._contracts import Contract
 from ._keys import NAN_KEY, rank_keys
-from ._scores import expert_scores, ranking_from, sigmoid_of, softmax_rows
+from ._scores import expert_scores, ranking_dtype, ranking_from, sigmoid_of, softmax_rows
 from ._tie_priority import group_tie_priority, tie_priority
 from ._validate import check_route_args, resolve_groups
 
@@ -190,6 +190,7 @@ class _Plan:
     rsf: float
     priority: torch.Tensor
     group_priority: torch.Tensor
+    low_precision: torch.dtype | None  # score_precision="input": the 16-bit dtype ranking values are rounded to
 
 
 def _route(scores, bias, topk, renormalize, rsf, contract, num_expert_group, topk_group, *, keep):
@@ -200,9 +201,10 @@ def _route(scores, bias, topk, renormalize, rsf, contract, num_expert_group, top
     rows, experts = scores.shape
     n_group, n_kept = resolve_groups(c, experts, num_expert_group, topk_group)
     device = scores.device
-    plan = _Plan(c, topk, n_group, n_kept, renormalize, float(rsf), _priority_on(experts, c.tie_rule, device),
-                 _group_priority_on(n_group, c.group_tie_rule, device))  # fmt: skip
     bias = bias if c.has_bias else None
+    plan = _Plan(c, topk, n_group, n_kept, renormalize, float(rsf), _priority_on(experts, c.tie_rule, device),
+                 _group_priority_on(n_group, c.group_tie_rule, device),
+                 ranking_dtype(c, scores.dtype, bias.dtype if bias is not None else None))  # fmt: skip
     out = _Outputs(rows, experts, plan, device, keep)
     chunk = max(1, _CHUNK_ELEMENTS_CPU // experts) if device.type == "cpu" else _CHUNK_ROWS_GPU
     for start in range(0, rows, chunk):
@@ -265,7 +267,7 @@ def _route_rows(x: torch.Tensor, bias, plan: _Plan, keep: bool) -> _Chunk:
     group_scores = kept = None
     selection = ranking
     if plan.n_group > 1:
-        group_scores = _group_scores(ranking, plan.n_group, c)
+        group_scores = _group_scores(ranking, plan.n_group, c, plan.low_precision)
         kept = _kept_groups(group_scores, plan.topk_group, plan.group_priority, c)
         if plan.topk_group < plan.n_group:
             selection = _mask_groups(ranking, kept, plan.n_group, c.group_mask)
@@ -292,20 +294,37 @@ def _composite(keys: torch.Tensor, priority: torch.Tensor, n: int) -> torch.Tens
     return keys.long() * n + (n - 1 - priority)
 
 
-def _group_scores(ranking: torch.Tensor, n_group: int, c: Contract) -> torch.Tensor:
-    """fp32 [M, G]: each group's top2_sum or max of ranking values, NaN by the NaN rule; zeros unsigned."""
+def _group_scores(ranking: torch.Tensor, n_group: int, c: Contract, low_precision) -> torch.Tensor:
+    """fp32 [M, G]: each group's top2_sum or max of ranking values, NaN by the NaN rule; zeros unsigned.
+
+    With ``low_precision`` the sum is rounded to that dtype, as the ranking values were.
+    The top two come from two max reductions (several times faster than
+    ``torch.topk`` over short groups): the second is the largest value left
+    once the maximum is removed, or the maximum again when it occurs twice.
+    ``amax`` propagates NaN, which is the order of ``nan_rule="first"``; for the
+    other rules the groups holding NaN are redone on rank keys, NaN lowest.
+    """
     rows, experts = ranking.shape
-    per_group = ranking.view(rows, n_group, experts // n_group)
-    k = 2 if c.group_score == "top2_sum" else 1
-    top = torch.topk(per_group, k, dim=2).values  # torch ranks NaN first: right for nan_rule "first" only
+    size = experts // n_group
+    per_group = ranking.view(rows, n_group, size)
+    first = per_group.amax(dim=2, keepdim=True)
+    if c.group_score == "top2_sum":
+        at_max = per_group == first
+        rest = per_group.masked_fill(at_max, -float("inf")).amax(dim=2)
+        second = torch.where(at_max.sum(2) > 1, first.squeeze(2), rest)
+        top = torch.stack((first.squeeze(2), second), dim=2)
+    else:
+        top = first
     if c.nan_rule != "first":
-        hit = torch.isnan(top).any(2).any(1).nonzero().squeeze(1)
+        hit = torch.isnan(top[..., 0]).any(1).nonzero().squeeze(1)
         if hit.numel():
             sub = per_group.index_select(0, hit)
-            pick = torch.topk(rank_keys(sub), k, dim=2).indices  # NaN_KEY is the lowest key
+            pick = torch.topk(rank_keys(sub), top.shape[2], dim=2).indices  # NAN_KEY is the lowest key
             top.index_copy_(0, hit, sub.gather(2, pick))
-    score = top[..., 0] + top[..., 1] if k == 2 else top[..., 0]
-    return score + 0.0  # -0.0 and +0.0 share a key; which one torch.topk picks is not the contract's
+    score = top[..., 0] + top[..., 1] if c.group_score == "top2_sum" else top[..., 0]
+    if low_precision is not None and c.group_score == "top2_sum":
+        score = score.to(low_precision).float()
+    return score + 0.0  # -0.0 and +0.0 share a key; which one a max returns is not the contract's
 
 
 def _kept_groups(group_scores: torch.Tensor, topk_group: int, priority: torch.Tensor, c: Contract) -> torch.Tensor:
@@ -322,6 +341,39 @@ def _mask_groups(ranking: torch.Tensor, kept: torch.Tensor, n_group: int, mask_v
     return per_group.masked_fill(~keep.unsqueeze(2), mask_value).view(rows, experts)
 
 
+def _fast_set(values: torch.Tensor, topk: int, c: Contract) -> tuple[torch.Tensor, torch.Tensor]:
+    """(columns of the topk largest values, rows where that set is the contract's without tie-breaking)."""
+    width = min(topk + 1, values.shape[1])
+    top_values, candidates = torch.topk(values, width, dim=1)
+    kth = top_values[:, topk - 1]
+    lower = -float("inf") if c.floor is None else c.floor
+    clean = (kth > lower) & ~torch.isnan(top_values).any(dim=1)
+    if width > topk:
+        clean &= kth != top_values[:, topk]
+    return candidates[:, :topk], clean
+
+
+def _in_order(chosen: torch.Tensor, chosen_values: torch.Tensor, priority: torch.Tensor, experts: int) -> torch.Tensor:
+    """The experts ``chosen`` (a clean row's set) in contract order: key descending, then tie priority."""
+    comp = _composite(rank_keys(chosen_values), priority[chosen], experts)
+    return chosen.gather(1, comp.argsort(dim=1, descending=True))
+
+
+def _exact(values: torch.Tensor, topk: int, priority: torch.Tensor, c: Contract) -> torch.Tensor:
+    """int64 ids of the rows ``values`` by composite keys: ties, NaN, -inf and the floor decided exactly."""
+    keys = _rule_keys(values, c.nan_rule)
+    if c.has_fallback:
+        nan = torch.isnan(values)
+        ineligible = nan if c.nan_rule == "never" else torch.zeros_like(nan)
+        if c.floor is not None:
+            ineligible |= ~(values > c.floor) & ~nan
+        keys.masked_fill_(ineligible, _INELIGIBLE_KEY)
+    top = torch.topk(_composite(keys, priority, values.shape[1]), topk, dim=1).indices
+    if c.has_fallback:
+        top.masked_fill_(keys.gather(1, top) == _INELIGIBLE_KEY, -1)
+    return top
+
+
 def _select(values: torch.Tensor, topk: int, priority: torch.Tensor, c: Contract) -> torch.Tensor:
     """int64 ids ``[M, topk]`` in contract order; slots no eligible value can fill hold ``-1``.
 
@@ -329,34 +381,11 @@ def _select(values: torch.Tensor, topk: int, priority: torch.Tensor, c: Contract
     values strictly above it (and NaN unless the rule is ``never``); with
     ``nan_rule="never"`` no NaN.
     """
-    experts = values.shape[1]
-    width = min(topk + 1, experts)
-    top_values, candidates = torch.topk(values, width, dim=1)
-    kth = top_values[:, topk - 1]
-    lower = -float("inf") if c.floor is None else c.floor
-    clean = (kth > lower) & ~torch.isnan(top_values).any(dim=1)
-    if width > topk:
-        clean &= kth != top_values[:, topk]
-    chosen = candidates[:, :topk]
-
-    # Put each clean row's set in contract order.
-    comp = _composite(rank_keys(values.gather(1, chosen)), priority[chosen], experts)
-    ids = chosen.gather(1, comp.argsort(dim=1, descending=True))
-
+    chosen, clean = _fast_set(values, topk, c)
+    ids = _in_order(chosen, values.gather(1, chosen), priority, values.shape[1])
     hard = (~clean).nonzero().squeeze(1)
     if hard.numel():
-        sub = values.index_select(0, hard)
-        keys = _rule_keys(sub, c.nan_rule)
-        if c.has_fallback:
-            nan = torch.isnan(sub)
-            ineligible = nan if c.nan_rule == "never" else torch.zeros_like(nan)
-            if c.floor is not None:
-                ineligible |= ~(sub > c.floor) & ~nan
-            keys.masked_fill_(ineligible, _INELIGIBLE_KEY)
-        top = torch.topk(_composite(keys, priority, experts), topk, dim=1).indices
-        if c.has_fallback:
-            top.masked_fill_(keys.gather(1, top) == _INELIGIBLE_KEY, -1)
-        ids.index_copy_(0, hard, top)
+        ids.index_copy_(0, hard, _exact(values.index_select(0, hard), topk, priority, c))
     return ids
 
 

@@ -14,7 +14,7 @@ import torch
 
 from ._contracts import Contract
 
-__all__ = ["expert_scores", "ranking_from", "sigmoid_of", "softmax_rows"]
+__all__ = ["expert_scores", "ranking_dtype", "ranking_from", "sigmoid_of", "softmax_rows"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -92,10 +92,24 @@ def expert_scores(x: torch.Tensor, c: Contract) -> torch.Tensor:
     return x.float()
 
 
+def ranking_dtype(c: Contract, logits: torch.dtype, bias: torch.dtype | None) -> torch.dtype | None:
+    """The 16-bit dtype the ranking add (and a group score) is rounded to, or None for fp32.
+
+    ``score_precision="input"`` computes as eager torch code does on these
+    inputs: the add in the dtype torch promotes the logits and the bias to
+    (bf16 + bf16 is bf16; bf16 + fp32 is fp32).
+    """
+    if c.score_precision != "input" or logits not in _LOW_PRECISION:
+        return None
+    promoted = torch.promote_types(logits, bias) if c.has_bias and bias is not None else logits
+    return promoted if promoted in _LOW_PRECISION else None
+
+
 def ranking_from(scores: torch.Tensor, bias: torch.Tensor | None, c: Contract, dtype: torch.dtype) -> torch.Tensor:
     """Ranking values fp32 [M, E]: ``scores + bias`` (the add in the contract's precision), or ``scores``."""
     if not c.has_bias:
         return scores
-    if c.score_precision == "input" and dtype in _LOW_PRECISION:
-        return (scores + bias.to(dtype).float()).to(dtype).float()
+    low = ranking_dtype(c, dtype, bias.dtype)
+    if low is not None:
+        return (scores + bias.to(low).float()).to(low).float()
     return scores + bias.float()

@@ -32,7 +32,7 @@ import torch
 
 __all__ = ["GROUP_TIE_RULES", "LANE_RANK", "TIE_RULES", "group_tie_priority", "tie_priority", "tie_order"]
 
-# Traversal rank of each of the 64 lanes in aiter's argmax reduction (spec §3):
+# Traversal rank of each of the 64 lanes in aiter's argmax reduction (docs/contracts.md#the-tie-table):
 # lane 63 is visited first, so its experts win ties.
 LANE_RANK: tuple[int, ...] = (
     56, 57, 58, 59, 63, 62, 61, 60, 52, 53, 54, 55, 51, 50, 49, 48,

@@ -56,10 +56,10 @@ def contract_from_mapping(data: dict, *, where: str = "contract", default_name: 
 
     fields = dict(data)
     for key, value in fields.items():
-        if key != "base" and key not in FIELD_NAMES:
-            raise _unknown_key(where, key)
         if isinstance(value, (dict, list)):
             raise ContractError(f"{where}: {key}={value!r} is not allowed; fields are flat values (a string, number or bool)")
+        if key != "base" and key not in FIELD_NAMES:
+            raise _unknown_key(where, key)
     base_name = fields.pop("base", None)
     if fields.get("floor") == "none":
         fields["floor"] = None

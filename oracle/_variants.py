@@ -1,7 +1,7 @@
 """Single-field variants of a contract, for diagnosing a router that fails it.
 
 Each variant changes one field to a value real routers are known to use
-(spec section 10: bf16 scores in the engines' torch paths, the reference
+(docs/contracts.md#how-other-routers-differ: bf16 scores in the engines' torch paths, the reference
 code's 0.0 mask, ``torch.topk``'s NaN-first order, vLLM's unguarded
 division, ...). Routing the mismatched rows under each variant tells which
 single change explains them; the label completes the sentence "the router

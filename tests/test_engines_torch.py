@@ -1,4 +1,4 @@
-"""The engines' torch routers, loaded from their installed files, against plain references (spec section 10).
+"""The engines' torch routers, loaded from their installed files, against plain references (docs/contracts.md#how-other-routers-differ).
 
 What is asserted, per engine (SGLang 0.5.23, vLLM 0.33.0, lmdeploy 0.18.0):
 - each loads from its installed file and routes a batch like a plain fp32

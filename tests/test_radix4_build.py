@@ -482,7 +482,7 @@ def test_tie_table_matches_the_contracts_closed_form(tmp_path):
     subprocess.run(["g++", "-std=c++17", f"-I{HERE}", str(src), "-o", str(exe)], check=True)
     got = [int(v) for v in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
 
-    def closed_form(e):  # ROUTING_CONTRACTS.md section 3, E = 896
+    def closed_form(e):  # docs/contracts.md#the-tie-table, E = 896
         vec = e >> 2
         rank, bank = LANE_RANK[vec & 63], vec >> 6
         vec_rank = rank * 3 + bank if rank < 32 else 96 + (rank - 32) * 4 + bank

@@ -1,7 +1,7 @@
 """CPU tests of the serial-contract kernels (kernels/serial).
 
 The host build (g++) is compared with a literal per-row Python reference of
-contract ``serial`` (ROUTING_CONTRACTS.md section 4): scalar loops in numpy
+contract ``serial`` (docs/contracts.md#contract-serial): scalar loops in numpy
 float32, with the platform's ``expf`` called through ctypes because the
 contract fixes plain expf (numpy's own float32 exp rounds differently in a few
 places). The CUDA source is only compiled here (no GPU in CI); the GPU checks

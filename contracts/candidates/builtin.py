@@ -59,11 +59,11 @@ def _same_dtype_bias(*, dtype, bias_dtype, **_shape) -> bool:
 
 
 def _oracle_route(contract):
-    def route(scores, bias, topk, renormalize, routed_scaling_factor):
+    def route(scores, bias, topk, renormalize, routed_scaling_factor, **groups):
         import oracle  # not at import: listing candidates loads no torch
 
         return oracle.route(
-            scores, bias, topk, renormalize=renormalize, routed_scaling_factor=routed_scaling_factor, contract=contract
+            scores, bias, topk, renormalize=renormalize, routed_scaling_factor=routed_scaling_factor, contract=contract, **groups
         )
 
     return route
@@ -76,6 +76,7 @@ register(
         contract="aiter",
         description="the oracle itself, under the contract being checked (a self-check of the harness)",
         origin="oracle",
+        contracts=("*",),
         route_for_contract=_oracle_route,
     )
 )

@@ -63,7 +63,7 @@ def fatal_kind(exc: BaseException) -> str | None:
 def _call(route: Callable, case: Case):
     """One call; ``(value, None)`` or ``(None, exception)``. KeyboardInterrupt passes through."""
     try:
-        value = route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor)
+        value = route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor, **case.group_args)
         if case.scores.is_cuda:
             torch.cuda.synchronize()  # asynchronous CUDA errors surface here, inside the try
         return value, None
@@ -153,7 +153,7 @@ class CaseRunner:
 
     def run(self, case: Case) -> CallOutcome:
         out = CallOutcome()
-        before = (case.scores.clone(), case.bias.clone())
+        before = (case.scores.clone(), None if case.bias is None else case.bias.clone())
         value, first_exc = _call(self.route, case)
         exc = first_exc
         if exc is not None:
@@ -179,7 +179,7 @@ class CaseRunner:
                 self._note(out, mask, "CUDA graph replay", value, replayed, rows)
         out.differing_rows = int(mask.sum())
         out.differing_sample = mask.nonzero().squeeze(1)[:DIFF_SAMPLE_ROWS].tolist()
-        out.changed = not (_same_bits(case.scores, before[0]) and _same_bits(case.bias, before[1]))
+        out.changed = not (_same_bits(case.scores, before[0]) and (case.bias is None or _same_bits(case.bias, before[1])))
         if self.other is not None:
             other, exc = _call(self.other, case)
             if exc is not None:
@@ -212,11 +212,11 @@ class CaseRunner:
             side = torch.cuda.Stream(device=case.scores.device)
             side.wait_stream(torch.cuda.current_stream(case.scores.device))
             with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
-                _ = self.route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor)
+                _ = self.route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor, **case.group_args)
             torch.cuda.current_stream(case.scores.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                static = self.route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor)
+                static = self.route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor, **case.group_args)
             graph.replay()
             torch.cuda.synchronize()
             result = tuple(t.clone() for t in static) if _is_pair(static) else static

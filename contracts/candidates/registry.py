@@ -68,7 +68,11 @@ def _nothing_to_build(device: str) -> None:
 
 @dataclass
 class Candidate:
-    """A router under test. ``route(scores, bias, topk, renormalize, routed_scaling_factor) -> (weights, ids)``."""
+    """A router under test. ``route(scores, bias, topk, renormalize, routed_scaling_factor) -> (weights, ids)``.
+
+    For a grouped contract the harness adds ``num_expert_group=G, topk_group=TG`` as keyword
+    arguments; for a contract without a correction bias, ``bias`` is None.
+    """
 
     name: str
     route: Callable
@@ -86,6 +90,13 @@ class Candidate:
     # For candidates that can follow either contract (the oracle itself):
     # contract name -> the route to use when that contract is checked.
     route_for_contract: Callable[[str], Callable] | None = None
+    # The largest batch (rows per call) it serves, when its ``covered`` gate cannot tell: caps the bulk cases.
+    max_rows: int | None = None
+    # The contracts it serves ("*": any; empty: only ``contract``). ``--candidate all --contract X`` checks those that serve X.
+    contracts: tuple[str, ...] = ()
+
+    def serves(self, contract: str) -> bool:
+        return "*" in self.contracts or contract == self.contract or contract in self.contracts
 
     def route_under(self, contract: str) -> Callable:
         return self.route_for_contract(contract) if self.route_for_contract else self.route

@@ -21,7 +21,9 @@ which (``crash``, ``timeout``, ``worker_error``).
 
 from __future__ import annotations
 
+import collections
 import ctypes
+import dataclasses
 import faulthandler
 import importlib
 import os
@@ -38,6 +40,7 @@ from typing import Callable
 import torch
 
 from ..cases import CaseSpec, build_case
+from ..cases.plan import bulk_rows_for
 from .calling import CallOutcome, CaseRunner, first_line, raised_message
 from .registry import CandidateLoadError, UnknownCandidateError, get_candidate
 
@@ -168,11 +171,14 @@ class Worker:
         self.should_stop = should_stop or (lambda: None)
         self.device: str | None = None
         self.calls_per_case = 1
+        self.bulk_rows: int | None = None  # the bulk case size the worker's gates allow (after load)
         self._proc: subprocess.Popen | None = None
         self._to: Connection | None = None
         self._from: Connection | None = None
         self._stderr = None
         self._dead = False
+        self._pending: collections.deque[CaseSpec] = collections.deque()
+        self.current: CaseSpec | None = None  # the spec whose answer is awaited
 
     # lifecycle
     def _start(self) -> None:
@@ -261,14 +267,17 @@ class Worker:
         return self._stderr.read().decode("utf-8", "replace")[-STDERR_TAIL:].strip()
 
     # requests
-    def _request(self, message: dict, timeout: float, doing: str):
+    def _post(self, message: dict) -> None:
         if self._proc is None:
             self._start()
-        proc = self._proc
         try:
             self._to.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError:
-            pass  # it died; the read below says how
+            pass  # it died; the read says how
+
+    def _await(self, timeout: float, doing: str):
+        """The next reply, in request order; WorkerFailure on a crash, hang or harness error, Interrupted on a stop."""
+        proc = self._proc
         deadline = time.monotonic() + timeout
         while True:
             reason = self.should_stop()
@@ -304,6 +313,10 @@ class Worker:
             raise WorkerFailure("worker_error", f"the harness failed inside the worker while {doing}: {reply['worker_error']}", reply.get("traceback", ""))
         return reply
 
+    def _request(self, message: dict, timeout: float, doing: str):
+        self._post(message)
+        return self._await(timeout, doing)
+
     def describe(self) -> dict:
         """The candidate's metadata (name, contract, devices, deviations...); CandidateLoadError if it does not load."""
         try:
@@ -317,7 +330,8 @@ class Worker:
             raise CandidateLoadError(reply["load_error"])
         return reply["candidate"]
 
-    def load(self, *, contract: str, device: str, against: str | None = None, repeat: int = 1, origin: str = "") -> tuple[bool, str]:
+    def load(self, *, contract: str, device: str, against: str | None = None, repeat: int = 1, origin: str = "",
+             experts: int | None = None, topk: int | None = None) -> tuple[bool, str]:  # fmt: skip
         """Import the candidate (and ``against``) in the worker and ask its gates; ``(ok, why)``.
 
         ``origin``: a module to import first if the name is not registered yet
@@ -325,20 +339,36 @@ class Worker:
         """
         self.device = device
         self.calls_per_case = repeat + (1 if device.startswith("cuda") and repeat > 1 else 0) + (1 if against else 0)
-        message = {"op": "load", "lookup": self.lookup, "origin": origin, "against": against, "contract": contract, "device": device, "repeat": repeat}
+        message = {"op": "load", "lookup": self.lookup, "origin": origin, "against": against, "contract": contract, "device": device,
+                   "repeat": repeat, "experts": experts, "topk": topk}  # fmt: skip
         reply = self._request(message, max(self.timeout, START_TIMEOUT_S), f"loading {self.lookup} on {device}")
         if "load_error" in reply:
             return False, reply["load_error"]
+        self.bulk_rows = reply.get("bulk_rows")
         return tuple(reply["available"])
 
-    def run(self, spec: CaseSpec) -> CallOutcome | None:
-        """The candidate's outcome on ``spec`` (outputs on ``device``), or None if it does not cover the case."""
-        spec_t = (spec.family, spec.case_seed, spec.rows, spec.experts, spec.topk)
-        reply = self._request({"op": "run", "spec": spec_t}, self.timeout * self.calls_per_case, f"running case {spec.replay_id}")
+    def submit(self, spec: CaseSpec) -> None:
+        """Queue ``spec``: the worker starts on it while the parent compares the case before (see ``collect``)."""
+        self._post({"op": "run", "spec": dataclasses.astuple(spec)})
+        self._pending.append(spec)
+
+    def collect(self) -> tuple[CaseSpec, CallOutcome | None]:
+        """The oldest submitted spec and its outcome (outputs on ``device``), or None if the case is not covered."""
+        spec = self.current = self._pending.popleft()
+        reply = self._await(self.timeout * self.calls_per_case, f"running case {spec.replay_id}")
         self._trim_stderr()
         if reply.get("skipped"):
-            return None
-        return _outcome_from_wire(reply["outcome"], self.device)
+            return spec, None
+        return spec, _outcome_from_wire(reply["outcome"], self.device)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def run(self, spec: CaseSpec) -> CallOutcome | None:
+        """The candidate's outcome on ``spec`` (submit, then collect), or None if it does not cover the case."""
+        self.submit(spec)
+        return self.collect()[1]
 
 
 # ---------------------------------------------------------------- the worker's side
@@ -372,6 +402,9 @@ class _Serving:
         self.candidate = self.against = self.runner = None
         self.device = "cpu"
 
+    def _covered(self, **shape) -> bool:
+        return self.candidate.covered(**shape) and (self.against is None or self.against.covered(**shape))
+
     def handle(self, msg: dict) -> dict:
         op = msg["op"]
         if op == "describe":
@@ -393,6 +426,10 @@ class _Serving:
             if ok and self.device.startswith("cuda"):
                 torch.zeros(1, device=self.device)  # the CUDA context, before the first timed call
             contract, repeat = msg["contract"], msg["repeat"]
+            bulk = None
+            if ok and msg.get("experts"):
+                bulk = bulk_rows_for(self._covered, experts=msg["experts"], topk=msg["topk"], device=self.device,
+                                     max_rows=min(filter(None, (self.candidate.max_rows, getattr(self.against, "max_rows", None))), default=None))  # fmt: skip
             self.runner = CaseRunner(
                 self.candidate.route_under(contract),
                 other=self.against.route_under(contract) if self.against else None,
@@ -400,12 +437,12 @@ class _Serving:
                 repeat=repeat,
                 graph=self.device.startswith("cuda") and repeat > 1,
             )
-            return {"available": (ok, why)}
+            return {"available": (ok, why), "bulk_rows": bulk}
         if op == "run":
-            spec = CaseSpec(*msg["spec"])
+            spec = CaseSpec(*msg["spec"])  # dataclasses.astuple of the parent's spec
             case = build_case(spec, self.device)
             shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.bias.dtype)
-            if not self.candidate.covered(**shape) or (self.against is not None and not self.against.covered(**shape)):
+            if not self._covered(**shape):
                 return {"skipped": True}
             return {"outcome": _outcome_to_wire(self.runner.run(case), case.scores.device)}
         raise ValueError(f"unknown request {op!r}")

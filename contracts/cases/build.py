@@ -24,7 +24,7 @@ SCALING_FACTORS = (1.0, 2.5, 2.827)
 class Case:
     spec: CaseSpec
     scores: torch.Tensor
-    bias: torch.Tensor
+    bias: torch.Tensor | None
     renormalize: bool
     routed_scaling_factor: float
 
@@ -45,21 +45,24 @@ class Case:
 
 
 def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
-    """The inputs of ``spec``, identical on every machine, placed on ``device``."""
+    """The inputs of ``spec`` placed on ``device``: a coverage case is drawn on the CPU (the same bits on
+    every machine), a bulk case on ``device`` itself (the same bits on every machine of that device kind)."""
     family = FAMILIES[spec.family]
-    gen = torch.Generator().manual_seed(spec.case_seed)
-    renormalize = bool(torch.randint(0, 4, (1,), generator=gen)) # 3 in 4 renormalize, as models do
-    rsf = SCALING_FACTORS[int(torch.randint(0, len(SCALING_FACTORS), (1,), generator=gen))]
-    bias_in_logits_dtype = bool(torch.randint(0, 2, (1,), generator=gen))
-    x, bias, dtype = family.make(gen, spec.rows, spec.experts, spec.topk)
+    gen = torch.Generator(device=device if spec.bulk else "cpu").manual_seed(spec.case_seed)
+    on = {"generator": gen, "device": gen.device}
+    renormalize = bool(torch.randint(0, 4, (1,), **on))  # 3 in 4 renormalize, as models do
+    rsf = SCALING_FACTORS[int(torch.randint(0, len(SCALING_FACTORS), (1,), **on))]
+    bias_in_logits_dtype = bool(torch.randint(0, 2, (1,), **on))
+    groups = {"n_group": spec.n_group, "topk_group": spec.topk_group} if family.grouped else {}
+    x, bias, dtype = family.make_for(spec.bulk)(gen, spec.rows, spec.experts, spec.topk, **groups)
     scores = x.to(dtype)
     backing, offset = scores, 0
     if family.strided:
-        offset = int(torch.randint(1, 64, (1,), generator=gen))
-        backing = torch.full((spec.rows, offset + spec.experts + 37), 9.0, dtype=dtype)
+        offset = int(torch.randint(1, 64, (1,), **on))
+        backing = torch.full((spec.rows, offset + spec.experts + 37), 9.0, dtype=dtype, device=gen.device)
         backing[:, offset : offset + spec.experts] = scores
     bias = bias.to(dtype) if bias_in_logits_dtype else bias.float()
     # Move the whole backing buffer, so strided rows keep their row stride on the device.
     scores = backing.to(device)[:, offset : offset + spec.experts]
-    bias = bias.to(device)
+    bias = bias.to(device) if spec.bias else None  # a contract without a correction bias: the candidate gets None
     return Case(spec, scores, bias, renormalize, rsf)

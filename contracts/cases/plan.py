@@ -1,10 +1,19 @@
 """The plan: which cases a check runs, as replayable specs.
 
-A case is fully determined by ``(family, case_seed, rows, experts, topk)``:
-that tuple is its replay id, and ``contracts.cases.build.build_case``
-rebuilds it bit for bit on any machine. ``iter_plan`` spreads a row budget
-over the families by share, deterministically in the seed; ``shard`` takes
-every N-th spec of it (``--shard I/N``, and the ranks of a torchrun).
+A case is fully determined by ``(family, case_seed, rows, experts, topk)``
+and whether it is a bulk case: that is its replay id
+(``family:seed:rows``, or ``family:seed:rows:bulk``), and
+``contracts.cases.build.build_case`` rebuilds it bit for bit.
+
+``iter_plan`` spreads a row budget over the families by share,
+deterministically in the seed. Each family first runs its **coverage
+cases**: two passes over its case sizes (batch sizes matter to kernels:
+they pick launch shapes; ``batch_sizes`` runs its edge sizes, then sizes
+drawn from 1..1025). The rest of its budget, if any, runs as **bulk cases**
+of ``bulk_rows`` rows (the largest batch the candidate serves, up to
+65,536), generated on the device the candidate runs on: volume at the speed
+of the oracle. ``shard`` takes every N-th spec of the plan (``--shard I/N``,
+and the ranks of a torchrun).
 """
 
 from __future__ import annotations
@@ -27,10 +36,12 @@ class CaseSpec:
     topk: int
     n_group: int = 1  # expert groups of a grouped contract (DeepSeek: 8 groups, 4 kept); 1 = none
     topk_group: int = 1
+    bulk: bool = False  # drawn on the candidate's device by the family's vectorized maker
+    bias: bool = True  # the contract has a correction bias (else the candidate gets ``bias=None``)
 
     @property
     def replay_id(self) -> str:
-        return f"{self.family}:{self.case_seed}:{self.rows}"
+        return f"{self.family}:{self.case_seed}:{self.rows}" + (":bulk" if self.bulk else "")
 
 
 def _seed(*parts) -> int:
@@ -55,21 +66,54 @@ def planned_rows(families: list[str], total_rows: int) -> int:
     return sum(_budgets(families, total_rows).values())
 
 
-def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int) -> Iterator[CaseSpec]:
+COVERAGE_PASSES = 2
+DEFAULT_BULK_ROWS = 65_536  # on a GPU; a bulk case's [M, E] work tensors are about 0.25 GB each there
+CPU_BULK_ROWS = 16_384  # on a CPU: keeps a check's memory well under 2 GiB
+
+
+def bulk_rows_for(covered, *, experts: int, topk: int, device: str, max_rows: int | None = None) -> int:
+    """The bulk case size for a candidate: the largest of 65,536 / 16,384 / 4,096 / 1,024 (CPU: from 16,384)
+    that ``covered`` accepts for bf16 or fp32 logits, capped by a declared ``max_rows``; else 1,024."""
+    import torch
+
+    top = DEFAULT_BULK_ROWS if device.startswith("cuda") else CPU_BULK_ROWS
+    if max_rows:
+        top = min(top, max_rows)
+    sizes = [top] + [n for n in (16_384, 4_096, 1_024) if n < top]
+    for rows in sizes:
+        for dtype in (torch.bfloat16, torch.float32):
+            try:
+                if covered(rows=rows, experts=experts, topk=topk, dtype=dtype, bias_dtype=dtype):
+                    return rows
+            except Exception:  # noqa: BLE001 -- a gate that raises shows when the cases run
+                return rows
+    return min(sizes[-1], top)
+
+
+def _coverage_rows(name: str) -> int:
+    # Two passes over the sizes; for a family with drawn sizes, its sizes once and as many rows again drawn.
+    return COVERAGE_PASSES * sum(FAMILIES[name].sizes)
+
+
+def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int, *, bulk_rows: int | None = DEFAULT_BULK_ROWS,
+              n_group: int = 1, topk_group: int = 1, bias: bool = True) -> Iterator[CaseSpec]:  # fmt: skip
     """Spread ``total_rows`` over ``families`` by share, one spec at a time; deterministic in ``seed``.
 
-    Each family cycles through its case sizes; ``batch_sizes`` first runs its
-    edge sizes, then fills its budget with other sizes drawn from 1..1025.
-    An iterator, so 100 million rows (about 400,000 specs) run in constant memory.
+    Coverage cases first (see the module docstring), then bulk cases of
+    ``bulk_rows`` (``None``: no bulk cases, the sizes cycle as in earlier
+    releases). An iterator, so a billion rows run in constant memory.
     """
     import torch  # here, not at import: the plan's names and specs load no torch
 
+    shape = dict(experts=experts, topk=topk, n_group=n_group, topk_group=topk_group)
+    extra = {} if bias else {"bias": False}
     for name, budget in _budgets(families, total_rows).items():
         family = FAMILIES[name]
         sizes = family.sizes
+        coverage = budget if bulk_rows is None else min(budget, _coverage_rows(name))
         gen = None
         index, used = 0, 0
-        while used < budget:
+        while used < coverage:
             if index < len(sizes):
                 rows = sizes[index]
             elif family.drawn_sizes is not None:
@@ -79,15 +123,20 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
                 rows = int(torch.randint(low, high + 1, (1,), generator=gen))
             else:
                 rows = sizes[index % len(sizes)]
-            rows = min(rows, budget - used) if used else rows
-            yield CaseSpec(name, _seed(seed, name, index), rows, experts, topk)
+            rows = min(rows, coverage - used) if used else rows
+            yield CaseSpec(name, _seed(seed, name, index), rows, **shape, **extra)
+            used += rows
+            index += 1
+        while used < budget:
+            rows = min(bulk_rows, budget - used)
+            yield CaseSpec(name, _seed(seed, name, index), rows, **shape, bulk=True, **extra)
             used += rows
             index += 1
 
 
-def plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int) -> list[CaseSpec]:
+def plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int, **options) -> list[CaseSpec]:
     """``iter_plan`` as a list."""
-    return list(iter_plan(families, total_rows, seed, experts, topk))
+    return list(iter_plan(families, total_rows, seed, experts, topk, **options))
 
 
 def shard(specs: Iterable[CaseSpec], index: int, count: int) -> Iterator[CaseSpec]:

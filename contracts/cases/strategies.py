@@ -7,7 +7,7 @@ arithmetic run of experts), so a big ``[M, 896]`` row shrinks to "every
 logit 0.0 except these three": the fill shrinks to a constant 0.0, patches
 shrink away, runs shrink to single experts.
 
-What the strategies aim at (spec sections 2, 3, 9):
+What the strategies aim at (docs/contracts.md: why exact, the tie table, near ties):
 
 - few distinct values, on the bf16 grid (``levels`` fills, value palettes);
 - tie pools at the cutoff: ``cutoff_pool`` puts ``a < k`` experts strictly

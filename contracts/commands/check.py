@@ -45,7 +45,7 @@ def _candidates_epilog() -> str:
 def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ap.add_argument("--candidate", action="append", required=True, metavar="NAME",
                     help="candidate name, package.module:attr, or 'all'; repeat or comma-separate for several")  # fmt: skip
-    ap.add_argument("--contract", help="contract to check (default: the one the candidate claims)")
+    ap.add_argument("--contract", metavar="NAME|FILE.toml", help="contract to check: a built-in name or a contract file (default: the one the candidate claims)")
     ap.add_argument("--against", metavar="NAME", help="compare with this candidate instead of the oracle")
     ap.add_argument("--exact", action="store_true", help="bit-identity: weights to 0 ULP and no near-tie allowance")
     ap.add_argument("--out", type=Path, help="bundle directory (default reports/<UTC time>-<candidate>); must be empty unless --force")
@@ -54,8 +54,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--families", help="comma-separated subset of the families (listed below)")
     ap.add_argument("--device", help="cpu or cuda (default: cuda when the candidate runs there and a GPU is present)")
-    ap.add_argument("--experts", type=positive_int("--experts 896"), default=896)
-    ap.add_argument("--topk", type=positive_int("--topk 16"), default=16)
+    ap.add_argument("--experts", type=positive_int("--experts 896"), help="experts E (default: the contract's, 896 for aiter)")
+    ap.add_argument("--topk", type=positive_int("--topk 16"), help="top-k (default: the contract's, 16 for aiter)")
     ap.add_argument("--replay", metavar="FAMILY:SEED:ROWS", help="run exactly one case (from a report's replay line)")
     ap.add_argument("--row", type=int, help="with --replay: print this row side by side")
     ap.add_argument("--shard", metavar="I/N", help="run the I-th of N deterministic slices of the cases (1-based); merge with contracts merge")
@@ -79,6 +79,22 @@ def _names(values: list[str]) -> list[str]:
     if not names:
         raise UsageError("--candidate needs at least one name; e.g. --candidate oracle")
     return names
+
+
+def check_contract(contract: str | None) -> None:
+    """A built-in name or a readable contract file; else a one-line UsageError naming --contract and the choices."""
+    if contract is None:
+        return
+    import oracle
+
+    if not contract.endswith(".toml"):
+        if contract not in oracle.BUILTIN_CONTRACTS:
+            raise UsageError(f"--contract {contract!r} is not a known contract; choose from {', '.join(sorted(oracle.BUILTIN_CONTRACTS))}, or give a FILE.toml")
+        return
+    try:
+        oracle.get_contract(contract)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--contract {contract}: {exc}") from None
 
 
 def _check_device(requested: str | None, world_size: int = 1) -> str | None:
@@ -116,17 +132,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         families = parse_families(args.families)
         shard = parse_shard(args.shard)
-        if args.topk > args.experts:
+        if args.topk and args.experts and args.topk > args.experts:
             raise OptionError(f"--topk {args.topk} is larger than --experts {args.experts}; choose --topk <= {args.experts}")
         if args.row is not None and not args.replay:
             raise OptionError("--row needs --replay FAMILY:SEED:ROWS")
-        replay = parse_replay(args.replay, args.experts, args.topk) if args.replay else None
+        replay = parse_replay(args.replay, 1, 1) if args.replay else None  # checked now; shaped by the contract later
         if replay is not None and args.row is not None and not 0 <= args.row < replay.rows:
             raise OptionError(f"--row {args.row} is outside the case's {replay.rows} rows (0..{replay.rows - 1})")
     except OptionError as exc:
         raise UsageError(str(exc)) from None
-
-    import oracle
 
     from ..candidates.worker import Interrupted
     from ..reports.bundle import BundleError
@@ -134,15 +148,14 @@ def run(args: argparse.Namespace) -> int:
     from ..run.distributed import ranked
     from ..run.signals import StopSignals
 
-    if args.contract is not None and args.contract not in oracle.CONTRACTS:
-        raise UsageError(f"--contract {args.contract!r} is not a known contract; choose from {', '.join(sorted(oracle.CONTRACTS))}")
+    check_contract(args.contract)
 
     def check(world) -> int:  # once, or on every rank of a torchrun world (rank 0 writes and prints)
         device = _check_device(args.device, world.world_size)
         try:
             checked = run_checks(
                 names, contract=args.contract, against=args.against, exact=args.exact, rows=args.rows, seed=args.seed,
-                families=families, device=device, experts=args.experts, topk=args.topk, shard=shard, replay=replay,
+                families=families, device=device, experts=args.experts, topk=args.topk, shard=shard, replay=args.replay,
                 isolate=args.isolate, timeout=args.timeout, repeat=args.repeat, out=args.out, force=args.force,
                 progress=not args.quiet and world.writer, command=args.command_line, stop=world.stop, world=world,
             )  # fmt: skip

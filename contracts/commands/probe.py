@@ -39,8 +39,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap = make_parser(prog, __doc__.split("\n\n")[0].split(": ", 1)[1], __doc__.split("\n\n", 3)[-1])
     ap.add_argument("--candidate", required=True, metavar="NAME", help="candidate name or package.module:attr")
     ap.add_argument("--contract", help="route the candidate follows for this contract (matters for 'oracle'); default: its own")
-    ap.add_argument("--experts", type=positive_int("--experts 896"), default=896)
-    ap.add_argument("--topk", type=positive_int("--topk 16"), default=16)
+    ap.add_argument("--experts", type=positive_int("--experts 896"), help="experts E (default: the contract's)")
+    ap.add_argument("--topk", type=positive_int("--topk 16"), help="top-k (default: the contract's)")
     ap.add_argument("--device", help="cpu or cuda (default: cuda when the candidate runs there and a GPU is present)")
     ap.add_argument("--out", type=Path, help="directory for probe.json (default reports/<UTC time>-probe-<candidate>)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the padding rows and the verification pools")
@@ -96,18 +96,17 @@ def _report(run) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.topk > args.experts:
+    if args.topk and args.experts and args.topk > args.experts:
         raise UsageError(f"--topk {args.topk} is larger than --experts {args.experts}")
-    if args.experts < 2 * args.topk - 1:
+    if args.topk and args.experts and args.experts < 2 * args.topk - 1:
         raise UsageError(f"--experts {args.experts} is too small for --topk {args.topk}: the probe needs E >= 2k-1 = {2 * args.topk - 1}")
-    import oracle
-
     from ..candidates import get_candidate
     from ..run.checks import bundle_dirname, device_for
     from ..run.probe import run_probe
 
-    if args.contract is not None and args.contract not in oracle.CONTRACTS:
-        raise UsageError(f"--contract {args.contract!r} is not a known contract; choose from {', '.join(sorted(oracle.CONTRACTS))}")
+    from .check import check_contract
+
+    check_contract(args.contract)
     candidate = get_candidate(args.candidate)
     device = device_for(candidate, args.device)
     out = args.out or Path("reports") / f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-probe-{bundle_dirname(candidate.name)}"
@@ -119,6 +118,13 @@ def run(args: argparse.Namespace) -> int:
     if done.status == "error":
         print(f"error: {done.reason}", file=sys.stderr)
         return ExitCode.FAILED
+    if done.result is None:  # a grouped contract: the group order
+        d = done.doc
+        print(f"probe {d['candidate']} on {d['device']}: contract {d['contract']}, {d['n_group']} groups, {d['topk_group']} kept; {d['calls']} calls")
+        print(f"group order (strongest first): {' '.join(map(str, d['group_permutation']))}; matches: {d['group_matches']} "
+              f"(the contract's group tie rule: {d['group_rule']})")  # fmt: skip
+        print(f"probe.json: {done.path}")
+        return ExitCode.OK
     _report(done)
     return ExitCode.OK
 

@@ -48,12 +48,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--replay {args.replay} is not a file; give the minimal.pt of a search bundle")
     if not args.replay and not args.candidate:
         raise UsageError("--candidate NAME is required (or --replay MINIMAL.pt)")
-    import oracle
-
     from ..run.distributed import ranked
+    from .check import check_contract
 
-    if args.contract is not None and args.contract not in oracle.CONTRACTS:
-        raise UsageError(f"--contract {args.contract!r} is not a known contract; choose from {', '.join(sorted(oracle.CONTRACTS))}")
+    check_contract(args.contract)
     return ranked(lambda world: _search(args, world), stop=lambda: None)  # Hypothesis runs to the end; Ctrl-C stops it
 
 

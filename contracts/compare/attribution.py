@@ -105,6 +105,7 @@ class _Rows:
     scores: torch.Tensor  # [B, E]
     x: torch.Tensor  # [B, E] logits as fp32
     bias: torch.Tensor | None  # [E]
+    x_max: torch.Tensor  # [B] the row's largest logit (NaN ignored): a softmax's error grows with the distance to it
     valid: torch.Tensor  # [B] eligible slots of the oracle's answer
     kept: torch.Tensor | None  # [B, G] bool
     group_scores: torch.Tensor | None  # [B, G]
@@ -147,11 +148,16 @@ def _exact_pairs(r: _Rows, p: torch.Tensor, q: torch.Tensor, c) -> torch.Tensor:
     return (kp == kq) & exact
 
 
-def _near_pairs(r: _Rows, allow: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    vp = _gather(r.selection, p.flatten(1)).view(p.shape)
-    vq = _gather(r.selection, q.flatten(1)).view(q.shape)
-    ap = _gather(allow, p.flatten(1)).view(p.shape)
-    aq = _gather(allow, q.flatten(1)).view(q.shape)
+def _near_pairs(r: _Rows, c, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """bool, broadcast of p and q: the two experts' selection values lie within both scores' error bounds."""
+
+    def at(m, ids):
+        return _gather(m, ids.flatten(1)).view(ids.shape)
+
+    top = r.x_max.view(-1, *([1] * (p.dim() - 1)))
+    vp, vq = at(r.selection, p), at(r.selection, q)
+    ap = near_allowance(at(r.scores, p), at(r.x, p), c, top)
+    aq = near_allowance(at(r.scores, q), at(r.x, q), c, top)
     finite = torch.isfinite(vp) & torch.isfinite(vq)
     return finite & ((vp - vq).abs() <= ap + aq)
 
@@ -227,15 +233,14 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
         _group_aspect(r, c, todo, assign)
 
     # equal keys: exact ties, near ties; the counterfactuals
-    allow = near_allowance(r.scores, r.x, c)
     relevant = extra.unsqueeze(2) & missing.unsqueeze(1)  # [B, k(actual), k(expected)]: an extra expert against a missing one
     pair_exact = _exact_pairs(r, r.a.unsqueeze(2), r.e.unsqueeze(1), c) & relevant
-    pair_near = (_near_pairs(r, allow, r.a.unsqueeze(2), r.e.unsqueeze(1)) | (ka.unsqueeze(2) == ke.unsqueeze(1))) & relevant & ~pair_exact
+    pair_near = (_near_pairs(r, c, r.a.unsqueeze(2), r.e.unsqueeze(1)) | (ka.unsqueeze(2) == ke.unsqueeze(1))) & relevant & ~pair_exact
     extra_exact, extra_near = pair_exact.any(2), pair_near.any(2)
     set_explained = (~extra | extra_exact | extra_near).all(1)
     set_near = (~extra | extra_near).all(1)
     slot_exact = diff_slot & _exact_pairs(r, r.a, r.e, c)
-    slot_near = diff_slot & (_near_pairs(r, allow, r.a, r.e) | (ke == ka)) & ~slot_exact
+    slot_near = diff_slot & (_near_pairs(r, c, r.a, r.e) | (ke == ka)) & ~slot_exact
     order_explained = (~diff_slot | slot_exact | slot_near).all(1)
     order_near = (~diff_slot | slot_near).all(1)
     order_matters = c.output_order != "any"
@@ -330,19 +335,17 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
     return clause, code, reference, ok
 
 
-def attribute(case, exp, w_act: torch.Tensor, ids_act: torch.Tensor, rows: torch.Tensor, c, *, out_of_range, twice, ids_equal) -> Blame:
-    """The blame of the ``rows`` (int64 indices into the case) that are not a clean match."""
+def attribute(case, exp, values, w_act: torch.Tensor, ids_act: torch.Tensor, rows: torch.Tensor, c, *, out_of_range, twice, ids_equal) -> Blame:
+    """The blame of the ``rows`` (int64 indices into the case) that are not a clean match; ``values`` are the oracle's for them."""
     experts = case.scores.shape[1]
     e = exp.ids.index_select(0, rows).long()
     a_raw = ids_act.index_select(0, rows).long()
+    x = case.scores.index_select(0, rows).float()
     r = _Rows(
         e=e, a=a_raw.clamp(0, experts - 1), w=w_act.index_select(0, rows), we=exp.weights.index_select(0, rows),
-        keys=exp.keys.index_select(0, rows), selection=exp.selection.index_select(0, rows),
-        ranking=exp.ranking.index_select(0, rows), scores=exp.scores.index_select(0, rows),
-        x=case.scores.index_select(0, rows).float(), bias=None if case.bias is None else case.bias.float(),
-        valid=exp.trace.valid.index_select(0, rows),
-        kept=None if exp.trace.kept_group_mask is None else exp.trace.kept_group_mask.index_select(0, rows),
-        group_scores=None if exp.trace.group_scores is None else exp.trace.group_scores.index_select(0, rows),
+        keys=values.keys, selection=values.selection, ranking=values.ranking, scores=values.scores,
+        x=x, bias=None if case.bias is None else case.bias.float(), x_max=torch.nan_to_num(x, nan=-math.inf).amax(1),
+        valid=values.valid, kept=values.kept, group_scores=values.group_scores,
     )  # fmt: skip
     oor, tw, eq = out_of_range.index_select(0, rows), twice.index_select(0, rows), ids_equal.index_select(0, rows)
     invalid = oor | tw

@@ -16,27 +16,50 @@ import oracle
 
 from .tolerance import weights_close
 
-__all__ = ["Expected", "agrees", "expected_for"]
+__all__ = ["Expected", "RowValues", "agrees", "expected_for"]
+
+
+@dataclass
+class RowValues:
+    """What the oracle ranked, for some rows of a case (attribution needs these only for the rows that differ)."""
+
+    scores: torch.Tensor  # fp32 [B, E]: the per-expert scores weights are made of (sigmoid, softmax, logit)
+    ranking: torch.Tensor  # fp32 [B, E]: scores + bias, what ranks
+    selection: torch.Tensor  # fp32 [B, E]: ranking after the group mask (the ranking itself when ungrouped)
+    keys: torch.Tensor  # int32 [B, E]: rank keys of ``selection``
+    valid: torch.Tensor  # int64 [B]: slots filled by an eligible expert
+    kept: torch.Tensor | None  # bool [B, G]: the kept groups (grouped contracts)
+    group_scores: torch.Tensor | None  # fp32 [B, G]
 
 
 @dataclass
 class Expected:
+    """The expected answer of a case, and the oracle's values on demand (``values(rows)``)."""
+
     weights: torch.Tensor  # fp32 [M, k]
     ids: torch.Tensor  # int32 [M, k]
-    scores: torch.Tensor  # fp32 [M, E]: the per-expert scores weights are made of (sigmoid, softmax, logit)
-    ranking: torch.Tensor  # fp32 [M, E]: scores + bias, what ranks
-    selection: torch.Tensor  # fp32 [M, E]: ranking after the group mask (the ranking itself when ungrouped)
-    keys: torch.Tensor  # int32 [M, E]: rank keys of ``selection``
-    trace: object  # oracle.RouteTrace: groups kept, group scores, eligible slots
+    case: object
+    contract: object
 
     def replaced(self, weights: torch.Tensor, ids: torch.Tensor) -> "Expected":
-        """The same values with another answer (a second candidate's)."""
+        """The same case with another answer (a second candidate's)."""
         return dataclasses.replace(self, weights=weights, ids=ids)
+
+    def values(self, rows: torch.Tensor) -> RowValues:
+        """The oracle's values for ``rows`` (int64 indices): the oracle routes each row on its own, so
+        routing the subset gives the same values as routing the whole case."""
+        case = self.case
+        trace = oracle.route_trace(
+            case.scores.index_select(0, rows), case.bias, case.topk, renormalize=case.renormalize,
+            routed_scaling_factor=case.routed_scaling_factor, contract=self.contract, **case.group_args,
+        )  # fmt: skip
+        return RowValues(trace.expert_scores, trace.ranking, trace.selection_ranking, oracle.rank_keys(trace.selection_ranking),
+                         trace.valid, trace.kept_group_mask, trace.group_scores)  # fmt: skip
 
 
 def expected_for(case, contract) -> Expected:
-    """The oracle's answer for ``case`` under ``contract``, with the values it ranked."""
-    trace = oracle.route_trace(
+    """The oracle's answer for ``case`` under ``contract`` (its values are computed later, for the rows that need them)."""
+    weights, ids = oracle.route(
         case.scores,
         case.bias,
         case.topk,
@@ -45,8 +68,7 @@ def expected_for(case, contract) -> Expected:
         contract=contract,
         **case.group_args,
     )
-    return Expected(trace.weights, trace.ids, trace.expert_scores, trace.ranking, trace.selection_ranking,
-                    oracle.rank_keys(trace.selection_ranking), trace)  # fmt: skip
+    return Expected(weights, ids, case, contract)
 
 
 def agrees(exp: Expected, output, contract) -> torch.Tensor | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import attribution as A
 
-__all__ = ["reason_text"]
+__all__ = ["generic_reason", "reason_text"]
 
 _FIXED = {
     A.R_OUT_OF_RANGE: "row holds an expert id out of [0, E)",
@@ -49,3 +49,19 @@ def reason_text(code: int, *, e: list[int], a: list[int], slot: int, numbers: in
     if code == A.R_SCALING:
         return f"weights scaled by routed_scaling_factor={rsf} twice or not at all"
     return f"reason code {code}"
+
+
+_GENERIC = {
+    A.R_NAN_ORDER: "fewer non-NaN values than slots; NaN experts fill the rest in tie order",
+    A.R_SENTINEL: "fewer values beat the floor than slots; the rest must hold expert 0",
+    A.R_TIE_ORDER: "same expert set, equal keys, other priority order",
+    A.R_SELECTION: "expected experts missing, others chosen instead",
+    A.R_ORDER: "same expert set in another order",
+    A.R_GUARD_DIVIDED: "the sum of the weights is not > 0: the guard must not divide",
+    A.R_SCALING: "weights scaled by routed_scaling_factor twice or not at all",
+}
+
+
+def generic_reason(code: int) -> str:
+    """The reason without the row's own numbers (for mismatch cells; row examples carry the full text)."""
+    return _FIXED.get(code) or _GENERIC.get(code, "")

@@ -68,7 +68,7 @@ def near_allowance(scores: torch.Tensor, x: torch.Tensor, c, row_max: torch.Tens
     xf = x.float()
     if c.scoring == "softmax":
         ref = row_max if row_max is not None else torch.nan_to_num(xf, nan=-math.inf).amax(dim=-1, keepdim=True)
-        t = (xf - ref).abs()
+        t = (xf - ref).abs()  # row_max broadcasts against the scores' shape
     else:
         t = (1.0 - s) * xf.abs()
     ulps = c.near_tie_ulp + c.near_tie_x_ulp * torch.nan_to_num(t, nan=0.0, posinf=0.0)

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 import torch
 
 from . import attribution as A
-from .reasons import reason_text
+from .reasons import generic_reason, reason_text
 from .tolerance import plain_contract_tolerance, ulp_distance, weights_close
 
-__all__ = ["DETAILS_PER_CLAUSE", "VERDICTS", "CaseOutcome", "compare_case", "plain_output"]
+__all__ = ["DETAILS_PER_CLAUSE", "VERDICTS", "CaseOutcome", "compare_case", "plain_output", "row_blame"]
 
 VERDICTS = ("exact", "within_tolerance", "near_tie", "mismatch", "expected")
 DETAILS_PER_CLAUSE = 5
@@ -45,8 +45,13 @@ class CaseOutcome:
     expected_clauses: dict[str, int] = field(default_factory=dict)  # rows showing each declared clause
     inexact_weight_rows: int = 0
     max_weight_ulp: float = 0.0
-    cells: list[dict] = field(default_factory=list)
+    cells: list = field(default_factory=list)  # DataFrames of CELL_COLUMNS (without the case columns)
+    cells_rows: int = 0  # cells in ``cells``
+    cells_total: int = 0  # every differing cell of the case, recorded or not
     rows_detail: list[dict] = field(default_factory=list)  # a few per clause, tie-straddling rows preferred
+    # the unexpectedly mismatched rows (int64) and their primary clause (CLAUSE_ORDER index), for the diagnosis
+    mismatched: torch.Tensor | None = None
+    mismatched_primary: torch.Tensor | None = None
 
 
 def plain_output(value):
@@ -82,7 +87,10 @@ def _whole_case(case, problem: str, deviations) -> CaseOutcome:
     bucket["validity"] = rows
     (out.expected_clauses if kind == "expected" else out.clauses_broken)["validity"] = rows
     out.rows_detail.append({"row": 0, "clause": "validity", "reason": problem, "verdict": kind, "clauses": ["validity"]})
-    out.cells.append({"row": 0, "col": -1, "clause": "validity", "verdict": kind, "reason": problem})
+    import pandas as pd
+
+    out.cells.append(pd.DataFrame([{"row": 0, "col": -1, "clause": "validity", "verdict": kind, "reason": problem}]))
+    out.cells_rows = out.cells_total = 1
     return out
 
 
@@ -128,11 +136,41 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     declared = torch.tensor([name in deviations for name in A.CLAUSE_ORDER], device=bad.device)
     for start in range(0, bad.numel(), _CHUNK):
         rows_b = bad[start : start + _CHUNK]
-        blame = A.attribute(case, exp, w_act, ids_act, rows_b, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
+        values = exp.values(rows_b)
+        blame = A.attribute(case, exp, values, w_act, ids_act, rows_b, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
         _count(out, blame, declared)
-        if len(out.cells) < max_cells or len(out.rows_detail) < DETAILS_PER_CLAUSE * len(A.CLAUSE_ORDER):
-            _record(out, case, exp, w_act, ids_act, rows_b, blame, declared, max_cells)
+        _keep_mismatched(out, rows_b, blame, declared)
+        differing = (exp.ids.index_select(0, rows_b) != ids_act.index_select(0, rows_b)) | ~blame.weights_ok
+        out.cells_total += int((differing & ~_verdicts(blame, declared)[5].unsqueeze(1)).sum())
+        if out.cells_rows < max_cells or len(out.rows_detail) < DETAILS_PER_CLAUSE * len(A.CLAUSE_ORDER):
+            _record(out, case, exp, values, w_act, ids_act, rows_b, blame, declared, max_cells)
     return out
+
+
+def _keep_mismatched(out: CaseOutcome, rows_b, blame, declared) -> None:
+    _, _, mismatch, _, _, _, primary = _verdicts(blame, declared)
+    rows, prim = rows_b[mismatch], primary[mismatch]
+    if out.mismatched is None:
+        out.mismatched, out.mismatched_primary = rows, prim
+    else:
+        out.mismatched = torch.cat([out.mismatched, rows])
+        out.mismatched_primary = torch.cat([out.mismatched_primary, prim])
+
+
+def row_blame(case, exp, actual, contract) -> torch.Tensor:
+    """bool ``[M, len(CLAUSE_ORDER)]``: every clause each row of ``case`` breaks (all False for a clean row)."""
+    c = contract
+    w_act, ids_act = plain_output(actual)
+    experts = case.scores.shape[1]
+    out_of_range, twice = _validity_masks(ids_act, experts, c)
+    ids_equal = (ids_act == exp.ids).all(1)
+    good = ids_equal & weights_close(w_act, exp.weights, c).all(1) & ~out_of_range & ~twice
+    broken = torch.zeros((case.spec.rows, len(A.CLAUSE_ORDER)), dtype=torch.bool, device=ids_act.device)
+    bad = (~good).nonzero().squeeze(1)
+    if bad.numel():
+        blame = A.attribute(case, exp, exp.values(bad), w_act, ids_act, bad, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
+        broken[bad] = blame.broken()
+    return broken
 
 
 def _bincount(values: torch.Tensor, names=A.CLAUSE_ORDER) -> dict[str, int]:
@@ -186,50 +224,101 @@ def _reasons(i: int, rows: dict, case) -> list[tuple[str, str]]:
     return pairs
 
 
-def _record(out: CaseOutcome, case, exp, w_act, ids_act, rows_b, blame, declared, max_cells: int) -> None:
-    """Row examples (a few per primary clause) and mismatch cells (up to the cap): the only per-row Python."""
+def _record(out: CaseOutcome, case, exp, values, w_act, ids_act, rows_b, blame, declared, max_cells: int) -> None:
+    """Row examples (a few per primary clause, the only per-row Python) and mismatch cells (vectorized, up to the cap)."""
     _, _, mismatch, expected, near, matched, primary = _verdicts(blame, declared)
-    k = case.topk
+    keep = ~matched
     e_b, a_b = exp.ids.index_select(0, rows_b), ids_act.index_select(0, rows_b)
     we_b, wa_b = exp.weights.index_select(0, rows_b), w_act.index_select(0, rows_b)
-    sel_b = exp.selection.index_select(0, rows_b)
-    group, straddles, nan_count = _row_facts(exp.keys.index_select(0, rows_b), sel_b, e_b.long(), k)
-    chosen = exp.scores.index_select(0, rows_b).gather(1, a_b.long().clamp(0, exp.scores.shape[1] - 1))
-    rows = {
-        name: t.tolist()
-        for name, t in (
-            ("row", rows_b), ("e", e_b), ("a", a_b), ("we", we_b), ("wa", wa_b), ("group", group), ("straddles", straddles),
-            ("nan", nan_count), ("primary", primary), ("mismatch", mismatch), ("expected", expected), ("slot", blame.slot),
-            ("codes", torch.stack([blame.validity_code, blame.ids_code, blame.weights_code], 1)),
-            ("aspects", torch.stack([blame.validity, blame.ids, blame.weights], 1)), ("valid", exp.trace.valid.index_select(0, rows_b)),
-            ("numbers", (~torch.isnan(sel_b)).sum(1)), ("total", chosen.sum(1)), ("ulp", ulp_distance(wa_b, we_b)),
-            ("cells", ((e_b != a_b) | ~blame.weights_ok)),
-        )
-    }  # fmt: skip
-    shown: dict[str, list[int]] = {}
+    group, straddles, nan_count = _row_facts(values.keys, values.selection, e_b.long(), case.topk)
+    label = torch.where(near, torch.full_like(primary, -1), primary)  # -1: near tie
+    kind = torch.where(mismatch, 0, torch.where(expected, 1, 2))  # index into _KINDS
+    detail_rows = _detail_rows(out, keep, label, straddles)
+    if detail_rows:
+        sub = torch.tensor(detail_rows, device=rows_b.device)
+        chosen = values.scores.index_select(0, sub).gather(1, a_b.index_select(0, sub).long().clamp(0, values.scores.shape[1] - 1))
+        rows = {
+            name: t.index_select(0, sub).tolist() if t.shape[0] == rows_b.shape[0] else t.tolist()
+            for name, t in (
+                ("row", rows_b), ("e", e_b), ("a", a_b), ("we", we_b), ("wa", wa_b), ("group", group), ("straddles", straddles),
+                ("nan", nan_count), ("label", label), ("kind", kind), ("slot", blame.slot),
+                ("codes", torch.stack([blame.validity_code, blame.ids_code, blame.weights_code], 1)),
+                ("aspects", torch.stack([blame.validity, blame.ids, blame.weights], 1)), ("valid", values.valid),
+                ("numbers", (~torch.isnan(values.selection)).sum(1)), ("total", chosen.sum(1)),
+            )
+        }  # fmt: skip
+        for i in range(len(detail_rows)):
+            _add_detail(out, rows, i, case)
+    room = max_cells - out.cells_rows
+    if room > 0:
+        _add_cells(out, keep, rows_b, e_b, a_b, we_b, wa_b, blame, label, kind, group, straddles, nan_count, room)
+
+
+_KINDS = ("mismatch", "expected", "near_tie")
+
+
+def _detail_rows(out: CaseOutcome, keep, label, straddles) -> list[int]:
+    """Indices (into the chunk) of the rows to show: the first few of each clause, tie-straddling ones preferred."""
+    seen: dict[int, list[int]] = {}
     for d in out.rows_detail:
-        shown.setdefault(d["clause"], [0, 0])[0] += 1
-    for i in (~matched).nonzero().squeeze(1).tolist():
-        kind = "mismatch" if rows["mismatch"][i] else ("expected" if rows["expected"][i] else "near_tie")
-        clause = "near_tie" if kind == "near_tie" else A.CLAUSE_ORDER[rows["primary"][i]]
-        pairs = _reasons(i, rows, case)
-        pairs.sort(key=lambda p: p[0] != clause)  # the primary clause first
-        reason = "; ".join([pairs[0][1]] + [f"also {name}: {text}" for name, text in pairs[1:]]) if pairs else ""
-        facts = {"tie_group_size": rows["group"][i], "straddles_cutoff": bool(rows["straddles"][i]), "nan_count": rows["nan"][i]}
-        seen = shown.setdefault(clause, [0, 0])
-        if seen[0] < DETAILS_PER_CLAUSE or (facts["straddles_cutoff"] and seen[1] < DETAILS_PER_CLAUSE):
-            seen[0] += 1
-            seen[1] += facts["straddles_cutoff"]
-            out.rows_detail.append({
-                "row": rows["row"][i], "clause": clause, "verdict": kind, "reason": reason,
-                "clauses": [name for name, _ in pairs if name != "near_tie"] or None,
-                "expected_ids": rows["e"][i], "actual_ids": rows["a"][i], "expected_weights": rows["we"][i],
-                "actual_weights": rows["wa"][i], **facts,
-            })  # fmt: skip
-        for col in range(k) if len(out.cells) < max_cells else ():
-            if rows["cells"][i][col]:
-                out.cells.append({
-                    "row": rows["row"][i], "col": col, "expected_id": rows["e"][i][col], "actual_id": rows["a"][i][col],
-                    "expected_weight": rows["we"][i][col], "actual_weight": rows["wa"][i][col], "weight_ulp": rows["ulp"][i][col],
-                    "clause": clause, "verdict": kind, "reason": reason, **facts,
-                })  # fmt: skip
+        key = -1 if d["clause"] == "near_tie" else A.INDEX.get(d["clause"], -3)
+        entry = seen.setdefault(key, [0, 0])
+        entry[0] += 1
+        entry[1] += bool(d.get("straddles_cutoff"))
+    chosen = torch.zeros_like(keep)
+    for value in torch.unique(label[keep]).tolist():
+        had, had_straddling = seen.get(value, [0, 0])
+        group = keep & (label == value)
+        chosen |= group & (group.cumsum(0) <= DETAILS_PER_CLAUSE - had)
+        straddling = group & straddles
+        chosen |= straddling & (straddling.cumsum(0) <= DETAILS_PER_CLAUSE - had_straddling)
+    return chosen.nonzero().squeeze(1).tolist()
+
+
+def _add_detail(out: CaseOutcome, rows: dict, i: int, case) -> None:
+    kind = _KINDS[rows["kind"][i]]
+    clause = "near_tie" if rows["label"][i] < 0 else A.CLAUSE_ORDER[rows["label"][i]]
+    pairs = _reasons(i, rows, case)
+    pairs.sort(key=lambda p: p[0] != clause)  # the primary clause first
+    reason = "; ".join([pairs[0][1]] + [f"also {name}: {text}" for name, text in pairs[1:]]) if pairs else ""
+    out.rows_detail.append({
+        "row": rows["row"][i], "clause": clause, "verdict": kind, "reason": reason,
+        "clauses": [name for name, _ in pairs if name != "near_tie"] or None,
+        "expected_ids": rows["e"][i], "actual_ids": rows["a"][i], "expected_weights": rows["we"][i],
+        "actual_weights": rows["wa"][i], "tie_group_size": rows["group"][i], "straddles_cutoff": bool(rows["straddles"][i]),
+        "nan_count": rows["nan"][i],
+    })  # fmt: skip
+
+
+def _add_cells(out: CaseOutcome, keep, rows_b, e_b, a_b, we_b, wa_b, blame, label, kind, group, straddles, nan_count, room: int) -> None:
+    """The differing cells of the kept rows, as columns (no per-cell Python): at most ``room`` more."""
+    import numpy as np
+    import pandas as pd
+
+    mask = ((e_b != a_b) | ~blame.weights_ok) & keep.unsqueeze(1)
+    where = mask.nonzero()
+    if where.numel() == 0:
+        return
+    where = where[:room]
+    r, col = where[:, 0], where[:, 1]
+    names = np.array(["near_tie", *A.CLAUSE_ORDER], dtype=object)
+    codes = torch.where(label >= 0, torch.stack([blame.validity_code, blame.ids_code, blame.weights_code], 1)
+                        .gather(1, _aspect_of(label, blame).unsqueeze(1)).squeeze(1), blame.ids_code)[r].cpu().numpy()  # fmt: skip
+    unique = np.unique(codes)
+    reasons = np.array([generic_reason(int(x)) for x in unique], dtype=object)[np.searchsorted(unique, codes)]
+    frame = pd.DataFrame({
+        "row": rows_b[r].cpu().numpy(), "col": col.cpu().numpy(),
+        "expected_id": e_b[r, col].cpu().numpy(), "actual_id": a_b[r, col].cpu().numpy(),
+        "expected_weight": we_b[r, col].cpu().numpy(), "actual_weight": wa_b[r, col].cpu().numpy(),
+        "weight_ulp": ulp_distance(wa_b[r, col], we_b[r, col]).cpu().numpy(),
+        "clause": names[(label[r] + 1).cpu().numpy()], "verdict": np.array(_KINDS, dtype=object)[kind[r].cpu().numpy()],
+        "reason": reasons,
+        "tie_group_size": group[r].cpu().numpy(), "straddles_cutoff": straddles[r].cpu().numpy(), "nan_count": nan_count[r].cpu().numpy(),
+    })  # fmt: skip
+    out.cells.append(frame)
+    out.cells_rows += len(frame)
+
+
+def _aspect_of(label, blame) -> torch.Tensor:
+    """Which aspect (0 validity, 1 ids, 2 weights) holds each row's primary clause."""
+    return torch.where(blame.validity == label, 0, torch.where(blame.ids == label, 1, 2))

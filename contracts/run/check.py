@@ -5,10 +5,17 @@ in a worker process; either way a crash, hang, out-of-memory or CUDA error
 ends its run with status ``error``, keeping every row checked before it. A
 ``should_stop`` callable that turns true (the command line's SIGINT/SIGTERM
 handler) ends the run after the current case with status ``interrupted``.
+
+With a worker the two processes overlap: the worker runs case n + 1 while
+this process builds case n, routes it through the oracle and compares it.
+Every call of the candidate, its repeats and its graph replay stay inside
+the worker's ``CaseRunner``, so determinism checks are unchanged. The
+tally times each stage (generation, candidate, oracle, comparison).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Iterable
 
 import oracle
@@ -23,6 +30,8 @@ from .replay import replay_command
 from .tally import Tally
 
 __all__ = ["check_candidate"]
+
+PIPELINE_DEPTH = 2  # cases in flight in a worker: the one it runs and the next
 
 
 class _Stop(Exception):
@@ -55,96 +64,140 @@ def check_candidate(
     c = oracle.get_contract(contract)
     against_name = against.name if against is not None else None
 
-    def replay(spec: CaseSpec, row: int | None) -> str:
-        return replay_command(candidate.name, c.name, device, spec, row, against_name, exact, repeat)
+    def replay(spec: CaseSpec, row: int | None) -> str:  # the contract as given: a name, or the .toml path
+        return replay_command(candidate.name, str(contract), device, spec, row, against_name, exact, repeat)
 
     tally = Tally(
-        candidate=candidate.name, contract=c.name, clause_names=c.clause_names, device=device,
+        candidate=candidate.name, contract=c.name, clause_names=tuple(map(str, c.clause_names)), device=device,
         deviations={} if against is not None else candidate.deviations(contract), replay=replay,
         against=against_name, exact=exact, repeat=repeat, max_cells=max_cells,
     )  # fmt: skip
-    runner = None
-    if worker is None:
-        runner = CaseRunner(
-            candidate.route_under(contract),
-            other=against.route_under(contract) if against is not None else None,
-            other_name=against_name or "",
-            repeat=repeat,
-            graph=device.startswith("cuda") and repeat > 1,
-        )
-    specs_iter = iter(specs)
+    step = _Step(candidate, against, c, device, exact, tally, should_stop)
+    loop = _pipelined if worker is not None else _in_process
     try:  # a KeyboardInterrupt outside a call (no signal handler installed) still keeps what ran
-        while True:
-            reason = should_stop() if should_stop else None
-            if reason:
-                tally.interrupted = str(reason)
-                break
-            spec = next(specs_iter, None)
-            if spec is None:
-                break
-            try:
-                _check_case(spec, candidate, against, c, device, exact, runner, worker, tally, should_stop)
-            except _Stop:
-                break
-            if progress:
-                progress.update(spec.rows)
+        loop(iter(specs), step, worker, progress)
+    except _Stop:
+        pass
     except KeyboardInterrupt:
         tally.interrupted = tally.interrupted or (should_stop() if should_stop else None) or "KeyboardInterrupt"
-    return tally.result(seed=seed, command=command, isolated=worker is not None, options=options)
+    result = tally.result(seed=seed, command=command, isolated=worker is not None, options=options)
+    if result.summary.mismatched_rows and not tally.interrupted:
+        result.summary.diagnosis = tally.diagnosis(c)
+    return result
 
 
-def _covered(candidate: Candidate, against: Candidate | None, case) -> bool:
-    spec = case.spec
-    shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.bias.dtype)
-    return candidate.covered(**shape) and (against is None or against.covered(**shape))
+class _Step:
+    """What the loops share: the stop check, the parent's half of a case, the tally."""
+
+    def __init__(self, candidate, against, c, device, exact, tally: Tally, should_stop):
+        self.candidate, self.against, self.c, self.device, self.exact = candidate, against, c, device, exact
+        self.tally, self.should_stop = tally, should_stop
+        self.runner = CaseRunner(
+            candidate.route_under(c.name),
+            other=against.route_under(c.name) if against is not None else None,
+            other_name=against.name if against is not None else "",
+            repeat=tally.repeat,
+            graph=device.startswith("cuda") and tally.repeat > 1,
+        )
+
+    def stopping(self) -> bool:
+        reason = self.should_stop() if self.should_stop else None
+        if reason:
+            self.tally.interrupted = str(reason)
+        return bool(reason)
+
+    def interrupted(self, exc: BaseException) -> None:
+        self.tally.interrupted = (self.should_stop() if self.should_stop else None) or str(exc) or "KeyboardInterrupt"
+        raise _Stop from None
+
+    def build(self, spec: CaseSpec):
+        with self.tally.timed("generation", spec.rows):
+            return build_case(spec, self.device)
+
+    def covered(self, case) -> bool:
+        spec = case.spec
+        shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.bias.dtype)
+        try:
+            return self.candidate.covered(**shape) and (self.against is None or self.against.covered(**shape))
+        except Exception as exc:  # noqa: BLE001 -- a gate that raises ends the candidate's run
+            self.tally.failed("gate_failed", spec, f"covered() raised {type(exc).__name__}: {exc}", fatal=True)
+            raise _Stop from None
+
+    def finish(self, case, call) -> None:
+        """The parent's half of a case: the call's outcome against the oracle, into the tally."""
+        tally, c, spec = self.tally, self.c, case.spec
+        if call is None:
+            tally.skipped(spec, "not covered: the candidate does not serve this shape or dtype")
+            return
+        if call.fatal:
+            tally.failed(call.fatal["kind"], spec, call.fatal["message"], call.fatal["traceback"], fatal=True)
+            raise _Stop
+        tally.note(call.notes)
+        actual = call.actual
+        if call.traceback is not None:  # it raised: an error of the candidate, with the first traceback and its replay line
+            tally.failed("exception", spec, actual, call.traceback or actual, fatal=False)
+            tally.raised(case)
+            return
+        with tally.timed("oracle", spec.rows):
+            exp = expected_for(case, c)
+        with tally.timed("comparison", spec.rows):
+            oracle_side = None
+            if call.other is not None:
+                # Which side the oracle agrees with, per row: tells a reader which of two
+                # disagreeing routers breaks the contract (the clause names the difference).
+                exp_oracle, exp = exp, exp.replaced(*call.other)
+                oracle_side = (agrees(exp_oracle, actual, c), agrees(exp_oracle, call.other, c), agrees(exp, actual, c))
+            malformed = isinstance(actual, str)  # it returned something that is not an answer: a validity finding
+            outcome = compare_case(case, exp, (actual,) if malformed else actual, c, deviations=tally.deviations,
+                                   inputs_changed=call.changed, exact=self.exact)  # fmt: skip
+            tally.compared(case, outcome, oracle_side=oracle_side, message=actual if malformed else None, actual=None if malformed else actual)
+            if call.differing_rows:
+                tally.nondeterministic(call, case)
 
 
-def _check_case(spec, candidate, against, c, device, exact, runner, worker, tally: Tally, should_stop) -> None:
-    """Run one case through the candidate and the comparison; raise ``_Stop`` when the run must end."""
-    try:
-        case = build_case(spec, device)
-        if worker is not None:
-            call = worker.run(spec)
+def _in_process(specs, step: _Step, worker, progress) -> None:
+    while not step.stopping():  # asked before the next spec is pulled: an endless plan is never drawn ahead
+        spec = next(specs, None)
+        if spec is None:
+            return
+        try:
+            case = step.build(spec)
+            call = None
+            if step.covered(case):
+                with step.tally.timed("candidate", spec.rows):
+                    call = step.runner.run(case)
+        except (Interrupted, KeyboardInterrupt) as exc:
+            step.interrupted(exc)
+        step.finish(case, call)
+        if progress:
+            progress.update(spec.rows, spec.family)
+
+
+def _pipelined(specs, step: _Step, worker: Worker, progress) -> None:
+    tally = step.tally
+    exhausted = False
+    while True:
+        while not exhausted and worker.pending < PIPELINE_DEPTH and not step.stopping():
+            spec = next(specs, None)
+            if spec is None:
+                exhausted = True
+            else:
+                worker.submit(spec)
+        if not worker.pending or tally.interrupted:
+            return
+        try:
+            waited = time.perf_counter()
+            spec, call = worker.collect()
+            tally.add_time("candidate", time.perf_counter() - waited, spec.rows)
+        except WorkerFailure as failure:
+            text = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
+            tally.failed(failure.kind, worker.current, failure.message, text, fatal=True, stderr_tail=failure.stderr_tail)
+            raise _Stop from None
+        except (Interrupted, KeyboardInterrupt) as exc:
+            step.interrupted(exc)
+        if call is None:  # not covered: nothing to build here
+            tally.skipped(spec, "not covered: the candidate does not serve this shape or dtype")
         else:
-            try:
-                covered = _covered(candidate, against, case)
-            except Exception as exc:  # noqa: BLE001 -- a gate that raises ends the candidate's run
-                tally.failed("gate_failed", spec, f"covered() raised {type(exc).__name__}: {exc}", fatal=True)
-                raise _Stop from None
-            call = runner.run(case) if covered else None
-    except WorkerFailure as failure:
-        text = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
-        tally.failed(failure.kind, spec, failure.message, text, fatal=True, stderr_tail=failure.stderr_tail)
-        raise _Stop from None
-    except (Interrupted, KeyboardInterrupt) as exc:
-        tally.interrupted = (should_stop() if should_stop else None) or str(exc) or "KeyboardInterrupt"
-        raise _Stop from None
-    if call is None:
-        tally.skipped(spec, "not covered: the candidate does not serve this shape or dtype")
-        return
-    if call.fatal:
-        tally.failed(call.fatal["kind"], spec, call.fatal["message"], call.fatal["traceback"], fatal=True)
-        raise _Stop
-    tally.note(call.notes)
-    actual = call.actual
-    if call.traceback is not None:  # it raised: an error of the candidate, with the first traceback and its replay line
-        tally.failed("exception", spec, actual, call.traceback or actual, fatal=False)
-        tally.raised(case)
-        return
-    exp = expected_for(case, c)
-    oracle_side = None
-    if call.other is not None:
-        w, i = call.other
-        # Which side the oracle agrees with, per row: tells a reader which of two
-        # disagreeing routers breaks the contract (the clause names the difference).
-        exp_oracle = exp
-        exp = exp.replaced(w, i)
-        oracle_side = (agrees(exp_oracle, actual, c), agrees(exp_oracle, call.other, c), agrees(exp, actual, c))
-    if isinstance(actual, str):  # it returned something that is not an answer: a validity finding
-        outcome = compare_case(case, exp, (actual,), c, deviations=tally.deviations, inputs_changed=call.changed, exact=exact)
-        tally.compared(case, outcome, oracle_side=oracle_side, message=actual)
-        return
-    outcome = compare_case(case, exp, actual, c, deviations=tally.deviations, inputs_changed=call.changed, exact=exact)
-    tally.compared(case, outcome, oracle_side=oracle_side)
-    if call.differing_rows:
-        tally.nondeterministic(call, case)
+            step.finish(step.build(spec), call)
+        if progress:
+            progress.update(spec.rows, spec.family)

@@ -8,6 +8,7 @@ started). It never prints except through the progress lines it is asked for.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import re
@@ -17,13 +18,15 @@ from typing import Callable
 
 from ..candidates import Candidate, CandidateLoadError, all_candidates, get_candidate
 from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_message
-from ..cases import FAMILY_NAMES, CaseSpec, iter_plan, planned_rows, shard as shard_of
+from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
+from ..cases.families import families_for
+from ..cases.plan import bulk_rows_for
 from ..reports.bundle import prepare_out, write_check_bundle, write_index
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
 from .check import check_candidate
 from .distributed import ONE_PROCESS
-from .options import OptionError
+from .options import OptionError, parse_replay
 from .progress import Progress
 
 __all__ = ["DEFAULT_ROWS", "DEFAULT_TIMEOUT_S", "CheckRun", "Target", "bundle_dirname", "device_for", "run_checks", "should_isolate"]
@@ -100,6 +103,12 @@ def should_isolate(isolate: bool | None, candidate: Candidate, device: str, agai
     return device.startswith("cuda") or risky(candidate) or (against is not None and risky(against))
 
 
+def _contract_name(contract: str) -> str:
+    import oracle
+
+    return oracle.get_contract(contract).name
+
+
 def _runs_in_worker(*_args, **_kwargs):
     raise RuntimeError("this candidate was imported in a worker process only; run it with isolation on")
 
@@ -138,25 +147,55 @@ def _not_run(candidate: Candidate, contract: str, device: str, *, seed: int, com
 
 @dataclass
 class _Plan:
-    families: list[str]
+    """The options of the cases, before a candidate's contract fills in its shape and families."""
+
+    families: list[str] | None
     rows: int
     seed: int
-    experts: int
-    topk: int
+    experts: int | None
+    topk: int | None
     shard: tuple[int, int] | None
-    replay: CaseSpec | None
+    replay: str | None
     replay_here: bool = True  # under torchrun only rank 0 runs a replayed case
 
-    def specs(self):
-        if self.replay is not None:
-            return ([self.replay], self.replay.rows) if self.replay_here else ([], 0)
-        if self.shard is None:
-            return iter_plan(self.families, self.rows, self.seed, self.experts, self.topk), planned_rows(self.families, self.rows)
+    def shaped(self, c) -> "_Shape":
+        """The cases of this plan under contract ``c``: its default shape where none was given, its families."""
+        experts, topk = self.experts or c.experts, self.topk or c.topk
+        if topk > experts:
+            raise OptionError(f"--topk {topk} is larger than --experts {experts}; choose --topk <= {experts}")
+        if c.is_grouped and experts % c.n_group:
+            raise OptionError(f"--experts {experts} does not split into the {c.n_group} groups of contract {c.name}; use a multiple of {c.n_group}")
+        chosen = list(self.families or families_for(c))
+        applied = [f for f in chosen if FAMILIES[f].applies_to(c)]
+        dropped = [f for f in chosen if f not in applied]
+        groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
+        return _Shape(self, experts, topk, groups, c.has_bias, applied, dropped)
 
-        def sliced():
-            return shard_of(iter_plan(self.families, self.rows, self.seed, self.experts, self.topk), *self.shard)
 
-        return sliced(), sum(s.rows for s in sliced())
+@dataclass
+class _Shape:
+    plan: _Plan
+    experts: int
+    topk: int
+    groups: tuple[int, int]
+    bias: bool
+    families: list[str]
+    dropped: list[str]
+
+    def specs(self, bulk_rows: int | None):
+        p = self.plan
+        if p.replay is not None:
+            spec = parse_replay(p.replay, self.experts, self.topk)
+            spec = dataclasses.replace(spec, n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias)
+            return ([spec], spec.rows) if p.replay_here else ([], 0)
+
+        def full():
+            return iter_plan(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows,
+                             n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias)  # fmt: skip
+
+        if p.shard is None:
+            return full(), planned_rows(self.families, p.rows)
+        return shard_of(full(), *p.shard), sum(s.rows for s in shard_of(full(), *p.shard))
 
 
 def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract: str | None, device: str | None, exact: bool,
@@ -164,35 +203,56 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
     """Check one candidate; ``(result, unavailable reason or None)``."""
     import torch
 
+    import oracle
+
     cand = target.candidate
-    contract = contract or cand.contract
+    try:
+        c = oracle.get_contract(contract or cand.contract)
+    except (ValueError, OSError) as exc:
+        raise OptionError(f"--contract {contract or cand.contract}: {exc}") from None
+    contract = contract or cand.contract  # the name, or the .toml path a worker loads again
+    shape = plan.shaped(c)
     device = device_for(cand, device)
     kind = device.split(":")[0]
     against_c = against.candidate if against else None
     if kind not in cand.devices:
         why = f"{cand.name} runs on {'/'.join(cand.devices)}, not on {kind}"
-        return _not_run(cand, contract, device, seed=plan.seed, command=command, reason=why), why
+        return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
     worker = None
     if should_isolate(isolate, cand, device, against_c):
         if kind == "cuda" and not torch.cuda.is_available():
             why = f"{cand.name} runs on {'/'.join(cand.devices)}, and torch {torch.__version__} sees no GPU on this host"
-            return _not_run(cand, contract, device, seed=plan.seed, command=command, reason=why), why
+            return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
         worker = target.worker or Worker(target.lookup, timeout=timeout, should_stop=stop)
         target.worker = worker
         try:
-            ok, why = worker.load(contract=contract, device=device, against=against.lookup if against else None, repeat=repeat, origin=cand.origin)
+            ok, why = worker.load(contract=contract, device=device, against=against.lookup if against else None, repeat=repeat,
+                                  origin=cand.origin, experts=shape.experts, topk=shape.topk)  # fmt: skip
+            bulk = worker.bulk_rows
         except WorkerFailure as failure:
             detail = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
             error = ErrorRecord(kind=failure.kind, case=f"loading {target.lookup}", message=failure.message, traceback=detail)
-            return _not_run(cand, contract, device, seed=plan.seed, command=command, error=error), None
+            return _not_run(cand, c.name, device, seed=plan.seed, command=command, error=error), None
     else:
         ok, why = cand.available(device)
         if ok and against_c is not None:
             ok, why2 = against_c.available(device)
             why = why if ok else f"--against {against_c.name}: {why2}"
+        bulk = None
+        if ok:
+            def covered(**shape):
+                return cand.covered(**shape) and (against_c is None or against_c.covered(**shape))
+
+            caps = [m for m in (cand.max_rows, getattr(against_c, "max_rows", None)) if m]
+            bulk = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=min(caps) if caps else None)
     if not ok:
-        return _not_run(cand, contract, device, seed=plan.seed, command=command, reason=why), why
-    specs, total = plan.specs()
+        return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+    if not shape.families:
+        why = f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}"
+        return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+    specs, total = shape.specs(bulk)
+    options = {**options, "bulk_rows": bulk, "families": shape.families, "experts": shape.experts, "topk": shape.topk,
+               "groups": list(shape.groups), "contract_source": contract if str(contract).endswith(".toml") else None}  # fmt: skip
     label = cand.name + (f" vs {against_c.name}" if against_c else "")
     with Progress(label, total, enabled=progress) as bar:
         result = check_candidate(
@@ -200,6 +260,8 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
             command=command, progress=bar, repeat=repeat, worker=worker, should_stop=stop, options=options,
         )  # fmt: skip
         bar.close(result.summary.status.word)
+    if shape.dropped:
+        result.summary.notes.append(f"families that do not apply to contract {c.name} were left out: {', '.join(shape.dropped)}")
     return result, None
 
 
@@ -213,10 +275,10 @@ def run_checks(
     seed: int = 0,
     families: list[str] | None = None,
     device: str | None = None,
-    experts: int = 896,
-    topk: int = 16,
+    experts: int | None = None,
+    topk: int | None = None,
     shard: tuple[int, int] | None = None,
-    replay: CaseSpec | None = None,
+    replay: str | None = None,
     isolate: bool | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     repeat: int = 1,
@@ -243,16 +305,15 @@ def run_checks(
     everything = names == ["all"]
     if not everything and "all" in names:
         raise OptionError("--candidate all cannot be combined with other names")
-    if topk > experts:
+    if topk and experts and topk > experts:
         raise OptionError(f"--topk {topk} is larger than --experts {experts}; choose --topk <= {experts}")
-    families = list(families or FAMILY_NAMES)
-    plan = _Plan(families, rows, seed, experts, topk, world.shard(shard), replay, world.runs_replay())
+    plan = _Plan(list(families) if families else None, rows, seed, experts, topk, world.shard(shard), replay, world.runs_replay())
     options = {"rows": rows, "families": families, "experts": experts, "topk": topk, "repeat": repeat, "exact": exact}
     targets: list[Target] = []
     against_t: Target | None = None
     try:
         if everything:
-            targets = [Target(c, name) for name, c in all_candidates().items()]
+            targets = [Target(c, name) for name, c in all_candidates().items() if contract is None or c.serves(_contract_name(contract))]
         else:
             targets = [resolve(n, role="--candidate", isolate=isolate, timeout=timeout, stop=stop) for n in names]
         if against:

@@ -113,10 +113,11 @@ class ProbeResult:
 class _Asker:
     """Asks the candidate: one call per batch, counted, answers checked for shape and range."""
 
-    def __init__(self, route, *, experts, topk, device, dtype, bias_dtype):
+    def __init__(self, route, *, experts, topk, device, dtype, bias_dtype, groups: dict | None = None, bias: bool = True):
         self.route, self.experts, self.topk = route, experts, topk
         self.device, self.dtype = device, dtype
-        self.bias = torch.zeros(experts, dtype=bias_dtype, device=device)
+        self.bias = torch.zeros(experts, dtype=bias_dtype, device=device) if bias else None
+        self.groups = groups or {}
         self.calls = 0
 
     def ask(self, logits: torch.Tensor) -> list[list[int]]:
@@ -124,7 +125,7 @@ class _Asker:
         scores = logits.to(self.dtype).to(self.device).contiguous()
         self.calls += 1
         try:
-            out = self.route(scores, self.bias, self.topk, True, 1.0)
+            out = self.route(scores, self.bias, self.topk, True, 1.0, **self.groups)
         except Exception as exc:
             raise ProbeError(f"the candidate raised {type(exc).__name__} on call {self.calls} (M={rows}): {exc}") from exc
         if not (isinstance(out, (tuple, list)) and len(out) == 2 and isinstance(out[1], torch.Tensor)):
@@ -346,6 +347,90 @@ def _verify(asker: _Asker, result: ProbeResult, sizes: list[int], covered, gen: 
         result.verification_calls += calls
 
 
+# -- group tie order (grouped contracts) ------------------------------------------------
+#
+# Every group holds the same values but its second best: its best expert is at LEAD in every group (so
+# each kept group shows in the answer through it, when k >= topk_group), and its second best at one of
+# three levels that order the group scores (top-2 sums): ABOVE_2ND > TIE_2ND > BELOW_2ND. The experts
+# are positive logits, so neither mask value (-inf, 0.0) lets a dropped group in. The recovery then
+# mirrors the experts': set questions find the kept set among the tied groups, ordering questions
+# (fillers above) order each set.
+
+LEAD, ABOVE_2ND, TIE_2ND, BELOW_2ND, REST = 3.0, 2.5, 2.0, 1.0, 0.25
+
+
+def _group_row(levels: list[float], experts: int, n_group: int) -> torch.Tensor:
+    size = experts // n_group
+    row = torch.full((n_group, size), REST)
+    row[:, 0] = LEAD
+    row[:, 1] = torch.tensor(levels)
+    return row.reshape(experts)
+
+
+def _kept_seen(answer: list[int], size: int) -> set[int]:
+    return {e // size for e in answer}
+
+
+def probe_groups(asker: _Asker, *, experts: int, n_group: int, topk_group: int, topk: int) -> tuple[list[int], int]:
+    """``(group order strongest first, calls)``; ProbeError when the answers are not a group tie order."""
+    if topk < topk_group:
+        raise ProbeError(f"top-{topk} shows fewer groups than the {topk_group} kept: the group order cannot be read off the answers")
+    size = experts // n_group
+    start = asker.calls
+    order: list[int] = []
+    remaining = list(range(n_group))
+    while remaining:
+        if len(remaining) <= topk_group:
+            found = list(remaining)
+        else:
+            levels = [TIE_2ND if g in remaining else BELOW_2ND for g in range(n_group)]
+            found = sorted(_kept_seen(asker.ask(_group_row(levels, experts, n_group).unsqueeze(0))[0], size))
+            if len(found) != topk_group or not set(found) <= set(remaining):
+                raise ProbeError(f"a group set question kept groups {found}; expected {topk_group} of the tied groups {remaining}")
+        wins = dict.fromkeys(found, 0)
+        fillers = [g for g in range(n_group) if g not in found]
+        for j in range(1, len(found)):
+            above = fillers[: topk_group - j]
+            levels = [ABOVE_2ND if g in above else TIE_2ND if g in found else BELOW_2ND for g in range(n_group)]
+            kept = _kept_seen(asker.ask(_group_row(levels, experts, n_group).unsqueeze(0))[0], size) & set(found)
+            for g in kept:
+                wins[g] += 1
+        ordered = sorted(found, key=lambda g: (-wins[g], g))
+        order.extend(ordered)
+        remaining = [g for g in remaining if g not in found]
+    return order, asker.calls - start
+
+
+def _run_group_probe(candidate: Candidate, c, contract: str, path: Path, base: dict, *, experts: int, topk: int, device: str) -> "ProbeRun":
+    ok, why = candidate.available(device)
+    dtypes = _pick_dtypes(candidate, experts, topk, 1) if ok else None
+    if ok and dtypes is None:
+        ok, why = False, f"it does not cover E={experts}, k={topk} with bf16/fp32 logits"
+    if not ok:
+        doc = {**base, "status": "unavailable", "reason": why, "environment": environment(device)}
+        write_json(path, doc)
+        return ProbeRun("unavailable", doc, path)
+    asker = _Asker(candidate.route_under(contract), experts=experts, topk=topk, device=device, dtype=dtypes[0], bias_dtype=dtypes[1],
+                   groups={"num_expert_group": c.n_group, "topk_group": c.topk_group}, bias=c.has_bias)  # fmt: skip
+    start = time.perf_counter()
+    try:
+        order, calls = probe_groups(asker, experts=experts, n_group=c.n_group, topk_group=c.topk_group, topk=topk)
+    except ProbeError as exc:
+        doc = {**base, "status": "error", "error": str(exc), "environment": environment(device)}
+        write_json(path, doc)
+        return ProbeRun("error", doc, path)
+    rules = {"lowest": list(range(c.n_group)), "highest": list(range(c.n_group - 1, -1, -1))}
+    matches = next((rule for rule, perm in rules.items() if perm == order), "none")
+    doc = {
+        **base, "status": "done", "contract": c.name, "E": experts, "k": topk, "n_group": c.n_group, "topk_group": c.topk_group,
+        "group_permutation": order, "group_matches": matches, "group_rule": c.group_tie_rule, "matches_contract": matches == c.group_tie_rule,
+        "calls": calls, "expert_order": "probed on ungrouped contracts only (under groups the kept groups decide which experts can tie)",
+        "environment": environment(device), "duration_s": round(time.perf_counter() - start, 3),
+    }  # fmt: skip
+    write_json(path, doc)
+    return ProbeRun("done", doc, path)
+
+
 # -- interpretation ---------------------------------------------------------------------
 
 
@@ -501,17 +586,25 @@ def run_probe(
     *,
     out: Path,
     contract: str | None = None,
-    experts: int = 896,
-    topk: int = 16,
+    experts: int | None = None,
+    topk: int | None = None,
     device: str = "cpu",
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES,
     seed: int = 0,
     verify: bool = True,
     command: str = "",
 ) -> ProbeRun:
-    """Probe ``candidate`` (gates first) and write ``out/probe.json``, whatever the outcome."""
+    """Probe ``candidate`` (gates first) and write ``out/probe.json``, whatever the outcome.
+
+    Under a grouped contract the probe recovers the group tie order (the expert order is probed on
+    ungrouped contracts); ``experts``/``topk`` default to the contract's shape.
+    """
     path = Path(out) / "probe.json"
     base = {"schema_version": PROBE_SCHEMA_VERSION, "candidate": candidate.name, "device": device, "command": command}
+    c = oracle.get_contract(contract or candidate.contract)
+    experts, topk = experts or c.experts, topk or c.topk
+    if c.is_grouped:
+        return _run_group_probe(candidate, c, contract or candidate.contract, path, base, experts=experts, topk=topk, device=device)
     ok, why = candidate.available(device)
     if ok and _pick_dtypes(candidate, experts, topk, 2 * topk) is None:
         ok, why = False, f"it does not cover E={experts}, k={topk} (M={2 * topk}) with bf16/fp32 logits"

@@ -8,6 +8,8 @@ rows run.
 
 from __future__ import annotations
 
+import contextlib
+import resource
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -31,6 +33,8 @@ __all__ = ["DETAILS_PER_CLAUSE", "DETERMINISM_EXAMPLES", "Tally"]
 
 DETAILS_PER_CLAUSE = 5
 DETERMINISM_EXAMPLES = 5
+CELLS_PER_GROUP = 256  # mismatch cells always kept for each (family, clause), past the global cap
+SAMPLE_CELLS_PER_FAMILY = 200  # cells of declared deviations and near ties: a sample per family (the counts are exact)
 
 
 @dataclass
@@ -48,8 +52,10 @@ class Tally:
 
     families: dict[str, FamilyCounts] = field(default_factory=dict)
     verdicts: dict[str, int] = field(default_factory=dict)
-    cells: list[dict] = field(default_factory=list)
+    cells: list = field(default_factory=list)  # DataFrames of CELL_COLUMNS
+    cells_kept: int = 0
     cells_total: int = 0
+    group_cells: dict = field(default_factory=dict)  # (family, verdict or clause) -> cells kept
     details: dict[str, list[dict]] = field(default_factory=dict)
     inexact_rows: int = 0
     max_ulp: float = 0.0
@@ -61,12 +67,37 @@ class Tally:
     started: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self):
+        from ..compare.diagnosis import DiagnosisSample
+
+        self.sample = DiagnosisSample()  # mismatched rows kept for the diagnosis
+        self.stages: dict[str, list[float]] = {}  # stage -> [seconds, rows]
         self.clauses = dict.fromkeys(self.clause_names, 0)
         self.clauses_broken: dict[str, int] = {}
         self.raised_rows = 0
         self.expected_seen = dict.fromkeys(self.deviations, 0)
         graph = self.device.startswith("cuda") and self.repeat > 1
         self.determinism = Determinism(repeat=self.repeat, graph_replay=graph, declared=self.deviations.get("determinism"))
+
+    @contextlib.contextmanager
+    def timed(self, stage: str, rows: int):
+        """Time a stage of one case (generation, candidate, oracle, comparison)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add_time(stage, time.perf_counter() - start, rows)
+
+    def add_time(self, stage: str, seconds: float, rows: int) -> None:
+        entry = self.stages.setdefault(stage, [0.0, 0])
+        entry[0] += seconds
+        entry[1] += rows
+
+    def _stage_summary(self, elapsed: float) -> dict:
+        out = {name: {"seconds": round(sec, 3), "rows": rows, "rows_per_s": round(rows / sec, 1) if sec > 0 else None}
+               for name, (sec, rows) in self.stages.items()}  # fmt: skip
+        out["wall"] = {"seconds": round(elapsed, 3)}
+        out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        return out
 
     def family(self, spec: CaseSpec) -> FamilyCounts:
         return self.families.setdefault(spec.family, FamilyCounts())
@@ -92,8 +123,10 @@ class Tally:
         f.rows_raised += case.spec.rows
         self.raised_rows += case.spec.rows
 
-    def compared(self, case: Case, outcome: CaseOutcome, *, oracle_side=None, message: str | None = None) -> None:
+    def compared(self, case: Case, outcome: CaseOutcome, *, oracle_side=None, message: str | None = None, actual=None) -> None:
         spec = case.spec
+        if actual is not None and outcome.mismatched is not None and not self.sample.full and not isinstance(actual, str):
+            self.sample.add(case, outcome.mismatched, actual[0], actual[1], outcome.mismatched_primary)
         f = self.family(spec)
         f.rows += spec.rows
         for verdict, n in outcome.verdict_counts.items():
@@ -114,20 +147,48 @@ class Tally:
         self.inexact_rows += outcome.inexact_weight_rows
         self.max_ulp = max(self.max_ulp, outcome.max_weight_ulp)
         if message is not None:
-            for d in outcome.rows_detail + outcome.cells:
+            for d in outcome.rows_detail:
                 d["reason"] = message
+            for frame in outcome.cells:
+                frame["reason"] = message
         label = self._sides(oracle_side, outcome) if oracle_side is not None and None not in oracle_side else {}
         meta = {"family": spec.family, "case_seed": spec.case_seed, "case": spec.replay_id}
-        self.cells_total += len(outcome.cells)
-        room = self.max_cells - len(self.cells)
-        if room > 0:
-            self.cells.extend({**meta, **cell} for cell in outcome.cells[:room])
+        self.cells_total += outcome.cells_total
+        for frame in outcome.cells:
+            self._keep_cells(spec, frame)
         for d in outcome.rows_detail:
             if d["row"] in label:
                 d["oracle_agrees_with"] = label[d["row"]]
             elif label or oracle_side is not None:
                 d["oracle_agrees_with"] = "both"
             self._keep_detail(d["clause"] if d["verdict"] != "near_tie" else "near_tie", d, meta, case)
+
+    def _keep_cells(self, spec: CaseSpec, frame) -> None:
+        """Mismatch cells up to ``max_cells``, but always the first of every family and clause; declared deviations and
+        near ties only as a sample per family (their counts are exact in the summary)."""
+        import pandas as pd
+
+        kept = []
+        for (verdict, clause), part in frame.groupby(["verdict", "clause"], sort=False):
+            sample = verdict != "mismatch"
+            key = (spec.family, verdict if sample else clause)
+            have = self.group_cells.get(key, 0)
+            floor = min(SAMPLE_CELLS_PER_FAMILY if sample else CELLS_PER_GROUP, self.max_cells)
+            take = max(0, floor - have)
+            if not sample:
+                take = max(take, self.max_cells - self.cells_kept - sum(len(k) for k in kept))
+            if take <= 0:
+                continue
+            part = part.iloc[:take]
+            self.group_cells[key] = have + len(part)
+            kept.append(part)
+        if kept:
+            block = pd.concat(kept, ignore_index=True)
+            block.insert(0, "case", spec.replay_id)
+            block.insert(0, "case_seed", spec.case_seed)
+            block.insert(0, "family", spec.family)
+            self.cells.append(block)
+            self.cells_kept += len(block)
 
     def _keep_detail(self, key: str, d: dict, meta: dict, case: Case) -> None:
         bucket = self.details.setdefault(key, [])
@@ -180,6 +241,15 @@ class Tally:
         self.determinism.notes.extend(n for n in notes if n not in self.determinism.notes)
 
     # ---------------------------------------------------------------- the record
+    def diagnosis(self, contract) -> list[dict] | None:
+        """Which single-field variants of the contract explain the mismatched rows (None when nothing mismatched)."""
+        from ..compare.diagnosis import diagnose
+
+        if not self.sample.rows or self.against is not None:
+            return None
+        with self.timed("diagnosis", self.sample.rows):
+            return diagnose(self.sample, contract)
+
     def result(self, *, seed: int, command: str, isolated: bool, options: dict | None = None) -> CheckResult:
         import pandas as pd
 
@@ -231,11 +301,17 @@ class Tally:
             command=command,
             duration_s=round(elapsed, 3),
             rows_per_s=round(rows_checked / elapsed, 1) if elapsed > 0 else None,
-            cells_recorded=len(self.cells),
+            cells_recorded=self.cells_kept,
             cells_total=self.cells_total,
-            cells_capped=self.cells_total > len(self.cells),
+            cells_capped=self.cells_total > self.cells_kept,
             options=options,
+            stages=self._stage_summary(elapsed),
         )
         details = [RowDetail(**d) for key in sorted(self.details) for d in self.details[key]]
-        cells = pd.DataFrame(self.cells, columns=list(CELL_COLUMNS))
+        cells = pd.concat(self.cells, ignore_index=True).reindex(columns=list(CELL_COLUMNS)) if self.cells else pd.DataFrame(columns=list(CELL_COLUMNS))
+        if summary.cells_capped:
+            summary.notes.append(
+                f"mismatch cells: {self.cells_kept:,} of {self.cells_total:,} recorded (every family and clause keeps its first "
+                f"{CELLS_PER_GROUP}, declared deviations and near ties a sample of {SAMPLE_CELLS_PER_FAMILY} per family); the counts are exact"
+            )
         return CheckResult(summary, cells, details)

@@ -1,4 +1,4 @@
-"""Adapter for AMD aiter's ``biased_grouped_topk`` (spec §3), the library router on ROCm.
+"""Adapter for AMD aiter's ``biased_grouped_topk`` (docs/aiter.md), the library router on ROCm.
 
 What it calls (package ``amd-aiter``, import name ``aiter``, ROCm only)::
 

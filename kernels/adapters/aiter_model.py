@@ -1,4 +1,4 @@
-"""A behavioural model of AMD aiter's generic ``biased_grouped_topk`` kernel (spec §3).
+"""A behavioural model of AMD aiter's generic ``biased_grouped_topk`` kernel (docs/aiter.md).
 
 What it models, on purpose including aiter's known differences from the
 ``aiter`` contract:

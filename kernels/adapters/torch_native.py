@@ -1,4 +1,4 @@
-"""Torch-native routing, as serving engines write their fallback (spec §6).
+"""Torch-native routing, as serving engines write their fallback (docs/contracts.md#how-other-routers-differ).
 
     sig = sigmoid(x.float()); ranked = sig + bias
     ids = torch.topk(ranked, k).indices; w = sig.gather(ids)

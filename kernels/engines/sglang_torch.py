@@ -36,7 +36,7 @@ platforms, per-token (dynamic) bias, shapes no kernel covers. Arguments:
   ``get_compiler_backend()`` on CUDA and CPU). ``route`` and
   ``route_as_served`` strip that decorator (eager): the compiled version
   fuses the bf16 arithmetic differently and routes differently on bf16 near
-  ties (spec section 10).
+  ties (docs/contracts.md#how-other-routers-differ).
 
 Measured on a CPU (torch 2.13, tests/test_engines_torch.py): bf16 logits
 give a bf16 sigmoid (ids differ from an fp32 sigmoid on random rows); a zero

@@ -1,6 +1,6 @@
 """Kernel ``radix4``: the Kimi router's radix-4 top-k, one source for CUDA and HIP.
 
-Contract ``aiter`` (ROUTING_CONTRACTS.md section 3), per row of logits ``x[E]``
+Contract ``aiter`` (docs/contracts.md#contract-aiter), per row of logits ``x[E]``
 and bias ``b[E]``:
 
 - ``sig = 1 / (1 + exp2(-log2(e) * x))`` in fp32 (IEEE division, no fast math;

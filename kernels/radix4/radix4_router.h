@@ -1,6 +1,6 @@
 // Radix-4 MoE router top-k: one algorithm for CUDA (warp32) and HIP (wave64).
 //
-// What it computes (contract `aiter`, ROUTING_CONTRACTS.md section 3), as
+// What it computes (contract `aiter`, docs/contracts.md#contract-aiter), as
 // plain torch:
 //
 //     sig = 1 / (1 + exp2(-log2(e) * scores.float()))       # IEEE division

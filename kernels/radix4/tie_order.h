@@ -4,7 +4,7 @@
 // it into device memory and CI compiles it on the host to check it against
 // the contract's closed form.
 //
-// Fact (ROUTING_CONTRACTS.md section 3): experts are read in vectors of 4;
+// Fact (docs/contracts.md#the-tie-table): experts are read in vectors of 4;
 // vector g = e >> 2 lives on lane g & 63, bank g >> 6. Lane L is visited at
 // rank kLaneRank[L] (lower rank wins ties). The priority of expert e is its
 // position when experts are sorted by (kLaneRank[lane(e)], e); lower wins.

@@ -1,6 +1,6 @@
 """Baseline kernels of the ``serial`` routing contract (Kimi-K3 router: E=896, top-16).
 
-Contract (ROUTING_CONTRACTS.md section 4), per row of logits ``x[E]``, bias ``b[E]``:
+Contract (docs/contracts.md#contract-serial), per row of logits ``x[E]``, bias ``b[E]``:
 
 - ``sig = 1.0f / (1.0f + expf(-x))`` in fp32 (plain expf; bf16 logits widened exactly);
 - ``biased = sig + b`` in fp32 (bf16 bias widened exactly);

@@ -1,6 +1,6 @@
 """STAND-IN for AMD aiter's ``biased_grouped_topk``: NOT aiter. For CPU tests only.
 
-Same signature and conventions as the real op (spec §3)::
+Same signature and conventions as the real op (docs/aiter.md#what-aiters-generic-kernel-does)::
 
     biased_grouped_topk(gating_output, correction_bias, topk_weights, topk_ids,
                         num_expert_group, topk_group, need_renorm, routed_scaling_factor=1.0) -> None

@@ -1,0 +1,95 @@
+"""Contracts as data in the harness: grouped (DeepSeek-V3) and softmax contracts, user contract files, the diagnosis.
+
+- The oracle, as a candidate, passes every built-in contract and every
+  contract file under examples/contracts/.
+- A grouped router written independently of the oracle (tests/standins/grouped_router.py)
+  passes deepseek-v3; its 0.0-mask version passes deepseek-v3-reference and
+  fails deepseek-v3 on the negative-bias family, blamed on group_mask, with
+  a diagnosis that names the mask.
+- Planted defects are blamed on their clause and named by the diagnosis:
+  the group score by max, the bias in the weights, bf16 scores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import oracle
+from contracts.check import main
+
+REPO = Path(__file__).resolve().parent.parent
+ROUTER = "tests.standins.grouped_router"
+
+
+def _check(tmp_path, candidate, contract, *extra, rows=3000):
+    out = tmp_path / "bundle"
+    code = main(["--candidate", candidate, "--contract", str(contract), "--rows", str(rows), "--no-isolate", "--out", str(out), "--quiet", *extra])
+    return code, json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("contract", ["deepseek-v3", "deepseek-v3-reference", "qwen3-moe", "mixtral", "gpt-oss"])
+def test_the_oracle_passes_every_builtin_contract(tmp_path, contract):
+    code, s = _check(tmp_path, "oracle", contract, rows=4000)
+    assert code == 0 and s["status"] == "pass" and s["rows_checked"] == 4000, s["clauses"]
+    assert s["contract"] == contract
+    c = oracle.get_contract(contract)
+    assert s["options"]["experts"] == c.experts and s["options"]["topk"] == c.topk
+    if c.is_grouped:
+        assert {"group_score_ties", "negative_bias_mask"} <= set(s["families"])
+    else:
+        assert not any(f.startswith("group_") for f in s["families"])
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "examples" / "contracts").glob("*.toml")), ids=lambda p: p.name)
+def test_every_example_contract_file_passes_with_the_oracle(tmp_path, path):
+    code, s = _check(tmp_path, "oracle", path, rows=2000)
+    assert code == 0 and s["status"] == "pass", s["clauses"]
+    assert s["options"]["contract_source"] == str(path)
+
+
+def test_an_independent_grouped_router_passes_deepseek_v3(tmp_path):
+    code, s = _check(tmp_path, f"{ROUTER}:route", "deepseek-v3", rows=6000)
+    assert code == 0 and s["status"] == "pass" and s["mismatched_rows"] == 0
+
+
+def test_the_zero_mask_router_meets_the_reference_code_and_not_the_engines(tmp_path):
+    code, s = _check(tmp_path, f"{ROUTER}:route_mask_zero", "deepseek-v3-reference", rows=6000)
+    assert code == 0 and s["status"] == "pass"
+    code, s = _check(tmp_path, f"{ROUTER}:route_mask_zero", "deepseek-v3", "--families", "negative_bias_mask", "--force", rows=2000)
+    assert code == 1 and s["families"]["negative_bias_mask"]["clauses"].get("group_mask", 0) == s["mismatched_rows"] > 0
+    best = s["diagnosis"][0]
+    assert best["kind"] == "combination" and best["fields"] == {"group_mask": 0.0} and "masked with 0.0" in best["text"]
+    assert best["matched_rows"] == best["sampled_rows"]
+
+
+@pytest.mark.parametrize(
+    "route, clause, field",
+    [
+        ("route_group_max", "group_selection", "group_score"),
+        ("route_bias_in_weight", "bias_in_weight", "bias"),
+        ("route_bf16", None, "score_precision"),
+    ],
+)
+def test_planted_defects_are_blamed_and_diagnosed(tmp_path, route, clause, field):
+    code, s = _check(tmp_path, f"{ROUTER}:{route}", "deepseek-v3", rows=3000)
+    assert code == 1 and s["status"] == "fail"
+    if clause:
+        assert max(s["clauses"], key=s["clauses"].get) == clause, s["clauses"]
+    assert field in s["diagnosis"][0]["fields"], s["diagnosis"][0]
+
+
+def test_a_family_that_does_not_apply_is_left_out_with_a_note(tmp_path):
+    code, s = _check(tmp_path, "oracle", "aiter", "--families", "random_bf16,group_score_ties", rows=500)
+    assert code == 0 and list(s["families"]) == ["random_bf16"]
+    assert any("group_score_ties" in n for n in s["notes"])
+
+
+def test_a_bad_contract_file_is_one_line_naming_the_field(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('base = "deepseek-v3"\ngroup_mask = 1.5\n')
+    code = main(["--candidate", "oracle", "--contract", str(bad), "--rows", "10", "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "group_mask" in err and "--contract" in err
