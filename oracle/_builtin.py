@@ -21,7 +21,7 @@ SERIAL_SENTINEL = -1e30
 AITER = Contract(
     name="aiter",
     summary="AMD aiter-compatible routing (the Kimi-K3 radix-4 kernel): wave64 lane tie order, NaN last.",
-    source="AMD aiter biased_grouped_topk, generic kernel, and the radix-4 kernel that replaces it (spec sections 3, 5)",
+    source="AMD aiter biased_grouped_topk, generic kernel, and the radix-4 kernel that replaces it (docs/contracts.md, contract aiter)",
     scoring="sigmoid", sigmoid_formula="correctly_rounded", score_precision="fp32", bias="ranks_only",
     tie_rule="aiter", nan_rule="last", floor=None,
     renormalize="guard", output_order="rank",
@@ -32,7 +32,7 @@ AITER = Contract(
 SERIAL = Contract(
     name="serial",
     summary="The serial-scan router of a second engine: lowest-index ties, -1e30 sentinel, expert-0 fallback.",
-    source="a second engine's serial-scan Kimi-K3 router and its bit-identical block-parallel argmax (spec section 4)",
+    source="a second engine's serial-scan Kimi-K3 router and its bit-identical block-parallel argmax (docs/contracts.md, contract serial)",
     scoring="sigmoid", sigmoid_formula="expf", score_precision="fp32", bias="ranks_only",
     tie_rule="lowest", nan_rule="never", floor=SERIAL_SENTINEL,
     renormalize="eps", renorm_eps=1e-20, output_order="selection",
@@ -43,7 +43,7 @@ SERIAL = Contract(
 DEEPSEEK_V3 = Contract(
     name="deepseek-v3",
     summary="DeepSeek-V3/R1 grouped noaux_tc routing as the serving engines run it: 8 groups, 4 kept, mask -inf.",
-    source="SGLang 0.5.23 biased_grouped_topk_impl and vLLM 0.33 grouped_topk (spec section 10)",
+    source="SGLang 0.5.23 biased_grouped_topk_impl and vLLM 0.33 grouped_topk (docs/contracts.md, the other built-in contracts)",
     scoring="sigmoid", sigmoid_formula="correctly_rounded", score_precision="fp32", bias="ranks_only",
     n_group=8, topk_group=4, group_score="top2_sum", group_mask=-float("inf"), group_tie_rule="lowest",
     tie_rule="lowest", nan_rule="last", floor=None,
@@ -55,14 +55,14 @@ DEEPSEEK_V3 = Contract(
 DEEPSEEK_V3_REFERENCE = DEEPSEEK_V3.replace(
     name="deepseek-v3-reference",
     summary="DeepSeek-V3/R1 grouped noaux_tc routing as the model's reference code runs it: mask 0.0.",
-    source="transformers modeling_deepseek_v3 and DeepSeek's own model code: masked experts score 0.0 (spec section 10)",
+    source="transformers modeling_deepseek_v3 and DeepSeek's own model code: masked experts score 0.0 (docs/contracts.md, the other built-in contracts)",
     group_mask=0.0,
 )
 
 QWEN3_MOE = Contract(
     name="qwen3-moe",
     summary="Qwen3-MoE softmax routing: fp32 softmax over 128 experts, top-8, normalized (norm_topk_prob).",
-    source="Qwen3-MoE model code: softmax(logits) in fp32, top-k, divided by the chosen sum (spec section 10)",
+    source="Qwen3-MoE model code: softmax(logits) in fp32, top-k, divided by the chosen sum (docs/contracts.md, the other built-in contracts)",
     scoring="softmax", score_precision="fp32", bias="none",
     tie_rule="lowest", nan_rule="last", floor=None,
     renormalize="raw", output_order="rank",
@@ -73,14 +73,14 @@ QWEN3_MOE = Contract(
 MIXTRAL = QWEN3_MOE.replace(
     name="mixtral",
     summary="Mixtral softmax routing: fp32 softmax over 8 experts, top-2, normalized.",
-    source="Mixtral model code: softmax(logits) in fp32, top-2, divided by the chosen sum (spec section 10)",
+    source="Mixtral model code: softmax(logits) in fp32, top-2, divided by the chosen sum (docs/contracts.md, the other built-in contracts)",
     experts=8, topk=2,
 )  # fmt: skip
 
 GPT_OSS = Contract(
     name="gpt-oss",
     summary="gpt-oss routing: top-4 of the raw logits over 128 experts, then softmax over the 4 chosen.",
-    source="gpt-oss model code: torch.topk of the router logits, softmax over the k chosen (spec section 10)",
+    source="gpt-oss model code: torch.topk of the router logits, softmax over the k chosen (docs/contracts.md, the other built-in contracts)",
     scoring="softmax_of_topk", score_precision="fp32", bias="none",
     tie_rule="lowest", nan_rule="last", floor=None,
     renormalize="raw", output_order="rank",

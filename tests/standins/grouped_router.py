@@ -1,6 +1,6 @@
 """A grouped router (DeepSeek-V3 noaux_tc) written independently of the oracle, plus engine-like variants of it.
 
-Plain statement (per row; model code and engines, spec section 10 facts):
+Plain statement (per row; the model code and the engines, docs/contracts.md):
 
     sig    = sigmoid(x)                       fp32 (float64, rounded once; 0 where exp(-x) overflows fp32,
                                               as every fp32 formula of the sigmoid gives there)
