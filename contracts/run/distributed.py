@@ -548,6 +548,8 @@ def _rank_entry(part: Part, world: World | None, user_shard: tuple[int, int] | N
     entry["rows_checked"] = summary.rows_checked if summary else 0
     entry["status"] = summary.status.value if summary else (Status.INTERRUPTED.value if part.missing == "stopped" else Status.ERROR.value)
     entry["duration_s"] = summary.duration_s if summary else None
+    if summary and summary.stages:
+        entry["stages"] = summary.stages
     if world is not None:
         i, n = world.shard_of(part.rank, user_shard)
         entry["shard"] = f"{i}/{n}"
@@ -561,8 +563,11 @@ def _rank_entry(part: Part, world: World | None, user_shard: tuple[int, int] | N
 def combine_checks(parts: list[Part], *, world: World | None = None) -> CheckResult:
     """The ranks' results of one check as one record, with the counts of a one-process run over the same cases.
 
-    Counts are summed (``reports.merge.sum_summaries``), cells concatenated,
-    details merged. A rank that sent nothing, or could not run the candidate
+    Counts are summed (``reports.merge.sum_summaries``), cells concatenated
+    (each rank keeps its own sample of them, so a superset of a one-process
+    run's; ``cells_total`` is exact), details merged. Stage seconds and rows
+    are summed over the ranks (``ranks[].stages`` has each rank's), ``wall``
+    is the world's. A rank that sent nothing, or could not run the candidate
     while others did, leaves its share unchecked: that is an ``error`` naming
     the rank (a rank that was stopped before it started is ``interrupted``).
     The duration is the slowest rank's, so rows/s is the world's rate.
@@ -600,7 +605,10 @@ def combine_checks(parts: list[Part], *, world: World | None = None) -> CheckRes
     elif first_error is not None:
         rank, error = first_error
         merged.error = dataclasses.replace(error, message=f"rank {rank}: {error.message}")
-    merged.notes = list(dict.fromkeys([*merged.notes, *(e.message for e in rank_errors[1:]), *(s for _, _, s in problems if s)]))
+    # Each rank's note on its own cell sample gives its own numbers: one note for the whole stands in for them.
+    notes = [n for n in merged.notes if not n.startswith("mismatch cells:")]
+    merged.notes = list(dict.fromkeys([*notes, *(e.message for e in rank_errors[1:]), *(s for _, _, s in problems if s)]))
+    merged.stages = _summed_stages([s.stages for s in ran if s.stages], merged.duration_s)
     statuses = [s.status for s in ran] + [Status.ERROR if e is not None else Status.INTERRUPTED for _, e, _ in problems]
     if merged.mismatched_rows:
         statuses.append(Status.FAIL)
@@ -613,8 +621,33 @@ def combine_checks(parts: list[Part], *, world: World | None = None) -> CheckRes
     frames = [r.cells for r in results if r.cells is not None and len(r.cells)]
     cells = pd.concat(frames, ignore_index=True) if frames else None
     merged.cells_recorded = 0 if cells is None else len(cells)
+    if merged.cells_capped:
+        merged.notes.append(f"mismatch cells: {merged.cells_recorded:,} of {merged.cells_total:,} recorded (each of the {world_size} ranks "
+                            "kept its own sample: every family and clause its first cells, declared deviations and near ties a sample "
+                            "per family); the counts are exact")  # fmt: skip
     details = merge_details([r.details for r in results])
     return CheckResult(merged.validate("combined ranks"), cells, details)
+
+
+def _summed_stages(stages: list[dict], wall: float | None) -> dict | None:
+    """Per stage, the seconds and rows of all ranks (rows/s is then per rank-second); the world's wall time; the largest peak RSS."""
+    if not stages:
+        return None
+    out: dict = {}
+    for ranked_stages in stages:
+        for name, value in ranked_stages.items():
+            if isinstance(value, dict) and "rows" in value:
+                into = out.setdefault(name, {"seconds": 0.0, "rows": 0})
+                into["seconds"] += value.get("seconds") or 0.0
+                into["rows"] += value.get("rows") or 0
+    for value in out.values():
+        value["seconds"] = round(value["seconds"], 3)
+        value["rows_per_s"] = round(value["rows"] / value["seconds"], 1) if value["seconds"] > 0 else None
+    out["wall"] = {"seconds": wall}
+    peaks = [x["peak_rss_mb"] for x in stages if isinstance(x.get("peak_rss_mb"), (int, float))]
+    if peaks:
+        out["peak_rss_mb"] = max(peaks)
+    return out
 
 
 def _user_shard(summaries: list[Summary]) -> tuple[int, int] | None:
