@@ -1,3 +1,4 @@
 from .commands import main
+from .commands._common import exit_process
 
-raise SystemExit(main())
+exit_process(main())

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from ._tie_priority import tie_order
+
 if TYPE_CHECKING:
     from ._contracts import Contract
 
@@ -79,8 +81,6 @@ def _selection(c: Contract) -> str:
 def _tie_order(c: Contract) -> str:
     if c.tie_rule == "lowest":
         return "Equal ranking values go to the lowest expert index."
-    from ._tie_priority import tie_order
-
     first = int(tie_order(c.experts, c.tie_rule)[0])
     return (
         "Equal ranking keys are broken by aiter's wave64 lane priority "

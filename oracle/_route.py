@@ -21,8 +21,8 @@ contract order with exact keys. Rows where the cutoff is tied, or NaN, -inf
 or the floor reach it, take the exact path: a composite int64 key
 ``rank_key * E + (E - 1 - priority)`` that is distinct per expert, so
 ``torch.topk`` over it has a single right answer whatever torch's own tie
-behaviour is. Group scores and kept groups are found the same way, with
-the group priority.
+behaviour is. The kept groups are chosen by the same kind of composite
+key over the group scores, with the group priority.
 """
 
 from __future__ import annotations

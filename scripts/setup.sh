@@ -1,23 +1,53 @@
 #!/usr/bin/env bash
-# One-step set-up for a fresh machine.
+# One-step set-up for a fresh machine, from the committed lock.
 #   bash scripts/setup.sh              # the harness (keeps an existing torch, e.g. a CUDA or ROCm build)
 #   bash scripts/setup.sh --ci-tools   # plus the compilers and browser the CPU-only test suite uses
+# Installs into the active Python (a virtualenv if one is active). Prints one
+# line per step. requirements/lock.txt pins every package but torch; README's
+# "Updating dependencies" says how to regenerate it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+LOCK=requirements/lock.txt
+EXTRAS=test,parquet,upload
+# -qq: errors only (pip's notes about a machine's extra indexes are noise here).
+PIP=(python -m pip install -qq --no-input -c "$LOCK")
+step() { printf 'setup: %s\n' "$*"; }
+since() { echo "$(( SECONDS - $1 )) s"; }
 
 if [[ "${1:-}" == "--ci-tools" ]]; then
     # hipcc (HIP 5.2) and clang-19 compile the HIP back end without an AMD GPU;
     # chromium and chromium-driver render report.html in the browser test. Debian packages.
-    if command -v apt-get >/dev/null && { ! command -v hipcc >/dev/null || ! command -v clang++-19 >/dev/null || ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; }; then
+    t=$SECONDS
+    if ! command -v apt-get >/dev/null; then
+        step "ci tools: no apt-get on this machine, skipped"
+    elif command -v hipcc >/dev/null && command -v clang++-19 >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null; then
+        step "ci tools: hipcc, clang-19, chromium, chromium-driver already installed"
+    else
         export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq hipcc clang-19 chromium chromium-driver >/dev/null
+        # apt's chatter goes to a log that is shown only if a step fails.
+        log=$(mktemp)
+        if ! { apt-get update -qq && apt-get install -y -qq hipcc clang-19 chromium chromium-driver; } >"$log" 2>&1; then
+            cat "$log" >&2
+            step "ci tools: apt-get failed (above)"
+            exit 1
+        fi
+        rm -f "$log"
+        step "ci tools: installed hipcc, clang-19, chromium, chromium-driver with apt-get ($(since $t))"
     fi
 fi
 
 # Keep a torch that is already there (a GPU host's CUDA/ROCm build); otherwise
-# take the CPU build, which is small.
-if ! python -c "import torch" 2>/dev/null; then
-    python -m pip install -q torch==2.13.0
+# take the CPU build, which is small. The lock never names torch, so the next
+# step cannot replace it.
+t=$SECONDS
+if version=$(python -c "import torch; print(torch.__version__)" 2>/dev/null); then
+    step "torch: $version already installed, kept"
+else
+    "${PIP[@]}" torch==2.13.0
+    step "torch: installed $(python -W ignore -c "import torch; print(torch.__version__)") ($(since $t))"
 fi
-python -m pip install -q -e '.[test,parquet,upload]'
+
+t=$SECONDS
+"${PIP[@]}" -e ".[$EXTRAS]"
+step "router-contracts[$EXTRAS]: installed (editable) from $LOCK with $(python -m pip --version | cut -d' ' -f1-2) into $(python -c 'import sys; print(sys.prefix)') ($(since $t))"

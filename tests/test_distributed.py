@@ -150,7 +150,7 @@ def test_two_ranks_write_one_bundle_with_the_counts_of_one_process(tmp_path, cwd
 
 
 @torchrun
-@pytest.mark.parametrize("mode, kind", [("exit", "rank_lost"), ("import", "rank_exception")])
+@pytest.mark.parametrize("mode, kind", [("kill", "rank_lost"), ("import", "rank_exception")])
 def test_a_rank_that_dies_or_raises_is_an_error_in_rank_0s_bundle_and_rank_0s_rows_are_kept(tmp_path, cwd, mode, kind):
     out = tmp_path / "bundle"
     started = time.monotonic()
@@ -165,7 +165,7 @@ def test_a_rank_that_dies_or_raises_is_an_error_in_rank_0s_bundle_and_rank_0s_ro
     assert "rank 1 (host " in s["error"]["message"] and "its share of the cases is not in these counts" in s["error"]["message"]
     rank0, rank1 = s["ranks"]
     assert rank0["rows_checked"] == s["rows_checked"] > 0 and rank1["rows_checked"] == 0 and rank1["status"] == "error"
-    if mode == "exit":  # torchrun SIGTERMs rank 0 when rank 1 dies (mid-case, or once rank 0 is done and waiting): the bundle is still written
+    if mode == "kill":  # torchrun SIGTERMs rank 0 when rank 1 dies (mid-case, or once rank 0 is done and waiting): the bundle is still written
         assert rank0["status"] in ("interrupted", "pass") and time.monotonic() - started < 30 + LOST_AFTER_S + 30
     else:  # rank 1 raised and waited: rank 0 checked all of its share
         assert rank0["status"] == "pass" and rank0["rows_checked"] == 1025

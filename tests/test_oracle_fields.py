@@ -491,3 +491,13 @@ def test_grouped_rows_are_independent_of_chunking_and_layout():
         for r in (0, 3583, 3584, 4999):
             single = oracle.route(scores[r : r + 1], bias, 8, contract=c)
             assert torch.equal(whole[1][r], single[1][0]) and torch.equal(whole[0][r], single[0][0])
+
+
+def test_ranking_values_and_trace_of_a_contract_without_bias():
+    x = torch.randn(4, 128)
+    p, ranking = oracle.ranking_values(x, None, QWEN3)
+    assert ranking is p and torch.allclose(p, torch.softmax(x, dim=1), rtol=1e-6)
+    logits, ranking = oracle.ranking_values(x, None, GPT_OSS)
+    assert torch.equal(logits, x) and torch.equal(ranking, x)
+    empty = oracle.route_trace(torch.zeros(0, 256), torch.zeros(256), 8, contract=DSV3)
+    assert empty.ids.shape == (0, 8) and empty.group_scores.shape == (0, 8) and empty.kept_groups.shape == (0, 4)

@@ -8,7 +8,16 @@ import pytest
 
 from contracts.reports import upload
 from contracts.reports.diff import diff_bundles, load_bundle
-from contracts.reports.upload import UploadError, UploadExistsError, dated_destination, download_bundle, list_bundles, upload_bundle
+from contracts.reports.bundle import BundleError
+from contracts.reports.upload import (
+    UploadError,
+    UploadExistsError,
+    dated_destination,
+    download_bundle,
+    list_bundles,
+    list_incomplete_uploads,
+    upload_bundle,
+)
 
 NAME = "nightly-20260102T030405Z-cpu"
 
@@ -57,19 +66,20 @@ def test_file_upload_copies_verifies_and_refuses_to_overwrite(tmp_path, capsys):
 
 
 class _FlakyFS:
-    """Wraps a real filesystem: the first ``fail`` writes raise ``error``; can corrupt what it writes."""
+    """Wraps a real filesystem: the first ``fail`` writes raise ``error``, or every write after the first
+    ``fail_after`` does (an upload cut off half-way); can corrupt what it writes."""
 
-    def __init__(self, fs, fail=0, error=ConnectionResetError("connection reset by peer"), corrupt=False):
-        self._fs, self.fail, self.error, self.corrupt, self.writes = fs, fail, error, corrupt, []
+    def __init__(self, fs, fail=0, error=ConnectionResetError("connection reset by peer"), corrupt=False, fail_after=None):
+        self._fs, self.fail, self.error, self.corrupt, self.fail_after, self.writes = fs, fail, error, corrupt, fail_after, []
 
     def __getattr__(self, name):
         return getattr(self._fs, name)
 
     def pipe_file(self, path, data, **kw):
-        if self.fail:
-            self.fail -= 1
+        if self.fail or (self.fail_after is not None and len(self.writes) >= self.fail_after):
+            self.fail = max(self.fail - 1, 0)
             raise self.error
-        self.writes.append(path.rsplit("/", 1)[-1])
+        self.writes.append(path.rsplit("/", 1)[-1].removeprefix(".").removesuffix(".partial"))  # local files go through a temporary name
         return self._fs.pipe_file(path, data[:-1] if self.corrupt else data, **kw)
 
 
@@ -159,4 +169,69 @@ def test_s3_upload_to_a_real_server(tmp_path, s3_server):
     assert names == [NAME, "nightly-20260103T000000Z-cpu"]
     old = load_bundle(f"s3://nightly/router/2026/01/02/{NAME}", storage_options=options)
     assert set(old.checks) == {"oracle"}
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+# ---------------------------------------------------------------- interrupted uploads (issue 22 item 10)
+
+
+def _cut_off(monkeypatch, bundle, url, after=2, **upload_kw):
+    """Upload ``bundle`` to ``url`` but lose the connection for good after ``after`` files (no completion marker)."""
+    _patched(monkeypatch, fail_after=after, error=PermissionError("the network went away"))
+    with pytest.raises(UploadError, match="PermissionError"):
+        upload_bundle(bundle, url, sleep=lambda s: None, log=None, **upload_kw)
+    monkeypatch.undo()
+
+
+def test_an_interrupted_upload_is_listed_refused_by_readers_and_resumed_by_a_retry(tmp_path, monkeypatch, capsys):
+    """Before: the cut-off upload left objects and no nightly.json; it was not listed, and every retry
+    was refused with "already exists"."""
+    bundle = _bundle(tmp_path / "local")
+    store = f"file://{tmp_path}/store"
+    where = f"{store}/2026/01/02/{NAME}"
+    _cut_off(monkeypatch, bundle, store)
+    remote = tmp_path / "store" / "2026" / "01" / "02" / NAME
+    assert 0 < len(_files(remote)) < len(_files(bundle)) and not (remote / "nightly.json").exists()
+    assert list_bundles(store) == []
+    assert [(b.url, b.name, b.day) for b in list_incomplete_uploads(store)] == [(where, NAME, "2026/01/02")]
+    with pytest.raises(FileNotFoundError, match="incomplete upload"):
+        download_bundle(where, tmp_path / "dl")
+    with pytest.raises(BundleError, match="incomplete upload"):
+        load_bundle(where)
+
+    first = sorted(_files(remote))[0]
+    (remote / first).write_bytes(b"half a file")  # a partial object: must be rewritten, not kept
+    (remote / "stray.bin").write_bytes(b"not in the bundle")
+    assert upload_bundle(bundle, store) == where
+    assert "resumed an incomplete upload" in capsys.readouterr().out
+    assert _files(remote) == _files(bundle)
+    assert list_incomplete_uploads(store) == [] and [b.name for b in list_bundles(store)] == [NAME]
+    with pytest.raises(UploadExistsError, match="already exists; refusing to overwrite"):
+        upload_bundle(bundle, store, log=None)
+
+
+def test_a_local_marker_is_never_half_written(tmp_path, monkeypatch):
+    """On file:// each file is written under a temporary name and renamed: a crash mid-write leaves no marker."""
+    holder = _patched(monkeypatch)
+    upload_bundle(_bundle(tmp_path / "local"), f"file://{tmp_path}/store", log=None)
+    remote = tmp_path / "store" / "2026" / "01" / "02" / NAME
+    assert not list(remote.rglob("*.partial")) and holder["fs"].writes[-1] == "nightly.json"
+
+
+def test_s3_interrupted_upload_is_listed_and_resumed(tmp_path, s3_server, monkeypatch):
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    import boto3
+
+    boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket="cut")
+    options = {"endpoint_url": s3_server, "key": "testing", "secret": "testing"}
+    bundle = _bundle(tmp_path)
+    _cut_off(monkeypatch, bundle, "s3://cut/router", after=3, storage_options=options, retries=0)
+    (incomplete,) = list_incomplete_uploads("s3://cut/router", storage_options=options)
+    assert incomplete.name == NAME and list_bundles("s3://cut/router", storage_options=options) == []
+    upload_bundle(bundle, "s3://cut/router", storage_options=options, log=None)
+    assert list_incomplete_uploads("s3://cut/router", storage_options=options) == []
+    assert [b.name for b in list_bundles("s3://cut/router", storage_options=options)] == [NAME]
+    assert set(load_bundle(f"s3://cut/router/2026/01/02/{NAME}", storage_options=options).checks) == {"oracle"}
     s3fs.S3FileSystem.clear_instance_cache()

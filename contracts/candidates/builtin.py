@@ -31,7 +31,7 @@ def _lazy(module: str, attr: str):
     return call
 
 
-def _kernel(name, module, *, contract, devices, description, gates_take_device=True) -> Candidate:
+def _kernel(name, module, *, contract, devices, description, gates_take_device=True, coverage="") -> Candidate:
     """A candidate for one of our kernel modules (route, supported_hardware, build, covered), imported lazily."""
 
     def gate(fn):
@@ -51,6 +51,7 @@ def _kernel(name, module, *, contract, devices, description, gates_take_device=T
         build=gate("build"),
         covered=_lazy(module, "covered"),
         origin=module,
+        coverage=coverage,
     )
 
 
@@ -107,10 +108,12 @@ register(
         # aiter reads the bias in the logits dtype: calls with an fp32 bias and bf16
         # logits would round the bias, so they are outside what aiter serves.
         covered=_same_dtype_bias,
+        coverage="aiter reads the bias in the logits' dtype, so only calls whose bias has the logits' dtype are checked",
         origin="kernels.adapters.aiter_model",
     )
 )
 register(_kernel("radix4", "kernels.radix4", contract="aiter", devices=("cuda",), gates_take_device=False,
+                 coverage="radix4 serves the Kimi shapes (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
                  description="our radix-4 select kernel (CUDA warp32 / HIP wave64), aiter tie order"))
 register(_kernel("serial", "kernels.serial.scan", contract="serial", devices=("cpu", "cuda"),
                  description="serial scan, one thread per row (host build on CPU, CUDA kernel on GPU)"))

@@ -2,19 +2,35 @@
 
 ``CaseRunner.run(case)`` makes the call, ``repeat - 1`` more, and on CUDA
 with repeats one CUDA graph replay; it records whether the inputs changed
-and runs the ``--against`` candidate. What a misbehaving candidate becomes:
+and runs the ``--against`` candidate.
+
+Each call gets its own copy of the case's inputs (same bits, same layout:
+strides, storage offset and the padding of strided rows) and what it
+returns is copied at once, before anything else runs. So a candidate that
+mutates or re-points its inputs (``scores.set_()``, ``t_()``) cannot
+corrupt the harness's copy, a candidate that returns the same static
+output buffers on every call is compared call against call (not its buffer
+with itself), and a thread that keeps writing into a returned tensor cannot
+change an answer already given. During a call ``os._exit`` raises
+``CandidateExit`` instead of ending the process, and a ``KeyboardInterrupt``
+counts as the user's Ctrl-C only if a SIGINT really arrived.
+
+What a misbehaving candidate becomes:
 
 ==========================================  ===================================================
 the candidate ...                           reported as
 ==========================================  ===================================================
-raises a Python exception                   a ``validity`` mismatch with its message (a finding)
+raises a Python exception                   ``error`` (kind ``exception``), its message and replay line
+raises KeyboardInterrupt, no SIGINT came    the same: the candidate's error, not the user's stop
 returns the wrong type/shape/dtype/device   a ``validity`` mismatch
-modifies its inputs                         a ``validity`` mismatch
+modifies its inputs (values or metadata)    a ``validity`` mismatch ("inputs were modified in place")
 runs out of memory (host or GPU)            ``error`` (kind ``out_of_memory``)
 raises a CUDA error                         ``error`` (kind ``cuda_error``)
+calls sys.exit() or os._exit() in process   ``error`` (kind ``exit``); the run goes on to the next candidate
 exits, segfaults or aborts (worker only)    ``error`` (kind ``crash``, the signal, stderr tail)
 answers nothing for ``timeout`` s (worker)  ``error`` (kind ``timeout``; the worker is killed)
 gives different answers on repeated calls   a ``determinism`` finding (``--repeat N``)
+is recompiled by torch.compile              a note in the summary (how often; the recompile limit hit)
 ==========================================  ===================================================
 
 ``contracts.candidates.worker`` runs the same ``CaseRunner`` in a worker process.
@@ -22,6 +38,11 @@ gives different answers on repeated calls   a ``determinism`` finding (``--repea
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import sys
+import threading
 import traceback
 from dataclasses import dataclass, field
 from typing import Callable
@@ -30,11 +51,13 @@ import torch
 
 from ..cases import Case
 
-__all__ = ["DIFF_SAMPLE_ROWS", "CallOutcome", "CaseRunner", "fatal_kind", "first_line", "raised_message"]
+__all__ = ["DIFF_SAMPLE_ROWS", "CallOutcome", "CandidateExit", "CaseRunner", "fatal_kind", "first_line", "raised_message"]
 
 DIFF_SAMPLE_ROWS = 16
 
 
+class CandidateExit(SystemExit):
+    """The candidate called ``os._exit()`` during its call; in-process, that ends its check, not the harness."""
 
 
 def first_line(exc: BaseException) -> str:
@@ -60,17 +83,187 @@ def fatal_kind(exc: BaseException) -> str | None:
     return None
 
 
-def _call(route: Callable, case: Case):
-    """One call; ``(value, None)`` or ``(None, exception)``. KeyboardInterrupt passes through."""
+# ---------------------------------------------------------------- one call, fenced in
+
+
+def _private_copy(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with a storage of its own: the same bytes (the whole storage, padding included), shape, strides and offset."""
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    storage = t.untyped_storage()
+    return (t.dtype, t.device, tuple(t.shape), t.stride(), t.storage_offset(), storage.data_ptr(), storage.nbytes())
+
+
+def _storage_bytes(storage) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
+class _Inputs:
+    """A case's inputs as one candidate call gets them: private copies, checked for changes after the call."""
+
+    def __init__(self, case: Case):
+        self.case = case
+        self.scores = _private_copy(case.scores)
+        self.bias = None if case.bias is None else _private_copy(case.bias)  # a contract without a correction bias
+        self._originals = [t for t in (case.scores, case.bias) if t is not None]
+        self._given = [(t, t.untyped_storage(), _layout(t)) for t in (self.scores, self.bias) if t is not None]
+
+    def args(self) -> tuple:
+        c = self.case
+        return self.scores, self.bias, c.topk, c.renormalize, c.routed_scaling_factor
+
+    def kwargs(self) -> dict:
+        """``num_expert_group`` / ``topk_group`` for a grouped contract, else nothing."""
+        return self.case.group_args
+
+    def changed(self) -> bool:
+        """Whether the call re-pointed, reshaped or wrote into what it was given (anywhere in the storages)."""
+        for (t, storage, layout), original in zip(self._given, self._originals):
+            if _layout(t) != layout:
+                return True
+            if not torch.equal(_storage_bytes(storage), _storage_bytes(original.untyped_storage())):
+                return True
+        return False
+
+
+def _copied(value):
+    """What a call returned, copied at once into plain tensors (a static buffer, a racing writer, a lying subclass
+    cannot change it afterwards); anything else as it is, or a message if the tensors cannot be copied."""
+    if not (isinstance(value, (tuple, list)) and value and all(isinstance(t, torch.Tensor) for t in value)):
+        return value
     try:
-        value = route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor, **case.group_args)
-        if case.scores.is_cuda:
-            torch.cuda.synchronize()  # asynchronous CUDA errors surface here, inside the try
-        return value, None
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # noqa: BLE001 -- SystemExit from a candidate is its failure, not ours
-        return None, exc
+        with torch._C.DisableTorchFunctionSubclass():
+            copies = [torch.Tensor.as_subclass(t.detach().clone(), torch.Tensor) for t in value]
+    except Exception as exc:  # noqa: BLE001 -- an output the harness cannot copy is not an answer
+        return f"returned tensors the harness cannot copy: {raised_message(exc)}"
+    return tuple(copies) if isinstance(value, tuple) else copies
+
+
+class _Fence:
+    """Around one call: ``os._exit`` raises ``CandidateExit`` (in this process only, not in a child it forks), and
+    ``sigint`` records whether a real SIGINT arrived (then a KeyboardInterrupt is the user's)."""
+
+    def __init__(self):
+        self.sigint = False
+        self._exit = self._handler = None
+
+    def __enter__(self):
+        real_exit, owner = os._exit, os.getpid()
+
+        def refuse_exit(status=0):
+            if os.getpid() != owner:  # a forked child of the candidate exits as it asked
+                real_exit(status)
+            raise CandidateExit(f"the candidate called os._exit({status}) during its call (in process, that would end the run)")
+
+        self._exit, os._exit = real_exit, refuse_exit
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if previous is not None:
+
+                def on_sigint(signum, frame):
+                    self.sigint = True
+                    if callable(previous):
+                        return previous(signum, frame)
+                    if previous == signal.SIG_DFL:
+                        raise KeyboardInterrupt
+                    return None  # SIG_IGN
+
+                self._handler = previous
+                signal.signal(signal.SIGINT, on_sigint)
+        return self
+
+    def __exit__(self, *exc):
+        os._exit = self._exit
+        if self._handler is not None:
+            signal.signal(signal.SIGINT, self._handler)
+            self._handler = None
+        return False
+
+
+def _call(route: Callable, inputs: _Inputs):
+    """One call on private inputs; ``(a copy of the answer, None)`` or ``(None, exception)``.
+
+    A KeyboardInterrupt passes through only when a SIGINT arrived during the call.
+    """
+    with _Fence() as fence:
+        try:
+            value = route(*inputs.args(), **inputs.kwargs())
+            if inputs.case.scores.is_cuda:
+                torch.cuda.synchronize()  # asynchronous CUDA errors surface here, inside the try
+            return _copied(value), None
+        except KeyboardInterrupt as exc:
+            if fence.sigint:
+                raise
+            return None, exc  # raised by the candidate itself: its error, not a stop
+        except BaseException as exc:  # noqa: BLE001 -- SystemExit from a candidate is its failure, not ours
+            return None, exc
+
+
+# ---------------------------------------------------------------- torch.compile
+
+
+def _dynamo_counts() -> tuple[int, dict[str, int]] | None:
+    """(frames dynamo compiled, recompile-limit hits by limit name) so far in this process; None if dynamo never loaded."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return None
+    hits: dict[str, int] = {}
+    for key, n in dict(counters.get("unimplemented", {})).items():
+        text = str(key).lower()
+        if "recompile limit" in text or "cache size limit" in text or "cache_size_limit" in text:
+            found = re.search(r"limit type: (\w+)", str(key))
+            name = found.group(1) if found else "recompile_limit"
+            hits[name] = hits.get(name, 0) + n
+    return int(dict(counters.get("frames", {})).get("ok", 0)), hits
+
+
+def _dynamo_limit(name: str):
+    config = sys.modules.get("torch._dynamo.config")
+    value = getattr(config, name, None)
+    if value is None and name == "recompile_limit":
+        value = getattr(config, "cache_size_limit", None)  # its name before torch 2.6
+    return value
+
+
+@dataclass
+class _CompileWatch:
+    """Dynamo's compiles and recompile-limit hits across the cases of one runner (the whole check)."""
+
+    compiles: int = 0
+    recompiles: int = 0  # compiles in cases after the first that compiled anything
+    limit: str | None = None  # the limit hit first, and where
+    limit_case: str | None = None
+    _before: tuple | None = None
+
+    def start(self) -> None:
+        self._before = _dynamo_counts()
+
+    def stop(self, case: Case) -> None:
+        after = _dynamo_counts()
+        if after is None:
+            return
+        before = self._before or (0, {})
+        compiled = after[0] - before[0]
+        if compiled > 0:
+            self.recompiles += compiled if self.compiles else 0
+            self.compiles += compiled
+        for name, n in after[1].items():
+            if n > before[1].get(name, 0) and self.limit is None:
+                self.limit, self.limit_case = name, case.spec.replay_id
+
+    def notes(self) -> list[str]:
+        if not self.recompiles and self.limit is None:
+            return []
+        text = (f"torch.compile: dynamo recompiled the candidate {self.recompiles} time(s) after its first case "
+                f"({self.compiles} compiles in all), as cases changed dtypes, renormalize, scaling or layout")  # fmt: skip
+        if self.limit is not None:
+            text += (f", and fell back to eager after the limit of {_dynamo_limit(self.limit)} (torch._dynamo.config.{self.limit}) "
+                     f"in case {self.limit_case}: later calls ran uncompiled, so this check did not test the compiled code "
+                     "for them; raise the limit or mark the changing inputs dynamic")  # fmt: skip
+        return [text]
 
 
 def raised_message(exc: BaseException) -> str:
@@ -132,7 +325,10 @@ class CallOutcome:
     differing_sample: list[int] = field(default_factory=list)
     differing_calls: list[str] = field(default_factory=list)
     difference: dict | None = None  # the first differing row: {"call", "row", "ids", "weights"} vs call 1
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # about determinism (a graph replay that could not run)
+    # About the whole check so far, for the summary's notes (torch.compile recompiles): each outcome's list
+    # replaces the one before.
+    summary_notes: list[str] = field(default_factory=list)
 
 
 def _fatal(exc: BaseException, kind: str, who: str = "") -> dict:
@@ -150,11 +346,22 @@ class CaseRunner:
         self.route, self.other, self.other_name = route, other, other_name
         self.repeat = repeat
         self.graph = graph  # turned off for good after the first failed capture
+        self.compile_watch = _CompileWatch()
 
     def run(self, case: Case) -> CallOutcome:
+        self.compile_watch.start()
         out = CallOutcome()
-        before = (case.scores.clone(), None if case.bias is None else case.bias.clone())
-        value, first_exc = _call(self.route, case)
+        try:
+            self._run(case, out)
+        finally:
+            self.compile_watch.stop(case)
+            out.summary_notes = self.compile_watch.notes()
+        return out
+
+    def _run(self, case: Case, out: CallOutcome) -> CallOutcome:
+        inputs = _Inputs(case)
+        value, first_exc = _call(self.route, inputs)
+        changed = inputs.changed()
         exc = first_exc
         if exc is not None:
             kind = fatal_kind(exc)
@@ -168,20 +375,27 @@ class CaseRunner:
         rows = case.spec.rows
         mask = torch.zeros(rows, dtype=torch.bool)
         for n in range(2, self.repeat + 1):
-            again, exc = _call(self.route, case)
+            if changed:
+                inputs = _Inputs(case)  # every call answers the case itself, not what an earlier call left behind
+            again, exc = _call(self.route, inputs)
+            changed = inputs.changed() or changed
             if exc is not None and fatal_kind(exc):
                 out.fatal = _fatal(exc, fatal_kind(exc), who=f"call {n}: ")
                 return out
             self._note(out, mask, f"call {n}", value, again if exc is None else raised_message(exc), rows)
         if self.graph and self.repeat > 1 and case.scores.is_cuda and first_exc is None and _is_pair(value):
-            replayed = self._graph_replay(case, out)
+            inputs = _Inputs(case)
+            replayed = self._graph_replay(inputs, out)
+            if out.fatal:
+                return out
+            changed = inputs.changed() or changed
             if replayed is not None:
                 self._note(out, mask, "CUDA graph replay", value, replayed, rows)
         out.differing_rows = int(mask.sum())
         out.differing_sample = mask.nonzero().squeeze(1)[:DIFF_SAMPLE_ROWS].tolist()
-        out.changed = not (_same_bits(case.scores, before[0]) and (case.bias is None or _same_bits(case.bias, before[1])))
+        out.changed = changed
         if self.other is not None:
-            other, exc = _call(self.other, case)
+            other, exc = _call(self.other, _Inputs(case))
             if exc is not None:
                 kind = fatal_kind(exc) or "against_failed"
                 out.fatal = _fatal(exc, kind, who=f"--against {self.other_name}: ")
@@ -207,21 +421,26 @@ class CaseRunner:
             out.difference = example
         mask |= differs
 
-    def _graph_replay(self, case: Case, out: CallOutcome):
+    def _graph_replay(self, inputs: _Inputs, out: CallOutcome):
+        device = inputs.case.scores.device
         try:
-            side = torch.cuda.Stream(device=case.scores.device)
-            side.wait_stream(torch.cuda.current_stream(case.scores.device))
-            with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
-                _ = self.route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor, **case.group_args)
-            torch.cuda.current_stream(case.scores.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static = self.route(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor, **case.group_args)
-            graph.replay()
-            torch.cuda.synchronize()
-            result = tuple(t.clone() for t in static) if _is_pair(static) else static
+            with _Fence():
+                side = torch.cuda.Stream(device=device)
+                side.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
+                    _ = self.route(*inputs.args(), **inputs.kwargs())
+                torch.cuda.current_stream(device).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    static = self.route(*inputs.args(), **inputs.kwargs())
+                graph.replay()
+                torch.cuda.synchronize()
+                result = _copied(static)
             del graph
             return result
+        except SystemExit as exc:  # sys.exit / os._exit inside the replayed candidate ends its check
+            out.fatal = _fatal(exc, "exit", who="CUDA graph replay: ")
+            return None
         except Exception as exc:  # noqa: BLE001 -- not capturable is a note, not a determinism finding
             self.graph = False
             out.notes.append(f"CUDA graph capture/replay failed, graph replay skipped from here on: {raised_message(exc)}")

@@ -35,6 +35,7 @@ __all__ = [
     "UnknownCandidateError",
     "all_candidates",
     "get_candidate",
+    "is_spec",
     "load_spec",
     "register",
 ]
@@ -92,6 +93,8 @@ class Candidate:
     route_for_contract: Callable[[str], Callable] | None = None
     # The largest batch (rows per call) it serves, when its ``covered`` gate cannot tell: caps the bulk cases.
     max_rows: int | None = None
+    # What ``covered`` serves, in words: the reason shown for every row it skips.
+    coverage: str = ""
     # The contracts it serves ("*": any; empty: only ``contract``). ``--candidate all --contract X`` checks those that serve X.
     contracts: tuple[str, ...] = ()
 
@@ -153,6 +156,11 @@ def all_candidates() -> dict[str, Candidate]:
 _SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 
+def is_spec(text: str) -> bool:
+    """Whether ``text`` has the ``package.module:attr`` form that ``load_spec`` takes."""
+    return bool(_SPEC.match(text or ""))
+
+
 def _as_candidate(obj, name: str, origin: str) -> Candidate:
     if isinstance(obj, Candidate):
         if not obj.origin:
@@ -172,7 +180,7 @@ def _as_candidate(obj, name: str, origin: str) -> Candidate:
 
 def load_spec(spec: str) -> Candidate:
     """``package.module:attr`` -> Candidate (imported from ``sys.path``)."""
-    if not _SPEC.match(spec):
+    if not is_spec(spec):
         raise CandidateLoadError(
             f"--candidate {spec!r} is neither a known name nor 'package.module:attr' "
             "(e.g. mypkg.router:route); check the spelling"

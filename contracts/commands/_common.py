@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import argparse
 import enum
+import os
 import re
 import shlex
 import sys
+import threading
 from typing import Callable
 
 __all__ = [
     "EXIT_CODES_HELP",
     "ExitCode",
     "UsageError",
+    "exit_process",
     "make_parser",
     "positive_int",
     "positive_seconds",
@@ -148,3 +151,23 @@ def run_main(build_parser: Callable[[], argparse.ArgumentParser], run: Callable[
     except (UsageError, OptionError, CandidateLoadError, DuplicateCandidateError, BundleError, RecordError, WorldError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+
+
+def exit_process(code: int):
+    """End the process with ``code`` (the ``python -m`` entry points call this with ``main()``'s answer).
+
+    A candidate run in this process may leave threads behind (one that keeps
+    writing into its outputs); at interpreter shutdown such a thread, caught
+    inside torch's C++ code, aborts the process (exit 134) and replaces the
+    run's exit code. With any such thread alive the process ends with
+    ``os._exit(code)`` after flushing, so the code is the run's.
+    """
+    code = int(code or 0)
+    if any(t.is_alive() and t is not threading.main_thread() for t in threading.enumerate()):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    raise SystemExit(code)

@@ -82,6 +82,9 @@ def print_summary(report: dict, out: Path) -> None:
         for p in c["results"]:
             if p["status"] in ("skipped", "error"):
                 print(f"{p['status']}: {c['name']} M={p['m']}: {p['reason']}")
+    shaky = [f"{c['name']} M={p['m']}" for c in report["candidates"] for p in c["results"] if p.get("noisy")]
+    if shaky:
+        print(f"~ {len(shaky)} point(s) spread wider than their median (a busy host?); no crossover is computed from them: {', '.join(shaky)}")
     for x in report["crossovers"]:
         print(f"crossover: {x['candidate']} and {x['baseline']} cross near M={x['m']:.0f} "
               f"(between {x['between_m'][0]} and {x['between_m'][1]}); {x['faster_above']} is faster above")  # fmt: skip

@@ -172,9 +172,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace, checked, stop) -> int:
     from ..reports.terminal import verdict_table
+    from ..reports.text import clean
 
     if checked.results:
         print(verdict_table(checked.summaries))
+        for s in checked.summaries:
+            for note in s.notes:
+                print(f"note: {clean(s.label)}: {clean(note)}")
     print(f"bundle: {checked.out}")
     if args.replay and args.row is not None:
         _print_row(checked.results, args.row)
@@ -186,6 +190,9 @@ def _report(args: argparse.Namespace, checked, stop) -> int:
         return stop.exit_code
     if checked.unavailable:
         return ExitCode.UNAVAILABLE
+    if not checked.results:  # nothing was checked and no bundle was written: never a success
+        print("error: no check ran; no bundle was written", file=sys.stderr)
+        return ExitCode.FAILED
     return ExitCode.FAILED if checked.failed else ExitCode.OK
 
 

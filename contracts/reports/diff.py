@@ -7,7 +7,7 @@ are matched by label (``candidate`` or ``candidate vs against``).
 
 Regressions (exit 1):
 
-- a check that passed now fails or errors; a check that ran is now unavailable;
+- a check that passed now fails, errors or was interrupted; a check that ran is now unavailable;
 - a family that had no unexpected mismatch has some now ("turned red"), and a
   clause newly violated in a family that was already red;
 - a tie-order permutation recorded by the probe (``probe.json``) changed;
@@ -97,8 +97,14 @@ def _load_local(root: Path, source: str) -> Bundle:
 def load_bundle(where: str | Path, *, storage_options: dict | None = None) -> Bundle:
     """Read a bundle from a folder or a URL (only its JSON files are fetched)."""
     text = str(where)
-    if "://" not in text or text.startswith("file://"):
-        path = Path(text[len("file://") :] if text.startswith("file://") else text)
+    if "://" not in text:
+        return _load_local(Path(text), text)
+    if text.startswith("file://"):  # an upload store on this machine: only complete uploads, as for any URL
+        from .upload import COMPLETION_MARKERS
+
+        path = Path(text[len("file://") :])
+        if path.is_dir() and not any((path / marker).exists() for marker in COMPLETION_MARKERS):
+            raise BundleError(f"{text} is an incomplete upload (no {', '.join(COMPLETION_MARKERS)} at its top); retry the upload")
         return _load_local(path, text)
     from .upload import download_bundle
 
@@ -119,9 +125,10 @@ def _diff_check(label: str, old: dict, new: dict, result: DiffResult) -> None:
     if o_status == "unavailable":
         result.changes.append(f"{label}: now checked ({n_status}); was unavailable: {old.get('reason', '')}")
         return
-    if o_status == "pass" and n_status in ("fail", "error"):
-        result.regressions.append(f"{label}: status pass -> {n_status} ({new.get('mismatched_rows', 0):,} unexpected mismatched rows)")
-    elif o_status in ("fail", "error") and n_status == "pass":
+    if o_status == "pass" and n_status in ("fail", "error", "interrupted"):  # a stopped check proves nothing: never "no regression"
+        why = f"stopped by {new.get('interrupted') or 'a signal'}" if n_status == "interrupted" else f"{new.get('mismatched_rows', 0):,} unexpected mismatched rows"
+        result.regressions.append(f"{label}: status pass -> {n_status} ({why})")
+    elif o_status in ("fail", "error", "interrupted") and n_status == "pass":
         result.changes.append(f"{label}: status {o_status} -> pass")
     if n_status == "error" and o_status != "error" and new.get("error"):
         result.regressions.append(f"{label}: the candidate raised in case {new['error'].get('case')}")

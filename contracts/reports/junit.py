@@ -5,18 +5,26 @@ one ``<testcase>`` per family x clause:
 
 - classname ``contracts.<candidate>.<family>`` (``<a>-vs-<b>`` for a pair; dots
   and colons in names become ``_`` so viewers do not split them), name the clause;
-- ``<failure>`` when the family has unexpected mismatches attributed to the
-  clause: the message says how many rows, the text shows the first mismatch
-  (ids and weights side by side) and the command that replays it;
-- ``<skipped>`` when the family's shapes are not covered by the candidate;
+- ``<failure>`` when any row of the family breaks the clause unexpectedly
+  (``FamilyCounts.clauses_broken``; a version-1 bundle has only the primary
+  clause, ``clauses``): the message says how many rows, the text shows the
+  first mismatch (ids and weights side by side) and the command that replays it;
+- ``<skipped>`` when the family's rows were all skipped, with the reasons, or
+  the candidate raised on all of them;
 - a declared deviation seen in the family passes, with a ``<system-out>`` note;
 - an unavailable candidate, or a pair that does not apply on this host, is one
-  skipped testcase (classname ``contracts.<label>``, name ``available``) with the reason;
-- a candidate that raised adds an ``<error>`` testcase named ``run``.
+  skipped testcase (classname ``contracts.<label>``, name ``available``) with the reason.
+
+A check that did not end well is never green: a candidate that raised adds an
+``<error>`` testcase named ``run``; an interrupted check an ``<error>``
+testcase named ``complete``; undeclared nondeterminism a failing
+``determinism`` testcase; and a failing status that no testcase above shows
+a failing ``status`` testcase.
 
 ``python -m contracts report junit BUNDLE [-o FILE]`` writes the file for any
 bundle (a nightly, a multi-candidate check, or a single check). Data come
-from the bundle files only, read through ``contracts.reports.bundle``.
+from the bundle files only, read through ``contracts.reports.bundle``, as
+records (``Summary``, ``RowDetail``).
 """
 
 from __future__ import annotations
@@ -24,19 +32,20 @@ from __future__ import annotations
 import re
 import shlex
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from ._atomic import write_atomic
-from .bundle import BundleError, read_cells, read_details, read_nightly, read_summary
-from .schema import to_json
+from .bundle import BundleError, open_check, read_cells, read_details, read_nightly
+from .schema import FamilyCounts, RecordError, RowDetail, Status, Summary, from_json
+from .text import clean
 
 __all__ = ["CheckEntry", "build_junit", "entries_for_bundle", "first_mismatch", "write_junit"]
 
-# Characters XML 1.0 cannot carry (tracebacks may hold them).
-_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+# Characters XML 1.0 cannot carry that text.clean leaves alone.
+_XML_ILLEGAL = re.compile("[\ufffe\uffff]")
 
 
 @dataclass
@@ -45,80 +54,125 @@ class CheckEntry:
 
     label: str  # "oracle", "serial vs block-argmax"
     bundle: Path | None = None
-    summary: dict | None = None
+    summary: Summary | None = None
     skip_reason: str | None = None  # did not run here (pair not applicable, candidate absent)
     error: str | None = None  # the harness itself failed for this check
 
 
+@dataclass
+class _Counts:
+    tests: int = 0
+    failures: int = 0
+    errors: int = 0
+    skipped: int = 0
+    notes: list[str] = field(default_factory=list)  # the suite's <system-out>
+
+
 def _clean(text) -> str:
-    return _XML_ILLEGAL.sub("?", str(text))
+    return _XML_ILLEGAL.sub("?", clean(text, keep_newlines=True))
 
 
 def _class_part(label: str) -> str:
     return re.sub(r"[.:\s/]+", "_", label.replace(" vs ", "-vs-"))
 
 
-def _read_cells(bundle: Path) -> pd.DataFrame:
+def _read_cells(bundle: Path | None) -> pd.DataFrame:
+    if bundle is None:
+        return pd.DataFrame()
     try:
         return read_cells(bundle)
     except BundleError:
         return pd.DataFrame()
 
 
-def _details(bundle: Path) -> list[dict]:
-    return [to_json(d) for d in read_details(bundle)]
+def _as_summary(summary: Summary | dict) -> Summary:
+    return summary if isinstance(summary, Summary) else from_json(Summary, summary, "summary")
 
 
-def _fallback_replay(summary: dict, case: str, row) -> str:
-    parts = ["python", "-m", "contracts.check", "--candidate", summary["candidate"], "--contract", summary["contract"],
-             "--device", summary["device"]]  # fmt: skip
-    if summary.get("against"):
-        parts += ["--against", summary["against"]]
-    if summary.get("bit_exact"):
-        parts.append("--exact")
-    try:
-        words = shlex.split(summary.get("command") or "")
-    except ValueError:
-        words = []
-    for flag in ("--experts", "--topk"):
-        if flag in words and words.index(flag) + 1 < len(words):
-            parts += [flag, words[words.index(flag) + 1]]
-    parts += ["--replay", str(case), "--row", str(int(row))]
-    return shlex.join(parts)
+def _broken(fam: FamilyCounts, clause: str) -> int:
+    """Rows of the family breaking ``clause``: every row that breaks it (v2), else those with it as the primary clause."""
+    return fam.clauses_broken.get(clause, fam.clauses.get(clause, 0))
 
 
-def _first_mismatch_text(detail: dict | None, cell: dict | None, summary: dict) -> str:
-    if detail is not None:
-        lines = [f"case {detail['case']}, row {detail['row']}: {detail.get('reason', '')}"]
-        for key in ("expected_ids", "actual_ids", "expected_weights", "actual_weights"):
-            if detail.get(key) is not None:
-                lines.append(f"{key.replace('_', ' '):>16}: {detail[key]}")
-        lines.append(f"tie group at the cutoff: {detail.get('tie_group_size')}; straddles: {detail.get('straddles_cutoff')}; "
-                     f"NaN in row: {detail.get('nan_count')}")  # fmt: skip
-        lines.append(f"replay: {detail.get('replay') or _fallback_replay(summary, detail['case'], detail['row'])}")
-        return "\n".join(lines)
-    if cell is not None:
-        return (
-            f"case {cell['case']}, row {cell['row']}, column {cell['col']}: {cell.get('reason', '')}\n"
-            f"expected id {cell['expected_id']} weight {cell['expected_weight']}; "
-            f"actual id {cell['actual_id']} weight {cell['actual_weight']}\n"
-            f"replay: {_fallback_replay(summary, cell['case'], cell['row'])}"
-        )
-    return f"no example recorded (the bundle's cell cap was reached); rerun: {summary.get('command', '')}"
+# ---------------------------------------------------------------- the first mismatch as text
 
 
-def first_mismatch(bundle: Path, summary: dict, family: str, clause: str, *, details: list | None = None, cells: pd.DataFrame | None = None) -> str:
-    """The first unexpected mismatch of ``clause`` in ``family`` as text, with its replay command."""
+def _fallback_replay(s: Summary, case: str, row) -> str:
+    """The replay line of a case the bundle recorded only as mismatch cells, built from the summary."""
+    from types import SimpleNamespace
+
+    from ..run.replay import replay_command
+
+    target = s.replay_target  # None in older bundles: the display names, as they were
+    options = s.options or {}
+    experts, topk = options.get("experts"), options.get("topk")
+    if experts is None or topk is None:
+        try:
+            words = shlex.split(s.command)
+        except ValueError:
+            words = []
+        given = {flag: words[words.index(flag) + 1] for flag in ("--experts", "--topk") if flag in words and words.index(flag) + 1 < len(words)}
+        try:
+            experts, topk = int(given.get("--experts", 896)), int(given.get("--topk", 16))
+        except ValueError:
+            experts, topk = 896, 16
+    spec = SimpleNamespace(replay_id=str(case), experts=int(experts), topk=int(topk))  # what a replay line takes of a CaseSpec
+    return replay_command(
+        (target.candidate if target else None) or s.candidate, options.get("contract_source") or s.contract, s.device, spec, int(row),
+        (target.against if target else None) or s.against, s.bit_exact, int(options.get("repeat") or 1),
+        pythonpath=target.pythonpath if target else None,
+    )  # fmt: skip
+
+
+def _detail_text(d: RowDetail, s: Summary) -> str:
+    lines = [f"case {d.case}, row {d.row}: {d.reason}"]
+    if d.clauses and len(d.clauses) > 1:
+        lines.append(f"the row breaks: {', '.join(d.clauses)} (primary: {d.clause})")
+    for name in ("expected_ids", "actual_ids", "expected_weights", "actual_weights"):
+        value = getattr(d, name)
+        if value is not None:
+            lines.append(f"{name.replace('_', ' '):>16}: {value}")
+    lines.append(f"tie group at the cutoff: {d.tie_group_size}; straddles: {d.straddles_cutoff}; NaN in row: {d.nan_count}")
+    lines.append(f"replay: {d.replay or _fallback_replay(s, d.case, d.row)}")
+    return "\n".join(lines)
+
+
+def _cell_text(cell: dict, s: Summary) -> str:
+    return (
+        f"case {cell['case']}, row {cell['row']}, column {cell['col']}: {cell['reason']}\n"
+        f"expected id {cell['expected_id']} weight {cell['expected_weight']}; "
+        f"actual id {cell['actual_id']} weight {cell['actual_weight']}\n"
+        f"replay: {_fallback_replay(s, cell['case'], cell['row'])}"
+    )
+
+
+def _first_detail(details: list[RowDetail], family: str, clause: str) -> RowDetail | None:
+    mismatches = [d for d in details if d.family == family and d.verdict == "mismatch"]
+    primary = next((d for d in mismatches if d.clause == clause), None)
+    return primary or next((d for d in mismatches if clause in (d.clauses or ())), None)
+
+
+def first_mismatch(bundle: Path | None, summary: Summary | dict, family: str, clause: str, *,
+                   details: list[RowDetail] | None = None, cells: pd.DataFrame | None = None) -> str:  # fmt: skip
+    """The first unexpected mismatch of ``clause`` in ``family`` as text, with its replay command.
+
+    ``summary`` is the bundle's Summary (or its JSON); ``details`` and ``cells``, when given, save reading them again.
+    """
+    s = _as_summary(summary)
     if details is None:
-        details = _details(bundle)
-    detail = next((d for d in details if d.get("family") == family and d.get("clause") == clause and d.get("verdict") == "mismatch"), None)
-    cell = None
-    if detail is None:
-        cells = _read_cells(bundle) if cells is None else cells
-        if not cells.empty:
-            hit = cells[(cells["family"] == family) & (cells["clause"] == clause) & (cells["verdict"] == "mismatch")]
-            cell = hit.iloc[0].to_dict() if len(hit) else None
-    return _first_mismatch_text(detail, cell, summary)
+        details = read_details(bundle) if bundle is not None else []
+    detail = _first_detail(details, family, clause)
+    if detail is not None:
+        return _detail_text(detail, s)
+    cells = _read_cells(bundle) if cells is None else cells
+    if not cells.empty:
+        hit = cells[(cells["family"] == family) & (cells["clause"] == clause) & (cells["verdict"] == "mismatch")]
+        if len(hit):
+            return _cell_text(hit.iloc[0].to_dict(), s)
+    return f"no example recorded (the bundle's cell cap was reached); rerun: {s.command}"
+
+
+# ---------------------------------------------------------------- testsuites
 
 
 def _testcase(suite: ET.Element, classname: str, name: str, time: float = 0.0) -> ET.Element:
@@ -129,82 +183,157 @@ def _suite_for_check(root: ET.Element, entry: CheckEntry) -> None:
     label = _class_part(entry.label)
     suite = ET.SubElement(root, "testsuite", name=f"contracts.{label}")
     props = ET.SubElement(suite, "properties")
-    summary = entry.summary or {}
-    for key in ("candidate", "against", "contract", "device", "status", "rows_checked", "seed", "shard"):
-        if summary.get(key) is not None:
-            ET.SubElement(props, "property", name=key, value=_clean(summary[key]))
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    s = entry.summary
+    if s is not None:
+        for key in ("candidate", "against", "contract", "device", "status", "rows_checked", "seed", "shard"):
+            value = getattr(s, key)
+            if value is not None:
+                ET.SubElement(props, "property", name=key, value=_clean(value))
+    counts = _Counts()
 
     if entry.error:
         case = _testcase(suite, f"contracts.{label}", "run")
-        ET.SubElement(case, "error", message=_clean(entry.error.strip().splitlines()[-1] if entry.error.strip() else "error")).text = _clean(entry.error)
-        counts.update(tests=1, errors=1)
-    elif entry.skip_reason or summary.get("status") == "unavailable" or not summary:
-        reason = entry.skip_reason or summary.get("reason") or "not run"
+        last_line = entry.error.strip().splitlines()[-1] if entry.error.strip() else "error"
+        ET.SubElement(case, "error", message=_clean(last_line)).text = _clean(entry.error)
+        counts.tests, counts.errors = 1, 1
+    elif entry.skip_reason or s is None or s.status is Status.UNAVAILABLE:
+        reason = entry.skip_reason or (s.reason if s is not None else None) or "not run"
         case = _testcase(suite, f"contracts.{label}", "available")
         ET.SubElement(case, "skipped", message=_clean(reason))
-        counts.update(tests=1, skipped=1)
+        counts.tests, counts.skipped = 1, 1
     else:
-        _clause_cases(suite, label, entry, summary, counts)
+        _clause_cases(suite, label, entry.bundle, s, counts)
+        _run_cases(suite, label, s, counts)
 
-    for key, value in counts.items():
-        suite.set(key, str(value))
-    suite.set("time", f"{float(summary.get('duration_s') or 0):.3f}")
+    for key in ("tests", "failures", "errors", "skipped"):
+        suite.set(key, str(getattr(counts, key)))
+    suite.set("time", f"{float(s.duration_s or 0) if s is not None else 0.0:.3f}")
+    if counts.notes:
+        ET.SubElement(suite, "system-out").text = _clean("\n".join(counts.notes))
 
 
-def _clause_cases(suite: ET.Element, label: str, entry: CheckEntry, summary: dict, counts: dict) -> None:
-    bundle = entry.bundle
-    details = _details(bundle) if bundle is not None else []
-    cells = _read_cells(bundle) if bundle is not None else pd.DataFrame()
-    declared = summary.get("expected_deviations") or {}
-    clauses = list(summary.get("clauses") or {})
-    declared_rows: dict[tuple[str, str], int] = {}
-    if not cells.empty and declared:
-        seen = cells[cells["verdict"] == "expected"].drop_duplicates(["case", "row", "clause"])
-        declared_rows = seen.groupby(["family", "clause"]).size().to_dict()
+def _clauses(s: Summary) -> list[str]:
+    """The contract's clauses, then any other a family counted a row under."""
+    names = list(s.clauses)
+    for fam in s.families.values():
+        names += [c for c in (*fam.clauses, *fam.clauses_broken) if c not in names]
+    return names
 
-    for family, fam in (summary.get("families") or {}).items():
+
+def _skip_text(fam: FamilyCounts) -> str:
+    reasons = "; ".join(f"{n:,} rows: {why}" for why, n in fam.skip_reasons.items()) or "reason not recorded"
+    return f"{fam.rows_skipped:,} rows skipped, not covered ({reasons})"
+
+
+def _declared_sample(cells: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """(family, clause) -> declared rows among the recorded cells, for bundles that do not count them by clause."""
+    if cells.empty or "verdict" not in cells:
+        return {}
+    seen = cells[cells["verdict"] == "expected"].drop_duplicates(["case", "row", "clause"])
+    return {(str(f), str(c)): int(n) for (f, c), n in seen.groupby(["family", "clause"]).size().items()}
+
+
+def _clause_cases(suite: ET.Element, label: str, bundle: Path | None, s: Summary, counts: _Counts) -> None:
+    details = read_details(bundle) if bundle is not None else []
+    cells = _read_cells(bundle)
+    declared = s.expected_deviations
+    sample = _declared_sample(cells) if declared else {}
+    clauses = _clauses(s)
+
+    for family, fam in s.families.items():
         classname = f"contracts.{label}.{family}"
-        not_covered = fam.get("rows", 0) == 0 and fam.get("rows_skipped", 0) > 0
+        not_covered = fam.rows == 0 and fam.rows_skipped > 0
+        all_raised = fam.rows > 0 and fam.rows_raised == fam.rows  # nothing compared: the error testcase says why
+        if fam.rows_skipped and not not_covered:
+            counts.notes.append(f"{family}: {_skip_text(fam)}")
+        if fam.rows_raised:
+            counts.notes.append(f"{family}: the candidate raised on {fam.rows_raised:,} of {fam.rows:,} rows")
         for clause in clauses:
             case = _testcase(suite, classname, clause)
-            counts["tests"] += 1
-            bad = (fam.get("clauses") or {}).get(clause, 0)
-            if not_covered:
-                ET.SubElement(case, "skipped", message=f"not covered: the candidate does not serve these shapes ({fam['rows_skipped']:,} rows skipped)")
-                counts["skipped"] += 1
+            counts.tests += 1
+            bad = _broken(fam, clause)
+            if not_covered or all_raised:
+                why = _skip_text(fam) if not_covered else f"not compared: the candidate raised on all {fam.rows:,} rows (see the testcase 'run')"
+                ET.SubElement(case, "skipped", message=_clean(why))
+                counts.skipped += 1
             elif bad:
-                message = f"{bad:,} of {fam['rows']:,} rows of family {family} break clause {clause}"
+                message = f"{bad:,} of {fam.rows:,} rows of family {family} break clause {clause}"
+                primary = fam.clauses.get(clause, 0)
+                also = f" ({primary:,} with it as the primary clause)" if primary != bad else ""
                 failure = ET.SubElement(case, "failure", message=_clean(message), type="ContractMismatch")
-                failure.text = _clean(message + "\n" + first_mismatch(bundle, summary, family, clause, details=details, cells=cells))
-                counts["failures"] += 1
-            elif clause in declared and declared_rows.get((family, clause)):
-                note = (f"declared deviation: {declared[clause].get('reason', '')} "
-                        f"({declared_rows[(family, clause)]:,} rows in this family, reported as expected)")  # fmt: skip
-                ET.SubElement(case, "system-out").text = _clean(note)
+                failure.text = _clean(message + also + "\n" + first_mismatch(bundle, s, family, clause, details=details, cells=cells))
+                counts.failures += 1
+            elif clause in declared:
+                note = _declared_note(fam, family, clause, declared[clause].reason, sample)
+                if note:
+                    ET.SubElement(case, "system-out").text = _clean(note)
 
-    if summary.get("error"):
-        err = summary["error"]
-        case = _testcase(suite, f"contracts.{label}", "run")
-        ET.SubElement(case, "error", message=_clean(f"the candidate raised in case {err.get('case')}")).text = _clean(err.get("traceback", ""))
-        counts["tests"] += 1
-        counts["errors"] += 1
     if declared:
-        lines = [f"{clause}: {d.get('rows', 0):,} rows, observed={d.get('observed')}: {d.get('reason', '')}" for clause, d in declared.items()]
-        ET.SubElement(suite, "system-out").text = _clean("declared deviations (never failures):\n" + "\n".join(lines))
+        lines = [f"{clause}: {d.rows:,} rows" + (f", {d.inexact_rows:,} rows within tolerance but not bit-exact" if d.inexact_rows else "")
+                 + f", observed={d.observed}: {d.reason}" for clause, d in declared.items()]  # fmt: skip
+        counts.notes.append("declared deviations (never failures):\n" + "\n".join(lines))
 
 
-def _tool_case(suite: ET.Element, classname: str, name: str, record: dict, counts: dict) -> None:
+def _declared_note(fam: FamilyCounts, family: str, clause: str, reason: str, sample: dict) -> str | None:
+    rows = fam.expected_clauses.get(clause, 0)
+    if rows:
+        return f"declared deviation: {reason} ({rows:,} rows in this family, reported as expected)"
+    if not fam.expected_clauses and sample.get((family, clause)):
+        return (f"declared deviation: {reason} (at least {sample[(family, clause)]:,} rows in the recorded cells; "
+                "this bundle does not count them by family and clause)")  # fmt: skip
+    return None
+
+
+def _run_cases(suite: ET.Element, label: str, s: Summary, counts: _Counts) -> None:
+    """How the check ended: a raise, an interruption, nondeterminism, and a status no other testcase shows."""
+    classname = f"contracts.{label}"
+    if s.error is not None:
+        case = _testcase(suite, classname, "run")
+        message = f"the candidate raised in case {s.error.case}" if s.error.kind == "exception" else f"{s.error.kind} in case {s.error.case}: {s.error.message}"
+        if s.raised_rows:
+            message += f" ({s.raised_rows:,} rows of cases it raised on)"
+        text = s.error.traceback or s.error.message
+        if s.error.replay:
+            text += f"\nreplay: {s.error.replay}"
+        ET.SubElement(case, "error", message=_clean(message), type=_clean(s.error.kind)).text = _clean(text)
+        counts.tests += 1
+        counts.errors += 1
+    if s.status is Status.INTERRUPTED or s.interrupted:
+        case = _testcase(suite, classname, "complete")
+        message = f"interrupted ({s.interrupted}) after {s.rows_checked:,} rows: the check did not finish"
+        ET.SubElement(case, "error", message=_clean(message), type="Interrupted").text = _clean(f"{message}\nrerun: {s.command}")
+        counts.tests += 1
+        counts.errors += 1
+    det = s.determinism
+    if det is not None and (det.repeat > 1 or det.rows_differing):
+        case = _testcase(suite, classname, "determinism")
+        counts.tests += 1
+        if det.rows_differing and not det.declared:
+            message = f"{det.rows_differing:,} rows differed between calls in {det.cases:,} cases"
+            replays = "\n".join(f"replay: {x['replay']}" for x in det.examples if "replay" in x)
+            ET.SubElement(case, "failure", message=_clean(message), type="Nondeterminism").text = _clean(message + "\n" + replays)
+            counts.failures += 1
+        elif det.rows_differing:
+            ET.SubElement(case, "system-out").text = _clean(f"declared nondeterminism: {det.declared} ({det.rows_differing:,} rows differed)")
+    if s.status.failed and not (counts.failures or counts.errors):
+        case = _testcase(suite, classname, "status")
+        message = f"status {s.status.value} with {s.mismatched_rows:,} unexpected mismatched rows of {s.rows_checked:,}"
+        ET.SubElement(case, "failure", message=_clean(message), type="CheckFailed").text = _clean(f"{message}\nrerun: {s.command}")
+        counts.tests += 1
+        counts.failures += 1
+
+
+def _tool_case(suite: ET.Element, classname: str, name: str, record: dict, counts: _Counts) -> None:
     case = _testcase(suite, classname, name)
-    counts["tests"] += 1
+    counts.tests += 1
     status = record.get("status")
     if status == "error":
         reason = record.get("reason") or record.get("error") or "error"
         ET.SubElement(case, "error", message=_clean(reason)).text = _clean(record.get("traceback") or reason)
-        counts["errors"] += 1
+        counts.errors += 1
     elif status not in ("ok", "done"):
         ET.SubElement(case, "skipped", message=_clean(record.get("reason") or status or "not run"))
-        counts["skipped"] += 1
+        counts.skipped += 1
     else:
         notes = [f"{k}: {record[k]}" for k in ("matches", "consistent", "path", "command") if record.get(k) is not None]
         if notes:
@@ -212,17 +341,39 @@ def _tool_case(suite: ET.Element, classname: str, name: str, record: dict, count
 
 
 def _tool_suite(root: ET.Element, tool: str, record: dict) -> None:
-    """The probe (one testcase per candidate probed) or the bench (one testcase)."""
+    """The probe (one testcase per candidate probed) or the bench (one testcase); their records are plain JSON."""
     suite = ET.SubElement(root, "testsuite", name=f"contracts.{tool}")
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    counts = _Counts()
     runs = record.get("runs")
     if record.get("status") == "ok" and isinstance(runs, dict) and runs:
         for name, run in runs.items():
             _tool_case(suite, f"contracts.{tool}", name, run, counts)
     else:
         _tool_case(suite, f"contracts.{tool}", "run", record, counts)
-    for key, value in counts.items():
-        suite.set(key, str(value))
+    for key in ("tests", "failures", "errors", "skipped"):
+        suite.set(key, str(getattr(counts, key)))
+
+
+# ---------------------------------------------------------------- bundles in, XML out
+
+
+def _nightly_entry(root: Path, label: str, rec: dict) -> CheckEntry:
+    """One candidate or pair of ``nightly.json`` (its records there are plain JSON, the bundle's summary a record)."""
+    folder = root / rec["bundle"] if rec.get("bundle") else None
+    status = rec.get("status")
+    summary = None
+    try:
+        if folder is not None and (folder / "summary.json").exists():
+            summary = open_check(folder).summary  # refuses a bundle whose parts are of two runs
+        elif isinstance(rec.get("summary"), dict):
+            summary = from_json(Summary, rec["summary"], f"{root / 'nightly.json'}: {label}")
+    except (BundleError, RecordError) as exc:
+        return CheckEntry(label, folder, None, error=f"the bundle of {label} cannot be read: {exc}")
+    skip = rec.get("reason") if status == "skipped" else None
+    error = None
+    if status in ("error", "interrupted") and summary is None:
+        error = rec.get("traceback") or rec.get("reason") or f"{label}: {status}, and no summary was written"
+    return CheckEntry(label, folder, summary, skip, error)
 
 
 def entries_for_bundle(bundle: Path) -> tuple[list[CheckEntry], dict]:
@@ -230,33 +381,20 @@ def entries_for_bundle(bundle: Path) -> tuple[list[CheckEntry], dict]:
     bundle = Path(bundle)
     if (bundle / "nightly.json").exists():
         nightly = read_nightly(bundle)
-        entries = []
-        for section in (nightly.candidates, nightly.pairs):
-            for label, rec in section.items():
-                folder = bundle / rec["bundle"] if rec.get("bundle") else None
-                summary = rec.get("summary")
-                if folder is not None and (folder / "summary.json").exists():
-                    summary = to_json(read_summary(folder))
-                skip = rec.get("reason") if rec.get("status") == "skipped" else None
-                error = (rec.get("traceback") or rec.get("reason")) if rec.get("status") in ("error", "interrupted") and not summary else None
-                entries.append(CheckEntry(label, folder, summary, skip, error))
+        entries = [_nightly_entry(bundle, label, rec) for section in (nightly.candidates, nightly.pairs) for label, rec in section.items()]
         tools = {k: v for k, v in (("probe", nightly.probe), ("bench", nightly.bench)) if isinstance(v, dict) and v}
         return entries, tools
     if (bundle / "summary.json").exists():
-        summary = to_json(read_summary(bundle))
-        return [CheckEntry(_label(summary), bundle, summary)], {}
+        summary = open_check(bundle).summary
+        return [CheckEntry(summary.label, bundle, summary)], {}
     folders = sorted(p.parent for p in bundle.glob("*/summary.json"))
     if not folders:
         raise BundleError(f"{bundle} holds no nightly.json or summary.json: not a report bundle")
     entries = []
     for folder in folders:
-        summary = to_json(read_summary(folder))
-        entries.append(CheckEntry(_label(summary), folder, summary))
+        summary = open_check(folder).summary
+        entries.append(CheckEntry(summary.label, folder, summary))
     return entries, {}
-
-
-def _label(summary: dict) -> str:
-    return summary["candidate"] + (f" vs {summary['against']}" if summary.get("against") else "")
 
 
 def build_junit(entries: list[CheckEntry], tools: dict | None = None, *, name: str = "router-contracts") -> ET.ElementTree:

@@ -36,6 +36,7 @@ __all__ = [
     "FamilyCounts",
     "NightlyEnvelope",
     "RecordError",
+    "ReplayTarget",
     "RowDetail",
     "Status",
     "Summary",
@@ -168,6 +169,15 @@ class AgainstSides:
 
 
 @dataclass
+class ReplayTarget:
+    """What a replay line passes so that the registry finds the candidates again (``contracts.run.replay``)."""
+
+    candidate: str  # a registered name or package.module:attr
+    against: str | None = None
+    pythonpath: str | None = None  # where the candidates' modules came from, when a replay needs it
+
+
+@dataclass
 class Summary:
     """``summary.json``: one check of one candidate (or one pair) under one contract."""
 
@@ -217,6 +227,7 @@ class Summary:
     notes: list[str] = field(default_factory=list)
     diagnosis: list[dict] | None = None
     files: dict[str, str] = field(default_factory=dict)  # bundle file -> sha256, written with the bundle
+    replay_target: ReplayTarget | None = None  # v2: how replay lines name the candidates (display names may be unknown to the registry)
 
     @property
     def label(self) -> str:

@@ -3,17 +3,26 @@
 Layout at the destination: ``URL/YYYY/MM/DD/<bundle name>/`` (the date is the
 bundle's UTC day). Rules:
 
-- Never overwrite: if the destination prefix already holds anything, the
-  upload is refused with :class:`UploadExistsError` naming it. Nightly bundle
-  names carry a UTC timestamp and the backend, so a clash means the same
-  bundle is being uploaded twice.
+- Never overwrite a complete bundle: if the destination holds a completion
+  marker (below), the upload is refused with :class:`UploadExistsError`
+  naming it. Nightly bundle names carry a UTC timestamp and the backend, so
+  a clash means the same bundle is being uploaded twice.
+- Resume an incomplete one: a destination with objects but no marker is
+  what an interrupted upload left. A retry keeps each object whose size and
+  sha256 match the local file, rewrites the others, removes objects the
+  bundle does not have, and writes the markers last.
+  :func:`list_incomplete_uploads` lists such destinations, and
+  :func:`download_bundle` refuses them.
 - Transient errors (connection resets, timeouts, throttling, 5xx) are retried
   with exponential backoff; other errors fail at once.
 - Every file is read back after it is written and its size and sha256 are
   compared with the local file; a difference is an :class:`UploadError`.
-- ``nightly.json`` (or ``summary.json``) is written last, so its presence at
-  the destination means the bundle is complete: :func:`list_bundles` only
-  lists bundles that have it.
+- The completion markers (``nightly.json``, ``index.json`` or ``summary.json``
+  at the top of the bundle) are written last, so their presence at the
+  destination means the bundle is complete: :func:`list_bundles` only lists
+  bundles that have one. On a local filesystem every file is written under a
+  temporary name and renamed, so a marker is never seen half-written (an
+  object store's PUT is atomic already).
 
 Credentials and endpoints come from the usual places (``AWS_*`` variables,
 ``~/.aws``, ``GOOGLE_APPLICATION_CREDENTIALS``...). An S3-compatible server
@@ -38,11 +47,12 @@ __all__ = [
     "download_bundle",
     "dated_destination",
     "list_bundles",
+    "list_incomplete_uploads",
     "upload_bundle",
 ]
 
-# Written last (and read first): their presence marks a complete bundle.
-COMPLETION_MARKERS = ("nightly.json", "summary.json")
+# Written last (and read first), the first one last of all: their presence marks a complete bundle.
+COMPLETION_MARKERS = ("nightly.json", "index.json", "summary.json")
 _CHUNK = 1 << 20
 _TRANSIENT_WORDS = ("timeout", "timed out", "connection", "throttl", "slowdown", "slow down", "unavailable",
                     "internalerror", "internal error", "too many requests", "503", "500", "502", "504", "reset")  # fmt: skip
@@ -148,22 +158,37 @@ def upload_bundle(
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     local = "file" in protocols
 
-    if _with_retries(f"checking {destination}", lambda: fs.exists(root), **policy):
+    existing = _with_retries(f"listing {destination}", lambda: _remote_files(fs, root), **policy)
+    done = sorted(m for m in COMPLETION_MARKERS if m in existing)
+    if done:
         raise UploadExistsError(
-            f"{destination} already exists; refusing to overwrite it (upload each bundle once, or choose another --upload URL)"
+            f"{destination} already exists; refusing to overwrite it (its {done[0]} marks a complete upload; "
+            "upload each bundle once, or choose another --upload URL)"
         )
-    total = 0
+    wanted = {p.relative_to(local_dir).as_posix() for p in files}
+    stale = sorted(set(existing) - wanted)  # left by an interrupted attempt (a half-written temporary file, say)
+    for rel in stale:
+        _with_retries(f"removing {rel}", lambda rel=rel: fs.rm_file(existing[rel]), **policy)
+    total = kept = 0
     for path in _upload_order(files, local_dir):
         rel = path.relative_to(local_dir).as_posix()
         target = f"{root}/{rel}"
         data = path.read_bytes()
         want = (len(data), hashlib.sha256(data).hexdigest())
+        if rel in existing and _with_retries(f"reading back {rel}", lambda target=target: _sha256_remote(fs, target), **policy) == want:
+            kept += 1
+            total += want[0]
+            continue
 
         def put(target=target, data=data):
-            parent = target.rsplit("/", 1)[0]
-            if local:  # object stores have no folders to make
+            parent, name = target.rsplit("/", 1)
+            if local:  # object stores have no folders to make, and their PUT is atomic
                 fs.makedirs(parent, exist_ok=True)
-            fs.pipe_file(target, data)
+                partial = f"{parent}/.{name}.partial"
+                fs.pipe_file(partial, data)
+                fs.mv(partial, target)
+            else:
+                fs.pipe_file(target, data)
             fs.invalidate_cache(target)
 
         _with_retries(f"writing {rel}", put, **policy)
@@ -175,8 +200,37 @@ def upload_bundle(
             )
         total += want[0]
     if log:
-        log(f"uploaded {len(files)} files ({total:,} bytes, sizes and sha256 verified) to {destination}")
+        resumed = f"; resumed an incomplete upload: {kept} file(s) already there and verified, {len(stale)} stale removed" if existing else ""
+        log(f"uploaded {len(files)} files ({total:,} bytes, sizes and sha256 verified) to {destination}{resumed}")
     return destination
+
+
+def _remote_files(fs, root: str) -> dict[str, str]:
+    """Files under ``root`` (relative path -> full path); empty when there is nothing."""
+    fs.invalidate_cache(root)
+    try:
+        paths = fs.find(root)
+    except FileNotFoundError:
+        return {}
+    return {p[len(root) + 1 :]: p for p in paths if p.startswith(root + "/")}
+
+
+def list_incomplete_uploads(url: str, *, storage_options: dict | None = None) -> list[RemoteBundle]:
+    """Bundle folders under ``URL/YYYY/MM/DD/`` that hold objects but no completion marker (interrupted uploads), oldest first."""
+    fs, root = _fs(url, storage_options)
+    root = root.rstrip("/")
+    folders: dict[tuple[str, ...], set[str]] = {}
+    for rel in _remote_files(fs, root):
+        parts = rel.split("/")
+        if len(parts) < 5 or not all(p.isdigit() for p in parts[:3]):
+            continue
+        folders.setdefault(tuple(parts[:4]), set()).add("/".join(parts[4:]))
+    found = [
+        RemoteBundle(url=fs.unstrip_protocol(f"{root}/{'/'.join(key)}"), name=key[3], day="/".join(key[:3]))
+        for key, names in folders.items()
+        if not any(marker in names for marker in COMPLETION_MARKERS)
+    ]  # fmt: skip
+    return sorted(found, key=lambda b: (b.day, b.name))
 
 
 def _read_json(fs, path: str):
@@ -213,6 +267,8 @@ def download_bundle(url: str, dest: str | Path, *, storage_options: dict | None 
     paths = fs.find(root)
     if not paths:
         raise FileNotFoundError(f"no bundle at {url}")
+    if not any(p[len(root) + 1 :] in COMPLETION_MARKERS for p in paths):
+        raise FileNotFoundError(f"{url} is an incomplete upload (no {', '.join(COMPLETION_MARKERS)} at its top); retry the upload")
     for path in paths:
         if suffixes and not path.endswith(tuple(suffixes)):
             continue

@@ -231,11 +231,13 @@ def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions,
         **entry,
         "status": "timed",
         "timer": timing.timer,
+        "noisy": False,
         "median_us": round(statistics.median(timing.samples_us), 4),
         "spread": _spread(timing.samples_us),
         "samples": [round(x, 4) for x in timing.samples_us],
         "calls_per_sample": timing.calls_per_sample,
     }
+    out["noisy"] = noisy(out)
     if timing.note:
         out["reason"] = timing.note
     return out
@@ -278,8 +280,15 @@ def _method(args: BenchOptions, device: str) -> dict:
 # ---------------------------------------------------------------- crossovers, table, plot
 
 
+def noisy(point: dict) -> bool:
+    """A point whose samples spread wider than their median (min to max): on a busy host its median says little."""
+    spread = point.get("spread") or {}
+    return point.get("status") == "timed" and bool(spread) and spread["max"] - spread["min"] > point["median_us"]
+
+
 def _timed(points: list[dict]) -> dict[int, float]:
-    return {p["m"]: p["median_us"] for p in points if p.get("status") == "timed" and p.get("median_us")}
+    """Median us by M, for the points timed with a spread that allows comparing them (see ``noisy``)."""
+    return {p["m"]: p["median_us"] for p in points if p.get("status") == "timed" and p.get("median_us") and not noisy(p)}
 
 
 def crossovers(baseline: dict, other: dict) -> list[dict]:
@@ -317,7 +326,7 @@ def results_table(report: dict) -> pd.DataFrame:
             if point["status"] != "timed":
                 row[c["name"]] = point["status"]
                 continue
-            cell = f"{point['median_us']:.2f}" + ("*" if point.get("timer") == "cuda-eager" else "")
+            cell = f"{point['median_us']:.2f}" + ("*" if point.get("timer") == "cuda-eager" else "") + ("~" if point.get("noisy") else "")
             if c is not base:
                 cell += f" ({point['median_us'] / base_t[M]:.2f}x)" if M in base_t else " (-)"
             row[c["name"]] = cell

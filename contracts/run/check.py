@@ -25,8 +25,8 @@ from ..candidates.calling import CaseRunner
 from ..candidates.worker import Interrupted, Worker, WorkerFailure
 from ..cases import CaseSpec, build_case
 from ..compare import agrees, compare_case, expected_for
-from ..reports.schema import CheckResult
-from .replay import replay_command
+from ..reports.schema import CheckResult, ReplayTarget
+from .replay import candidate_lookup, replay_command, replay_pythonpath
 from .tally import Tally
 
 __all__ = ["check_candidate"]
@@ -54,18 +54,25 @@ def check_candidate(
     worker: Worker | None = None,
     should_stop: Callable[[], object] | None = None,
     options: dict | None = None,
+    lookup: str | None = None,
+    against_lookup: str | None = None,
 ) -> CheckResult:
     """Check ``candidate`` on ``specs`` (any iterable; consumed once).
 
     ``worker``: a loaded ``Worker`` that runs the candidate (and ``against``)
     in its own process; without it they run here. ``repeat``: calls per
-    case (differences are a ``determinism`` finding).
+    case (differences are a ``determinism`` finding). ``lookup`` /
+    ``against_lookup``: what ``get_candidate`` resolves to the candidates,
+    for replay lines (default: ``candidate_lookup``).
     """
     c = oracle.get_contract(contract)
     against_name = against.name if against is not None else None
 
+    target = ReplayTarget(lookup or candidate_lookup(candidate), (against_lookup or candidate_lookup(against)) if against is not None else None)
+    target.pythonpath = replay_pythonpath(target.candidate, target.against)
+
     def replay(spec: CaseSpec, row: int | None) -> str:  # the contract as given: a name, or the .toml path
-        return replay_command(candidate.name, str(contract), device, spec, row, against_name, exact, repeat)
+        return replay_command(target.candidate, str(contract), device, spec, row, target.against, exact, repeat, pythonpath=target.pythonpath)
 
     tally = Tally(
         candidate=candidate.name, contract=c.name, clause_names=tuple(map(str, c.clause_names)), device=device,
@@ -81,6 +88,8 @@ def check_candidate(
     except KeyboardInterrupt:
         tally.interrupted = tally.interrupted or (should_stop() if should_stop else None) or "KeyboardInterrupt"
     result = tally.result(seed=seed, command=command, isolated=worker is not None, options=options)
+    result.summary.notes += [n for n in tally.run_notes if n not in result.summary.notes]
+    result.summary.replay_target = target
     if result.summary.mismatched_rows and not tally.interrupted:
         result.summary.diagnosis = tally.diagnosis(c)
     return result
@@ -92,6 +101,8 @@ class _Step:
     def __init__(self, candidate, against, c, device, exact, tally: Tally, should_stop):
         self.candidate, self.against, self.c, self.device, self.exact = candidate, against, c, device, exact
         self.tally, self.should_stop = tally, should_stop
+        notes = [x.coverage for x in (candidate, against) if x is not None and x.coverage]
+        self.skip_reason = "not covered: " + ("; ".join(notes) if notes else "the candidate does not serve this shape or dtype")
         self.runner = CaseRunner(
             candidate.route_under(c.name),
             other=against.route_under(c.name) if against is not None else None,
@@ -127,8 +138,10 @@ class _Step:
         """The parent's half of a case: the call's outcome against the oracle, into the tally."""
         tally, c, spec = self.tally, self.c, case.spec
         if call is None:
-            tally.skipped(spec, "not covered: the candidate does not serve this shape or dtype")
+            tally.skipped(spec, self.skip_reason)
             return
+        if call.summary_notes:  # notes on the whole check (torch.compile recompiles): the latest count stands
+            tally.run_notes[:] = call.summary_notes
         if call.fatal:
             tally.failed(call.fatal["kind"], spec, call.fatal["message"], call.fatal["traceback"], fatal=True)
             raise _Stop
@@ -196,7 +209,7 @@ def _pipelined(specs, step: _Step, worker: Worker, progress) -> None:
         except (Interrupted, KeyboardInterrupt) as exc:
             step.interrupted(exc)
         if call is None:  # not covered: nothing to build here
-            tally.skipped(spec, "not covered: the candidate does not serve this shape or dtype")
+            tally.skipped(spec, step.skip_reason)
         else:
             step.finish(step.build(spec), call)
         if progress:

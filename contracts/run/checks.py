@@ -124,7 +124,7 @@ def resolve(name: str, *, role: str, isolate: bool | None, timeout: float, stop)
         proxy = Candidate(
             name=meta["name"], route=_runs_in_worker, contract=meta["contract"], devices=tuple(meta["devices"]),
             description=meta["description"], expected_deviations=meta["expected_deviations"],
-            third_party=meta["third_party"], origin=meta["origin"],
+            third_party=meta["third_party"], origin=meta["origin"], coverage=meta.get("coverage", ""),
         )  # fmt: skip
         return Target(proxy, name, worker)
     try:
@@ -258,6 +258,7 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         result = check_candidate(
             cand, specs, contract=contract, device=device, against=against_c, exact=exact, seed=plan.seed,
             command=command, progress=bar, repeat=repeat, worker=worker, should_stop=stop, options=options,
+            lookup=target.lookup, against_lookup=against.lookup if against else None,
         )  # fmt: skip
         bar.close(result.summary.status.word)
     if shape.dropped:

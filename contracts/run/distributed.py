@@ -38,7 +38,7 @@ counter every ``HEARTBEAT_S``; a rank whose counter stops moving for
 the peer is lost, or when the peer says it has left, so a dead rank cannot
 hang rank 0, and rank 0 still writes the bundle:
 
-- a lost rank (killed, ``os._exit``, host gone) becomes an ``error`` record
+- a lost rank (killed, out of memory, a segfault, host gone) becomes an ``error`` record
   naming the rank and its host; the other ranks' rows are kept. torchrun
   stops the surviving ranks with SIGTERM when one dies; they stop after their
   current case and still send what they checked, and the status is ``error``

@@ -18,6 +18,9 @@ What runs, each through the library (never another command's ``main``):
    there is no URL.
 5. ``nightly.json``, the versioned envelope, written last; then, with an
    upload URL, the bundle is copied to ``URL/YYYY/MM/DD/<name>/`` and verified.
+   Before that, earlier uploads that were interrupted (objects at the URL but
+   no ``nightly.json``) are resumed when their bundle is still under ``out``,
+   and listed in ``nightly.json``'s ``upload.incomplete`` otherwise.
 
 The bundle is ``out/nightly-<UTC time>-<backend>``; the backend (cpu,
 cuda, rocm) keeps the bundles of a CI matrix apart. Rows per check: 250,000
@@ -308,6 +311,31 @@ def _compare(bundle: Path, target: dict, upload: str | None, threshold: float) -
             "regressions": result.regressions, "changes": len(result.changes), "report": "diff.md"}  # fmt: skip
 
 
+def _earlier_uploads(url: str, bundle: Path, stop) -> dict:
+    """Interrupted uploads under ``url``: resumed when their bundle is still beside this one, listed otherwise."""
+    from ..reports.upload import UploadError, list_incomplete_uploads, upload_bundle
+
+    try:
+        incomplete = list_incomplete_uploads(url)
+    except Exception as exc:  # noqa: BLE001 -- listing is advice; it must not cost the night's upload
+        return {"incomplete_error": f"could not list incomplete uploads: {type(exc).__name__}: {exc}"}
+    resumed, left = [], []
+    for remote in incomplete:
+        local = bundle.parent / remote.name
+        if not stop() and remote.name != bundle.name and (local / "nightly.json").exists():
+            print(f"\nresuming the interrupted upload of {local} to {remote.url}", flush=True)
+            try:
+                upload_bundle(local, url)
+                resumed.append(remote.url)
+                continue
+            except UploadError as exc:
+                print(f"  resuming failed: {exc}", flush=True)
+        left.append(remote.url)
+    if left:
+        print(f"\nincomplete uploads under {url} (interrupted; no nightly.json there):", *(f"  {u}" for u in left), sep="\n", flush=True)
+    return {"resumed": resumed, "incomplete": left}
+
+
 def _names(candidates: list[str] | None, known: dict) -> list[str]:
     if not candidates:
         return list(known)
@@ -409,7 +437,7 @@ def _finish(envelope: NightlyEnvelope, bundle: Path, clock: float, stop, *, uplo
     if upload:
         from ..reports.upload import dated_destination
 
-        envelope.upload = {"destination": dated_destination(upload, bundle.name)}
+        envelope.upload = {"destination": dated_destination(upload, bundle.name), **_earlier_uploads(upload, bundle, stop)}
     envelope.finished = _iso(_now())
     envelope.duration_s = round(time.perf_counter() - clock, 1)
     write_json(bundle / "nightly.json", to_json(envelope))

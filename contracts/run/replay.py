@@ -1,18 +1,105 @@
-"""Replay lines: the command that reruns one case (and shows one row) exactly."""
+"""Replay lines: the command that reruns one case (and shows one row) exactly.
+
+A replay line names each candidate by what ``get_candidate`` resolves: its
+registered name, or the ``package.module:attr`` it was loaded from. A
+``Candidate`` object's display name is not enough: the registry does not
+know it. When that module was imported from a directory that is neither an
+installed location nor the current directory (``PYTHONPATH=src``, a
+``sys.path`` entry added at run time), the line starts with
+``PYTHONPATH=<dir>`` so that it replays when pasted anywhere.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import shlex
+import sys
 
 from ..cases import CaseSpec
 
-__all__ = ["replay_command"]
+__all__ = ["candidate_lookup", "module_root", "replay_command", "replay_pythonpath"]
+
+
+def candidate_lookup(candidate) -> str:
+    """What ``get_candidate`` takes to find ``candidate``: its registered name, else its ``module:attr`` origin, else its name."""
+    from ..candidates.registry import all_candidates, is_spec
+
+    try:
+        registered = all_candidates().get(candidate.name) is candidate
+    except Exception:  # noqa: BLE001 -- a broken entry point: fall back to what the candidate says of itself
+        registered = False
+    if registered:
+        return candidate.name
+    if is_spec(candidate.origin):
+        return candidate.origin
+    return candidate.name
+
+
+def _installed_dirs() -> set[str]:
+    import site
+    import sysconfig
+
+    dirs = set(site.getsitepackages()) | {site.getusersitepackages()}
+    dirs |= {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return {os.path.realpath(d) for d in dirs}
+
+
+def module_root(lookup: str) -> str | None:
+    """The ``sys.path`` directory the module of a ``module:attr`` lookup comes from, when a replay needs it on PYTHONPATH.
+
+    None for a registered name, a module found by an installed finder (site
+    directories, an editable install) and a module in the current directory.
+    The module itself is not imported (only its top-level package is looked up).
+    """
+    if ":" not in lookup:
+        return None
+    top = lookup.split(":", 1)[0].split(".", 1)[0]
+    module = sys.modules.get(top)
+    spec = getattr(module, "__spec__", None) if module is not None else None
+    if spec is None:
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        locations = list(spec.submodule_search_locations)
+        if not locations:
+            return None
+        root = os.path.dirname(os.path.realpath(locations[0]))
+    elif spec.origin and spec.has_location:
+        root = os.path.dirname(os.path.realpath(spec.origin))
+    else:
+        return None  # built into the interpreter
+    cwd = os.path.realpath(os.getcwd())
+    on_path = {os.path.realpath(p or cwd) for p in sys.path}
+    if root not in on_path or root == cwd or root in _installed_dirs():
+        return None
+    return root
+
+
+def replay_pythonpath(*lookups: str | None) -> str | None:
+    """The PYTHONPATH a replay of these candidates needs (``os.pathsep``-joined), or None."""
+    roots = [root for root in (module_root(lookup) for lookup in lookups if lookup) if root]
+    return os.pathsep.join(dict.fromkeys(roots)) or None
 
 
 def replay_command(
-    candidate: str, contract: str, device: str, spec: CaseSpec, row: int | None, against: str | None, exact: bool, repeat: int = 1
+    lookup: str,
+    contract: str,
+    device: str,
+    spec: CaseSpec,
+    row: int | None,
+    against: str | None,
+    exact: bool,
+    repeat: int = 1,
+    *,
+    pythonpath: str | None = None,
 ) -> str:
-    parts = ["python", "-m", "contracts.check", "--candidate", candidate, "--contract", contract, "--device", device]
+    """The replay line of case ``spec`` (and ``row``): ``lookup`` and ``against`` as ``get_candidate`` takes them."""
+    parts = ["python", "-m", "contracts.check", "--candidate", lookup, "--contract", contract, "--device", device]
     if against:
         parts += ["--against", against]
     if exact:
@@ -24,4 +111,5 @@ def replay_command(
     parts += ["--replay", spec.replay_id]
     if row is not None:
         parts += ["--row", str(row)]
-    return shlex.join(parts)
+    line = shlex.join(parts)
+    return f"PYTHONPATH={shlex.quote(pythonpath)} {line}" if pythonpath else line

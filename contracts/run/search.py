@@ -51,6 +51,7 @@ from ..cases.build import Case
 from ..compare import compare_case, expected_for
 from ..reports._atomic import write_atomic, write_json, write_text
 from ..reports.environment import environment
+from .replay import candidate_lookup
 
 __all__ = ["DEFAULT_DATABASE", "DEFAULT_EXAMPLES", "Finding", "SearchResult", "SearchSetupError", "covered_space", "load_minimal", "merge_searches",
            "rank_share", "replay", "search", "write_search_bundle"]  # fmt: skip
@@ -109,6 +110,7 @@ class SearchResult:
     hypothesis_log: list[str] = field(default_factory=list)
     shapes: list = field(default_factory=list)
     claimed_contract: str = ""  # the candidate's own; replay needs --contract only when the search used another
+    lookup: str = ""  # what --candidate takes to find the candidate again (contracts.run.replay.candidate_lookup)
 
 
 # -- one comparison ---------------------------------------------------------------------
@@ -197,7 +199,7 @@ def search(
         raise SearchSetupError(f"{candidate.name} covers none of the shapes {list(strat.SHAPES)} with bf16/fp32 logits")
     route = candidate.route_under(contract)
     deviations = candidate.deviations(contract)
-    result = SearchResult(candidate.name, contract, device, shapes=shapes, claimed_contract=candidate.contract)
+    result = SearchResult(candidate.name, contract, device, shapes=shapes, claimed_contract=candidate.contract, lookup=candidate_lookup(candidate))
     strategy = strat.routing_examples(shapes=tuple(shapes), dtypes=tuple(pairs), contract=contract)
 
     # @seed alone would switch the database off; @settings above it switches it back on.
@@ -388,7 +390,7 @@ def write_search_bundle(out: Path, result: SearchResult, *, command: str, seed: 
                 "nondefault_bias": len(strat.nondefault_entries(f.bias)),
                 "expected_ids": f.detail.get("expected_ids"),
                 "actual_ids": f.detail.get("actual_ids"),
-                "replay": replay_command(path, result.candidate, contract_flag, result.device),
+                "replay": replay_command(path, result.lookup or result.candidate, contract_flag, result.device),
                 "example": f.example,
                 "lines": side_by_side(f, result.contract),
             }

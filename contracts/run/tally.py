@@ -70,6 +70,7 @@ class Tally:
         from ..compare.diagnosis import DiagnosisSample
 
         self.sample = DiagnosisSample()  # mismatched rows kept for the diagnosis
+        self.run_notes: list[str] = []  # notes on the whole check from the calls (torch.compile recompiles)
         self.stages: dict[str, list[float]] = {}  # stage -> [seconds, rows]
         self.clauses = dict.fromkeys(self.clause_names, 0)
         self.clauses_broken: dict[str, int] = {}

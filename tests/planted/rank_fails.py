@@ -1,8 +1,8 @@
 """Correct on every torchrun rank but one: the rank named by ``PLANTED_FAIL_RANK`` fails as ``PLANTED_FAIL_MODE`` says.
 
-- ``exit``: ``os._exit(17)`` at its first call (the rank's process dies, as
-  on an out-of-memory kill), once rank 0 has begun its first case, so that
-  rank 0 has rows to keep.
+- ``kill``: SIGKILLs its own process at its first call (the rank dies, as on
+  an out-of-memory kill; an ``os._exit`` in a call is fenced by the harness),
+  once rank 0 has begun its first case, so that rank 0 has rows to keep.
 - ``import``: this module raises on import there, so that rank's command
   raises before it checks anything.
 
@@ -11,6 +11,7 @@ so a test knows the ranks are running and can signal one of them.
 """
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from ._common import correct, counter
 
 _RANK = os.environ.get("RANK", "0")
 _FAILS_HERE = os.environ.get("PLANTED_FAIL_RANK") == _RANK
-_MODE = os.environ.get("PLANTED_FAIL_MODE", "exit")
+_MODE = os.environ.get("PLANTED_FAIL_MODE", "kill")
 
 if _FAILS_HERE and _MODE == "import":
     raise ImportError(f"planted: this module does not import on rank {_RANK}")
@@ -30,9 +31,9 @@ def route(scores, bias, topk, renormalize, rsf):
     marker = os.environ.get("PLANTED_MARKER")
     if _next_call() == 1 and marker:
         Path(f"{marker}.{_RANK}").write_text(str(os.getpid()))
-    if _FAILS_HERE and _MODE == "exit":
+    if _FAILS_HERE and _MODE == "kill":
         deadline = time.monotonic() + 120
         while marker and not Path(f"{marker}.0").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        os._exit(17)
+        os.kill(os.getpid(), signal.SIGKILL)
     return correct(scores, bias, topk, renormalize, rsf)

@@ -1,0 +1,108 @@
+"""Replay lines replay (issue 22 item 11, issue 23 item 6): they name what the registry resolves, and where the module is.
+
+Before the fix a ``Candidate`` object's replay line named its display name
+(``--candidate 'My Router (display name)'``), which the registry refuses
+as an unknown candidate, and a module imported from ``PYTHONPATH=src`` could
+not be found when the line was pasted in another directory.
+"""
+
+import json
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from contracts.candidates import Candidate
+from contracts.cases import iter_plan
+from contracts.check import main
+from contracts.reports.junit import _fallback_replay
+from contracts.run.check import check_candidate
+from contracts.run.replay import candidate_lookup, module_root
+
+import tests.adversarial.names as names
+
+ROUTER = """
+import oracle
+from contracts.candidates import Candidate
+
+
+def _reversed(scores, bias, topk, renormalize, rsf):
+    w, ids = oracle.route(scores, bias, topk, renormalize=renormalize, routed_scaling_factor=rsf, contract="aiter")
+    return w.flip(1), ids.flip(1)
+
+
+cand = Candidate(name="Outside Router", route=_reversed)
+"""
+
+
+def _details(out):
+    return json.loads((out / "details.json").read_text())
+
+
+def test_a_candidate_objects_replay_line_names_its_module_attr_and_replays(tmp_path, capsys):
+    out = tmp_path / "first"
+    spec = "tests.adversarial.names:displayed"
+    assert main(["--candidate", spec, "--families", "random_fp32", "--rows", "70", "--no-isolate", "--out", str(out), "--quiet"]) == 1
+    s = json.loads((out / "summary.json").read_text())
+    assert s["candidate"] == "My Router (display name)"  # reports keep the display name
+    assert s["replay_target"] == {"candidate": spec, "against": None, "pythonpath": None}
+    detail = _details(out)[0]
+    words = shlex.split(detail["replay"])
+    assert words[:3] == ["python", "-m", "contracts.check"] and words[words.index("--candidate") + 1] == spec
+    capsys.readouterr()
+    assert main(words[3:] + ["--out", str(tmp_path / "replayed"), "--no-isolate", "--quiet"]) == 1
+    printed = capsys.readouterr().out
+    assert f"row {detail['row']}: {detail['clause']} (mismatch)" in printed
+
+
+def test_lookups_of_registered_and_library_candidates():
+    from contracts.candidates import get_candidate
+
+    assert candidate_lookup(get_candidate("oracle")) == "oracle"
+    assert candidate_lookup(Candidate(name="Unregistered", route=names.correct)) == "Unregistered"  # nothing better is known
+    assert candidate_lookup(get_candidate("tests.adversarial.names:displayed")) == "tests.adversarial.names:displayed"
+    assert candidate_lookup(Candidate(name="x", route=names.correct, origin="some.module")) == "x"  # a module alone is no lookup
+    assert module_root("oracle") is None and module_root("tests.adversarial.names:displayed") is None  # the current directory
+    assert module_root("pytest:main") is None  # installed
+
+
+def test_library_checks_use_the_origin_for_the_candidate_and_against():
+    cand = Candidate(name="Shown", route=names._reversed, origin="tests.adversarial.names:displayed")
+    other = Candidate(name="Other shown", route=names.correct, origin="tests.adversarial.names:colon_second")
+    result = check_candidate(cand, list(iter_plan(["random_fp32"], 5, 0, 896, 16)), contract="aiter", device="cpu", against=other)
+    words = shlex.split(result.details[0].replay)
+    assert words[words.index("--candidate") + 1] == "tests.adversarial.names:displayed"
+    assert words[words.index("--against") + 1] == "tests.adversarial.names:colon_second"
+    assert result.summary.against == "Other shown"
+
+
+def test_a_module_from_outside_the_current_directory_gets_pythonpath_and_replays_from_elsewhere(tmp_path, monkeypatch, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "outside_router_mod.py").write_text(ROUTER)
+    monkeypatch.syspath_prepend(str(src))
+    out = tmp_path / "first"
+    assert main(["--candidate", "outside_router_mod:cand", "--families", "random_fp32", "--rows", "70", "--out", str(out), "--quiet"]) == 1
+    line = _details(out)[0]["replay"]
+    assert line.startswith(f"PYTHONPATH={shlex.quote(str(src))} python -m contracts.check --candidate outside_router_mod:cand ")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if subprocess.run([sys.executable, "-c", "import contracts"], cwd=elsewhere).returncode:
+        pytest.skip("contracts is not installed, so no line runs outside the checkout")
+    done = subprocess.run(["bash", "-c", line.replace("python ", f"{shlex.quote(sys.executable)} ", 1) + " --quiet"],
+                          cwd=elsewhere, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "could not import" not in done.stderr and "(mismatch)" in done.stdout
+
+
+def test_junit_builds_replay_lines_from_the_summary_replay_target():
+    summary = {"candidate": "Shown", "contract": "aiter", "device": "cpu", "against": None, "command": "python -m contracts check",
+               "options": {"experts": 64, "topk": 4, "repeat": 2},
+               "replay_target": {"candidate": "pkg.mod:cand", "against": None, "pythonpath": "/opt/my routers"}}  # fmt: skip
+    line = _fallback_replay(summary, "random_fp32:7:64", 3)
+    assert line == ("PYTHONPATH='/opt/my routers' python -m contracts.check --candidate pkg.mod:cand --contract aiter --device cpu "
+                    "--experts 64 --topk 4 --repeat 2 --replay random_fp32:7:64 --row 3")  # fmt: skip
+    old = {k: v for k, v in summary.items() if k not in ("replay_target", "options")}
+    old["command"] = "python -m contracts.check --candidate x --experts 64 --topk 4"
+    assert _fallback_replay(old, "random_fp32:7:64", 3).startswith("python -m contracts.check --candidate Shown --contract aiter")
