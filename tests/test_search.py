@@ -106,3 +106,13 @@ def test_cutoff_pool_straddles_the_cutoff(data):
     tied = int((row == tie).sum())
     higher = int((row > tie).sum())
     assert higher < topk < higher + tied
+
+
+def test_torch_native_with_default_settings_breaks_only_what_it_declares(tmp_path, capsys):
+    """Issue 23 item 3: torch.topk takes the lower index where two ranking values are bit-identical (x equal,
+    bias -0.0 against +0.0): that is tie_order, which torch-native declares, not signed_zero; and its unguarded
+    division by a NaN sum is renorm_guard (declared), not bias_in_weight or weight_accuracy."""
+    code = main(["--candidate", "torch-native", "--out", str(tmp_path / "s"), "--no-database"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "no unexpected mismatch" in out

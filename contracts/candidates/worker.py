@@ -454,7 +454,7 @@ class _Serving:
         if op == "run":
             spec = CaseSpec(*msg["spec"])  # dataclasses.astuple of the parent's spec
             case = build_case(spec, self.device)
-            shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.bias.dtype)
+            shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.scores.dtype if case.bias is None else case.bias.dtype)
             if not self._covered(**shape):
                 return {"skipped": True}
             return {"outcome": _outcome_to_wire(self.runner.run(case), case.scores.device)}

@@ -319,14 +319,20 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
         code[hit] = reason
         todo &= ~hit
 
+    total = chosen.sum(1)
+    if renormalize and c.renormalize != "raw":
+        # A sum the contract's guard (or epsilon) does not divide by, divided by anyway: NaN or inf weights.
+        raw = oracle.weights_from(chosen, contract=c.replace(renormalize="raw"), renormalize=True, routed_scaling_factor=rsf,
+                                  logits_dtype=case.scores.dtype)  # fmt: skip
+        unguarded = ~(total > 0) & close_to(raw) & ~weights_close(raw, reference, c).all(1)
+        assign(unguarded, "renorm_guard", R_GUARD_DIVIDED)
+        assign(~(total > 0) & ~torch.isfinite(r.w).all(1) & torch.isfinite(reference).all(1), "renorm_guard", R_GUARD_DIVIDED)
     if c.has_bias:
         with_bias = formula(_gather(r.ranking, r.a))
         differs = ~weights_close(with_bias, reference, c).all(1)  # an all-zero bias gives the same weights
-        assign(differs & close_to(with_bias), "bias_in_weight", R_BIAS)
+        # NaN or infinite biases make both formulas NaN: that coincidence is not evidence of the bias in the weights
+        assign(differs & close_to(with_bias) & torch.isfinite(with_bias).all(1), "bias_in_weight", R_BIAS)
     if renormalize:
-        total = chosen.sum(1)
-        finite_ref = torch.isfinite(reference).all(1)
-        assign(~(total > 0) & ~torch.isfinite(r.w).all(1) & finite_ref, "renorm_guard", R_GUARD_DIVIDED)
         unnormalized = formula(chosen, renorm=False)
         assign(close_to(unnormalized) & ~weights_close(unnormalized, reference, c).all(1), "renorm_guard", R_NOT_RENORMALIZED)
     if rsf != 1.0:

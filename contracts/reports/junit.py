@@ -97,12 +97,13 @@ def _broken(fam: FamilyCounts, clause: str) -> int:
 # ---------------------------------------------------------------- the first mismatch as text
 
 
-def _fallback_replay(s: Summary, case: str, row) -> str:
+def _fallback_replay(s: Summary | dict, case: str, row) -> str:
     """The replay line of a case the bundle recorded only as mismatch cells, built from the summary."""
     from types import SimpleNamespace
 
     from ..run.replay import replay_command
 
+    s = _as_summary(s)
     target = s.replay_target  # None in older bundles: the display names, as they were
     options = s.options or {}
     experts, topk = options.get("experts"), options.get("topk")

@@ -21,7 +21,9 @@ import shlex
 from pathlib import Path
 
 from .bundle import BundleError, open_check, write_check_bundle, write_index
+from .cells import CellKeeper
 from .schema import (
+    CELL_COLUMNS,
     AgainstSides,
     CheckResult,
     DeclaredDeviation,
@@ -203,9 +205,29 @@ def merge_details(groups: list[list[RowDetail]]) -> list[RowDetail]:
     return out
 
 
-def _merge_one(out: Path, folders: list[Path], allow_partial: bool) -> Summary:
+def _cells_in_plan_order(frames: list, merged: Summary):
+    """The shards' cells case by case, in the order one unsharded run meets the cases (so the cell policy keeps the
+    same cells it would have kept); in shard order when the summaries do not say how the plan was made (v1)."""
     import pandas as pd
 
+    if not frames:
+        return []
+    cells = pd.concat(frames, ignore_index=True)
+    o = merged.options or {}
+    if not all(k in o for k in ("rows", "families", "experts", "topk")):
+        return [cells]
+    from ..cases.plan import iter_plan
+
+    groups = o.get("groups") or [1, 1]
+    plan = iter_plan(list(o["families"]), int(o["rows"]), merged.seed, int(o["experts"]), int(o["topk"]), bulk_rows=o.get("bulk_rows"),
+                     n_group=int(groups[0]), topk_group=int(groups[1]))  # fmt: skip
+    order = {spec.replay_id: i for i, spec in enumerate(plan)}
+    cells["_order"] = cells["case"].map(order).fillna(len(order))
+    cells = cells.sort_values(["_order", "row", "col"], kind="stable").drop(columns="_order")
+    return [part for _, part in cells.groupby("case", sort=False)]
+
+
+def _merge_one(out: Path, folders: list[Path], allow_partial: bool) -> Summary:
     bundles = []
     for folder in folders:
         if not (folder / "summary.json").exists():
@@ -220,9 +242,12 @@ def _merge_one(out: Path, folders: list[Path], allow_partial: bool) -> Summary:
         return merged
     ran = [b for b in bundles if b.summary.status is not Status.UNAVAILABLE]
     details = merge_details([b.details() for b in ran])
-    frames = [b.cells() for b in ran if len(b.cells())]
-    cells = pd.concat(frames, ignore_index=True) if frames else None
-    merged.cells_recorded = 0 if cells is None else len(cells)
+    keeper = CellKeeper(int((merged.options or {}).get("max_cells", 100_000)))  # the policy of one run, over the shards' cells
+    for frame in _cells_in_plan_order([b.cells() for b in ran if len(b.cells())], merged):
+        keeper.keep(frame)
+    cells = keeper.table(CELL_COLUMNS)
+    merged.cells_recorded = keeper.kept
+    merged.cells_capped = merged.cells_total > keeper.kept
     write_check_bundle(out, CheckResult(merged, cells, details))
     return merged
 

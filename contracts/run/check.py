@@ -79,7 +79,7 @@ def check_candidate(
         deviations={} if against is not None else candidate.deviations(contract), replay=replay,
         against=against_name, exact=exact, repeat=repeat, max_cells=max_cells,
     )  # fmt: skip
-    step = _Step(candidate, against, c, device, exact, tally, should_stop)
+    step = _Step(candidate, against, c, contract, device, exact, tally, should_stop)
     loop = _pipelined if worker is not None else _in_process
     try:  # a KeyboardInterrupt outside a call (no signal handler installed) still keeps what ran
         loop(iter(specs), step, worker, progress)
@@ -98,14 +98,14 @@ def check_candidate(
 class _Step:
     """What the loops share: the stop check, the parent's half of a case, the tally."""
 
-    def __init__(self, candidate, against, c, device, exact, tally: Tally, should_stop):
+    def __init__(self, candidate, against, c, contract: str, device, exact, tally: Tally, should_stop):
         self.candidate, self.against, self.c, self.device, self.exact = candidate, against, c, device, exact
         self.tally, self.should_stop = tally, should_stop
         notes = [x.coverage for x in (candidate, against) if x is not None and x.coverage]
         self.skip_reason = "not covered: " + ("; ".join(notes) if notes else "the candidate does not serve this shape or dtype")
         self.runner = CaseRunner(
-            candidate.route_under(c.name),
-            other=against.route_under(c.name) if against is not None else None,
+            candidate.route_under(contract),  # as given: a name, or the .toml path
+            other=against.route_under(contract) if against is not None else None,
             other_name=against.name if against is not None else "",
             repeat=tally.repeat,
             graph=device.startswith("cuda") and tally.repeat > 1,
@@ -127,7 +127,7 @@ class _Step:
 
     def covered(self, case) -> bool:
         spec = case.spec
-        shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.bias.dtype)
+        shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.scores.dtype if case.bias is None else case.bias.dtype)
         try:
             return self.candidate.covered(**shape) and (self.against is None or self.against.covered(**shape))
         except Exception as exc:  # noqa: BLE001 -- a gate that raises ends the candidate's run

@@ -16,6 +16,7 @@ from typing import Callable
 
 from ..cases import Case, CaseSpec
 from ..compare import CaseOutcome
+from ..reports.cells import CellKeeper
 from ..reports.schema import (
     CELL_COLUMNS,
     AgainstSides,
@@ -33,8 +34,6 @@ __all__ = ["DETAILS_PER_CLAUSE", "DETERMINISM_EXAMPLES", "Tally"]
 
 DETAILS_PER_CLAUSE = 5
 DETERMINISM_EXAMPLES = 5
-CELLS_PER_GROUP = 256  # mismatch cells always kept for each (family, clause), past the global cap
-SAMPLE_CELLS_PER_FAMILY = 200  # cells of declared deviations and near ties: a sample per family (the counts are exact)
 
 
 @dataclass
@@ -52,10 +51,7 @@ class Tally:
 
     families: dict[str, FamilyCounts] = field(default_factory=dict)
     verdicts: dict[str, int] = field(default_factory=dict)
-    cells: list = field(default_factory=list)  # DataFrames of CELL_COLUMNS
-    cells_kept: int = 0
     cells_total: int = 0
-    group_cells: dict = field(default_factory=dict)  # (family, verdict or clause) -> cells kept
     details: dict[str, list[dict]] = field(default_factory=dict)
     inexact_rows: int = 0
     max_ulp: float = 0.0
@@ -69,6 +65,7 @@ class Tally:
     def __post_init__(self):
         from ..compare.diagnosis import DiagnosisSample
 
+        self.cells = CellKeeper(self.max_cells)
         self.sample = DiagnosisSample()  # mismatched rows kept for the diagnosis
         self.run_notes: list[str] = []  # notes on the whole check from the calls (torch.compile recompiles)
         self.stages: dict[str, list[float]] = {}  # stage -> [seconds, rows]
@@ -165,31 +162,11 @@ class Tally:
             self._keep_detail(d["clause"] if d["verdict"] != "near_tie" else "near_tie", d, meta, case)
 
     def _keep_cells(self, spec: CaseSpec, frame) -> None:
-        """Mismatch cells up to ``max_cells``, but always the first of every family and clause; declared deviations and
-        near ties only as a sample per family (their counts are exact in the summary)."""
-        import pandas as pd
-
-        kept = []
-        for (verdict, clause), part in frame.groupby(["verdict", "clause"], sort=False):
-            sample = verdict != "mismatch"
-            key = (spec.family, verdict if sample else clause)
-            have = self.group_cells.get(key, 0)
-            floor = min(SAMPLE_CELLS_PER_FAMILY if sample else CELLS_PER_GROUP, self.max_cells)
-            take = max(0, floor - have)
-            if not sample:
-                take = max(take, self.max_cells - self.cells_kept - sum(len(k) for k in kept))
-            if take <= 0:
-                continue
-            part = part.iloc[:take]
-            self.group_cells[key] = have + len(part)
-            kept.append(part)
-        if kept:
-            block = pd.concat(kept, ignore_index=True)
-            block.insert(0, "case", spec.replay_id)
-            block.insert(0, "case_seed", spec.case_seed)
-            block.insert(0, "family", spec.family)
-            self.cells.append(block)
-            self.cells_kept += len(block)
+        frame = frame.copy()
+        frame.insert(0, "case", spec.replay_id)
+        frame.insert(0, "case_seed", spec.case_seed)
+        frame.insert(0, "family", spec.family)
+        self.cells.keep(frame)
 
     def _keep_detail(self, key: str, d: dict, meta: dict, case: Case) -> None:
         bucket = self.details.setdefault(key, [])
@@ -252,8 +229,6 @@ class Tally:
             return diagnose(self.sample, contract)
 
     def result(self, *, seed: int, command: str, isolated: bool, options: dict | None = None) -> CheckResult:
-        import pandas as pd
-
         elapsed = time.perf_counter() - self.started
         rows_checked = sum(f.rows for f in self.families.values())
         mismatched = self.verdicts.get("mismatch", 0)
@@ -302,17 +277,15 @@ class Tally:
             command=command,
             duration_s=round(elapsed, 3),
             rows_per_s=round(rows_checked / elapsed, 1) if elapsed > 0 else None,
-            cells_recorded=self.cells_kept,
+            cells_recorded=self.cells.kept,
             cells_total=self.cells_total,
-            cells_capped=self.cells_total > self.cells_kept,
+            cells_capped=self.cells_total > self.cells.kept,
             options=options,
             stages=self._stage_summary(elapsed),
         )
         details = [RowDetail(**d) for key in sorted(self.details) for d in self.details[key]]
-        cells = pd.concat(self.cells, ignore_index=True).reindex(columns=list(CELL_COLUMNS)) if self.cells else pd.DataFrame(columns=list(CELL_COLUMNS))
-        if summary.cells_capped:
-            summary.notes.append(
-                f"mismatch cells: {self.cells_kept:,} of {self.cells_total:,} recorded (every family and clause keeps its first "
-                f"{CELLS_PER_GROUP}, declared deviations and near ties a sample of {SAMPLE_CELLS_PER_FAMILY} per family); the counts are exact"
-            )
+        cells = self.cells.table(CELL_COLUMNS)
+        note = self.cells.note(self.cells_total)
+        if note:
+            summary.notes.append(note)
         return CheckResult(summary, cells, details)
