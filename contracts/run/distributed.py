@@ -68,8 +68,9 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..reports.merge import merge_details, sum_summaries
-from ..reports.schema import CheckResult, ErrorRecord, Status, Summary, worst_status
+from ..reports.cells import CellKeeper
+from ..reports.merge import _cells_in_plan_order, merge_details, sum_summaries
+from ..reports.schema import CELL_COLUMNS, CheckResult, ErrorRecord, Status, Summary, worst_status
 
 __all__ = [
     "HEARTBEAT_S",
@@ -563,16 +564,16 @@ def _rank_entry(part: Part, world: World | None, user_shard: tuple[int, int] | N
 def combine_checks(parts: list[Part], *, world: World | None = None) -> CheckResult:
     """The ranks' results of one check as one record, with the counts of a one-process run over the same cases.
 
-    Counts are summed (``reports.merge.sum_summaries``), cells concatenated
-    (each rank keeps its own sample of them, so a superset of a one-process
-    run's; ``cells_total`` is exact), details merged. Stage seconds and rows
+    Counts are summed (``reports.merge.sum_summaries``); the cells are the
+    ranks' cells put back in the plan's order and kept by the cell policy
+    of one run (``reports.cells``, as the merge of shards does), so they are
+    the cells a one-process run keeps; details are merged. Stage seconds and rows
     are summed over the ranks (``ranks[].stages`` has each rank's), ``wall``
     is the world's. A rank that sent nothing, or could not run the candidate
     while others did, leaves its share unchecked: that is an ``error`` naming
     the rank (a rank that was stopped before it started is ``interrupted``).
     The duration is the slowest rank's, so rows/s is the world's rate.
     """
-    import pandas as pd
 
     results = [p.value for p in parts if p.value is not None]
     summaries = [r.summary for r in results]
@@ -605,7 +606,7 @@ def combine_checks(parts: list[Part], *, world: World | None = None) -> CheckRes
     elif first_error is not None:
         rank, error = first_error
         merged.error = dataclasses.replace(error, message=f"rank {rank}: {error.message}")
-    # Each rank's note on its own cell sample gives its own numbers: one note for the whole stands in for them.
+    # Each rank's note on its own cell sample gives its own numbers: the note of the whole (below) stands in for them.
     notes = [n for n in merged.notes if not n.startswith("mismatch cells:")]
     merged.notes = list(dict.fromkeys([*notes, *(e.message for e in rank_errors[1:]), *(s for _, _, s in problems if s)]))
     merged.stages = _summed_stages([s.stages for s in ran if s.stages], merged.duration_s)
@@ -618,13 +619,14 @@ def combine_checks(parts: list[Part], *, world: World | None = None) -> CheckRes
         merged.status = Status.ERROR
     if merged.status is Status.INTERRUPTED and not merged.interrupted:
         merged.interrupted = next(s for _, _, s in problems if s)
-    frames = [r.cells for r in results if r.cells is not None and len(r.cells)]
-    cells = pd.concat(frames, ignore_index=True) if frames else None
-    merged.cells_recorded = 0 if cells is None else len(cells)
-    if merged.cells_capped:
-        merged.notes.append(f"mismatch cells: {merged.cells_recorded:,} of {merged.cells_total:,} recorded (each of the {world_size} ranks "
-                            "kept its own sample: every family and clause its first cells, declared deviations and near ties a sample "
-                            "per family); the counts are exact")  # fmt: skip
+    keeper = CellKeeper(int((merged.options or {}).get("max_cells", 100_000)))
+    for frame in _cells_in_plan_order([r.cells for r in results if r.cells is not None and len(r.cells)], merged):
+        keeper.keep(frame)
+    cells = keeper.table(CELL_COLUMNS)
+    merged.cells_recorded, merged.cells_capped = keeper.kept, merged.cells_total > keeper.kept
+    note = keeper.note(merged.cells_total)
+    if note:
+        merged.notes.append(note)
     details = merge_details([r.details for r in results])
     return CheckResult(merged.validate("combined ranks"), cells, details)
 
