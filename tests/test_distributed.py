@@ -112,6 +112,12 @@ def test_a_rank_that_could_not_run_the_candidate_is_an_error_not_a_pass():
     assert everywhere.status is Status.UNAVAILABLE and everywhere.reason == "no GPU"
 
 
+def test_ranks_that_planned_differently_are_an_error_not_a_sum():
+    a, b = _result(100, options={"rows": 200, "bulk_rows": 65_536}), _result(100, options={"rows": 200, "bulk_rows": 16_384})
+    combined = combine_checks([Part(0, "a", "cuda:0", a), Part(1, "b", "cpu", b)]).summary
+    assert combined.status is Status.ERROR and combined.error.kind == "rank_plan_differs" and "bulk_rows=16384" in combined.error.message
+
+
 def test_counts_sum_and_the_slowest_rank_sets_the_rate():
     combined = combine_checks([Part(0, "a", "cpu", _result(100)), Part(1, "b", "cpu", _result(300, Status.FAIL, mismatched=2))]).summary
     assert (combined.status, combined.rows_checked, combined.mismatched_rows, combined.clauses) == (Status.FAIL, 400, 2, {"selection": 2})

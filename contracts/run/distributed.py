@@ -95,6 +95,8 @@ JOIN_TIMEOUT_S = 300.0  # every rank must reach the store and the process group 
 POLL_S = 0.1
 STOP_POLL_S = 0.25  # a stop on another rank is seen within this (the store is not asked once per case)
 CHUNK = 4 << 20  # the store's libuv server refuses values over 8 MiB
+# The options that make the plan: ranks that differ in one (a bulk case size chosen on other hardware) split different plans.
+PLAN_OPTIONS = ("rows", "families", "experts", "topk", "groups", "bulk_rows", "repeat")
 
 
 class WorldError(RuntimeError):
@@ -585,6 +587,7 @@ def combine_checks(parts: list[Part], *, world: World | None = None) -> CheckRes
             if s is not None and s.status is Status.UNAVAILABLE:
                 message = f"rank {p.rank} (host {p.host}) could not run {s.label}: {s.reason}; its share of the cases is not in these counts"
                 problems.append((p, ErrorRecord("rank_unavailable", f"rank {p.rank}", message), None))
+    problems += _plan_differences(parts, ran)
     user_shard = _user_shard(summaries)
     ranks = [_rank_entry(p, world, user_shard) for p in parts]
     world_size = world.world_size if world is not None else len(parts)
@@ -629,6 +632,28 @@ def combine_checks(parts: list[Part], *, world: World | None = None) -> CheckRes
         merged.notes.append(note)
     details = merge_details([r.details for r in results])
     return CheckResult(merged.validate("combined ranks"), cells, details)
+
+
+def _plan_differences(parts: list[Part], ran: list[Summary]) -> list[tuple[Part, ErrorRecord, None]]:
+    """Ranks whose plan options differ from the first rank's that ran: their shards are not slices of one plan."""
+    if not ran:
+        return []
+    first = ran[0]
+    first_rank = next(p.rank for p in parts if p.value is not None and p.value.summary is first)
+    out = []
+    for p in parts:
+        s = p.value.summary if p.value is not None else None
+        if s is None or s is first or s.status is Status.UNAVAILABLE:
+            continue
+        a, b = s.options or {}, first.options or {}
+        for key in PLAN_OPTIONS:
+            if key in a and key in b and a[key] != b[key]:
+                message = (f"rank {p.rank} (host {p.host}) planned its cases with {key}={a[key]!r} where rank {first_rank} used "
+                           f"{b[key]!r}: the ranks split different plans, so these counts are not one run's; run every rank on the "
+                           "same kind of device")  # fmt: skip
+                out.append((p, ErrorRecord("rank_plan_differs", f"rank {p.rank}", message), None))
+                break
+    return out
 
 
 def _summed_stages(stages: list[dict], wall: float | None) -> dict | None:
