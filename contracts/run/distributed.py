@@ -345,8 +345,12 @@ class RankGroup:
     @classmethod
     def join(cls, world: World, stop: Callable[[], object]) -> "RankGroup":
         """Pin the GPU, connect to the store, set up the gloo process group, start the heartbeat."""
+        import torch
         import torch.distributed as dist
 
+        if torch.cuda.is_initialized():  # the narrowing below would not apply: every rank would use the same GPU
+            raise WorldError(f"rank {world.rank}: CUDA was started before the rank chose its GPU (LOCAL_RANK {world.local_rank}); "
+                             "nothing may touch the GPU before contracts.run.distributed.ranked() runs")  # fmt: skip
         gpu = _gpu_for(world.local_rank, os.environ)
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu if gpu is not None else ""  # before anything starts CUDA
 
