@@ -61,7 +61,16 @@ def harness(candidate: str, *, rows: int, device: str, isolate: bool, families, 
     wall = time.perf_counter() - start
     s = done.results[0].summary
     return {"status": s.status.value, "rows": s.rows_checked, "wall_s": round(wall, 2), "rows_per_s": s.rows_checked / wall,
-            "mismatched": s.mismatched_rows, "stages": s.stages, "summary": to_json(s)}  # fmt: skip
+            "mismatched": s.mismatched_rows, "stages": s.stages, "summary": to_json(s),
+            "findings": _first_findings(s, done.results[0].details)}  # fmt: skip
+
+
+def _first_findings(summary, details, limit: int = 3) -> list[str]:
+    """A failed run's error and first mismatched rows (clause, case, reason, replay line): a speed figure never hides a finding."""
+    lines = [f"error: {summary.error.message}"] if summary.error else []
+    for row in [d for d in details if d.verdict == "mismatch"][:limit]:
+        lines.append(f"{row.clause} in {row.case} row {row.row}: {row.reason}; replay: {row.replay}")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -73,6 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=65_536, help="raw oracle batch (default 65,536)")
     ap.add_argument("--modes", default="in-process,isolated", help="which harness runs (default both)")
     ap.add_argument("--json", type=Path, help="also write the figures as JSON")
+    ap.add_argument("--keep", type=Path, help="write each run's bundle under this folder (default: a temporary one)")
     args = ap.parse_args(argv)
     gpu = args.device.startswith("cuda")
     candidate = args.candidate or ("radix4" if gpu else "oracle")
@@ -83,7 +93,8 @@ def main(argv=None) -> int:
     raw = raw_oracle(args.device, args.batch, 5.0)
     print(f"raw oracle (oracle.route, M={args.batch:,}): {raw:,.0f} rows/s")
     figures = {"device": args.device, "device_name": name, "candidate": candidate, "rows": rows, "raw_oracle_rows_per_s": raw, "runs": {}}
-    with tempfile.TemporaryDirectory(prefix="harness-speed-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="harness-speed-") as scratch:
+        tmp = args.keep or scratch
         for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
             run = harness(candidate, rows=rows, device=args.device, isolate=(mode == "isolated"), families=families, out=Path(tmp) / mode)
             figures["runs"][mode] = {k: v for k, v in run.items() if k != "summary"}
@@ -92,6 +103,8 @@ def main(argv=None) -> int:
             print(f"harness {mode:>10}: {run['rows_per_s']:,.0f} rows/s ({run['rows']:,} rows in {run['wall_s']:.1f} s, {run['status']}, "
                   f"{run['mismatched']} mismatched) = {run['rows_per_s'] / raw:.3f}x the raw oracle; peak RSS {st.get('peak_rss_mb', 0):,.0f} MB")  # fmt: skip
             print(f"{'':>20}stages: {parts}")
+            for failure in run["findings"]:
+                print(f"{'':>20}{failure}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0

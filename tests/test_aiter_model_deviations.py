@@ -12,8 +12,9 @@ import json
 import pandas as pd
 import pytest
 
-from contracts.check import main
 from contracts.candidates import get_candidate
+from contracts.check import main
+from contracts.reports.cells import SAMPLE_CELLS_PER_FAMILY
 
 DECLARED = {"renorm_guard", "nan_last", "weight_accuracy"}
 # family -> the declared clause its rows must show (seed 0, --rows 3000)
@@ -65,7 +66,12 @@ def test_family_triggers_its_deviation(bundle, family, clause):
     assert not mine.empty, f"{family} produced no expected-deviation rows"
     assert set(mine["clause"]) == {clause}
     assert set(mine["verdict"]) == {"expected"}
-    assert s["families"][family]["expected_rows"] == mine[["case", "row"]].drop_duplicates().shape[0]
+    # declared-deviation cells are a sample (SAMPLE_CELLS_PER_FAMILY per family); the summary's count is exact
+    shown = mine[["case", "row"]].drop_duplicates().shape[0]
+    if len(mine) < SAMPLE_CELLS_PER_FAMILY:
+        assert s["families"][family]["expected_rows"] == shown
+    else:
+        assert len(mine) == SAMPLE_CELLS_PER_FAMILY and s["families"][family]["expected_rows"] >= shown
 
 
 def test_round_index_appears_as_the_expert_id(bundle):

@@ -19,7 +19,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve().relative_to(ROOT).as_posix()
@@ -28,11 +27,6 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 OUTSIDE = re.compile(r"\.\./shared|ROUTING_CONTRACTS|\bspec\s+(?:§|sections?\b|sec\b)", re.IGNORECASE)
 # Run records written by earlier versions of the harness; they are kept as they were written.
 NOT_SCANNED = ("reports/",)
-# String literals in code (not comments or docstrings) that still cite the spec, and how many:
-# replacing them is a code change, left to the code's owners. The count may only go down.
-PENDING_IN_CODE = {
-    "contracts/reports/html.py": 1,  # the "near ties (spec section 9, ...)" card label
-}
 
 
 def _tracked_files() -> list[str]:
@@ -67,20 +61,11 @@ def _outside_pointers() -> dict[str, list[str]]:
 
 def test_no_file_points_outside_the_repository():
     hits = _outside_pointers()
-    unexpected = [line for name, lines in hits.items() if name not in PENDING_IN_CODE for line in lines]
+    unexpected = [line for lines in hits.values() for line in lines]
     assert not unexpected, (
         f"{len(unexpected)} line(s) point to the project's private spec, which a clone does not have; "
         "cite docs/contracts.md or docs/figures.md instead:\n" + "\n".join(unexpected)
     )
-    grown = {name: len(hits.get(name, [])) for name, allowed in PENDING_IN_CODE.items() if len(hits.get(name, [])) > allowed}
-    assert not grown, f"new spec references in code strings (allowed counts {PENDING_IN_CODE}): {grown}"
-
-
-@pytest.mark.parametrize("name", sorted(PENDING_IN_CODE))
-@pytest.mark.xfail(strict=True, reason="a string literal in code still cites the spec (a code change for the code's owners)")
-def test_code_strings_cite_repository_docs(name):
-    # When this passes, drop the entry from PENDING_IN_CODE.
-    assert not _outside_pointers().get(name)
 
 
 # ---------------------------------------------------------------- Markdown links

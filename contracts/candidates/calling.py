@@ -33,6 +33,14 @@ gives different answers on repeated calls   a ``determinism`` finding (``--repea
 is recompiled by torch.compile              a note in the summary (how often; the recompile limit hit)
 ==========================================  ===================================================
 
+A bulk case larger than the batches the candidate serves (``call_rows``,
+from its ``covered`` gate and ``max_rows``) is answered in calls of at most
+``call_rows`` rows, each answer copied at once and the answers joined in
+row order: the harness generates, routes and compares 65,536 rows at a time
+while the candidate sees only the batch sizes it declares. A slice whose
+answer is malformed makes the whole case a ``validity`` mismatch naming the
+slice.
+
 ``contracts.candidates.worker`` runs the same ``CaseRunner`` in a worker process.
 """
 
@@ -339,18 +347,61 @@ def _fatal(exc: BaseException, kind: str, who: str = "") -> dict:
     }
 
 
-class CaseRunner:
-    """Calls a candidate on cases: the call, ``repeat - 1`` more, and (on CUDA, with repeats) a CUDA graph replay."""
+def _slice_problem(value, rows: int, first) -> str | None:
+    """Why one slice's answer cannot be joined with the others (``first``: the first slice's answer)."""
+    if not _is_pair(value):
+        return f"returned {type(value).__name__}, not a (weights, ids) pair of tensors"
+    for name, t, f in zip(("weights", "ids"), value, first or value):
+        if t.dim() != 2 or t.shape[0] != rows:
+            return f"{name} of shape {tuple(t.shape)}; expected {rows} rows"
+        if (t.dtype, t.device, t.shape[1:]) != (f.dtype, f.device, f.shape[1:]):
+            return f"{name} of {t.dtype} {tuple(t.shape)} on {t.device}, unlike the first slice's {f.dtype} {tuple(f.shape)} on {f.device}"
+    return None
 
-    def __init__(self, route: Callable, *, other: Callable | None = None, other_name: str = "", repeat: int = 1, graph: bool = False):
-        self.route, self.other, self.other_name = route, other, other_name
+
+def in_slices(route: Callable, call_rows: int) -> Callable:
+    """``route`` answering any number of rows in calls of at most ``call_rows`` rows, joined in row order.
+
+    Each slice's answer is copied before the next call (a static output buffer
+    cannot overwrite an earlier slice); a malformed slice answers the whole
+    call with a message naming it (a ``validity`` finding).
+    """
+
+    def whole(scores, bias, *args, **kwargs):
+        parts = []
+        for start in range(0, scores.shape[0], call_rows):
+            piece = scores[start : start + call_rows]
+            value = _copied(route(piece, bias, *args, **kwargs))
+            problem = _slice_problem(value, piece.shape[0], parts[0] if parts else None)
+            if problem:
+                return f"rows {start}..{start + piece.shape[0] - 1} (one call of {piece.shape[0]:,} rows) {problem}"
+            parts.append(value)
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+    whole.__wrapped__ = route
+    return whole
+
+
+class CaseRunner:
+    """Calls a candidate on cases: the call, ``repeat - 1`` more, and (on CUDA, with repeats) a CUDA graph replay.
+
+    ``call_rows``: the most rows one call gets in a bulk case (None: the whole case in one call).
+    """
+
+    def __init__(self, route: Callable, *, other: Callable | None = None, other_name: str = "", repeat: int = 1, graph: bool = False,
+                 call_rows: int | None = None):  # fmt: skip
+        self.whole_route, self.whole_other, self.other_name = route, other, other_name
         self.repeat = repeat
         self.graph = graph  # turned off for good after the first failed capture
+        self.call_rows = call_rows
         self.compile_watch = _CompileWatch()
 
     def run(self, case: Case) -> CallOutcome:
         self.compile_watch.start()
         out = CallOutcome()
+        sliced = bool(self.call_rows) and case.spec.bulk and case.spec.rows > self.call_rows
+        self.route = in_slices(self.whole_route, self.call_rows) if sliced else self.whole_route
+        self.other = in_slices(self.whole_other, self.call_rows) if sliced and self.whole_other else self.whole_other
         try:
             self._run(case, out)
         finally:

@@ -40,7 +40,7 @@ from typing import Callable
 import torch
 
 from ..cases import CaseSpec, build_case
-from ..cases.plan import bulk_rows_for
+from ..cases.plan import bulk_rows_for, call_size
 from .calling import CallOutcome, CaseRunner, first_line, raised_message
 from .registry import CandidateLoadError, UnknownCandidateError, get_candidate
 
@@ -183,7 +183,7 @@ class Worker:
         self.should_stop = should_stop or (lambda: None)
         self.device: str | None = None
         self.calls_per_case = 1
-        self.bulk_rows: int | None = None  # the bulk case size the worker's gates allow (after load)
+        self.call_rows: int | None = None  # the most rows one call of a bulk case gets, from the gates (after load)
         self._proc: subprocess.Popen | None = None
         self._to: Connection | None = None
         self._from: Connection | None = None
@@ -356,7 +356,7 @@ class Worker:
         reply = self._request(message, max(self.timeout, START_TIMEOUT_S), f"loading {self.lookup} on {device}")
         if "load_error" in reply:
             return False, reply["load_error"]
-        self.bulk_rows = reply.get("bulk_rows")
+        self.call_rows = reply.get("call_rows")
         return tuple(reply["available"])
 
     def submit(self, spec: CaseSpec) -> None:
@@ -413,6 +413,7 @@ def _lookup(lookup: str, origin: str | None):
 class _Serving:
     def __init__(self):
         self.candidate = self.against = self.runner = None
+        self.call_rows: int | None = None
         self.device = "cpu"
 
     def _covered(self, **shape) -> bool:
@@ -439,9 +440,9 @@ class _Serving:
             if ok and self.device.startswith("cuda"):
                 torch.zeros(1, device=self.device)  # the CUDA context, before the first timed call
             contract, repeat = msg["contract"], msg["repeat"]
-            bulk = None
+            call_rows = None
             if ok and msg.get("experts"):
-                bulk = bulk_rows_for(self._covered, experts=msg["experts"], topk=msg["topk"], device=self.device,
+                call_rows = bulk_rows_for(self._covered, experts=msg["experts"], topk=msg["topk"], device=self.device,
                                      max_rows=min(filter(None, (self.candidate.max_rows, getattr(self.against, "max_rows", None))), default=None))  # fmt: skip
             self.runner = CaseRunner(
                 self.candidate.route_under(contract),
@@ -449,12 +450,14 @@ class _Serving:
                 other_name=self.against.name if self.against else "",
                 repeat=repeat,
                 graph=self.device.startswith("cuda") and repeat > 1,
+                call_rows=call_rows,
             )
-            return {"available": (ok, why), "bulk_rows": bulk}
+            self.call_rows = call_rows
+            return {"available": (ok, why), "call_rows": call_rows}
         if op == "run":
             spec = CaseSpec(*msg["spec"])  # dataclasses.astuple of the parent's spec
             case = build_case(spec, self.device)
-            shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.scores.dtype if case.bias is None else case.bias.dtype)
+            shape = dict(rows=call_size(spec, self.call_rows), experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.scores.dtype if case.bias is None else case.bias.dtype)
             if not self._covered(**shape):
                 return {"skipped": True}
             return {"outcome": _outcome_to_wire(self.runner.run(case), case.scores.device)}

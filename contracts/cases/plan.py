@@ -10,9 +10,11 @@ deterministically in the seed. Each family first runs its **coverage
 cases**: two passes over its case sizes (batch sizes matter to kernels:
 they pick launch shapes; ``batch_sizes`` runs its edge sizes, then sizes
 drawn from 1..1025). The rest of its budget, if any, runs as **bulk cases**
-of ``bulk_rows`` rows (the largest batch the candidate serves, up to
-65,536), generated on the device the candidate runs on: volume at the speed
-of the oracle. ``shard`` takes every N-th spec of the plan (``--shard I/N``,
+of ``bulk_rows`` rows (65,536 on a GPU, 16,384 on a CPU), generated on the
+device the candidate runs on: volume at the speed of the oracle. A
+candidate that serves smaller batches answers a bulk case in calls of its
+largest batch (``bulk_rows_for``; ``contracts.candidates.calling.in_slices``),
+so generation, the oracle and the comparison still run 65,536 rows at a time. ``shard`` takes every N-th spec of the plan (``--shard I/N``,
 and the ranks of a torchrun).
 """
 
@@ -24,7 +26,7 @@ from typing import Iterable, Iterator
 
 from .families import FAMILIES
 
-__all__ = ["CaseSpec", "iter_plan", "plan", "planned_rows", "shard"]
+__all__ = ["CaseSpec", "bulk_rows_for", "call_size", "iter_plan", "plan", "plan_bulk_rows", "planned_rows", "shard"]
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,9 @@ CPU_BULK_ROWS = 16_384  # on a CPU: keeps a check's memory well under 2 GiB
 
 
 def bulk_rows_for(covered, *, experts: int, topk: int, device: str, max_rows: int | None = None) -> int:
-    """The bulk case size for a candidate: the largest of 65,536 / 16,384 / 4,096 / 1,024 (CPU: from 16,384)
-    that ``covered`` accepts for bf16 or fp32 logits, capped by a declared ``max_rows``; else 1,024."""
+    """The rows of one candidate call in a bulk case: the largest of 65,536 / 16,384 / 4,096 / 1,024 (CPU: from
+    16,384) that ``covered`` accepts for bf16 or fp32 logits, capped by a declared ``max_rows``; else 1,024.
+    A bulk case of more rows (``plan_bulk_rows``) reaches the candidate in calls of this size."""
     import torch
 
     top = DEFAULT_BULK_ROWS if device.startswith("cuda") else CPU_BULK_ROWS
@@ -88,6 +91,16 @@ def bulk_rows_for(covered, *, experts: int, topk: int, device: str, max_rows: in
             except Exception:  # noqa: BLE001 -- a gate that raises shows when the cases run
                 return rows
     return min(sizes[-1], top)
+
+
+def plan_bulk_rows(device: str) -> int:
+    """The rows of one bulk case on ``device``: what the harness generates, routes and compares at a time."""
+    return DEFAULT_BULK_ROWS if device.startswith("cuda") else CPU_BULK_ROWS
+
+
+def call_size(spec: CaseSpec, call_rows: int | None) -> int:
+    """The rows of the candidate's largest call on ``spec``: a bulk case comes in calls of at most ``call_rows``."""
+    return min(spec.rows, call_rows) if spec.bulk and call_rows else spec.rows
 
 
 def _coverage_rows(name: str) -> int:

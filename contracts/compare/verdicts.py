@@ -122,17 +122,24 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     rows, experts = case.spec.rows, case.scores.shape[1]
     out = CaseOutcome(rows=rows, verdict_counts=dict.fromkeys(VERDICTS, 0))
     ids_equal = (ids_act == exp.ids).all(1)
-    close = weights_close(w_act, exp.weights, c).all(1)
     bit_equal = ((w_act == exp.weights) | (torch.isnan(w_act) & torch.isnan(exp.weights))).all(1)
-    out_of_range, twice = _validity_masks(ids_act, experts, c)
-    good = ids_equal & close & ~out_of_range & ~twice
-    out.verdict_counts["exact"] = int((good & bit_equal).sum())
-    out.verdict_counts["within_tolerance"] = out.inexact_weight_rows = int((good & ~bit_equal).sum())
-    if bool(ids_equal.any()):
-        finite = ulp_distance(w_act[ids_equal], exp.weights[ids_equal])
+    # Equal ids (the oracle's, so valid) with bit-equal weights are exact: a good candidate's rows nearly all
+    # are, and one sync finds the rest, the only rows the tolerance, validity and ULP checks look at.
+    rest = (~(ids_equal & bit_equal)).nonzero().squeeze(1)
+    out.verdict_counts["exact"] = rows - rest.numel()
+    if rest.numel() == 0:
+        return out
+    ids_rest, w_rest, we_rest, equal_rest = ids_act[rest], w_act[rest], exp.weights[rest], ids_equal[rest]
+    oor_rest, twice_rest = _validity_masks(ids_rest, experts, c)
+    good_rest = equal_rest & weights_close(w_rest, we_rest, c).all(1) & ~oor_rest & ~twice_rest
+    out.verdict_counts["within_tolerance"] = out.inexact_weight_rows = int(good_rest.sum())
+    if bool(equal_rest.any()):
+        finite = ulp_distance(w_rest[equal_rest], we_rest[equal_rest])
         finite = finite[torch.isfinite(finite)]
         out.max_weight_ulp = float(finite.max()) if finite.numel() else 0.0
-    bad = (~good).nonzero().squeeze(1)
+    out_of_range = torch.zeros(rows, dtype=torch.bool, device=rest.device).index_put_((rest,), oor_rest)
+    twice = torch.zeros(rows, dtype=torch.bool, device=rest.device).index_put_((rest,), twice_rest)
+    bad = rest[~good_rest]
     declared = torch.tensor([name in deviations for name in A.CLAUSE_ORDER], device=bad.device)
     for start in range(0, bad.numel(), _CHUNK):
         rows_b = bad[start : start + _CHUNK]

@@ -103,7 +103,13 @@ def _fallback_replay(s: Summary | dict, case: str, row) -> str:
 
     from ..run.replay import replay_command
 
-    s = _as_summary(s)
+    if isinstance(s, dict):  # a summary as plain JSON, maybe partial: take what the replay line needs
+        from .schema import ReplayTarget
+
+        t = s.get("replay_target") or {}
+        s = SimpleNamespace(candidate=s.get("candidate", ""), contract=s.get("contract", ""), device=s.get("device", "cpu"),
+                            against=s.get("against"), bit_exact=bool(s.get("bit_exact")), command=s.get("command") or "",
+                            options=s.get("options"), replay_target=ReplayTarget(**t) if t else None)  # fmt: skip
     target = s.replay_target  # None in older bundles: the display names, as they were
     options = s.options or {}
     experts, topk = options.get("experts"), options.get("topk")

@@ -283,17 +283,19 @@ def _method(args: BenchOptions, device: str) -> dict:
 def noisy(point: dict) -> bool:
     """A point whose samples spread wider than their median (min to max): on a busy host its median says little."""
     spread = point.get("spread") or {}
-    return point.get("status") == "timed" and bool(spread) and spread["max"] - spread["min"] > point["median_us"]
+    if point.get("status") != "timed" or "max" not in spread or "min" not in spread:
+        return False
+    return spread["max"] - spread["min"] > point["median_us"]
 
 
-def _timed(points: list[dict]) -> dict[int, float]:
-    """Median us by M, for the points timed with a spread that allows comparing them (see ``noisy``)."""
-    return {p["m"]: p["median_us"] for p in points if p.get("status") == "timed" and p.get("median_us") and not noisy(p)}
+def _timed(points: list[dict], *, steady: bool = False) -> dict[int, float]:
+    """Median us by M of the timed points; with ``steady``, only those whose spread allows a crossover (see ``noisy``)."""
+    return {p["m"]: p["median_us"] for p in points if p.get("status") == "timed" and p.get("median_us") and not (steady and noisy(p))}
 
 
 def crossovers(baseline: dict, other: dict) -> list[dict]:
     """Where ``other``'s latency curve crosses ``baseline``'s, between consecutive M both timed (log-log interpolation)."""
-    a, b = _timed(baseline["results"]), _timed(other["results"])
+    a, b = _timed(baseline["results"], steady=True), _timed(other["results"], steady=True)
     ms = sorted(set(a) & set(b))
     found = []
     for m0, m1 in zip(ms, ms[1:]):

@@ -24,6 +24,7 @@ from ..candidates import Candidate
 from ..candidates.calling import CaseRunner
 from ..candidates.worker import Interrupted, Worker, WorkerFailure
 from ..cases import CaseSpec, build_case
+from ..cases.plan import call_size
 from ..compare import agrees, compare_case, expected_for
 from ..reports.schema import CheckResult, ReplayTarget
 from .replay import candidate_lookup, replay_command, replay_pythonpath
@@ -56,6 +57,7 @@ def check_candidate(
     options: dict | None = None,
     lookup: str | None = None,
     against_lookup: str | None = None,
+    call_rows: int | None = None,
 ) -> CheckResult:
     """Check ``candidate`` on ``specs`` (any iterable; consumed once).
 
@@ -63,7 +65,8 @@ def check_candidate(
     in its own process; without it they run here. ``repeat``: calls per
     case (differences are a ``determinism`` finding). ``lookup`` /
     ``against_lookup``: what ``get_candidate`` resolves to the candidates,
-    for replay lines (default: ``candidate_lookup``).
+    for replay lines (default: ``candidate_lookup``). ``call_rows``: the
+    most rows one in-process call of a bulk case gets (a worker knows its own).
     """
     c = oracle.get_contract(contract)
     against_name = against.name if against is not None else None
@@ -79,7 +82,7 @@ def check_candidate(
         deviations={} if against is not None else candidate.deviations(contract), replay=replay,
         against=against_name, exact=exact, repeat=repeat, max_cells=max_cells,
     )  # fmt: skip
-    step = _Step(candidate, against, c, contract, device, exact, tally, should_stop)
+    step = _Step(candidate, against, c, contract, device, exact, tally, should_stop, call_rows)
     loop = _pipelined if worker is not None else _in_process
     try:  # a KeyboardInterrupt outside a call (no signal handler installed) still keeps what ran
         loop(iter(specs), step, worker, progress)
@@ -98,8 +101,9 @@ def check_candidate(
 class _Step:
     """What the loops share: the stop check, the parent's half of a case, the tally."""
 
-    def __init__(self, candidate, against, c, contract: str, device, exact, tally: Tally, should_stop):
+    def __init__(self, candidate, against, c, contract: str, device, exact, tally: Tally, should_stop, call_rows: int | None):
         self.candidate, self.against, self.c, self.device, self.exact = candidate, against, c, device, exact
+        self.call_rows = call_rows
         self.tally, self.should_stop = tally, should_stop
         notes = [x.coverage for x in (candidate, against) if x is not None and x.coverage]
         self.skip_reason = "not covered: " + ("; ".join(notes) if notes else "the candidate does not serve this shape or dtype")
@@ -109,6 +113,7 @@ class _Step:
             other_name=against.name if against is not None else "",
             repeat=tally.repeat,
             graph=device.startswith("cuda") and tally.repeat > 1,
+            call_rows=call_rows,
         )
 
     def stopping(self) -> bool:
@@ -127,7 +132,7 @@ class _Step:
 
     def covered(self, case) -> bool:
         spec = case.spec
-        shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.scores.dtype if case.bias is None else case.bias.dtype)
+        shape = dict(rows=call_size(spec, self.call_rows), experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.scores.dtype if case.bias is None else case.bias.dtype)
         try:
             return self.candidate.covered(**shape) and (self.against is None or self.against.covered(**shape))
         except Exception as exc:  # noqa: BLE001 -- a gate that raises ends the candidate's run

@@ -20,7 +20,7 @@ from ..candidates import Candidate, CandidateLoadError, all_candidates, get_cand
 from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_message
 from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
 from ..cases.families import families_for
-from ..cases.plan import bulk_rows_for
+from ..cases.plan import bulk_rows_for, plan_bulk_rows
 from ..reports.bundle import prepare_out, write_check_bundle, write_index
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
@@ -228,7 +228,7 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         try:
             ok, why = worker.load(contract=contract, device=device, against=against.lookup if against else None, repeat=repeat,
                                   origin=cand.origin, experts=shape.experts, topk=shape.topk)  # fmt: skip
-            bulk = worker.bulk_rows
+            call_rows = worker.call_rows
         except WorkerFailure as failure:
             detail = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
             error = ErrorRecord(kind=failure.kind, case=f"loading {target.lookup}", message=failure.message, traceback=detail)
@@ -238,26 +238,27 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         if ok and against_c is not None:
             ok, why2 = against_c.available(device)
             why = why if ok else f"--against {against_c.name}: {why2}"
-        bulk = None
+        call_rows = None
         if ok:
             def covered(**shape):
                 return cand.covered(**shape) and (against_c is None or against_c.covered(**shape))
 
             caps = [m for m in (cand.max_rows, getattr(against_c, "max_rows", None)) if m]
-            bulk = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=min(caps) if caps else None)
+            call_rows = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=min(caps) if caps else None)
     if not ok:
         return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
     if not shape.families:
         why = f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}"
         return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+    bulk = plan_bulk_rows(device)
     specs, total = shape.specs(bulk)
-    options = {**options, "bulk_rows": bulk, "families": shape.families, "experts": shape.experts, "topk": shape.topk,
+    options = {**options, "bulk_rows": bulk, "call_rows": call_rows, "families": shape.families, "experts": shape.experts, "topk": shape.topk,
                "groups": list(shape.groups), "contract_source": contract if str(contract).endswith(".toml") else None}  # fmt: skip
     label = cand.name + (f" vs {against_c.name}" if against_c else "")
     with Progress(label, total, enabled=progress) as bar:
         result = check_candidate(
             cand, specs, contract=contract, device=device, against=against_c, exact=exact, seed=plan.seed,
-            command=command, progress=bar, repeat=repeat, worker=worker, should_stop=stop, options=options,
+            command=command, progress=bar, repeat=repeat, worker=worker, should_stop=stop, options=options, call_rows=call_rows,
             lookup=target.lookup, against_lookup=against.lookup if against else None,
         )  # fmt: skip
         bar.close(result.summary.status.word)

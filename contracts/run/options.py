@@ -41,14 +41,15 @@ def parse_shard(text: str | None, *, option: str = "--shard") -> tuple[int, int]
 
 
 def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"):
-    """``FAMILY:SEED:ROWS`` (a report's replay id) as a CaseSpec, every part checked."""
+    """``FAMILY:SEED:ROWS`` or ``FAMILY:SEED:ROWS:bulk`` (a report's replay id) as a CaseSpec, every part checked."""
     from ..cases.families import FAMILY_NAMES
     from ..cases.plan import CaseSpec
 
     parts = text.split(":")
-    if len(parts) != 3:
-        raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS, as printed in a report's replay line")
-    family, seed_text, rows_text = parts
+    bulk = len(parts) == 4 and parts[3] == "bulk"  # drawn on the device by the family's vectorized maker
+    if len(parts) != 3 and not bulk:
+        raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk, as printed in a report's replay line")
+    family, seed_text, rows_text = parts[:3]
     if family not in FAMILY_NAMES:
         raise OptionError(f"{option} family {family!r} is unknown; known: {', '.join(FAMILY_NAMES)}")
     try:
@@ -59,4 +60,4 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
         raise OptionError(f"{option} seed {seed} is out of range: case seeds are 0..2^31-1 (copy the replay line of a report)")
     if not 1 <= rows <= MAX_REPLAY_ROWS:
         raise OptionError(f"{option} rows must be 1..{MAX_REPLAY_ROWS:,} (one case), got {rows:,}")
-    return CaseSpec(family, seed, rows, experts, topk)
+    return CaseSpec(family, seed, rows, experts, topk, bulk=bulk)

@@ -1,0 +1,63 @@
+"""Bulk cases larger than a candidate's batches reach it in slices (``contracts.candidates.calling.in_slices``).
+
+The harness generates, routes and compares a bulk case (16,384 rows on a CPU)
+at once; a candidate with ``max_rows`` 1,000 must see calls of at most 1,000
+rows, every row checked, and a bulk case's replay line must rerun it.
+"""
+
+import json
+
+import pandas as pd
+import pytest
+
+from contracts.run.checks import run_checks
+from contracts.run.options import OptionError, parse_replay
+from contracts.reports.schema import Status
+
+ROWS = 40_000  # random_fp32's coverage cases, then bulk cases of 16,384 rows
+
+
+def _check(name, tmp_path, **kw):
+    done = run_checks([f"tests.standins.small_batches:{name}"], families=["random_fp32"], rows=ROWS, device="cpu",
+                      out=tmp_path / name, progress=False, **kw)  # fmt: skip
+    return done.results[0].summary
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_a_capped_candidate_gets_bulk_cases_in_slices_and_every_row_is_checked(tmp_path, isolate):
+    s = _check("capped", tmp_path, isolate=isolate)
+    assert s.status is Status.PASS, s.error
+    assert s.rows_checked == ROWS and s.mismatched_rows == 0
+    assert s.options["bulk_rows"] == 16_384 and s.options["call_rows"] == 1000
+    assert any(f.rows > 16_000 for f in s.families.values())
+
+
+def test_mismatches_at_slice_ends_are_found_and_their_bulk_replay_line_reruns_the_case(tmp_path):
+    s = _check("wrong_last_row", tmp_path)
+    assert s.status is Status.FAIL and s.mismatched_rows > 0
+    cells = pd.read_csv(tmp_path / "wrong_last_row" / "mismatches.csv")
+    bulk = cells[cells["case"].str.endswith(":bulk")]
+    assert len(bulk), "no bulk-case cell in mismatches.csv"
+    last_of_case = bulk["case"].str.split(":").str[2].astype(int) - 1
+    assert ((bulk["row"] % 1000 == 999) | (bulk["row"] == last_of_case)).all()  # the last row of each call
+    case = bulk["case"].iloc[0]
+    again = run_checks(["tests.standins.small_batches:wrong_last_row"], replay=case, device="cpu",
+                       out=tmp_path / "replay", progress=False).results[0].summary  # fmt: skip
+    assert again.rows_checked == int(case.split(":")[2]) == 16_384
+    assert again.status is Status.FAIL and again.mismatched_rows == 17  # rows 999, 1999, ..., 15999 and 16383
+
+
+def test_a_malformed_slice_is_a_validity_mismatch_naming_the_slice(tmp_path):
+    s = _check("ragged", tmp_path)
+    assert s.status is Status.FAIL and s.clauses.get("validity", 0) > 0
+    details = json.loads((tmp_path / "ragged" / "details.json").read_text())
+    reasons = [d["reason"] for d in details if d["clause"] == "validity"]
+    assert any("one call of 1,000 rows" in r and "expected 1000 rows" in r for r in reasons), reasons[:3]
+
+
+def test_bulk_replay_ids_parse_and_bad_ones_name_the_form():
+    spec = parse_replay("random_fp32:7:65536:bulk", 896, 16)
+    assert spec.bulk and spec.rows == 65_536 and spec.replay_id == "random_fp32:7:65536:bulk"
+    assert not parse_replay("random_fp32:7:100", 896, 16).bulk
+    with pytest.raises(OptionError, match="FAMILY:SEED:ROWS:bulk"):
+        parse_replay("random_fp32:7:100:big", 896, 16)
