@@ -133,6 +133,7 @@ def run_main(build_parser: Callable[[], argparse.ArgumentParser], run: Callable[
     from ..candidates.registry import CandidateLoadError, DuplicateCandidateError  # light: the registry imports no torch
     from ..reports.bundle import BundleError
     from ..reports.schema import RecordError
+    from ..run.distributed import WorldError
     from ..run.options import OptionError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -147,7 +148,7 @@ def run_main(build_parser: Callable[[], argparse.ArgumentParser], run: Callable[
     args.command_line = command_line(parser.prog, argv)
     try:
         return int(run(args))
-    except (UsageError, OptionError, CandidateLoadError, DuplicateCandidateError, BundleError, RecordError) as exc:
+    except (UsageError, OptionError, CandidateLoadError, DuplicateCandidateError, BundleError, RecordError, WorldError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
 

@@ -8,9 +8,12 @@ Examples::
     python -m contracts check --candidate mypkg.router:route --contract serial
     python -m contracts check --candidate radix4 --replay tie_pool_straddle:12345:16 --row 3
     python -m contracts check --candidate radix4 --repeat 3 --timeout 30
+    torchrun --nproc-per-node 8 -m contracts check --candidate radix4 --rows 1e9
 
 GPU candidates and third-party candidates run in a worker process
-(``--isolate``); ``docs/robustness.md`` has the details.
+(``--isolate``); ``docs/robustness.md`` has the details. Under torchrun each
+rank checks its shard on its own GPU and rank 0 writes the one bundle
+(``contracts.run.distributed``, ``docs/nightly.md``).
 """
 
 from __future__ import annotations
@@ -94,12 +97,14 @@ def check_contract(contract: str | None) -> None:
         raise UsageError(f"--contract {contract}: {exc}") from None
 
 
-def _check_device(requested: str | None) -> str | None:
+def _check_device(requested: str | None, world_size: int = 1) -> str | None:
     if not requested:
         return None
     kind = requested.split(":")[0]
     if kind not in ("cpu", "cuda"):
         raise UsageError(f"--device {requested!r} is not supported; use cpu or cuda")
+    if world_size > 1 and requested != kind:
+        raise UsageError(f"--device {requested}: under torchrun each rank uses the GPU of its LOCAL_RANK; pass --device {kind}")
     import torch
 
     if kind == "cuda" and not torch.cuda.is_available():
@@ -136,29 +141,39 @@ def run(args: argparse.Namespace) -> int:
             raise OptionError(f"--row {args.row} is outside the case's {replay.rows} rows (0..{replay.rows - 1})")
     except OptionError as exc:
         raise UsageError(str(exc)) from None
-    device = _check_device(args.device)
 
     from ..candidates.worker import Interrupted
     from ..reports.bundle import BundleError
-    from ..reports.terminal import verdict_table
-    from ..reports.text import clean
     from ..run.checks import run_checks
+    from ..run.distributed import ranked
     from ..run.signals import StopSignals
 
     check_contract(args.contract)
-    with StopSignals() as stop:
+
+    def check(world) -> int:  # once, or on every rank of a torchrun world (rank 0 writes and prints)
+        device = _check_device(args.device, world.world_size)
         try:
             checked = run_checks(
                 names, contract=args.contract, against=args.against, exact=args.exact, rows=args.rows, seed=args.seed,
                 families=families, device=device, experts=args.experts, topk=args.topk, shard=shard, replay=args.replay,
                 isolate=args.isolate, timeout=args.timeout, repeat=args.repeat, out=args.out, force=args.force,
-                progress=not args.quiet, command=args.command_line, stop=stop,
+                progress=not args.quiet and world.writer, command=args.command_line, stop=world.stop, world=world,
             )  # fmt: skip
         except (OptionError, BundleError) as exc:
             raise UsageError(str(exc)) from None
         except (Interrupted, KeyboardInterrupt):  # before any candidate ran: nothing to write
             print("interrupted before any check ran", file=sys.stderr)
             return stop.exit_code
+        return _report(args, checked, stop) if world.writer else ExitCode.OK  # the other ranks end with rank 0's code
+
+    with StopSignals() as stop:
+        return ranked(check, stop=stop)
+
+
+def _report(args: argparse.Namespace, checked, stop) -> int:
+    from ..reports.terminal import verdict_table
+    from ..reports.text import clean
+
     if checked.results:
         print(verdict_table(checked.summaries))
         for s in checked.summaries:

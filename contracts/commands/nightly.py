@@ -44,21 +44,31 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..run.nightly import run_nightly
+    from ..run.distributed import ranked
     from ..run.signals import StopSignals
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was asked for, but torch sees no GPU on this host; use --device cpu")
     names = [n.strip() for n in args.candidates.split(",") if n.strip()] if args.candidates else None
-    with StopSignals() as stop:
+
+    def nightly(world) -> int:  # once, or on every rank of a torchrun world (rank 0 writes and prints)
+        import torch
+
+        from ..run.nightly import run_nightly
+
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise UsageError("--device cuda was asked for, but torch sees no GPU on this host; use --device cpu")
         done = run_nightly(
             out=args.out, upload=args.upload, rows=args.rows, seed=args.seed, device=args.device, candidates=names,
             compare_previous=args.compare_previous, latency_threshold=args.latency_threshold, probe=args.probe, bench=args.bench,
-            command=args.command_line, stop=stop,
+            command=args.command_line, stop=world.stop, world=world,
         )  # fmt: skip
         stop.writing = True
+        return _report(args, done, stop) if world.writer else ExitCode.OK  # the other ranks end with rank 0's code
+
+    with StopSignals() as stop:
+        return ranked(nightly, stop=stop)
+
+
+def _report(args: argparse.Namespace, done, stop) -> int:
     totals = done.envelope.totals
     print(f"\nnightly: {done.bundle}  ({', '.join(f'{k} {v}' for k, v in totals.items() if v)}); junit: {done.bundle / 'junit.xml'}")
     if done.upload_error:

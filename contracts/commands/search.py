@@ -48,13 +48,31 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--replay {args.replay} is not a file; give the minimal.pt of a search bundle")
     if not args.replay and not args.candidate:
         raise UsageError("--candidate NAME is required (or --replay MINIMAL.pt)")
-    from ..candidates import get_candidate
-    from ..run.checks import bundle_dirname, device_for
-    from ..run.search import SearchSetupError, covered_space, load_minimal, replay, search, write_search_bundle
-
+    from ..run.distributed import ranked
     from .check import check_contract
 
     check_contract(args.contract)
+    return ranked(lambda world: _search(args, world), stop=lambda: None)  # Hypothesis runs to the end; Ctrl-C stops it
+
+
+def _search(args: argparse.Namespace, world) -> int:
+    if world.writer:
+        return _search_here(args, world)
+    import tempfile
+
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    with tempfile.TemporaryDirectory(prefix=f"router-contracts-rank{world.rank}-") as private:
+        set_hypothesis_home_dir(private)  # Hypothesis's own cache (.hypothesis/ in the working directory) goes here
+        return _search_here(args, world)
+
+
+def _search_here(args: argparse.Namespace, world) -> int:
+    """Once, or on every rank of a torchrun world: each rank searches its share of the examples, rank 0 writes the bundle."""
+    from ..candidates import get_candidate
+    from ..run.checks import bundle_dirname, device_for
+    from ..run.search import SearchSetupError, covered_space, load_minimal, merge_searches, rank_share, replay, search, write_search_bundle
+
     name = args.candidate
     if args.replay:
         try:
@@ -71,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"unavailable: {candidate.name}: {why}", file=sys.stderr)
         return ExitCode.UNAVAILABLE
     if args.replay:
+        if not world.writer:  # one input: rank 0 replays it
+            return ExitCode.OK
         return ExitCode.FAILED if replay(args.replay, candidate, contract=args.contract, device=device) else ExitCode.OK
     shapes, _ = covered_space(candidate)
     if not shapes:
@@ -80,18 +100,30 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.UNAVAILABLE
     out = args.out or Path("reports") / f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-search-{bundle_dirname(candidate.name)}"
     database = None if args.no_database else args.database
+    examples, seed_offset = rank_share(args.examples, world.rank, world.world_size)
     start = time.perf_counter()
-    try:
-        result = search(candidate, contract=args.contract, device=device, examples=args.examples, seed=args.seed, database=database)
+    try:  # under torchrun only rank 0 reads and writes the example database (the other ranks write nothing)
+        result = search(candidate, contract=args.contract, device=device, examples=examples, seed=args.seed + seed_offset,
+                        database=database if world.writer else None)  # fmt: skip
     except SearchSetupError as exc:
         print(f"unavailable: {exc}", file=sys.stderr)
         return ExitCode.UNAVAILABLE
-    doc = write_search_bundle(out, result, command=args.command_line, seed=args.seed, database=database, duration=time.perf_counter() - start)
+    parts = world.gather("search", result)
+    if parts is None:
+        return ExitCode.OK
+    ranks = None
+    if world.world_size > 1:
+        result, ranks = merge_searches(parts)
+    doc = write_search_bundle(out, result, command=args.command_line, seed=args.seed, database=database, duration=time.perf_counter() - start,
+                              ranks=ranks)  # fmt: skip
     head = f"search {candidate.name} under {result.contract} on {device}: {result.examples_run} inputs tried (generation and shrinking)"
+    incomplete = doc["status"] in ("error", "interrupted")
+    if incomplete:
+        print(f"{head}: {doc['status'].upper()}: not every rank searched; search.json says which", file=sys.stderr)
     if not result.findings:
         print(f"{head}: no unexpected mismatch")
         print(f"bundle: {out}")
-        return ExitCode.OK
+        return ExitCode.FAILED if incomplete else ExitCode.OK
     print(f"{head}: FAIL ({', '.join(doc['clauses'])}){' (flaky)' if result.flaky else ''}")
     for m in doc["minimal"]:
         print(

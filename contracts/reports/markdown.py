@@ -112,6 +112,10 @@ def render_markdown(result: CheckResult) -> str:
         out.append("\n## Diagnosis\n")
         for d in s.diagnosis:
             out.append(f"- {clean(d.get('text', ''))}\n")
+    if s.ranks:
+        out.append(f"\n## Ranks ({s.world_size} under torchrun; counts above are their sum)\n")
+        out.append(md_table([{k: r.get(k, "") for k in ("rank", "host", "device", "shard", "rows_checked", "status", "duration_s", "reason")}
+                             for r in s.ranks]))  # fmt: skip
     out.append("\n## Clauses\n")
     out.append(md_table([{"clause": k, "unexpected rows (primary)": v, "rows breaking it": s.clauses_broken.get(k, v)} for k, v in s.clauses.items()]))
     if s.expected_deviations:

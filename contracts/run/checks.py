@@ -25,6 +25,7 @@ from ..reports.bundle import prepare_out, write_check_bundle, write_index
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
 from .check import check_candidate
+from .distributed import ONE_PROCESS
 from .options import OptionError, parse_replay
 from .progress import Progress
 
@@ -155,6 +156,7 @@ class _Plan:
     topk: int | None
     shard: tuple[int, int] | None
     replay: str | None
+    replay_here: bool = True  # under torchrun only rank 0 runs a replayed case
 
     def shaped(self, c) -> "_Shape":
         """The cases of this plan under contract ``c``: its default shape where none was given, its families."""
@@ -185,7 +187,7 @@ class _Shape:
         if p.replay is not None:
             spec = parse_replay(p.replay, self.experts, self.topk)
             spec = dataclasses.replace(spec, n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias)
-            return [spec], spec.rows
+            return ([spec], spec.rows) if p.replay_here else ([], 0)
 
         def full():
             return iter_plan(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows,
@@ -288,6 +290,7 @@ def run_checks(
     command: str = "",
     stop: Callable[[], object] | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
+    world=ONE_PROCESS,
 ) -> CheckRun:
     """Check ``names`` (registered names, ``module:attr`` specs, or ``["all"]``) and write their bundles under ``out``.
 
@@ -295,6 +298,10 @@ def run_checks(
     (``bundle_dirname``) plus ``index.json``. Each bundle is written as soon
     as its check finishes. ``stop()`` turning true ends the run after the
     current case (status ``interrupted``; later candidates are not started).
+
+    ``world``: a ``contracts.run.distributed`` world (torchrun). Each rank
+    checks its shard of the cases; rank 0 writes the bundles, with the
+    counts of all ranks; the other ranks write nothing.
     """
     stop = stop or (lambda: None)
     everything = names == ["all"]
@@ -302,7 +309,7 @@ def run_checks(
         raise OptionError("--candidate all cannot be combined with other names")
     if topk and experts and topk > experts:
         raise OptionError(f"--topk {topk} is larger than --experts {experts}; choose --topk <= {experts}")
-    plan = _Plan(list(families) if families else None, rows, seed, experts, topk, shard, replay)
+    plan = _Plan(list(families) if families else None, rows, seed, experts, topk, world.shard(shard), replay, world.runs_replay())
     options = {"rows": rows, "families": families, "experts": experts, "topk": topk, "repeat": repeat, "exact": exact}
     targets: list[Target] = []
     against_t: Target | None = None
@@ -318,10 +325,11 @@ def run_checks(
                 against_t.worker = None
         several = len(targets) > 1
         label = "all" if everything else ("+".join(t.candidate.name for t in targets) if several else targets[0].candidate.name)
-        run = CheckRun(out=prepare_out(out or default_out(label), force=force), several=several)
+        out = out or default_out(label)
+        run = CheckRun(out=prepare_out(out, force=force) if world.writer else out, several=several)
         _run_targets(run, targets, against_t, everything=everything, plan=plan, contract=contract, device=device, exact=exact,
                      isolate=isolate, timeout=timeout, repeat=repeat, progress=progress, command=command, stop=stop,
-                     options=options, shard=shard, on_result=on_result)  # fmt: skip
+                     options=options, shard=shard, on_result=on_result, world=world)  # fmt: skip
         return run
     finally:
         for t in targets:
@@ -329,7 +337,8 @@ def run_checks(
                 t.worker.close()
 
 
-def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *, everything: bool, plan: _Plan, shard, on_result, stop, **check) -> None:
+def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *, everything: bool, plan: _Plan, shard, on_result, stop, world,
+                 **check) -> None:  # fmt: skip
     taken: set[str] = set()
     for position, target in enumerate(targets):
         if stop():
@@ -348,7 +357,10 @@ def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *
             if target.worker is not None:
                 target.worker.close()
                 target.worker = None
+        result = world.gather_check(result)  # one process: as it is; torchrun: every rank's counts (on rank 0, the cells)
         s = result.summary
+        if s.status is not Status.UNAVAILABLE:
+            unavailable = None
         if unavailable is not None and not everything:
             run.unavailable.append((s.candidate, unavailable))
         if unavailable is None:
@@ -362,9 +374,10 @@ def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *
             taken.add(name)
             folder = run.out / name
         s.bundle = str(folder)
-        write_check_bundle(folder, result)
+        if world.writer:
+            write_check_bundle(folder, result)
         run.results.append(result)
-        if on_result is not None:
+        if on_result is not None and world.writer:
             on_result(result)
         if s.status is Status.INTERRUPTED:
             run.interrupted = s.interrupted
@@ -372,5 +385,5 @@ def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *
             break
     if stop():
         run.interrupted = run.interrupted or str(stop())
-    if run.several:
+    if run.several and world.writer:
         write_index(run.out, run.summaries, command=check["command"], interrupted=run.interrupted, not_started=run.not_started)

@@ -28,6 +28,10 @@ on a GPU host, 50,000 on a CPU-only one. A SIGINT/SIGTERM stops the check
 in progress after its current case (its bundle keeps what ran, status
 ``interrupted``), skips what was not started, and still writes the envelope,
 JUnit and totals, so the stop is visible everywhere.
+
+Under torchrun (``world``), every rank runs each check on its shard and
+rank 0 writes each check's bundle with all ranks' counts; the probe, the
+bench, JUnit, the diff, the envelope and the upload are rank 0's alone.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from ..reports._atomic import write_json, write_text
 from ..reports.environment import environment, git_commit
 from ..reports.schema import NightlyEnvelope, to_json
 from .checks import bundle_dirname, run_checks
+from .distributed import ONE_PROCESS
 from .options import OptionError
 
 __all__ = ["CPU_ROWS", "GPU_ROWS", "NIGHTLY_SCHEMA_VERSION", "PAIRS", "NightlyRun", "Pair", "execution_target", "run_nightly"]
@@ -354,6 +359,7 @@ def run_nightly(
     bench: bool | None = None,
     command: str = "",
     stop: Callable[[], object] | None = None,
+    world=ONE_PROCESS,
 ) -> NightlyRun:
     """Run the nightly (see the module docstring) and write its bundle under ``out``."""
     import torch
@@ -365,13 +371,16 @@ def run_nightly(
     rows = rows or (GPU_ROWS if gpu else CPU_ROWS)
     known = all_candidates()
     names = _names(candidates, known)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        bundle = _bundle_dir(out, started, target["backend"])
-    except OSError as exc:
-        raise OptionError(f"--out {out} is not writable ({exc.strerror or exc}); choose another directory") from None
-    print(f"nightly bundle: {bundle} ({target['backend']}, {target['device_model']}; {rows:,} rows per check, seed {seed})")
-    common = dict(rows=rows, seed=seed, device=device, progress=True, stop=stop)
+    if world.writer:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            bundle = _bundle_dir(out, started, target["backend"])
+        except OSError as exc:
+            raise OptionError(f"--out {out} is not writable ({exc.strerror or exc}); choose another directory") from None
+        print(f"nightly bundle: {bundle} ({target['backend']}, {target['device_model']}; {rows:,} rows per check, seed {seed})")
+    else:
+        bundle = out / f"rank-{world.rank}"  # never made: only names the checks' folders, which rank 0 writes
+    common = dict(rows=rows, seed=seed, device=device, progress=world.writer, stop=stop, world=world)
 
     checked = {}
     for name in names:
@@ -396,6 +405,9 @@ def run_nightly(
             record = {**record, "status": "skipped"}
         pairs[pair.label] = {**base, **record}
 
+    if not world.writer:
+        envelope = NightlyEnvelope(name=bundle.name, candidates=checked, pairs=pairs)
+        return NightlyRun(bundle, envelope, regressed=False, failed=False, interrupted=str(stop()) if stop() else None)
     ran = [n for n, r in checked.items() if r.get("status") in ("pass", "fail") or (r.get("summary") or {}).get("rows_checked")]
     probes = _probes(ran, device, seed, bundle, stop) if probe else {"status": "skipped", "reason": "--no-probe"}
     benched = _bench(ran, device, seed, bundle, bench, gpu) if not stop() else {"status": "skipped", "reason": f"the nightly was interrupted ({stop()})"}
@@ -403,7 +415,8 @@ def run_nightly(
     envelope = NightlyEnvelope(
         name=bundle.name, started=_iso(started), command=command, schema_version=NIGHTLY_SCHEMA_VERSION,
         suite={"name": PACKAGE, "version": _suite_version(), "git_commit": git_commit()},
-        options={"rows": rows, "seed": seed, "device": device, "candidates": ",".join(candidates) if candidates else None},
+        options={"rows": rows, "seed": seed, "device": device, "candidates": ",".join(candidates) if candidates else None,
+                 **({"world_size": world.world_size} if world.world_size > 1 else {})},
         execution_target=target, candidates=checked, pairs=pairs, probe=probes, bench=benched,
     )  # fmt: skip
     return _finish(envelope, bundle, clock, stop, upload=upload, compare_previous=compare_previous, latency_threshold=latency_threshold)

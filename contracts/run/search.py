@@ -53,7 +53,8 @@ from ..reports._atomic import write_atomic, write_json, write_text
 from ..reports.environment import environment
 from .replay import candidate_lookup
 
-__all__ = ["DEFAULT_DATABASE", "DEFAULT_EXAMPLES", "Finding", "SearchResult", "SearchSetupError", "covered_space", "load_minimal", "replay", "search", "write_search_bundle"]
+__all__ = ["DEFAULT_DATABASE", "DEFAULT_EXAMPLES", "Finding", "SearchResult", "SearchSetupError", "covered_space", "load_minimal", "merge_searches",
+           "rank_share", "replay", "search", "write_search_bundle"]  # fmt: skip
 
 SCHEMA_VERSION = 1
 DEFAULT_EXAMPLES = 200
@@ -250,6 +251,41 @@ def search(
     return result
 
 
+def rank_share(examples: int, rank: int, world_size: int) -> tuple[int, int]:
+    """Under torchrun: ``(examples, seed offset)`` of one rank; the ranks' examples add up to ``examples`` (at least 1 each)."""
+    return max(1, examples // world_size + (rank < examples % world_size)), rank
+
+
+def merge_searches(parts) -> tuple[SearchResult, list[dict]]:
+    """The ranks' searches (``contracts.run.distributed.Part`` values) as one result, and a record per rank.
+
+    Examples are summed; per clause the first rank's minimal input is kept
+    (each is minimal for its own search); flaky if any rank's was.
+    """
+    results = [p.value for p in parts if p.value is not None]
+    merged = dataclasses.replace(results[0], findings=[], hypothesis_log=[])
+    merged.examples_run = sum(r.examples_run for r in results)
+    merged.flaky = any(r.flaky for r in results)
+    by_clause: dict[str, Finding] = {}
+    for p in parts:
+        if p.value is None:
+            continue
+        merged.hypothesis_log += [f"rank {p.rank}: {line}" for line in p.value.hypothesis_log]
+        for f in p.value.findings:
+            by_clause.setdefault(f.clause, f)
+    order = {name: i for i, name in enumerate(oracle.get_contract(merged.contract).clause_names)}
+    merged.findings = sorted(by_clause.values(), key=lambda f: order.get(f.clause, len(order)))
+    ranks = []
+    for p in parts:
+        entry = {"rank": p.rank, "host": p.host, "device": p.device}
+        if p.value is not None:
+            entry.update(status="fail" if p.value.findings else "pass", examples_run=p.value.examples_run)
+        else:
+            entry.update(status="interrupted" if p.missing == "stopped" else "error", reason=p.error.message if p.error else p.stopped)
+        ranks.append(entry)
+    return merged, ranks
+
+
 def _flatten(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [e for sub in exc.exceptions for e in _flatten(sub)]
@@ -332,7 +368,9 @@ def side_by_side(f: Finding, contract: str) -> list[str]:
     return lines
 
 
-def write_search_bundle(out: Path, result: SearchResult, *, command: str, seed: int, database, duration: float) -> dict:
+def write_search_bundle(out: Path, result: SearchResult, *, command: str, seed: int, database, duration: float,
+                        ranks: list[dict] | None = None) -> dict:  # fmt: skip
+    """``minimal*.pt``, ``search.json``, ``search.md``; ``ranks``: per rank of a torchrun search (a rank that sent nothing makes it ``error``)."""
     out.mkdir(parents=True, exist_ok=True)
     minimal = []
     for i, f in enumerate(result.findings):
@@ -358,6 +396,8 @@ def write_search_bundle(out: Path, result: SearchResult, *, command: str, seed: 
             }
         )
     status = "fail" if result.findings else "pass"
+    if ranks and any(r["status"] in ("error", "interrupted") for r in ranks):
+        status = "error" if any(r["status"] == "error" for r in ranks) else "interrupted"
     doc = {
         "schema_version": SCHEMA_VERSION,
         "status": status,
@@ -376,10 +416,15 @@ def write_search_bundle(out: Path, result: SearchResult, *, command: str, seed: 
         "command": command,
         "duration_s": round(duration, 3),
     }
+    if ranks is not None:
+        doc.update(world_size=len(ranks), ranks=ranks)
     write_json(out / "search.json", doc)
     md = [f"# Search: {status.upper()} `{result.candidate}` under `{result.contract}` ({result.device})", ""]
     md.append(f"{result.examples_run} inputs tried (generation and shrinking), seed {seed}, database `{database}`. Command: `{command}`")
     md.append("")
+    for r in ranks or []:
+        if r.get("reason"):
+            md += [f"**Rank {r['rank']} ({r['status']})**: {r['reason']}", ""]
     if not minimal:
         md.append("No unexpected mismatch (near ties and declared deviations are not failures).")
     if result.flaky:

@@ -1,0 +1,735 @@
+"""One run over many processes, GPUs or hosts with torchrun: each rank checks its shard, rank 0 writes one bundle.
+
+``torchrun --nproc-per-node N -m contracts check ...`` (or ``nightly``,
+``search``) starts N copies of the command. Each finds its place in the
+world from the environment torchrun sets:
+
+======================================  ============================================================
+``RANK``, ``WORLD_SIZE``                this process's rank, and the number of ranks (> 1: distributed)
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``    the rank on this host, and the ranks per host; LOCAL_RANK picks the GPU
+``GROUP_RANK``                          the host's (node's) rank
+``MASTER_ADDR``, ``MASTER_PORT``        the c10d TCPStore that every rank connects to
+``TORCHELASTIC_USE_AGENT_STORE``        ``True``: torchrun's agent hosts that store; otherwise rank 0 hosts it
+``TORCHELASTIC_RUN_ID``,                keep the keys of one run, and of each restart, apart
+``TORCHELASTIC_RESTART_COUNT``
+======================================  ============================================================
+
+What each rank does:
+
+- **GPU**: before CUDA starts, ``CUDA_VISIBLE_DEVICES`` is narrowed to the
+  LOCAL_RANK-th visible GPU, so ``cuda`` in the rank and in its isolated
+  candidate workers is that GPU (``ranks[].device`` records it as ``cuda:N``).
+- **Cases**: the same interleaved split as ``--shard``
+  (``contracts.cases.shard``); a user ``--shard I/N`` composes with it: rank r
+  of W takes shard ``I + N*r`` of ``N*W``, so the W ranks together run
+  exactly shard I/N.
+- **Records**: rank 0 collects every rank's ``CheckResult`` and writes one
+  bundle whose counts are those of a one-process run with the same seed;
+  the summary adds ``world_size`` and ``ranks`` (per rank: host, device,
+  rows checked, status, seconds). Other ranks write nothing and print
+  nothing to stdout.
+
+How records travel: through the c10d ``TCPStore`` at MASTER_ADDR:MASTER_PORT
+(a gloo process group is also set up on it, so that the world is a normal
+torch.distributed world, and its set-up is the start barrier), never through
+a collective that a dead rank could block. Each rank beats a heartbeat
+counter every ``HEARTBEAT_S``; a rank whose counter stops moving for
+``LOST_AFTER_S`` is lost. Waits end when the awaited record arrives, when
+the peer is lost, or when the peer says it has left, so a dead rank cannot
+hang rank 0, and rank 0 still writes the bundle:
+
+- a lost rank (killed, out of memory, a segfault, host gone) becomes an ``error`` record
+  naming the rank and its host; the other ranks' rows are kept. torchrun
+  stops the surviving ranks with SIGTERM when one dies; they stop after their
+  current case and still send what they checked, and the status is ``error``
+  (the death is the cause), not ``interrupted``.
+- a rank whose command raises sends the traceback before it leaves (status
+  ``error``, naming the rank), and waits for rank 0 so the others can finish.
+- a stop (SIGINT/SIGTERM) on any rank is posted to the store; every rank
+  stops after its current case, and rank 0 writes an ``interrupted`` bundle.
+
+Every rank ends with rank 0's exit code (torchrun itself exits 1 if any rank
+exits non-zero). ``docs/nightly.md`` has the launch lines for one host and for
+several.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import os
+import pickle
+import platform
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ..reports.cells import CellKeeper
+from ..reports.merge import _cells_in_plan_order, merge_details, sum_summaries
+from ..reports.schema import CELL_COLUMNS, CheckResult, ErrorRecord, Status, Summary, worst_status
+
+__all__ = [
+    "HEARTBEAT_S",
+    "JOIN_TIMEOUT_S",
+    "LOST_AFTER_S",
+    "ONE_PROCESS",
+    "OneProcess",
+    "Part",
+    "RankGroup",
+    "RankReleased",
+    "World",
+    "WorldError",
+    "combine_checks",
+    "ranked",
+]
+
+HEARTBEAT_S = 1.0
+# Well under torchrun's 30 s between its SIGTERM and its SIGKILL: when one rank
+# dies, rank 0 must find out, and write the bundle, inside that grace period.
+LOST_AFTER_S = 10.0
+JOIN_TIMEOUT_S = 300.0  # every rank must reach the store and the process group within this
+POLL_S = 0.1
+STOP_POLL_S = 0.25  # a stop on another rank is seen within this (the store is not asked once per case)
+CHUNK = 4 << 20  # the store's libuv server refuses values over 8 MiB
+# The options that make the plan: ranks that differ in one (a bulk case size chosen on other hardware) split different plans.
+PLAN_OPTIONS = ("rows", "families", "experts", "topk", "groups", "bulk_rows", "repeat")
+
+
+class WorldError(RuntimeError):
+    """The torchrun environment is incomplete or inconsistent; the message names the variable."""
+
+
+class RankReleased(BaseException):
+    """Rank 0 has finished (or is gone): this rank has nothing more to do.
+
+    A BaseException, like SystemExit, so that the harness's own catch-alls
+    (one failing check must not lose the others) let it through.
+    """
+
+
+# ---------------------------------------------------------------- where this process stands
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in a torchrun world (``from_env``)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    agent_store: bool  # torchrun's agent hosts the store; else rank 0 does
+    run_id: str
+    restart: int
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "World | None":
+        """The world torchrun describes in ``env`` (default ``os.environ``); None for one process (WORLD_SIZE unset or 1)."""
+        env = os.environ if env is None else env
+
+        def number(name: str, default: int | None = None) -> int:
+            text = env.get(name)
+            if text is None:
+                if default is None:
+                    raise WorldError(f"WORLD_SIZE={env.get('WORLD_SIZE')} but {name} is not set; launch with torchrun, "
+                                     "or set RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")  # fmt: skip
+                return default
+            try:
+                return int(text)
+            except ValueError:
+                raise WorldError(f"{name}={text!r} is not an integer") from None
+
+        size = number("WORLD_SIZE", 1)
+        if size <= 1:
+            return None
+        rank, local_rank = number("RANK"), number("LOCAL_RANK")
+        if not 0 <= rank < size:
+            raise WorldError(f"RANK={rank} is outside WORLD_SIZE={size} (0..{size - 1})")
+        if not env.get("MASTER_ADDR"):
+            raise WorldError("MASTER_ADDR is not set: the address of the store that the ranks share (torchrun sets it)")
+        return cls(
+            rank=rank, world_size=size, local_rank=local_rank, local_world_size=number("LOCAL_WORLD_SIZE", size),
+            node_rank=number("GROUP_RANK", 0), master_addr=env["MASTER_ADDR"], master_port=number("MASTER_PORT"),
+            agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+            run_id=env.get("TORCHELASTIC_RUN_ID", "none"), restart=number("TORCHELASTIC_RESTART_COUNT", 0),
+        )  # fmt: skip
+
+    def shard_of(self, rank: int, user: tuple[int, int] | None) -> tuple[int, int]:
+        """Rank ``rank``'s slice of the cases (1-based ``(I, N)``), inside the user's ``--shard`` if one was given."""
+        i, n = user or (1, 1)
+        return i + n * rank, n * self.world_size
+
+
+def _gpu_for(local_rank: int, env: Mapping[str, str]) -> str | None:
+    """The GPU (as CUDA_VISIBLE_DEVICES names it) of this local rank; None when fewer are visible."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(local_rank)
+    choices = [v.strip() for v in visible.split(",") if v.strip()]
+    return choices[local_rank] if local_rank < len(choices) else None
+
+
+# ---------------------------------------------------------------- one process
+
+
+class OneProcess:
+    """The world of a plain run: rank 0 of 1. Library functions take this when not under torchrun."""
+
+    rank, world_size, writer = 0, 1, True
+    host = platform.node()
+
+    def __init__(self, stop: Callable[[], object] | None = None):
+        self.stop = stop or (lambda: None)
+
+    def shard(self, user: tuple[int, int] | None) -> tuple[int, int] | None:
+        return user
+
+    def runs_replay(self) -> bool:
+        return True
+
+    def gather(self, label: str, value) -> list["Part"]:
+        return [Part(0, self.host, "", value)]
+
+    def gather_check(self, result: CheckResult) -> CheckResult:
+        return result
+
+
+ONE_PROCESS = OneProcess()
+
+
+# ---------------------------------------------------------------- what rank 0 collects
+
+
+@dataclass
+class Part:
+    """What one rank sent for one gather: its value, or why there is none (``missing``: lost, raised, stopped, finished, diverged)."""
+
+    rank: int
+    host: str
+    device: str  # cpu, or cuda:N with N the host's GPU index
+    value: Any = None
+    missing: str | None = None
+    error: ErrorRecord | None = None  # for a missing value that is an error (lost, raised, finished, diverged)
+    stopped: str | None = None  # for missing == "stopped": the stop reason
+
+
+def _store_error(exc: BaseException) -> bool:
+    import torch.distributed as dist
+
+    return isinstance(exc, (dist.DistError, RuntimeError, ConnectionError, OSError))
+
+
+def _put(store, key: str, value) -> None:
+    blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    chunks = [blob[at : at + CHUNK] for at in range(0, len(blob), CHUNK)] or [b""]
+    for n, chunk in enumerate(chunks):
+        store.set(f"{key}/{n}", chunk)
+    store.set(f"{key}/n", str(len(chunks)))  # last: its presence means the value is whole
+
+
+def _has(store, key: str) -> bool:
+    return store.check([f"{key}/n"])
+
+
+def _take(store, key: str, *, delete: bool = True):
+    count = int(store.get(f"{key}/n"))
+    blob = b"".join(store.get(f"{key}/{n}") for n in range(count))
+    if delete:
+        for name in [*(f"{key}/{n}" for n in range(count)), f"{key}/n"]:
+            store.delete_key(name)
+    return pickle.loads(blob)
+
+
+class _Heartbeat(threading.Thread):
+    """Beats this rank's counter, and watches the counters of ``watched`` ranks (on its own store connection)."""
+
+    def __init__(self, connect: Callable, rank: int, watched: list[int]):
+        super().__init__(name="router-contracts-heartbeat", daemon=True)
+        self._connect, self._rank, self._watched = connect, rank, watched
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+        now = time.monotonic()
+        self._seen = {r: (-1, now) for r in watched}  # rank -> (counter, when it last moved)
+        self.store_gone: str | None = None
+
+    def run(self) -> None:
+        try:
+            store = self._connect()
+            while True:
+                store.add(f"hb/{self._rank}", 1)
+                for r in self._watched:
+                    beat = store.add(f"hb/{r}", 0)
+                    with self._lock:
+                        if beat != self._seen[r][0]:
+                            self._seen[r] = (beat, time.monotonic())
+                if self._halt.wait(HEARTBEAT_S):
+                    return
+        except Exception as exc:  # noqa: BLE001 -- the store is gone: every watched rank counts as lost
+            self.store_gone = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+    def silent_for(self, rank: int) -> float:
+        """Seconds since ``rank``'s counter last moved (infinite once the store is gone)."""
+        if self.store_gone:
+            return float("inf")
+        with self._lock:
+            return time.monotonic() - self._seen[rank][1]
+
+    def close(self) -> None:
+        self._halt.set()
+        self.join(timeout=2 * HEARTBEAT_S)
+
+
+class _SharedStop:
+    """The local stop (signals) joined with the world's: a stop on any rank is posted, and seen by every rank."""
+
+    def __init__(self, local: Callable[[], object], store, rank: int):
+        self._local, self._store, self._rank = local, store, rank
+        self._posted = False
+        self._remote: str | None = None
+        self._next_poll = 0.0
+
+    def __call__(self) -> str | None:
+        reason = self._local() or self._remote
+        if reason:
+            self.post(str(reason))
+            return str(reason)
+        now = time.monotonic()
+        if now >= self._next_poll:
+            self._next_poll = now + STOP_POLL_S
+            try:
+                if self._store.check(["stop"]):
+                    self._remote = self._store.get("stop").decode()
+                elif self._rank != 0 and self._store.check(["exit/n"]):
+                    self._remote = "rank 0 has finished"
+                if self._remote:
+                    self._posted = True
+                    if hasattr(self._local, "stop"):  # StopSignals: its exit code and reason follow
+                        self._local.stop(self._remote)
+            except Exception:  # noqa: BLE001 -- the store is gone; the waits find that out
+                pass
+        return self._remote
+
+    def post(self, reason: str) -> None:
+        if self._posted:
+            return
+        self._posted = True
+        try:
+            self._store.compare_set("stop", "", f"{reason} on rank {self._rank}")  # the first stop wins
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class RankGroup:
+    """A joined torchrun world (``join``): the shared store, the heartbeat, the process group, the gathers."""
+
+    def __init__(self, world: World, store, heartbeat: _Heartbeat, stop: _SharedStop, gpu: str | None):
+        self.world = world
+        self.rank, self.world_size, self.writer = world.rank, world.world_size, world.rank == 0
+        self.host = platform.node()
+        self.gpu = gpu
+        self.stop = stop
+        self._store = store
+        self._heartbeat = heartbeat
+        self._seq = 0
+        self._info: dict[int, dict] = {}
+        self._left: dict[int, dict] = {}
+
+    # -------------------------------------------------------- joining and leaving
+    @classmethod
+    def join(cls, world: World, stop: Callable[[], object]) -> "RankGroup":
+        """Pin the GPU, connect to the store, set up the gloo process group, start the heartbeat."""
+        import torch
+        import torch.distributed as dist
+
+        if torch.cuda.is_initialized():  # the narrowing below would not apply: every rank would use the same GPU
+            raise WorldError(f"rank {world.rank}: CUDA was started before the rank chose its GPU (LOCAL_RANK {world.local_rank}); "
+                             "nothing may touch the GPU before contracts.run.distributed.ranked() runs")  # fmt: skip
+        gpu = _gpu_for(world.local_rank, os.environ)
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu if gpu is not None else ""  # before anything starts CUDA
+
+        timeout = dt.timedelta(seconds=JOIN_TIMEOUT_S)
+
+        def connect(master: bool = False):
+            return dist.TCPStore(world.master_addr, world.master_port, world_size=world.world_size if master else None,
+                                 is_master=master, timeout=timeout, wait_for_workers=False)  # fmt: skip
+
+        where = f"{world.master_addr}:{world.master_port}"
+        try:
+            base = connect(master=world.rank == 0 and not world.agent_store)
+        except Exception as exc:  # noqa: BLE001 -- torch raises several kinds; one line says what to check
+            raise WorldError(f"rank {world.rank} could not reach the store at {where} (MASTER_ADDR:MASTER_PORT) within "
+                             f"{JOIN_TIMEOUT_S:g} s: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None  # fmt: skip
+        attempt = f"router-contracts/{world.run_id}/{world.restart}"
+        # The n-th command a rank runs in this attempt (a script may run several under one torchrun).
+        session = base.add(f"{attempt}/commands/{world.rank}", 1)
+        prefix = f"{attempt}/{session}/"
+        store = dist.PrefixStore(prefix, base)
+        _put(store, f"info/{world.rank}", {"host": platform.node(), "pid": os.getpid(), "local_rank": world.local_rank,
+                                           "node_rank": world.node_rank, "gpu": gpu})  # fmt: skip
+        if not dist.is_initialized():
+            try:  # every rank must arrive: this is the start barrier
+                dist.init_process_group("gloo", store=dist.PrefixStore(prefix + "process_group/", base), rank=world.rank,
+                                        world_size=world.world_size, timeout=timeout)  # fmt: skip
+            except Exception as exc:  # noqa: BLE001
+                raise WorldError(f"rank {world.rank}: the {world.world_size} ranks did not all join the gloo process group "
+                                 f"at {where} within {JOIN_TIMEOUT_S:g} s ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else ''}); on several hosts, GLOO_SOCKET_IFNAME "
+                                 "names the network interface to use") from None  # fmt: skip
+        watched = [r for r in range(world.world_size) if r != world.rank] if world.rank == 0 else [0]
+        heartbeat = _Heartbeat(lambda: dist.PrefixStore(prefix, connect()), world.rank, watched)
+        heartbeat.start()
+        return cls(world, store, heartbeat, _SharedStop(stop, store, world.rank), gpu)
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        self._heartbeat.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def info(self, rank: int) -> dict:
+        if rank not in self._info:
+            try:
+                self._info[rank] = _take(self._store, f"info/{rank}", delete=False)
+            except Exception:  # noqa: BLE001
+                self._info[rank] = {"host": "?", "pid": None, "gpu": None}
+        return self._info[rank]
+
+    def _where(self, rank: int) -> str:
+        info = self.info(rank)
+        return f"rank {rank} (host {info['host']}, pid {info['pid']})"
+
+    # -------------------------------------------------------- the cases of this rank
+    def shard(self, user: tuple[int, int] | None) -> tuple[int, int]:
+        return self.world.shard_of(self.rank, user)
+
+    def runs_replay(self) -> bool:
+        """A replay is one case: rank 0 runs it, the others run nothing."""
+        return self.rank == 0
+
+    # -------------------------------------------------------- gathering
+    def _wait(self, ready: Callable[[], bool], peer: int, *, on_left: bool = True, on_exit: bool = False) -> str:
+        """Wait until ``ready()``: ``"ready"``; ``"left"`` (the peer's command ended), ``"exit"`` (rank 0 posted its
+        exit code), or ``"lost"`` (the peer is silent, or the store is gone) end the wait sooner."""
+        while True:
+            try:
+                if ready():
+                    return "ready"
+                if on_left and self._store.check([f"left/{peer}/n"]):
+                    return "left"
+                if on_exit and self._store.check(["exit/n"]):
+                    return "exit"
+            except Exception as exc:  # noqa: BLE001
+                if _store_error(exc):
+                    return "lost"
+                raise
+            if self._heartbeat.silent_for(peer) > LOST_AFTER_S:
+                return "lost"
+            time.sleep(POLL_S)
+
+    def _left_record(self, rank: int) -> dict:
+        if rank not in self._left:
+            try:
+                self._left[rank] = _take(self._store, f"left/{rank}", delete=False)
+            except Exception:  # noqa: BLE001
+                self._left[rank] = {}
+        return self._left[rank]
+
+    def gather(self, label: str, value) -> list[Part] | None:
+        """Every rank's ``value`` for the same step (``label`` names it); the list on rank 0, None elsewhere."""
+        self._seq += 1
+        key = f"part/{self._seq}"
+        device = getattr(value, "summary", None) and value.summary.device or ""
+        mine = {"label": label, "value": value, "host": self.host, "device": self._device(device)}
+        if self.rank != 0:
+            _put(self._store, f"{key}/{self.rank}", mine)
+            return None
+        parts = [Part(0, self.host, mine["device"], value)]
+        for r in range(1, self.world_size):
+            parts.append(self._collect(key, r, label, kind=mine["device"].split(":")[0]))
+        return parts
+
+    def _device(self, device: str, gpu: str | None = None) -> str:
+        gpu = self.gpu if gpu is None else gpu
+        if device.startswith("cuda") and gpu is not None:
+            return f"cuda:{gpu}"
+        return device or "cpu"
+
+    def _collect(self, key: str, r: int, label: str, kind: str) -> Part:
+        """Rank ``r``'s record for this gather; a ``Part`` that says why there is none (lost, raised, stopped, diverged)."""
+        host = self.info(r)["host"]
+        device = self._device(kind, self.info(r).get("gpu"))  # the device it was to use, for records it did not send
+        try:
+            how = self._wait(lambda: _has(self._store, f"{key}/{r}"), r)
+            if how == "ready":
+                got = _take(self._store, f"{key}/{r}")
+                if got["label"] != label:
+                    message = f"rank {r} sent its record for {got['label']!r} where rank 0 gathered {label!r}: the ranks ran different steps"
+                    return Part(r, host, got["device"], missing="diverged", error=ErrorRecord("rank_diverged", f"rank {r}", message))
+                return Part(r, got["host"], got["device"], got["value"])
+        except KeyboardInterrupt:  # a second signal on rank 0 while it waits: write what came
+            return Part(r, host, device, missing="stopped", stopped=f"not collected: rank 0 was interrupted while waiting for rank {r}")
+        if how == "lost":
+            gone = self._heartbeat.store_gone
+            why = (f"the shared store is gone ({gone}): the launcher ended" if gone
+                   else f"no heartbeat for {LOST_AFTER_S:g} s")  # fmt: skip
+            message = (f"{self._where(r)} was lost before it sent its record for {label!r} ({why}): it died or its host "
+                       "went away, and its share of the cases is not in these counts; torchrun's log names its exit code")  # fmt: skip
+            return Part(r, host, device, missing="lost", error=ErrorRecord("rank_lost", f"rank {r}", message))
+        left = self._left_record(r)
+        if left.get("error"):
+            e = left["error"]
+            message = f"{self._where(r)} raised {e['type']}: {e['message']}; its share of the cases is not in these counts"
+            return Part(r, host, device, missing="raised", error=ErrorRecord("rank_exception", f"rank {r}", message, e["traceback"]))
+        if left.get("stopped"):
+            return Part(r, host, device, missing="stopped", stopped=f"rank {r} was stopped ({left['stopped']}) before it ran {label!r}")
+        message = f"{self._where(r)} finished its command without running {label!r}: the ranks ran different steps"
+        return Part(r, host, device, missing="finished", error=ErrorRecord("rank_diverged", f"rank {r}", message))
+
+    def gather_check(self, result: CheckResult) -> CheckResult:
+        """One check's results from every rank as one: the whole record on rank 0, its summary on the others.
+
+        Every rank gets the combined summary back, so what each does next (a
+        nightly's pairs, the exit code) is decided on the same facts.
+        """
+        parts = self.gather(result.summary.label, result)
+        key = f"whole/{self._seq}"
+        if parts is not None:
+            combined = combine_checks(parts, world=self.world)
+            _put(self._store, key, combined.summary)
+            return combined
+        how = self._wait(lambda: _has(self._store, key), 0, on_left=False, on_exit=True)
+        if how == "ready":
+            return CheckResult(_take(self._store, key, delete=False))
+        raise RankReleased(how)
+
+    # -------------------------------------------------------- ending
+    def leave(self, *, code: int | None = None, error: BaseException | None = None) -> None:
+        """Say that this rank's command ended (with its error, if it raised)."""
+        record: dict = {"code": code}
+        if isinstance(error, KeyboardInterrupt):
+            record["stopped"] = "KeyboardInterrupt"
+        elif error is not None:
+            record["error"] = {"type": type(error).__name__, "message": str(error).splitlines()[0] if str(error) else "",
+                               "traceback": "".join(traceback.format_exception(error))[-8000:]}  # fmt: skip
+        elif self.stop():
+            record["stopped"] = self.stop()
+        try:
+            _put(self._store, f"left/{self.rank}", record)
+            if self.rank == 0:
+                _put(self._store, "exit", 1 if code is None else code)
+        except Exception:  # noqa: BLE001 -- the store is gone; nobody is waiting any more
+            pass
+
+    def outcome(self, code: int | None) -> int:
+        """The command's exit code: rank 0's, on every rank. Rank 0 waits for the others to read it before it goes."""
+        if self.rank == 0:
+            for r in range(1, self.world_size):
+                self._wait(lambda r=r: self._store.check([f"bye/{r}"]), r, on_left=False)
+            return 1 if code is None else code
+        how = self._wait(lambda: self._store.check(["exit/n"]), 0, on_left=False)
+        if how != "ready":
+            print(f"rank {self.rank}: rank 0 was lost before it wrote the bundle; this rank's results are in no bundle", file=sys.stderr)
+            return 1
+        try:
+            exit_code = int(_take(self._store, "exit", delete=False))
+            self._store.set(f"bye/{self.rank}", "1")
+        except Exception:  # noqa: BLE001
+            return 1
+        return exit_code
+
+
+# ---------------------------------------------------------------- combining one check's parts
+
+
+def _rank_entry(part: Part, world: World | None, user_shard: tuple[int, int] | None) -> dict:
+    entry: dict = {"rank": part.rank, "host": part.host, "device": part.device}
+    summary = part.value.summary if part.value is not None else None
+    entry["rows_checked"] = summary.rows_checked if summary else 0
+    entry["status"] = summary.status.value if summary else (Status.INTERRUPTED.value if part.missing == "stopped" else Status.ERROR.value)
+    entry["duration_s"] = summary.duration_s if summary else None
+    if summary and summary.stages:
+        entry["stages"] = summary.stages
+    if world is not None:
+        i, n = world.shard_of(part.rank, user_shard)
+        entry["shard"] = f"{i}/{n}"
+    reason = (summary.reason or summary.interrupted or (summary.error.message if summary.error else None)) if summary else (
+        part.error.message if part.error else part.stopped)  # fmt: skip
+    if reason and entry["status"] != Status.PASS.value:
+        entry["reason"] = reason
+    return entry
+
+
+def combine_checks(parts: list[Part], *, world: World | None = None) -> CheckResult:
+    """The ranks' results of one check as one record, with the counts of a one-process run over the same cases.
+
+    Counts are summed (``reports.merge.sum_summaries``); the cells are the
+    ranks' cells put back in the plan's order and kept by the cell policy
+    of one run (``reports.cells``, as the merge of shards does), so they are
+    the cells a one-process run keeps; details are merged. Stage seconds and rows
+    are summed over the ranks (``ranks[].stages`` has each rank's), ``wall``
+    is the world's. A rank that sent nothing, or could not run the candidate
+    while others did, leaves its share unchecked: that is an ``error`` naming
+    the rank (a rank that was stopped before it started is ``interrupted``).
+    The duration is the slowest rank's, so rows/s is the world's rate.
+    """
+
+    results = [p.value for p in parts if p.value is not None]
+    summaries = [r.summary for r in results]
+    ran = [s for s in summaries if s.status is not Status.UNAVAILABLE]
+    problems: list[tuple[Part, ErrorRecord | None, str | None]] = [(p, p.error, p.stopped) for p in parts if p.value is None]
+    if ran:
+        for p in parts:
+            s = p.value.summary if p.value is not None else None
+            if s is not None and s.status is Status.UNAVAILABLE:
+                message = f"rank {p.rank} (host {p.host}) could not run {s.label}: {s.reason}; its share of the cases is not in these counts"
+                problems.append((p, ErrorRecord("rank_unavailable", f"rank {p.rank}", message), None))
+    problems += _plan_differences(parts, ran)
+    user_shard = _user_shard(summaries)
+    ranks = [_rank_entry(p, world, user_shard) for p in parts]
+    world_size = world.world_size if world is not None else len(parts)
+    if not ran and not problems:  # unavailable on every rank: rank 0's reason says why
+        summary = dataclasses.replace(summaries[0], world_size=world_size, ranks=ranks)
+        return CheckResult(summary)
+    base = ran[0] if ran else summaries[0] if summaries else None
+    if base is None:
+        raise ValueError("no rank sent a record for this check")
+    merged = sum_summaries(ran, base) if ran else dataclasses.replace(base)
+    merged.world_size, merged.ranks = world_size, ranks
+    durations = [s.duration_s for s in ran if s.duration_s]
+    merged.duration_s = round(max(durations), 3) if durations else None
+    merged.rows_per_s = round(merged.rows_checked / merged.duration_s, 1) if merged.duration_s else None
+    rank_errors = [e for _, e, _ in problems if e is not None]
+    first_error = next(((p.rank, p.value.summary.error) for p in parts if p.value is not None and p.value.summary.error), None)
+    if rank_errors:
+        merged.error = rank_errors[0]
+    elif first_error is not None:
+        rank, error = first_error
+        merged.error = dataclasses.replace(error, message=f"rank {rank}: {error.message}")
+    # Each rank's note on its own cell sample gives its own numbers: the note of the whole (below) stands in for them.
+    notes = [n for n in merged.notes if not n.startswith("mismatch cells:")]
+    merged.notes = list(dict.fromkeys([*notes, *(e.message for e in rank_errors[1:]), *(s for _, _, s in problems if s)]))
+    merged.stages = _summed_stages([s.stages for s in ran if s.stages], merged.duration_s)
+    statuses = [s.status for s in ran] + [Status.ERROR if e is not None else Status.INTERRUPTED for _, e, _ in problems]
+    if merged.mismatched_rows:
+        statuses.append(Status.FAIL)
+    merged.status = worst_status(statuses)
+    if any(e is not None and e.kind in ("rank_lost", "rank_exception") for _, e, _ in problems):
+        # torchrun stops the other ranks when one dies: their interruption is the consequence, the death the cause.
+        merged.status = Status.ERROR
+    if merged.status is Status.INTERRUPTED and not merged.interrupted:
+        merged.interrupted = next(s for _, _, s in problems if s)
+    keeper = CellKeeper(int((merged.options or {}).get("max_cells", 100_000)))
+    for frame in _cells_in_plan_order([r.cells for r in results if r.cells is not None and len(r.cells)], merged):
+        keeper.keep(frame)
+    cells = keeper.table(CELL_COLUMNS)
+    merged.cells_recorded, merged.cells_capped = keeper.kept, merged.cells_total > keeper.kept
+    note = keeper.note(merged.cells_total)
+    if note:
+        merged.notes.append(note)
+    details = merge_details([r.details for r in results])
+    return CheckResult(merged.validate("combined ranks"), cells, details)
+
+
+def _plan_differences(parts: list[Part], ran: list[Summary]) -> list[tuple[Part, ErrorRecord, None]]:
+    """Ranks whose plan options differ from the first rank's that ran: their shards are not slices of one plan."""
+    if not ran:
+        return []
+    first = ran[0]
+    first_rank = next(p.rank for p in parts if p.value is not None and p.value.summary is first)
+    out = []
+    for p in parts:
+        s = p.value.summary if p.value is not None else None
+        if s is None or s is first or s.status is Status.UNAVAILABLE:
+            continue
+        a, b = s.options or {}, first.options or {}
+        for key in PLAN_OPTIONS:
+            if key in a and key in b and a[key] != b[key]:
+                message = (f"rank {p.rank} (host {p.host}) planned its cases with {key}={a[key]!r} where rank {first_rank} used "
+                           f"{b[key]!r}: the ranks split different plans, so these counts are not one run's; run every rank on the "
+                           "same kind of device")  # fmt: skip
+                out.append((p, ErrorRecord("rank_plan_differs", f"rank {p.rank}", message), None))
+                break
+    return out
+
+
+def _summed_stages(stages: list[dict], wall: float | None) -> dict | None:
+    """Per stage, the seconds and rows of all ranks (rows/s is then per rank-second); the world's wall time; the largest peak RSS."""
+    if not stages:
+        return None
+    out: dict = {}
+    for ranked_stages in stages:
+        for name, value in ranked_stages.items():
+            if isinstance(value, dict) and "rows" in value:
+                into = out.setdefault(name, {"seconds": 0.0, "rows": 0})
+                into["seconds"] += value.get("seconds") or 0.0
+                into["rows"] += value.get("rows") or 0
+    for value in out.values():
+        value["seconds"] = round(value["seconds"], 3)
+        value["rows_per_s"] = round(value["rows"] / value["seconds"], 1) if value["seconds"] > 0 else None
+    out["wall"] = {"seconds": wall}
+    peaks = [x["peak_rss_mb"] for x in stages if isinstance(x.get("peak_rss_mb"), (int, float))]
+    if peaks:
+        out["peak_rss_mb"] = max(peaks)
+    return out
+
+
+def _user_shard(summaries: list[Summary]) -> tuple[int, int] | None:
+    shard = next((s.shard for s in summaries if s.shard), None)
+    if not shard:
+        return None
+    i, n = (int(x) for x in shard.split("/"))
+    return i, n
+
+
+# ---------------------------------------------------------------- running a command on every rank
+
+
+def _ignore_signals(stop) -> None:
+    """The work is done: when one rank exits non-zero torchrun SIGTERMs the others, which must not break off their ending."""
+    if hasattr(stop, "writing"):  # StopSignals: no KeyboardInterrupt on a further signal
+        stop.writing = True
+
+
+def ranked(body: Callable[[Any], int], *, stop: Callable[[], object], env: Mapping[str, str] | None = None) -> int:
+    """Run a command's ``body(world)`` here: once, or as this rank of a torchrun world; the exit code.
+
+    ``world`` is ``OneProcess`` without torchrun, else a joined ``RankGroup``
+    (``world.stop`` is the shared stop to pass on). Under torchrun, ranks
+    other than 0 print nothing to stdout, and every rank returns rank 0's code.
+    """
+    world = World.from_env(env)
+    if world is None:
+        return body(OneProcess(stop))
+    group = RankGroup.join(world, stop)
+    try:
+        quiet = open(os.devnull, "w") if group.rank != 0 else None
+        with contextlib.redirect_stdout(quiet) if quiet else contextlib.nullcontext():
+            try:
+                code = body(group)
+            except RankReleased:
+                code = None
+            except BaseException as exc:
+                _ignore_signals(stop)
+                if group.rank == 0:
+                    group.stop.post(f"rank 0 failed ({type(exc).__name__})")
+                    group.leave(code=1, error=exc)
+                    group.outcome(1)
+                else:
+                    group.leave(error=exc)
+                    group.outcome(None)  # wait for rank 0, so the other ranks' work is not cut short
+                raise
+            _ignore_signals(stop)
+            group.leave(code=code)
+            return group.outcome(code)
+    finally:
+        if group.rank != 0:
+            quiet.close()
+        group.close()
