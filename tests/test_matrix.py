@@ -161,6 +161,19 @@ def test_page_escapes_names_and_loads_nothing(bundle):
     assert 'src="data:image/png;base64,' in page
 
 
+def test_a_crashing_candidate_is_a_reported_error_and_the_others_go_on(tmp_path):
+    crashing = "tests.planted.segfault:route"
+    code, stdout, _ = _quiet(matrix.main, ["--candidate", f"oracle,{crashing},torch-native", "--rows", "300", "--families", FAMILIES,
+                                           "--device", "cpu", "--out", str(tmp_path / "m"), "--quiet"])  # fmt: skip
+    assert code == ExitCode.FAILED
+    r = read_matrix(tmp_path / "m")
+    dead = r.member(crashing)
+    assert dead.isolated and dead.status.value == "error" and dead.error.kind == "crash" and "SIGSEGV" in dead.error.message
+    assert dead.rows_answered > 0, "it answered two cases before it crashed"
+    assert r.pair("oracle", crashing).not_compared == {f"{crashing} stopped with an error": r.rows_run - dead.rows_answered}
+    assert r.pair("oracle", "torch-native").rows_compared == r.rows_run, "the others ran every case"
+
+
 # ---------------------------------------------------------------- prefill/decode
 
 

@@ -324,7 +324,7 @@ class _Loop:
         answers, missing, calls = {}, {}, {}
         for m in (*self.members, *self.sides):
             if not m.live:
-                missing[m.name] = f"{m.name} did not run ({m.record.status.value})"
+                missing[m.name] = f"{m.name} stopped with an error" if m.record.status is Status.ERROR else f"{m.name} is unavailable here"
                 continue
             try:
                 call = m.answer(spec, case)
