@@ -4,6 +4,8 @@
 #           sglang-torch, vllm-torch, and the prefill/decode view radix4 below 1024 rows vs sglang-radix above;
 #   k2      the matrix at 384/8 (Kimi-K2) with flashinfer-noaux: radix4, block-argmax, torch-native,
 #           sglang-triton, sglang-torch, vllm-torch, flashinfer-noaux;
+#   dsv3    the matrix under deepseek-v3 (256/8, 8 groups, 4 kept): sglang-triton, flashinfer-noaux,
+#           sglang-torch, vllm-torch, lmdeploy-torch;
 #   checks  each CUDA engine candidate against the aiter contract (what it breaks: the measurement its
 #           declared deviations in contracts/candidates/engines.py are still waiting for).
 # Bundles go to /tmp/matrix-bundles and are tarred into $OUT/matrix-bundles.tgz; the tables and the
@@ -12,7 +14,7 @@
 # The GPU host has no internet and no engine installed: the engine files travel as the ignored folder
 # .engines/ (about 1 MB), written beforehand on a machine with the cached wheels and nvcc:
 #   bash scripts/engines.sh download && python -m kernels.engines.extract --to .engines
-#   OUT=/tmp/out bash benchmarks/h200_matrix.sh [k3|k2|checks|all] [ROWS]
+#   OUT=/tmp/out bash benchmarks/h200_matrix.sh [k3|k2|dsv3|checks|all] [ROWS]
 # (the device tool: carry [".engines"]). Run one phase per 10-minute command: at the default 50,000 rows a
 # phase should fit (an estimate: not yet run on the H200; every candidate starts a worker, ~10 s each, and
 # the comparisons of the 28 pairs dominate). flashinfer-noaux always renormalizes: it raises on the cases
@@ -57,6 +59,9 @@ esac
 case "$PHASE" in k2|all)
     matrix k2 --experts 384 --topk 8 \
         --candidate radix4,block-argmax,torch-native,sglang-triton,sglang-torch,vllm-torch,flashinfer-noaux
+esac
+case "$PHASE" in dsv3|all)
+    matrix dsv3 --contract deepseek-v3 --candidate sglang-triton,flashinfer-noaux,sglang-torch,vllm-torch,lmdeploy-torch
 esac
 case "$PHASE" in checks|all)
     echo "== checks of the CUDA engine candidates under aiter"

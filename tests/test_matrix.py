@@ -174,6 +174,19 @@ def test_a_crashing_candidate_is_a_reported_error_and_the_others_go_on(tmp_path)
     assert r.pair("oracle", "torch-native").rows_compared == r.rows_run, "the others ran every case"
 
 
+def test_grouped_matrix_shows_the_engines_group_masks(tmp_path):
+    here, missing = _engines_here()
+    if not {"sglang-torch", "lmdeploy-torch"} <= set(here):
+        pytest.skip(f"needs sglang and lmdeploy: {missing}")
+    code, _, stderr = _quiet(matrix.main, ["--candidate", "oracle,sglang-torch,lmdeploy-torch", "--contract", "deepseek-v3",
+                                           "--rows", "800", "--no-isolate", "--device", "cpu", "--out", str(tmp_path / "g"), "--quiet"])  # fmt: skip
+    assert code == ExitCode.OK, stderr
+    r = read_matrix(tmp_path / "g")
+    assert (r.contract, r.experts, r.topk) == ("deepseek-v3", 256, 8)
+    assert r.member("sglang-torch").status.value == r.member("lmdeploy-torch").status.value == "pass"
+    assert "group_mask" in r.pair("sglang-torch", "lmdeploy-torch").causes, "-inf against 0.0 for the dropped groups"
+
+
 # ---------------------------------------------------------------- prefill/decode
 
 
@@ -215,7 +228,7 @@ def test_split_replay_line_reruns_the_row(tmp_path):
     (["--candidate", "oracle,oracle"], "more than once"),
     (["--split", "oracle@64"], "must be A:B@M0"),
     (["--split", "oracle:oracle@1"], "at least 2"),
-    (["--candidate", "oracle,torch-native", "--contract", "deepseek-v3"], "not a contract the harness checks"),
+    (["--candidate", "oracle,torch-native", "--contract", "nope"], "not a known contract"),
     (["--candidate", "oracle,torch-native", "--row", "2"], "--row needs --replay"),
 ])  # fmt: skip
 def test_usage_errors_are_one_line(args, needle, tmp_path):

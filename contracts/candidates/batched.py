@@ -59,13 +59,13 @@ def _check_split(side: str, m0: int) -> None:
 def _below(route, m0: int):
     size = m0 - 1
 
-    def call(scores, bias, topk, renormalize, routed_scaling_factor):
+    def call(scores, bias, topk, renormalize, routed_scaling_factor, **groups):
         rows = scores.shape[0]
         if rows < m0:
-            return route(scores, bias, topk, renormalize, routed_scaling_factor)
+            return route(scores, bias, topk, renormalize, routed_scaling_factor, **groups)
         import torch
 
-        parts = [route(scores[start : start + size], bias, topk, renormalize, routed_scaling_factor) for start in range(0, rows, size)]
+        parts = [route(scores[start : start + size], bias, topk, renormalize, routed_scaling_factor, **groups) for start in range(0, rows, size)]
         for part in parts:
             if not (isinstance(part, (tuple, list)) and len(part) == 2 and all(isinstance(t, torch.Tensor) for t in part)):
                 return part  # not an answer: the comparison says what it is
@@ -75,12 +75,12 @@ def _below(route, m0: int):
 
 
 def _at_least(route, m0: int):
-    def call(scores, bias, topk, renormalize, routed_scaling_factor):
+    def call(scores, bias, topk, renormalize, routed_scaling_factor, **groups):
         rows = scores.shape[0]
         if rows >= m0 or rows == 0:
-            return route(scores, bias, topk, renormalize, routed_scaling_factor)
+            return route(scores, bias, topk, renormalize, routed_scaling_factor, **groups)
         tiled = scores.repeat(math.ceil(m0 / rows), 1)[:m0]
-        answer = route(tiled, bias, topk, renormalize, routed_scaling_factor)
+        answer = route(tiled, bias, topk, renormalize, routed_scaling_factor, **groups)
         if isinstance(answer, (tuple, list)) and len(answer) == 2 and all(hasattr(t, "shape") and t.dim() == 2 for t in answer):
             return answer[0][:rows], answer[1][:rows]
         return answer
@@ -102,8 +102,8 @@ def batched(base: Candidate, side: str, m0: int, *, base_lookup: str | None = No
     def real() -> Candidate:
         return get_candidate(lookup)
 
-    def route(scores, bias, topk, renormalize, routed_scaling_factor):
-        return wrap(real().route, m0)(scores, bias, topk, renormalize, routed_scaling_factor)
+    def route(scores, bias, topk, renormalize, routed_scaling_factor, **groups):
+        return wrap(real().route, m0)(scores, bias, topk, renormalize, routed_scaling_factor, **groups)
 
     def route_for_contract(contract: str):
         return wrap(real().route_under(contract), m0)
@@ -111,7 +111,7 @@ def batched(base: Candidate, side: str, m0: int, *, base_lookup: str | None = No
     def covered(*, rows: int, **shape) -> bool:
         ask = real().covered
         if side == AT_LEAST:
-            return ask(rows=max(rows, m0), **shape)
+            return ask(rows=max(rows, m0), **shape) and (base.max_rows is None or max(rows, m0) <= base.max_rows)
         if rows < m0:
             return ask(rows=rows, **shape)
         rest = rows % (m0 - 1)
@@ -132,6 +132,9 @@ def batched(base: Candidate, side: str, m0: int, *, base_lookup: str | None = No
         third_party=base.third_party,
         origin=base.origin,
         route_for_contract=route_for_contract if base.route_for_contract else None,
+        max_rows=base.max_rows,
+        coverage=base.coverage,
+        contracts=tuple(base.contracts),
     )
 
 

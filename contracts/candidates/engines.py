@@ -19,14 +19,13 @@ Every engine candidate runs another project's code, so it is
 default, where a crash or hang is a reported error.
 
 Contract: each claims ``aiter``, the Kimi contract (896/16 and Kimi-K2's
-384/8); the torch routers also declare their deviations under
-``deepseek-v3``, the grouped contract of their DeepSeek-V3 path, for when
-grouped contracts are checked. The declared deviations below are what the
-harness measured (``MEASURED_WITH`` names the command), one clause per line
-with why; every clause the run saw broken is declared, none that it did
-not see. The CUDA adapters declare nothing yet: they
-are measured on the H200 (``benchmarks/h200_matrix.sh`` runs their checks),
-and until then every difference they have shows as a mismatch.
+384/8), and all but ``sglang-radix`` (896/16 only) also serve
+``deepseek-v3``, the grouped contract of the DeepSeek-V3 path. The declared
+deviations below are what the harness measured (``MEASURED_WITH`` names the
+command), one clause per line with why: every clause the run saw broken is
+declared, none that it did not see. The CUDA adapters declare nothing yet:
+they are measured on the H200 (``benchmarks/h200_matrix.sh checks``), and
+until then every difference they have shows as a mismatch.
 """
 
 from __future__ import annotations
@@ -38,7 +37,8 @@ from kernels.engines import set_engine_path as _set_engine_path
 
 from .registry import Candidate, register
 
-__all__ = ["DESCRIPTIONS", "ENGINE_DEVIATIONS", "ENV_ENGINE_PATH", "MEASURED_WITH", "engine_candidate", "set_engine_path"]
+__all__ = ["CONTRACTS", "COVERAGE", "DESCRIPTIONS", "ENGINE_DEVIATIONS", "ENV_ENGINE_PATH", "MEASURED_WITH", "engine_candidate",
+           "set_engine_path"]  # fmt: skip
 
 DESCRIPTIONS = {
     "sglang-torch": "SGLang 0.5.23's torch router biased_grouped_topk_impl, loaded from the installed file (eager)",
@@ -50,21 +50,29 @@ DESCRIPTIONS = {
     "flashinfer-noaux": "FlashInfer 0.7.2's noAuxTcKernels.cu (Kimi-K2 384/8, DeepSeek-V3 shapes; sm_89+)",
 }
 
+# What each adapter's covered() serves, in words (the skip reason of the rows it does not), and the contracts
+# whose shapes it routes (`--candidate all --contract X` checks the candidates that serve X).
+COVERAGE = {
+    "lmdeploy-torch": "lmdeploy's noaux_tc router always takes a correction bias",
+    "sglang-radix": "SGLang's radix router serves 896 experts, top-16, no groups, bf16 or fp32 logits",
+    "sglang-radix-unsorted": "SGLang's radix router serves 896 experts, top-16, no groups, bf16 or fp32 logits",
+    "sglang-triton": "SGLang's Triton router serves any E and top-k whose groups divide E",
+    "flashinfer-noaux": "FlashInfer's noaux_tc kernel serves one group with E <= 384 and top-k <= 8, or DeepSeek-V3's "
+                        "grouped shapes, bf16/fp16/fp32",
+}  # fmt: skip
+CONTRACTS = {name: ("aiter",) if name.startswith("sglang-radix") else ("aiter", "deepseek-v3") for name in ADAPTERS}
+
 # What measured each candidate's deviations, per contract (CPU, torch 2.13.0, the engines installed with
-# scripts/engines.sh install). aiter: the check command; the same run at --experts 384 --topk 8 breaks the same
-# clauses. deepseek-v3: `check` does not pass expert groups to candidates yet, so the harness's cases (256/8,
-# 8 groups, 4 kept) went through compare_case under deepseek-v3 with the groups passed to the route, 6,000 rows
-# over every family; tests/test_engine_candidates.py repeats that on the families that show each clause.
+# scripts/engines.sh install; 20,000 rows over every family that applies to the contract). Under aiter the same
+# run at --experts 384 --topk 8 (Kimi-K2) breaks the same clauses.
 MEASURED_WITH = {
-    name: {
-        "aiter": f"python -m contracts check --candidate {name} --contract aiter --rows 20000 --no-isolate",
-        "deepseek-v3": "tests/test_engine_candidates.py::test_grouped_declarations_are_what_the_harness_measures (6,000 rows)",
-    }
+    name: {contract: f"python -m contracts check --candidate {name} --contract {contract} --rows 20000 --no-isolate"
+           for contract in ("aiter", "deepseek-v3")}
     for name in ("sglang-torch", "vllm-torch", "lmdeploy-torch")
-}
+}  # fmt: skip
 
 # What all three torch routers share: `scores = logits.sigmoid()` in the logits' dtype, then
-# `torch.topk(scores + bias, k, sorted=False)` (spec section 10).
+# `torch.topk(scores + bias, k, sorted=False)` (docs/engines.md, each adapter).
 _TORCH_ROUTER = {
     "selection": "sigmoid and ranking add in the logits' dtype: bf16 logits rank bf16 sigmoids, "
                  "which choose other experts than the fp32 sigmoid",
@@ -81,8 +89,9 @@ _GROUPED_TORCH_ROUTER = {
                   "group-score ties in its own order: experts of groups the contract drops are chosen",
 }  # fmt: skip
 
-# contract -> {clause: why}, per candidate. Measured with MEASURED_WITH[name][contract]: the clauses the run saw
-# broken (summary.json's clauses_broken), with the family that shows each where it is not every bf16 one.
+# contract -> {clause: why}, per candidate. Measured with MEASURED_WITH[name][contract]: every clause a row of the
+# run broke (rows counted under each clause they break: the families' clauses_broken, expected_clauses once
+# declared), with the family that shows each where it is not every bf16 one.
 ENGINE_DEVIATIONS: dict[str, dict[str, dict[str, str]]] = {
     "sglang-torch": {
         "aiter": {
@@ -161,6 +170,8 @@ def engine_candidate(adapter: Adapter) -> Candidate:
         expected_deviations={contract: dict(d) for contract, d in ENGINE_DEVIATIONS.get(adapter.name, {}).items()},
         third_party=True,
         origin=adapter.module,
+        coverage=COVERAGE.get(adapter.name, ""),
+        contracts=CONTRACTS[adapter.name],
     )
 
 

@@ -39,13 +39,14 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                     help="candidates (names or package.module:attr), comma-separated or repeated; the matrix's rows and columns in this order")  # fmt: skip
     ap.add_argument("--split", metavar="A:B@M0",
                     help="prefill/decode view: A in batches below M0 rows, B at M0 rows or more, on the same rows (e.g. radix4:aiter@1024)")  # fmt: skip
-    ap.add_argument("--contract", help="contract of the comparisons and of the oracle column (default: the one most candidates claim)")
+    ap.add_argument("--contract", metavar="NAME|FILE.toml",
+                    help="contract of the comparisons and of the oracle column: a built-in name or a contract file (default: the one most candidates claim)")  # fmt: skip
     ap.add_argument("--rows", type=row_count, default=DEFAULT_ROWS, help=f"rows over all families (default {DEFAULT_ROWS:,})")
     ap.add_argument("--families", help="comma-separated subset of the families")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", help="cpu or cuda, one for all candidates (default: cuda when torch sees a GPU)")
-    ap.add_argument("--experts", type=positive_int("--experts 896"), default=896)
-    ap.add_argument("--topk", type=positive_int("--topk 16"), default=16)
+    ap.add_argument("--experts", type=positive_int("--experts 896"), help="experts E (default: the contract's, 896 for aiter)")
+    ap.add_argument("--topk", type=positive_int("--topk 16"), help="top-k (default: the contract's, 16 for aiter)")
     ap.add_argument("--replay", metavar="FAMILY:SEED:ROWS", help="run exactly one case (from a replay line)")
     ap.add_argument("--row", type=int, help="with --replay: print this row of every answer side by side")
     ap.add_argument("--out", type=Path, help="bundle directory (default reports/<UTC time>-matrix-<candidates>); must be empty unless --force")
@@ -72,7 +73,7 @@ def _print_row(answers: dict, row: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..commands.check import _check_device
+    from ..commands.check import _check_device, check_contract
     from ..run.options import OptionError, parse_families, parse_replay, parse_split
 
     names = _names(args.candidate)
@@ -81,29 +82,28 @@ def run(args: argparse.Namespace) -> int:
         if not names and split is None:
             raise OptionError("--candidate A,B,... or --split A:B@M0 is required; e.g. --candidate oracle,torch-native")
         families = parse_families(args.families)
+        if args.topk and args.experts and args.topk > args.experts:
+            raise OptionError(f"--topk {args.topk} is larger than --experts {args.experts}; choose --topk <= {args.experts}")
         if args.row is not None and not args.replay:
             raise OptionError("--row needs --replay FAMILY:SEED:ROWS")
-        replay = parse_replay(args.replay, args.experts, args.topk) if args.replay else None
+        replay = parse_replay(args.replay, 1, 1) if args.replay else None  # checked now; shaped by the contract later
         if replay is not None and args.row is not None and not 0 <= args.row < replay.rows:
             raise OptionError(f"--row {args.row} is outside the case's {replay.rows} rows (0..{replay.rows - 1})")
     except OptionError as exc:
         raise UsageError(str(exc)) from None
     device = _check_device(args.device)
 
-    import oracle
-
     from ..candidates.worker import Interrupted
     from ..reports.matrix import render_matrix_table
     from ..run.matrix import run_matrix
     from ..run.signals import StopSignals
 
-    if args.contract is not None and args.contract not in oracle.CONTRACTS:
-        raise UsageError(f"--contract {args.contract!r} is not a contract the harness checks; choose from {', '.join(sorted(oracle.CONTRACTS))}")
+    check_contract(args.contract)
     with StopSignals() as stop:
         try:
             done = run_matrix(
                 names, contract=args.contract, split=split, rows=args.rows, seed=args.seed, families=families, device=device,
-                experts=args.experts, topk=args.topk, replay=replay, show_row=args.row, isolate=args.isolate,
+                experts=args.experts, topk=args.topk, replay=args.replay, show_row=args.row, isolate=args.isolate,
                 timeout=args.timeout, out=args.out, force=args.force, progress=not args.quiet, command=args.command_line, stop=stop,
             )  # fmt: skip
         except OptionError as exc:

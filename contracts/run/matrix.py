@@ -42,13 +42,13 @@ from typing import Callable
 from ..candidates import Candidate
 from ..candidates.batched import AT_LEAST, BELOW, batched_name
 from ..candidates.worker import Interrupted, Worker, WorkerFailure
-from ..cases import FAMILY_NAMES, CaseSpec, iter_plan, planned_rows
+from ..cases import CaseSpec
 from ..reports.bundle import prepare_out, write_matrix_bundle
 from ..reports.schema import AgainstSides, ErrorRecord, MatrixMember, MatrixPair, MatrixReport, PairExample, PairFamily, SplitView, Status
-from .checks import DEFAULT_TIMEOUT_S, Target, bundle_dirname, default_out, resolve, should_isolate
+from .checks import DEFAULT_TIMEOUT_S, Target, _Plan, bundle_dirname, default_out, resolve, should_isolate
 from .options import OptionError
 from .progress import Progress
-from .replay import replay_command
+from .replay import replay_command, replay_pythonpath
 
 __all__ = ["DEFAULT_ROWS", "EXAMPLES_PER_CAUSE", "EXAMPLES_PER_PAIR", "MatrixRun", "run_matrix"]
 
@@ -82,15 +82,18 @@ class _Member:
         self.worker: Worker | None = None
         self.runner = None
         self.live = False
+        self.bulk_rows: int | None = None
 
     @property
     def name(self) -> str:
         return self.record.name
 
-    def open(self, *, contract: str, device: str, isolate: bool | None, timeout: float, stop) -> None:
+    def open(self, *, contract: str, device: str, shape, isolate: bool | None, timeout: float, stop) -> None:
+        """Start it (a worker, or a runner here) and ask its gates; ``self.bulk_rows``: the bulk case size it allows."""
         import torch
 
         from ..candidates.calling import CaseRunner
+        from ..cases.plan import bulk_rows_for
 
         cand, kind = self.candidate, device.split(":")[0]
         if kind not in cand.devices:
@@ -101,12 +104,15 @@ class _Member:
             self.worker = self.target.worker or Worker(self.target.lookup, timeout=timeout, should_stop=stop)
             self.record.isolated = True
             try:
-                ok, why = self.worker.load(contract=contract, device=device, origin=cand.origin)
+                ok, why = self.worker.load(contract=contract, device=device, origin=cand.origin, experts=shape.experts, topk=shape.topk)
             except WorkerFailure as failure:
                 return self.fail(failure.kind, f"loading {self.target.lookup}", failure.message, failure.stderr_tail)
+            self.bulk_rows = self.worker.bulk_rows
         else:
             ok, why = cand.available(device)
             self.runner = CaseRunner(cand.route_under(contract))
+            if ok:
+                self.bulk_rows = bulk_rows_for(cand.covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=cand.max_rows)
         if not ok:
             return self._unavailable(why)
         self.live = True
@@ -135,7 +141,8 @@ class _Member:
         try:
             if self.worker is not None:
                 return self.worker.run(spec)
-            shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.bias.dtype)
+            bias_dtype = None if case.bias is None else case.bias.dtype
+            shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=bias_dtype)
             return self.runner.run(case) if self.candidate.covered(**shape) else None
         finally:
             self.record.duration_s += time.perf_counter() - started
@@ -212,9 +219,9 @@ def run_matrix(
     seed: int = 0,
     families: list[str] | None = None,
     device: str | None = None,
-    experts: int = 896,
-    topk: int = 16,
-    replay: CaseSpec | None = None,
+    experts: int | None = None,
+    topk: int | None = None,
+    replay: str | None = None,
     show_row: int | None = None,
     isolate: bool | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
@@ -226,9 +233,11 @@ def run_matrix(
 ) -> MatrixRun:
     """Run ``names`` (and the two sides of ``split``) on the same cases and write the matrix bundle under ``out``.
 
-    ``contract``: default the one most of the candidates claim. ``device``:
-    one for all (default cuda when torch sees a GPU). ``replay``: run that
-    one case only; ``show_row`` keeps every answer's row of it
+    ``contract``: a name or a ``.toml`` path, default the one most of the
+    candidates claim; the cases take its shape (``experts``/``topk`` where
+    not given), groups, bias and families, as ``check`` does. ``device``: one
+    for all (default cuda when torch sees a GPU). ``replay``: ``FAMILY:SEED:ROWS``,
+    that one case only; ``show_row`` keeps every answer's row of it
     (``MatrixRun.row_answers``).
     """
     import torch
@@ -241,9 +250,6 @@ def run_matrix(
         raise OptionError(f"--candidate names {', '.join(twice)} more than once; name each candidate once")
     if len(names) + (2 if split else 0) < 2:
         raise OptionError("a matrix needs at least two candidates (--candidate A,B,...) or a --split A:B@M0")
-    if topk > experts:
-        raise OptionError(f"--topk {topk} is larger than --experts {experts}; choose --topk <= {experts}")
-    families = list(families or FAMILY_NAMES)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     side_names = [batched_name(split[0], BELOW, split[2]), batched_name(split[1], AT_LEAST, split[2])] if split else []
     members: list[_Member] = []
@@ -255,12 +261,13 @@ def run_matrix(
             record = MatrixMember(name=cand.name, status=Status.PASS, contract=cand.contract, device=device, description=cand.description)
             (sides if name in side_names else members).append(_Member(target, record))
         contract = contract or _claimed_contract(members or sides)
-        c = oracle.get_contract(contract)
-        report = MatrixReport(
-            contract=c.name, device=device, rows=replay.rows if replay else planned_rows(families, rows), seed=seed,
-            families=[replay.family] if replay else families, experts=experts, topk=topk,
-            weight_rtol=c.weight_rtol, weight_atol=c.weight_atol, command=command,
-        )  # fmt: skip
+        try:
+            c = oracle.get_contract(contract)
+        except (ValueError, OSError) as exc:
+            raise OptionError(f"--contract {contract}: {exc}") from None
+        shape = _Plan(families, rows, seed, experts, topk, None, replay).shaped(c)
+        if not shape.families:
+            raise OptionError(f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}; choose others with --families")
         label = "matrix-" + ("+".join(m.name for m in members) if members else f"split-{split[0]}-{split[1]}-{split[2]}")
         out_dir = prepare_out(out or default_out(bundle_dirname(label)[:100]), force=force)
         started = time.perf_counter()
@@ -268,11 +275,17 @@ def run_matrix(
             m.record.declared = m.candidate.deviations(c.name)
             if stop():
                 break
-            m.open(contract=c.name, device=device, isolate=isolate, timeout=timeout, stop=stop)
+            m.open(contract=contract, device=device, shape=shape, isolate=isolate, timeout=timeout, stop=stop)
+        # One bulk case size for all: the smallest any candidate allows (every candidate answers the same cases).
+        bulk = min((m.bulk_rows for m in (*members, *sides) if m.live and m.bulk_rows), default=None)
+        specs, total = shape.specs(bulk)
+        report = MatrixReport(
+            contract=c.name, device=device, rows=total, seed=seed, families=list(shape.families), experts=shape.experts,
+            topk=shape.topk, weight_rtol=c.weight_rtol, weight_atol=c.weight_atol, command=command,
+        )  # fmt: skip
         run = MatrixRun(out=out_dir, report=report)
-        loop = _Loop(members, sides, c, device, report, show_row=show_row, run=run, split=split)
-        specs = [replay] if replay else iter_plan(families, rows, seed, experts, topk)
-        with Progress("matrix", report.rows, enabled=progress) as bar:
+        loop = _Loop(members, sides, c, contract, device, report, show_row=show_row, run=run, split=split)
+        with Progress("matrix", total, enabled=progress) as bar:
             try:
                 for spec in specs:
                     if stop():
@@ -301,13 +314,17 @@ def run_matrix(
 class _Loop:
     """One case at a time: answers, the oracle, the comparisons."""
 
-    def __init__(self, members: list[_Member], sides: list[_Member], c, device: str, report: MatrixReport, *, show_row, run: MatrixRun,
-                 split: tuple[str, str, int] | None):  # fmt: skip
+    def __init__(self, members: list[_Member], sides: list[_Member], c, contract: str, device: str, report: MatrixReport, *, show_row,
+                 run: MatrixRun, split: tuple[str, str, int] | None):  # fmt: skip
         self.members, self.sides, self.c, self.device, self.report = members, sides, c, device, report
         self.show_row, self.run, self.split_spec = show_row, run, split
+        lookups = {m.name: m.target.lookup for m in (*members, *sides)}  # what get_candidate resolves, for replay lines
 
         def replay(spec, row, candidate, against):
-            return replay_command(candidate, c.name, device, spec, row, against, False)
+            a, b = lookups[candidate], lookups.get(against) if against else None
+            return replay_command(a, str(contract), device, spec, row, b, False, pythonpath=replay_pythonpath(a, b))
+
+        self._replay_line = replay
 
         self.vs_oracle = {m.name: _PairTally(m.name, "oracle", replay=replay) for m in members}
         self.pairs = {(a.name, b.name): _PairTally(a.name, b.name, replay=replay) for i, a in enumerate(members) for b in members[i + 1 :]}
@@ -359,8 +376,6 @@ class _Loop:
             else:
                 m.record.rows_answered += spec.rows
                 answers[m.name] = call.actual
-            if call.changed:
-                case = build_case(spec, self.device)  # the next candidates get the inputs as made
         if not calls:
             self._not_compared(spec.rows, missing)
             return
@@ -418,7 +433,7 @@ class _Loop:
             self.run.row_answers[name] = {"ids": ids[r].tolist(), "weights": w[r].tolist()}
 
     def _replay(self, name: str, spec: CaseSpec) -> str:
-        return replay_command(name, self.c.name, self.device, spec, None, None, False)
+        return self._replay_line(spec, None, name, None)
 
     def finish(self, *, interrupted: str | None) -> None:
         for m in (*self.members, *self.sides):
