@@ -43,6 +43,7 @@ from ..candidates import Candidate
 from ..candidates.batched import AT_LEAST, BELOW, batched_name
 from ..candidates.worker import Interrupted, Worker, WorkerFailure
 from ..cases import CaseSpec
+from ..cases.plan import plan_bulk_rows
 from ..reports.bundle import prepare_out, write_matrix_bundle
 from ..reports.schema import AgainstSides, ErrorRecord, MatrixMember, MatrixPair, MatrixReport, PairExample, PairFamily, SplitView, Status
 from .checks import DEFAULT_TIMEOUT_S, Target, _Plan, bundle_dirname, default_out, resolve, should_isolate
@@ -82,14 +83,14 @@ class _Member:
         self.worker: Worker | None = None
         self.runner = None
         self.live = False
-        self.bulk_rows: int | None = None
+        self.call_rows: int | None = None  # the most rows one of its calls gets in a bulk case (from its gates)
 
     @property
     def name(self) -> str:
         return self.record.name
 
     def open(self, *, contract: str, device: str, shape, isolate: bool | None, timeout: float, stop) -> None:
-        """Start it (a worker, or a runner here) and ask its gates; ``self.bulk_rows``: the bulk case size it allows."""
+        """Start it (a worker, or a runner here) and ask its gates, as ``check`` does (a bulk case comes in calls it serves)."""
         import torch
 
         from ..candidates.calling import CaseRunner
@@ -107,12 +108,12 @@ class _Member:
                 ok, why = self.worker.load(contract=contract, device=device, origin=cand.origin, experts=shape.experts, topk=shape.topk)
             except WorkerFailure as failure:
                 return self.fail(failure.kind, f"loading {self.target.lookup}", failure.message, failure.stderr_tail)
-            self.bulk_rows = self.worker.bulk_rows
+            self.call_rows = self.worker.call_rows
         else:
             ok, why = cand.available(device)
-            self.runner = CaseRunner(cand.route_under(contract))
             if ok:
-                self.bulk_rows = bulk_rows_for(cand.covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=cand.max_rows)
+                self.call_rows = bulk_rows_for(cand.covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=cand.max_rows)
+            self.runner = CaseRunner(cand.route_under(contract), call_rows=self.call_rows)
         if not ok:
             return self._unavailable(why)
         self.live = True
@@ -141,8 +142,10 @@ class _Member:
         try:
             if self.worker is not None:
                 return self.worker.run(spec)
-            bias_dtype = None if case.bias is None else case.bias.dtype
-            shape = dict(rows=spec.rows, experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=bias_dtype)
+            from ..cases.plan import call_size
+
+            bias_dtype = case.scores.dtype if case.bias is None else case.bias.dtype  # as the worker asks
+            shape = dict(rows=call_size(spec, self.call_rows), experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=bias_dtype)
             return self.runner.run(case) if self.candidate.covered(**shape) else None
         finally:
             self.record.duration_s += time.perf_counter() - started
@@ -276,9 +279,7 @@ def run_matrix(
             if stop():
                 break
             m.open(contract=contract, device=device, shape=shape, isolate=isolate, timeout=timeout, stop=stop)
-        # One bulk case size for all: the smallest any candidate allows (every candidate answers the same cases).
-        bulk = min((m.bulk_rows for m in (*members, *sides) if m.live and m.bulk_rows), default=None)
-        specs, total = shape.specs(bulk)
+        specs, total = shape.specs(plan_bulk_rows(device))  # the same cases for all; each answers bulk ones in calls it serves
         report = MatrixReport(
             contract=c.name, device=device, rows=total, seed=seed, families=list(shape.families), experts=shape.experts,
             topk=shape.topk, weight_rtol=c.weight_rtol, weight_atol=c.weight_atol, command=command,
