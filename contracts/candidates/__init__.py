@@ -4,6 +4,10 @@
   deviations) and the registry of names;
 - ``builtin``: our kernels, the adapters and the oracle, registered here,
   after the registry and before any user code can claim their names;
+- ``engines``: the serving engines' own routers (SGLang, vLLM, lmdeploy,
+  FlashInfer), registered the same way, loaded on first use;
+- ``batched``: ``A@M<M0`` / ``B@M>=M0``, a candidate routed only in batches
+  below or at least M0 rows (the prefill/decode view);
 - ``calling``: one call of a candidate on a case (repeats, graph replay,
   input-change check), the same in every process;
 - ``worker``: the candidate in a worker process, where a crash or hang is a
@@ -21,6 +25,8 @@ from .registry import (
     register,
 )
 from . import builtin  # noqa: E402,F401  (registers the built-ins, after the registry exists)
+from . import engines  # noqa: E402,F401  (the serving engines' routers, kernels.engines.ADAPTERS; loads no engine code)
+from . import batched  # noqa: E402,F401  (names like radix4@M<1024: a candidate at a chosen batch size)
 
 __all__ = [
     "Candidate",

@@ -16,7 +16,10 @@ registered when the package is imported, before anything else can claim
 their names), a ``package.module:attr`` spec on the command line (``attr``
 is a routing callable or a ``Candidate``; the module is imported from
 ``sys.path``), and the ``router_contracts`` entry-point group of installed
-packages (loaded at the first lookup).
+packages (loaded at the first lookup). A *resolver* (``add_resolver``) makes
+candidates from names of a pattern on demand (``radix4@M<1024``: radix4 in
+batches of fewer than 1024 rows, ``contracts.candidates.batched``); a name
+it makes is registered when first asked for, in every process that asks.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = [
     "CandidateLoadError",
     "DuplicateCandidateError",
     "UnknownCandidateError",
+    "add_resolver",
     "all_candidates",
     "get_candidate",
     "is_spec",
@@ -128,6 +132,13 @@ class Candidate:
 
 _REGISTRY: dict[str, Candidate] = {}
 _ENTRY_POINTS_LOADED = False
+_RESOLVERS: list[Callable[[str], "Candidate | None"]] = []
+
+
+def add_resolver(resolver: Callable[[str], "Candidate | None"]) -> None:
+    """``resolver(name)`` -> a Candidate for a name of its pattern, else None; asked before ``module:attr`` specs."""
+    if resolver not in _RESOLVERS:
+        _RESOLVERS.append(resolver)
 
 
 def register(candidate: Candidate) -> Candidate:
@@ -204,6 +215,10 @@ def get_candidate(name: str) -> Candidate:
     known = all_candidates()
     if name in known:
         return known[name]
+    for resolver in _RESOLVERS:
+        made = resolver(name)
+        if made is not None:
+            return register(made)
     if ":" in name:
         return load_spec(name)
     raise UnknownCandidateError(

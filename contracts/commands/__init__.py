@@ -20,6 +20,7 @@ COMMANDS = {
     "check": ("check", "check router candidates against a routing contract"),
     "probe": ("probe", "recover a candidate's tie order from its answers alone"),
     "search": ("search", "property-based search for contract breaks, shrunk to a minimal reproducer"),
+    "matrix": ("matrix", "several routers on the same rows: which pairs route tokens differently, and why"),
     "bench": ("bench", "latency per launch against batch size M"),
     "nightly": ("nightly", "everything this host can run, in one dated bundle"),
     "diff": ("diff", "what got worse between two bundles"),

@@ -23,6 +23,7 @@ __all__ = [
     "EXIT_CODES_HELP",
     "ExitCode",
     "UsageError",
+    "add_engine_path",
     "exit_process",
     "make_parser",
     "positive_int",
@@ -120,6 +121,27 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def add_engine_path(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--engine-path``: where the serving engines' files are; ``run_main`` applies it before any candidate loads."""
+    ap.add_argument("--engine-path", metavar="NAME=DIR,...",
+                    help="directories of engine files where the engines are not pip-installed: sglang=DIR,flashinfer=DIR2 "
+                         "(or DIR for all; python -m kernels.engines.extract writes one); sets ROUTER_ENGINE_PATH, "
+                         "which worker processes inherit (docs/engines.md)")  # fmt: skip
+    return ap
+
+
+def _apply_engine_path(args: argparse.Namespace) -> None:
+    spec = vars(args).get("engine_path")  # only the commands that run candidates have the option
+    if spec is None:
+        return
+    from ..candidates.engines import set_engine_path
+
+    try:
+        set_engine_path(spec)
+    except ValueError as exc:
+        raise UsageError(f"--engine-path {spec!r}: {exc}") from None
+
+
 def command_line(prog: str, argv: list[str]) -> str:
     """The invocation as a shell line, for the report."""
     return shlex.join([*prog.split(), *argv])
@@ -147,6 +169,7 @@ def run_main(build_parser: Callable[[], argparse.ArgumentParser], run: Callable[
         return ExitCode.USAGE
     args.command_line = command_line(parser.prog, argv)
     try:
+        _apply_engine_path(args)
         return int(run(args))
     except (UsageError, OptionError, CandidateLoadError, DuplicateCandidateError, BundleError, RecordError, WorldError) as exc:
         print(f"error: {exc}", file=sys.stderr)

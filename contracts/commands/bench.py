@@ -18,7 +18,7 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, make_parser, positive_int, run_main
+from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, run_main
 
 __all__ = ["build_parser", "main", "print_summary", "run"]
 
@@ -63,7 +63,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--rotate", type=positive_int("--rotate 4"), default=1,
                     help="cycle through this many distinct input buffers (default 1: not rotated)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
-    return ap
+    return add_engine_path(ap)
 
 
 def print_summary(report: dict, out: Path) -> None:

@@ -22,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, make_parser, positive_int, positive_seconds, row_count, run_main
+from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, positive_seconds, row_count, run_main
 
 __all__ = ["add_arguments", "build_parser", "main", "run"]
 
@@ -67,7 +67,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ap.add_argument("--repeat", type=positive_int("--repeat 3"), default=1, metavar="N",
                     help="call the candidate N times per case (and once from a CUDA graph on GPUs); differences fail the run")  # fmt: skip
     ap.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
-    return ap
+    return add_engine_path(ap)
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, make_parser, positive_int, run_main
+from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, run_main
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -46,7 +46,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0, help="seed of the padding rows and the verification pools")
     ap.add_argument("--batch-sizes", type=_batch_sizes, default=(1, 2, 7, 64, 1025), help="verification batch sizes (default 1,2,7,64,1025)")
     ap.add_argument("--no-verify", action="store_true", help="recover only")
-    return ap
+    return add_engine_path(ap)
 
 
 def _fmt_table(values: list[int], per_line: int = 16) -> str:

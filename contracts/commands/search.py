@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, make_parser, positive_int, run_main
+from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, run_main
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -40,7 +40,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, help="bundle directory (default reports/<UTC time>-search-<candidate>)")
     ap.add_argument("--device", help="cpu or cuda (default: cuda when the candidate runs there and a GPU is present)")
     ap.add_argument("--replay", type=Path, metavar="MINIMAL.pt", help="re-run a saved minimal input and print it side by side")
-    return ap
+    return add_engine_path(ap)
 
 
 def run(args: argparse.Namespace) -> int:

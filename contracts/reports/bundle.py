@@ -11,7 +11,9 @@ A check bundle is a folder::
 
 A multi-candidate check adds ``index.json`` over one such folder per
 candidate; a nightly adds ``nightly.json`` over ``candidates/``, ``pairs/``,
-``probe/`` and ``bench/``.
+``probe/`` and ``bench/``. A matrix bundle (``python -m contracts matrix``)
+holds ``matrix.json`` (the MatrixReport, written last), ``matrix.png`` (the
+heatmap), ``matrix.html`` and ``matrix.txt`` (the terminal table).
 
 Writing is atomic per bundle: the files are made in a fresh temporary
 folder beside the target, which then replaces the target whole, so a reader
@@ -37,6 +39,7 @@ from .schema import (
     CELL_COLUMNS,
     SCHEMA_VERSION,
     CheckResult,
+    MatrixReport,
     NightlyEnvelope,
     RecordError,
     RowDetail,
@@ -51,6 +54,7 @@ __all__ = [
     "BundleExistsError",
     "BundleFileMissing",
     "CheckBundle",
+    "MATRIX",
     "DATA_FILES",
     "empty_cells",
     "find_checks",
@@ -59,17 +63,19 @@ __all__ = [
     "read_cells",
     "read_details",
     "read_json",
+    "read_matrix",
     "read_nightly",
     "read_summary",
     "write_check_bundle",
     "write_folder",
     "write_index",
+    "write_matrix_bundle",
 ]
 
 SUMMARY, DETAILS, CELLS_PARQUET, CELLS_CSV = "summary.json", "details.json", "mismatches.parquet", "mismatches.csv"
-INDEX, NIGHTLY = "index.json", "nightly.json"
+INDEX, NIGHTLY, MATRIX = "index.json", "nightly.json", "matrix.json"
 DATA_FILES = (DETAILS, CELLS_PARQUET, CELLS_CSV)  # hashed into summary.json
-_BUNDLE_MARKERS = (SUMMARY, INDEX, NIGHTLY)
+_BUNDLE_MARKERS = (SUMMARY, INDEX, NIGHTLY, MATRIX)
 _STRING_COLUMNS = ("family", "case", "clause", "verdict", "reason")
 
 
@@ -116,6 +122,12 @@ def read_summary(path: Path) -> Summary:
     """The Summary of a bundle folder (or of a ``summary.json`` path)."""
     path = Path(path)
     return _record(Summary, path / SUMMARY if path.is_dir() else path)
+
+
+def read_matrix(path: Path) -> MatrixReport:
+    """The MatrixReport of a matrix bundle folder (or of a ``matrix.json`` path)."""
+    path = Path(path)
+    return _record(MatrixReport, path / MATRIX if path.is_dir() else path)
 
 
 def read_details(folder: Path) -> list[RowDetail]:
@@ -367,3 +379,18 @@ def write_index(root: Path, summaries: list[Summary], *, command: str, interrupt
     write_json(Path(root) / INDEX, doc)
     write_text(Path(root) / "index.md", "# Check index\n\n```\n" + (verdict_table(summaries) if summaries else "(nothing ran)") + "\n```\n")
     return Path(root) / INDEX
+
+
+def write_matrix_bundle(target: Path, report: MatrixReport) -> Path:
+    """A matrix bundle, atomically: the heatmap, the page, the table, then ``matrix.json``."""
+    from .matrix import HEATMAP, PAGE, TABLE, render_heatmap_png, render_matrix_html, render_matrix_table
+
+    def fill(folder: Path) -> None:
+        report.files = {"heatmap": HEATMAP, "page": PAGE, "table": TABLE}
+        png = render_heatmap_png(report)
+        (folder / HEATMAP).write_bytes(png)
+        write_text(folder / TABLE, render_matrix_table(report) + "\n")
+        write_text(folder / PAGE, render_matrix_html(report, heatmap_png=png))
+        write_json(folder / MATRIX, to_json(report))  # last: its presence means the bundle is complete
+
+    return write_folder(target, fill)

@@ -6,7 +6,7 @@ these before anything heavy loads.
 
 from __future__ import annotations
 
-__all__ = ["MAX_REPLAY_ROWS", "OptionError", "parse_families", "parse_replay", "parse_shard"]
+__all__ = ["MAX_REPLAY_ROWS", "OptionError", "parse_families", "parse_replay", "parse_shard", "parse_split"]
 
 MAX_REPLAY_ROWS = 1 << 20  # a replayed case is one case: the largest the plan makes is far below this
 
@@ -61,3 +61,18 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
     if not 1 <= rows <= MAX_REPLAY_ROWS:
         raise OptionError(f"{option} rows must be 1..{MAX_REPLAY_ROWS:,} (one case), got {rows:,}")
     return CaseSpec(family, seed, rows, experts, topk, bulk=bulk)
+
+
+def parse_split(text: str, *, option: str = "--split") -> tuple[str, str, int]:
+    """``A:B@M0`` -> ``(A, B, M0)``: A in batches below M0 rows, B at M0 rows or more (the prefill/decode view)."""
+    pair, sep, m0_text = text.rpartition("@")
+    a, colon, b = pair.partition(":")
+    if not sep or not colon or not a.strip() or not b.strip():
+        raise OptionError(f"{option} {text!r} must be A:B@M0, e.g. {option} radix4:aiter@1024 (radix4 below 1024 rows, aiter above)")
+    try:
+        m0 = int(m0_text)
+    except ValueError:
+        raise OptionError(f"{option} {text!r}: M0 must be a whole number of rows, e.g. {option} radix4:aiter@1024") from None
+    if m0 < 2:
+        raise OptionError(f"{option} {text!r}: M0 must be at least 2, so that batches of fewer than M0 rows exist")
+    return a.strip(), b.strip(), m0

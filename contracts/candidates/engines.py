@@ -1,0 +1,179 @@
+"""The serving engines' own routers as candidates: one per adapter of ``kernels.engines.ADAPTERS``.
+
+``sglang-torch``, ``vllm-torch``, ``lmdeploy-torch`` (the engines' published
+torch routers), ``sglang-radix``, ``sglang-radix-unsorted``,
+``sglang-triton``, ``flashinfer-noaux`` (their CUDA and Triton kernels).
+``docs/engines.md`` says what each runs and where it finds the engine's files.
+
+Registered when ``contracts.candidates`` is imported; nothing of an engine is
+loaded then. Only ``kernels.engines`` itself is imported (its adapter table
+and path settings: standard library only); each adapter module
+(``kernels.engines.<module>``), and through it the engine's files, is
+imported inside the gates and the route, on first use. The gates are the
+adapter's own: ``supported_hardware()`` (the engine's files are found; a GPU
+of the right architecture), ``build()`` (load the torch functions, compile
+a CUDA shim), ``covered(**shape)``.
+
+Every engine candidate runs another project's code, so it is
+``third_party``: ``check`` and ``matrix`` run it in a worker process by
+default, where a crash or hang is a reported error.
+
+Contract: each claims ``aiter``, the Kimi contract (896/16 and Kimi-K2's
+384/8), and all but ``sglang-radix`` (896/16 only) also serve
+``deepseek-v3``, the grouped contract of the DeepSeek-V3 path. The declared
+deviations below are what the harness measured (``MEASURED_WITH`` names the
+command), one clause per line with why: every clause the run saw broken is
+declared, none that it did not see. The CUDA adapters declare nothing yet:
+they are measured on the H200 (``benchmarks/h200_matrix.sh checks``), and
+until then every difference they have shows as a mismatch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from kernels.engines import ADAPTERS, ENV_ENGINE_PATH, Adapter
+from kernels.engines import set_engine_path as _set_engine_path
+
+from .registry import Candidate, register
+
+__all__ = ["CONTRACTS", "COVERAGE", "DESCRIPTIONS", "ENGINE_DEVIATIONS", "ENV_ENGINE_PATH", "MEASURED_WITH", "engine_candidate",
+           "set_engine_path"]  # fmt: skip
+
+DESCRIPTIONS = {
+    "sglang-torch": "SGLang 0.5.23's torch router biased_grouped_topk_impl, loaded from the installed file (eager)",
+    "vllm-torch": "vLLM 0.33.0's torch routers: fused_topk_bias's torch path (one group), grouped_topk (groups)",
+    "lmdeploy-torch": "lmdeploy 0.18.0's DefaultRouterNoauxTCImpl (its torch noaux_tc router)",
+    "sglang-radix": "SGLang 0.5.23's CUDA route_radix.cuh, sorted output (896/16, sm_90+)",
+    "sglang-radix-unsorted": "SGLang 0.5.23's CUDA route_radix.cuh, sorted=False as SGLang serves it (896/16, sm_90+)",
+    "sglang-triton": "SGLang 0.5.23's Triton moe_fused_gate",
+    "flashinfer-noaux": "FlashInfer 0.7.2's noAuxTcKernels.cu (Kimi-K2 384/8, DeepSeek-V3 shapes; sm_89+)",
+}
+
+# What each adapter's covered() serves, in words (the skip reason of the rows it does not), and the contracts
+# whose shapes it routes (`--candidate all --contract X` checks the candidates that serve X).
+COVERAGE = {
+    "lmdeploy-torch": "lmdeploy's noaux_tc router always takes a correction bias",
+    "sglang-radix": "SGLang's radix router serves 896 experts, top-16, no groups, bf16 or fp32 logits",
+    "sglang-radix-unsorted": "SGLang's radix router serves 896 experts, top-16, no groups, bf16 or fp32 logits",
+    "sglang-triton": "SGLang's Triton router serves any E and top-k whose groups divide E",
+    "flashinfer-noaux": "FlashInfer's noaux_tc kernel serves one group with E <= 384 and top-k <= 8, or DeepSeek-V3's "
+                        "grouped shapes, bf16/fp16/fp32",
+}  # fmt: skip
+CONTRACTS = {name: ("aiter",) if name.startswith("sglang-radix") else ("aiter", "deepseek-v3") for name in ADAPTERS}
+
+# What measured each candidate's deviations, per contract (CPU, torch 2.13.0, the engines installed with
+# scripts/engines.sh install; 20,000 rows over every family that applies to the contract). Under aiter the same
+# run at --experts 384 --topk 8 (Kimi-K2) breaks the same clauses.
+MEASURED_WITH = {
+    name: {contract: f"python -m contracts check --candidate {name} --contract {contract} --rows 20000 --no-isolate"
+           for contract in ("aiter", "deepseek-v3")}
+    for name in ("sglang-torch", "vllm-torch", "lmdeploy-torch")
+}  # fmt: skip
+
+# What all three torch routers share: `scores = logits.sigmoid()` in the logits' dtype, then
+# `torch.topk(scores + bias, k, sorted=False)` (docs/engines.md, each adapter).
+_TORCH_ROUTER = {
+    "selection": "sigmoid and ranking add in the logits' dtype: bf16 logits rank bf16 sigmoids, "
+                 "which choose other experts than the fp32 sigmoid",
+    "weight_accuracy": "the weights are those bf16 sigmoids (8-bit mantissa), widened to fp32 only at the end",
+    "tie_order": "torch.topk breaks exact ties in its own order, not aiter's lane order",
+    "nan_last": "torch.topk ranks NaN above every number",
+    "output_order": "torch.topk(sorted=False): the slots are not in ranking order",
+}  # fmt: skip
+
+# The grouped (DeepSeek-V3) path of the same routers: group scores are top-2 sums of those bf16 values.
+_GROUPED_TORCH_ROUTER = {
+    **{k: v for k, v in _TORCH_ROUTER.items() if k != "output_order"},  # deepseek-v3 compares the ids as a set
+    "group_mask": "group scores summed in bf16 keep other groups than the fp32 sums, and torch.topk breaks exact "
+                  "group-score ties in its own order: experts of groups the contract drops are chosen",
+}  # fmt: skip
+
+# contract -> {clause: why}, per candidate. Measured with MEASURED_WITH[name][contract]: every clause a row of the
+# run broke (rows counted under each clause they break: the families' clauses_broken, expected_clauses once
+# declared), with the family that shows each where it is not every bf16 one.
+ENGINE_DEVIATIONS: dict[str, dict[str, dict[str, str]]] = {
+    "sglang-torch": {
+        "aiter": {
+            **_TORCH_ROUTER,
+            "renorm_guard": "divides by sum + 1e-20: a sum of underflowed (subnormal) sigmoids is not "
+                            "renormalized to 1 (family sigmoid_underflow)",
+        },
+        "deepseek-v3": dict(_GROUPED_TORCH_ROUTER),
+    },
+    "vllm-torch": {
+        "aiter": {
+            **_TORCH_ROUTER,
+            "weight_accuracy": _TORCH_ROUTER["weight_accuracy"] + "; underflowed (subnormal) bf16 sigmoids keep few "
+                               "bits or none, which the raw division shows (family sigmoid_underflow)",
+            "renorm_guard": "divides by the raw sum (w / w.sum()): a zero sum gives NaN weights "
+                            "(families zero_sum, subnormal, all_equal)",
+        },
+        "deepseek-v3": {
+            **_GROUPED_TORCH_ROUTER,
+            "renorm_guard": "grouped_topk divides by the raw sum: a zero sum gives NaN weights (families zero_sum, subnormal)",
+        },
+    },
+    "lmdeploy-torch": {
+        "aiter": {
+            **_TORCH_ROUTER,
+            "weight_accuracy": _TORCH_ROUTER["weight_accuracy"] + "; the sum, the division and the scaling also in bf16 "
+                               "(families all_equal, all_zero)",
+            "renorm_guard": "divides by sum + 1e-20: a sum of underflowed (subnormal) sigmoids is not "
+                            "renormalized to 1 (family sigmoid_underflow)",
+        },
+        "deepseek-v3": {
+            **_GROUPED_TORCH_ROUTER,
+            "group_mask": _GROUPED_TORCH_ROUTER["group_mask"] + "; dropped groups are masked with 0.0, not -inf, "
+                          "so a negative ranking value loses to a masked expert",
+        },
+    },
+}  # fmt: skip
+
+
+def set_engine_path(spec: str | None) -> None:
+    """Directories of engine files, ``"sglang=DIR,flashinfer=DIR2"`` or ``"DIR"`` (``--engine-path``).
+
+    Sets ``ROUTER_ENGINE_PATH`` too, so worker processes started afterwards
+    find the same files. ValueError names a key that is not an engine.
+    """
+    _set_engine_path(spec)
+
+
+def _gate(module: str, fn: str):
+    def call(_device):  # the adapters' gates look at the current device themselves
+        return getattr(importlib.import_module(module), fn)()
+
+    call.__qualname__ = f"{module}.{fn}"
+    return call
+
+
+def _lazy(module: str, attr: str):
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
+
+    call.__qualname__ = f"{module}.{attr}"
+    return call
+
+
+def engine_candidate(adapter: Adapter) -> Candidate:
+    """The candidate for one adapter: its route and gates imported on first use."""
+    return Candidate(
+        name=adapter.name,
+        route=_lazy(adapter.module, adapter.route),
+        contract="aiter",
+        devices=adapter.devices,
+        description=DESCRIPTIONS.get(adapter.name, f"{adapter.module}.{adapter.route}"),
+        supported_hardware=_gate(adapter.module, "supported_hardware"),
+        build=_gate(adapter.module, "build"),
+        covered=_lazy(adapter.module, "covered"),
+        expected_deviations={contract: dict(d) for contract, d in ENGINE_DEVIATIONS.get(adapter.name, {}).items()},
+        third_party=True,
+        origin=adapter.module,
+        coverage=COVERAGE.get(adapter.name, ""),
+        contracts=CONTRACTS[adapter.name],
+    )
+
+
+for _adapter in ADAPTERS.values():
+    register(engine_candidate(_adapter))

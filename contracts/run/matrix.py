@@ -1,0 +1,455 @@
+"""The agreement matrix: several candidates on the same cases, every pair compared, and each against the oracle.
+
+``run_matrix`` is the library behind ``python -m contracts matrix``. Data
+flows one way, one case at a time: the plan's spec -> the case, built once
+-> every candidate's answer (each candidate runs once per case, here or in
+its worker) and the oracle's -> the comparisons -> counts. Nothing of a
+case is kept after it is compared, so the row budget costs no memory.
+
+Comparisons use ``contracts.compare.compare_case`` as a check does:
+
+- a pair ``a``, ``b`` (``a`` before ``b`` in the ``--candidate`` order):
+  ``b``'s answer is the expected one (``Expected.replaced``), no deviation
+  is declared, so every row where ``a`` and ``b`` route differently counts:
+  ids exactly (in the contract's output order), weights within the
+  contract's tolerance. Near ties (rows that differ only among experts
+  whose ranking values are within both implementations' rounding) count as
+  differing too, under the cause ``near_tie``: the two engines do route
+  that token to other experts. The cause of a row is its primary clause,
+  computed from the oracle's values: how ``a`` differs from ``b``. For the
+  rows that differ, the side the oracle takes (``oracle_agrees``).
+- a candidate against the oracle: as ``check`` compares it, its declared
+  deviations allowed (``declared_rows``); its status is the check's.
+
+A candidate that does not run here is recorded with its reason; one that
+crashes, hangs or raises is an error in the report, and the others go on.
+Isolation is decided as ``check`` decides it (``should_isolate``: GPU
+runs, third-party and GPU-only candidates run in a worker process); every
+engine candidate is third-party. The prefill/decode view (``split``) adds
+two derived candidates, ``A@M<M0`` and ``B@M>=M0``
+(``contracts.candidates.batched``), answering the same cases, and compares
+them as one more pair.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..candidates import Candidate
+from ..candidates.batched import AT_LEAST, BELOW, batched_name
+from ..candidates.worker import Interrupted, Worker, WorkerFailure
+from ..cases import CaseSpec
+from ..cases.plan import plan_bulk_rows
+from ..reports.bundle import prepare_out, write_matrix_bundle
+from ..reports.schema import AgainstSides, ErrorRecord, MatrixMember, MatrixPair, MatrixReport, PairExample, PairFamily, SplitView, Status
+from .checks import DEFAULT_TIMEOUT_S, Target, _Plan, bundle_dirname, default_out, resolve, should_isolate
+from .options import OptionError
+from .progress import Progress
+from .replay import replay_command, replay_pythonpath
+
+__all__ = ["DEFAULT_ROWS", "EXAMPLES_PER_CAUSE", "EXAMPLES_PER_PAIR", "MatrixRun", "run_matrix"]
+
+DEFAULT_ROWS = 20_000
+EXAMPLES_PER_PAIR = 8
+EXAMPLES_PER_CAUSE = 2
+
+
+@dataclass
+class MatrixRun:
+    out: Path
+    report: MatrixReport
+    unavailable: list[tuple[str, str]] = field(default_factory=list)
+    row_answers: dict[str, dict] = field(default_factory=dict)  # with show_row: name -> {"ids", "weights"} (and "oracle")
+
+    @property
+    def errored(self) -> bool:
+        members = [*self.report.candidates, *(self.report.split.members if self.report.split else ())]
+        return any(m.status is Status.ERROR for m in members)
+
+
+# ---------------------------------------------------------------- one candidate's side
+
+
+class _Member:
+    """A candidate in the matrix: where it runs, and its record."""
+
+    def __init__(self, target: Target, record: MatrixMember):
+        self.target, self.record = target, record
+        self.candidate: Candidate = target.candidate
+        self.worker: Worker | None = None
+        self.runner = None
+        self.live = False
+        self.call_rows: int | None = None  # the most rows one of its calls gets in a bulk case (from its gates)
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    def open(self, *, contract: str, device: str, shape, isolate: bool | None, timeout: float, stop) -> None:
+        """Start it (a worker, or a runner here) and ask its gates, as ``check`` does (a bulk case comes in calls it serves)."""
+        import torch
+
+        from ..candidates.calling import CaseRunner
+        from ..cases.plan import bulk_rows_for
+
+        cand, kind = self.candidate, device.split(":")[0]
+        if kind not in cand.devices:
+            return self._unavailable(f"{cand.name} runs on {'/'.join(cand.devices)}, not on {kind}")
+        if should_isolate(isolate, cand, device, None):
+            if kind == "cuda" and not torch.cuda.is_available():
+                return self._unavailable(f"{cand.name} runs on {'/'.join(cand.devices)}, and torch {torch.__version__} sees no GPU on this host")
+            self.worker = self.target.worker or Worker(self.target.lookup, timeout=timeout, should_stop=stop)
+            self.record.isolated = True
+            try:
+                ok, why = self.worker.load(contract=contract, device=device, origin=cand.origin, experts=shape.experts, topk=shape.topk)
+            except WorkerFailure as failure:
+                return self.fail(failure.kind, f"loading {self.target.lookup}", failure.message, failure.stderr_tail)
+            self.call_rows = self.worker.call_rows
+        else:
+            ok, why = cand.available(device)
+            if ok:
+                self.call_rows = bulk_rows_for(cand.covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=cand.max_rows)
+            self.runner = CaseRunner(cand.route_under(contract), call_rows=self.call_rows)
+        if not ok:
+            return self._unavailable(why)
+        self.live = True
+
+    def _unavailable(self, why: str) -> None:
+        self.record.status, self.record.reason = Status.UNAVAILABLE, why
+        self.close()
+
+    def fail(self, kind: str, case: str, message: str, stderr_tail: str = "", replay: str | None = None) -> None:
+        detail = message + (f"\n\nworker stderr (tail):\n{stderr_tail}" if stderr_tail else "")
+        self.record.status = Status.ERROR
+        self.record.error = ErrorRecord(kind=kind, case=case, message=message, traceback=detail, replay=replay,
+                                        stderr_tail=stderr_tail or None)  # fmt: skip
+        self.live = False
+        self.close()
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+        self.target.worker = None
+
+    def answer(self, spec: CaseSpec, case):
+        """The candidate's CallOutcome on the case, or None when it does not cover it (WorkerFailure, Interrupted pass)."""
+        started = time.perf_counter()
+        try:
+            if self.worker is not None:
+                return self.worker.run(spec)
+            from ..cases.plan import call_size
+
+            bias_dtype = case.scores.dtype if case.bias is None else case.bias.dtype  # as the worker asks
+            shape = dict(rows=call_size(spec, self.call_rows), experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=bias_dtype)
+            return self.runner.run(case) if self.candidate.covered(**shape) else None
+        finally:
+            self.record.duration_s += time.perf_counter() - started
+
+
+# ---------------------------------------------------------------- counting one pair
+
+
+class _PairTally:
+    def __init__(self, a: str, b: str, *, replay: Callable[[CaseSpec, int, str, str | None], str]):
+        self.pair = MatrixPair(a=a, b=b)
+        self.replay = replay
+        self._sides = Counter()
+        self._shown = Counter()
+
+    def not_compared(self, rows: int, why: str) -> None:
+        p = self.pair
+        p.rows_not_compared += rows
+        p.not_compared[why] = p.not_compared.get(why, 0) + rows
+
+    def add(self, case, outcome, *, oracle_ids, oracle_weights, declared: bool = False, sides=None, departs: str | None = None,
+            reference: str | None = None) -> None:  # fmt: skip
+        """One case's comparison of ``departs`` (the actual side, default a) against ``reference`` (a candidate; None: the oracle)."""
+        p, v = self.pair, outcome.verdict_counts
+        near = v.get("near_tie", 0)
+        differing = v.get("mismatch", 0) + v.get("expected", 0) + near
+        causes = Counter(outcome.clause_rows) + Counter(outcome.expected_rows) + Counter({"near_tie": near})
+        fam = p.families.setdefault(case.family, PairFamily())
+        for counts in (p, fam):
+            counts.rows_compared += outcome.rows
+            counts.rows_differing += differing
+            counts.near_tie_rows += near
+            counts.causes = dict(Counter(counts.causes) + causes)
+        if declared:
+            p.declared_rows += v.get("expected", 0)
+        p.clauses_broken = dict(Counter(p.clauses_broken) + Counter(outcome.clauses_broken) + Counter(outcome.expected_clauses))
+        if sides is not None:
+            self._sides.update(sides)
+            p.oracle_agrees = AgainstSides(**{k: self._sides[k] for k in ("candidate", "against", "neither")})
+        for d in outcome.rows_detail:
+            self._example(case, d, oracle_ids, oracle_weights, departs or p.a, reference)
+
+    def _example(self, case, d: dict, oracle_ids, oracle_weights, departs: str, reference: str | None) -> None:
+        cause = d["clause"] if d["verdict"] != "near_tie" else "near_tie"
+        if len(self.pair.examples) >= EXAMPLES_PER_PAIR or self._shown[cause] >= EXAMPLES_PER_CAUSE or d.get("actual_ids") is None:
+            return
+        self._shown[cause] += 1
+        row = d["row"]
+        actual, expected = (d["actual_ids"], d["actual_weights"]), (d["expected_ids"], d["expected_weights"])
+        (a_ids, a_w), (b_ids, b_w) = (actual, expected) if departs == self.pair.a else (expected, actual)
+        self.pair.examples.append(PairExample(
+            family=case.family, case=case.spec.replay_id, row=row, cause=cause, reason=d["reason"], departs=departs,
+            a_ids=a_ids, b_ids=b_ids, a_weights=a_w, b_weights=b_w,
+            oracle_ids=oracle_ids[row].tolist(), oracle_weights=oracle_weights[row].tolist(),
+            renormalize=case.renormalize, routed_scaling_factor=case.routed_scaling_factor,
+            replay=self.replay(case.spec, row, departs, reference),
+        ))  # fmt: skip
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _claimed_contract(members: list[_Member]) -> str:
+    claims = Counter(m.candidate.contract for m in members)
+    return max(claims, key=lambda name: (claims[name], -list(claims).index(name))) if claims else "aiter"
+
+
+def run_matrix(
+    names: list[str],
+    *,
+    contract: str | None = None,
+    split: tuple[str, str, int] | None = None,
+    rows: int = DEFAULT_ROWS,
+    seed: int = 0,
+    families: list[str] | None = None,
+    device: str | None = None,
+    experts: int | None = None,
+    topk: int | None = None,
+    replay: str | None = None,
+    show_row: int | None = None,
+    isolate: bool | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    out: Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+    command: str = "",
+    stop: Callable[[], object] | None = None,
+) -> MatrixRun:
+    """Run ``names`` (and the two sides of ``split``) on the same cases and write the matrix bundle under ``out``.
+
+    ``contract``: a name or a ``.toml`` path, default the one most of the
+    candidates claim; the cases take its shape (``experts``/``topk`` where
+    not given), groups, bias and families, as ``check`` does. ``device``: one
+    for all (default cuda when torch sees a GPU). ``replay``: ``FAMILY:SEED:ROWS``,
+    that one case only; ``show_row`` keeps every answer's row of it
+    (``MatrixRun.row_answers``).
+    """
+    import torch
+
+    import oracle
+
+    stop = stop or (lambda: None)
+    if len(set(names)) != len(names):
+        twice = sorted(n for n, k in Counter(names).items() if k > 1)
+        raise OptionError(f"--candidate names {', '.join(twice)} more than once; name each candidate once")
+    if len(names) + (2 if split else 0) < 2:
+        raise OptionError("a matrix needs at least two candidates (--candidate A,B,...) or a --split A:B@M0")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    side_names = [batched_name(split[0], BELOW, split[2]), batched_name(split[1], AT_LEAST, split[2])] if split else []
+    members: list[_Member] = []
+    sides: list[_Member] = []
+    try:
+        for name in [*names, *side_names]:
+            target = resolve(name, role="--split" if name in side_names else "--candidate", isolate=isolate, timeout=timeout, stop=stop)
+            cand = target.candidate
+            record = MatrixMember(name=cand.name, status=Status.PASS, contract=cand.contract, device=device, description=cand.description)
+            (sides if name in side_names else members).append(_Member(target, record))
+        contract = contract or _claimed_contract(members or sides)
+        try:
+            c = oracle.get_contract(contract)
+        except (ValueError, OSError) as exc:
+            raise OptionError(f"--contract {contract}: {exc}") from None
+        shape = _Plan(families, rows, seed, experts, topk, None, replay).shaped(c)
+        if not shape.families:
+            raise OptionError(f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}; choose others with --families")
+        label = "matrix-" + ("+".join(m.name for m in members) if members else f"split-{split[0]}-{split[1]}-{split[2]}")
+        out_dir = prepare_out(out or default_out(bundle_dirname(label)[:100]), force=force)
+        started = time.perf_counter()
+        for m in (*members, *sides):
+            m.record.declared = m.candidate.deviations(c.name)
+            if stop():
+                break
+            m.open(contract=contract, device=device, shape=shape, isolate=isolate, timeout=timeout, stop=stop)
+        specs, total = shape.specs(plan_bulk_rows(device))  # the same cases for all; each answers bulk ones in calls it serves
+        report = MatrixReport(
+            contract=c.name, device=device, rows=total, seed=seed, families=list(shape.families), experts=shape.experts,
+            topk=shape.topk, weight_rtol=c.weight_rtol, weight_atol=c.weight_atol, command=command,
+        )  # fmt: skip
+        run = MatrixRun(out=out_dir, report=report)
+        loop = _Loop(members, sides, c, contract, device, report, show_row=show_row, run=run, split=split)
+        with Progress("matrix", total, enabled=progress) as bar:
+            try:
+                for spec in specs:
+                    if stop():
+                        report.interrupted = str(stop())
+                        break
+                    if not any(m.live for m in (*members, *sides)):
+                        break
+                    loop.case(spec)
+                    bar.update(spec.rows, spec.family)
+            except (Interrupted, KeyboardInterrupt):
+                report.interrupted = str(stop() or "KeyboardInterrupt")
+            bar.close("interrupted" if report.interrupted else "done")
+        loop.finish(interrupted=report.interrupted)
+        report.duration_s = time.perf_counter() - started
+        from ..reports.environment import environment
+
+        report.environment = environment(device)
+        write_matrix_bundle(out_dir, report)
+        run.unavailable = [(m.name, m.record.reason) for m in (*members, *sides) if m.record.status is Status.UNAVAILABLE]
+        return run
+    finally:
+        for m in (*members, *sides):
+            m.close()
+
+
+class _Loop:
+    """One case at a time: answers, the oracle, the comparisons."""
+
+    def __init__(self, members: list[_Member], sides: list[_Member], c, contract: str, device: str, report: MatrixReport, *, show_row,
+                 run: MatrixRun, split: tuple[str, str, int] | None):  # fmt: skip
+        self.members, self.sides, self.c, self.device, self.report = members, sides, c, device, report
+        self.show_row, self.run, self.split_spec = show_row, run, split
+        lookups = {m.name: m.target.lookup for m in (*members, *sides)}  # what get_candidate resolves, for replay lines
+
+        def replay(spec, row, candidate, against):
+            a, b = lookups[candidate], lookups.get(against) if against else None
+            return replay_command(a, str(contract), device, spec, row, b, False, pythonpath=replay_pythonpath(a, b))
+
+        self._replay_line = replay
+
+        self.vs_oracle = {m.name: _PairTally(m.name, "oracle", replay=replay) for m in members}
+        self.pairs = {(a.name, b.name): _PairTally(a.name, b.name, replay=replay) for i, a in enumerate(members) for b in members[i + 1 :]}
+        self.split = _PairTally(sides[0].name, sides[1].name, replay=replay) if sides else None
+
+    def case(self, spec: CaseSpec) -> None:
+        from ..cases import build_case
+        from ..compare import agrees, compare_case, expected_for
+        from ..compare.verdicts import validity_failure
+
+        c = self.c
+        case = build_case(spec, self.device)
+        self.report.rows_run += spec.rows
+        answers, missing, calls = {}, {}, {}
+        for m in (*self.members, *self.sides):
+            if not m.live:
+                missing[m.name] = f"{m.name} stopped with an error" if m.record.status is Status.ERROR else f"{m.name} is unavailable here"
+                continue
+            try:
+                call = m.answer(spec, case)
+            except WorkerFailure as failure:
+                m.fail(failure.kind, spec.replay_id, failure.message, failure.stderr_tail, self._replay(m.name, spec))
+                missing[m.name] = f"{m.name} stopped with an error"
+                continue
+            except Exception as exc:  # noqa: BLE001 -- a covered() gate that raises ends this candidate's run
+                m.fail("gate_failed", spec.replay_id, f"covered() raised {type(exc).__name__}: {exc}")
+                missing[m.name] = f"{m.name} stopped with an error"
+                continue
+            if call is None:
+                m.record.rows_skipped += spec.rows
+                missing[m.name] = f"{m.name} does not cover the case"
+                continue
+            if call.fatal:
+                m.fail(call.fatal["kind"], spec.replay_id, call.fatal["message"], replay=self._replay(m.name, spec))
+                missing[m.name] = f"{m.name} stopped with an error"
+                continue
+            if call.traceback is not None:
+                m.record.rows_raised += spec.rows
+                if m.record.error is None:
+                    m.record.error = ErrorRecord(kind="exception", case=spec.replay_id, message=call.actual,
+                                                 traceback=call.traceback, replay=self._replay(m.name, spec))  # fmt: skip
+                missing[m.name] = f"{m.name} raised"
+                continue
+            calls[m.name] = call
+            problem = "inputs were modified in place" if call.changed else (call.actual if isinstance(call.actual, str) else validity_failure(call.actual, case))
+            if problem:
+                m.record.rows_invalid += spec.rows
+                missing[m.name] = f"{m.name} gave no valid answer"
+            else:
+                m.record.rows_answered += spec.rows
+                answers[m.name] = call.actual
+        if not calls:
+            self._not_compared(spec.rows, missing)
+            return
+        exp = expected_for(case, c)
+        ok = {name: agrees(exp, answer, c) for name, answer in answers.items()}
+        if self.show_row is not None:
+            self._keep_row(exp, answers)
+        for m in self.members:
+            tally = self.vs_oracle[m.name]
+            if m.name not in calls:
+                tally.not_compared(spec.rows, missing[m.name])
+                continue
+            call = calls[m.name]
+            actual = call.actual if not isinstance(call.actual, str) else (call.actual,)
+            outcome = compare_case(case, exp, actual, c, deviations=m.candidate.deviations(c.name), inputs_changed=call.changed)
+            tally.add(case, outcome, oracle_ids=exp.ids, oracle_weights=exp.weights, declared=True)
+        for (a, b), tally in self.pairs.items():
+            self._pair(tally, case, exp, answers, ok, missing, a, b)
+        if self.split is not None:
+            self._pair(self.split, case, exp, answers, ok, missing, self.sides[0].name, self.sides[1].name)
+
+    def _pair(self, tally: _PairTally, case, exp, answers, ok, missing, a: str, b: str) -> None:
+        from ..compare import agrees, compare_case
+
+        if a not in answers or b not in answers:
+            tally.not_compared(case.spec.rows, missing.get(a) or missing[b])
+            return
+        # The side the oracle agrees with more on this case is the reference, so a row's clause names
+        # how the other side departs from the contract (the counts are the same either way).
+        flip = ok[a] is not None and ok[b] is not None and int(ok[a].sum()) > int(ok[b].sum())
+        departs, reference = (b, a) if flip else (a, b)
+        exp_ref = exp.replaced(*answers[reference])
+        outcome = compare_case(case, exp_ref, answers[departs], self.c, deviations={})
+        sides = None
+        same = agrees(exp_ref, answers[departs], self.c)
+        if same is not None and ok[a] is not None and ok[b] is not None:
+            differ = ~same
+            sides = {"candidate": int((differ & ok[a]).sum()), "against": int((differ & ~ok[a] & ok[b]).sum()),
+                     "neither": int((differ & ~ok[a] & ~ok[b]).sum())}  # fmt: skip
+        tally.add(case, outcome, oracle_ids=exp.ids, oracle_weights=exp.weights, sides=sides, departs=departs, reference=reference)
+
+    def _not_compared(self, rows: int, missing: dict) -> None:
+        for name, tally in self.vs_oracle.items():
+            tally.not_compared(rows, missing[name])
+        for (a, b), tally in self.pairs.items():
+            tally.not_compared(rows, missing.get(a) or missing[b])
+        if self.split is not None:
+            a, b = self.split.pair.a, self.split.pair.b
+            self.split.not_compared(rows, missing.get(a) or missing[b])
+
+    def _keep_row(self, exp, answers) -> None:
+        r = self.show_row
+        self.run.row_answers["oracle"] = {"ids": exp.ids[r].tolist(), "weights": exp.weights[r].tolist()}
+        for name, (w, ids) in answers.items():
+            self.run.row_answers[name] = {"ids": ids[r].tolist(), "weights": w[r].tolist()}
+
+    def _replay(self, name: str, spec: CaseSpec) -> str:
+        return self._replay_line(spec, None, name, None)
+
+    def finish(self, *, interrupted: str | None) -> None:
+        for m in (*self.members, *self.sides):
+            r = m.record
+            if r.status in (Status.UNAVAILABLE, Status.ERROR):
+                continue
+            if r.rows_raised:
+                r.status = Status.ERROR
+            elif interrupted:
+                r.status = Status.INTERRUPTED
+            elif m.name in self.vs_oracle and self.vs_oracle[m.name].pair.undeclared_rows - self.vs_oracle[m.name].pair.near_tie_rows > 0:
+                r.status = Status.FAIL
+        self.report.candidates = [m.record for m in self.members]
+        self.report.oracle = [t.pair for t in self.vs_oracle.values()]
+        self.report.pairs = [t.pair for t in self.pairs.values()]
+        if self.split is not None:
+            below, above, m0 = self.split_spec
+            self.report.split = SplitView(below=below, above=above, split=m0, pair=self.split.pair, members=[m.record for m in self.sides])
