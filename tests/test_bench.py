@@ -287,3 +287,17 @@ def test_plot_draws_crossovers_eager_points_and_unavailable_candidates(tmp_path)
     assert len(report["crossovers"]) == 1 and report["crossovers"][0]["faster_above"] == "b"
     data = bench.write_plot(tmp_path / "bench.png", report).read_bytes()
     assert data.startswith(PNG_SIGNATURE) and bench.GRAPH_LABEL.encode() in data
+
+
+def test_on_cuda_a_kernel_with_a_pdl_launch_gets_its_pdl_column_next_to_it():
+    from contracts.candidates import get_candidate
+    from contracts.run.bench import pdl_note, with_pdl_columns
+
+    chosen = [get_candidate(n) for n in ("radix4", "torch-native", "radix4-serial")]
+    names = [c.name for c in with_pdl_columns(chosen, "cuda")]
+    assert names == ["radix4", "radix4-pdl", "torch-native", "radix4-serial", "radix4-serial-pdl"]
+    assert [c.name for c in with_pdl_columns(chosen + [get_candidate("radix4-pdl")], "cuda")].count("radix4-pdl") == 1
+    assert [c.name for c in with_pdl_columns(chosen, "cpu")] == ["radix4", "torch-native", "radix4-serial"]
+    note = pdl_note(with_pdl_columns(chosen, "cuda"), "cuda")
+    assert "radix4-pdl, radix4-serial-pdl" in note and "timed without PDL, having no PDL launch: torch-native" in note
+    assert pdl_note(chosen, "cpu") is None

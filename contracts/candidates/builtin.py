@@ -31,7 +31,7 @@ def _lazy(module: str, attr: str):
     return call
 
 
-def _kernel(name, module, *, contract, devices, description, gates_take_device=True, coverage="") -> Candidate:
+def _kernel(name, module, *, contract, devices, description, gates_take_device=True, coverage="", pdl_variant="") -> Candidate:
     """A candidate for one of our kernel modules (route, supported_hardware, build, covered), imported lazily."""
 
     def gate(fn):
@@ -52,6 +52,7 @@ def _kernel(name, module, *, contract, devices, description, gates_take_device=T
         covered=_lazy(module, "covered"),
         origin=module,
         coverage=coverage,
+        pdl_variant=pdl_variant,
     )
 
 
@@ -114,13 +115,14 @@ register(
 )
 register(_kernel("radix4", "kernels.radix4", contract="aiter", devices=("cuda",), gates_take_device=False,
                  coverage="radix4 serves the Kimi shapes (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
-                 description="our radix-4 select kernel (CUDA warp32 / HIP wave64), aiter tie order"))
+                 description="our radix-4 select kernel (CUDA warp32 / HIP wave64), aiter tie order", pdl_variant="radix4-pdl"))
 register(_kernel("radix4-pdl", "kernels.radix4.pdl", contract="aiter", devices=("cuda",), gates_take_device=False,
                  coverage="radix4 serves the Kimi shapes (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
                  description="radix4 launched with programmatic dependent launch (CUDA sm_90+): it starts while the kernel before it ends"))
 register(_kernel("radix4-serial", "kernels.radix4.serial", contract="serial", devices=("cuda",), gates_take_device=False,
                  coverage="radix4-serial serves (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
-                 description="the radix-4 select kernel under the serial contract (CUDA), bit for bit the serial scan"))
+                 description="the radix-4 select kernel under the serial contract (CUDA), bit for bit the serial scan",
+                 pdl_variant="radix4-serial-pdl"))
 register(_kernel("radix4-serial-pdl", "kernels.radix4.serial_pdl", contract="serial", devices=("cuda",), gates_take_device=False,
                  coverage="radix4-serial serves (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
                  description="radix4-serial launched with programmatic dependent launch (CUDA sm_90+)"))

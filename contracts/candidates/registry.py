@@ -99,6 +99,9 @@ class Candidate:
     max_rows: int | None = None
     # What ``covered`` serves, in words: the reason shown for every row it skips.
     coverage: str = ""
+    # The registered candidate that is this kernel launched with programmatic dependent launch (CUDA sm_90+):
+    # ``bench`` times it beside this one, as its PDL column.
+    pdl_variant: str = ""
     # The contracts it serves ("*": any; empty: only ``contract``). ``--candidate all --contract X`` checks those that serve X.
     contracts: tuple[str, ...] = ()
 

@@ -72,6 +72,8 @@ def print_summary(report: dict, out: Path) -> None:
     timer = report["method"]["timer"]
     table = results_table(report)
     print(f"us per launch ({timer}; median of samples; spread in bench.json); (ratio) = candidate / {report['baseline']}")
+    if report["method"].get("pdl"):
+        print(report["method"]["pdl"])
     if not table.empty:
         print(table.to_string(index=False))
     if any(p.get("timer") == "cuda-eager" for c in report["candidates"] for p in c["results"]):

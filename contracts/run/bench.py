@@ -396,10 +396,40 @@ def write_plot(path: Path, report: dict) -> Path:
 # ---------------------------------------------------------------- the run
 
 
+def with_pdl_columns(candidates: list[Candidate], device: str) -> list[Candidate]:
+    """``candidates``, each followed on CUDA by its PDL variant (``Candidate.pdl_variant``) unless already listed."""
+    if not device.startswith("cuda"):
+        return list(candidates)
+    from ..candidates import get_candidate
+
+    names = {c.name for c in candidates}
+    out = []
+    for cand in candidates:
+        out.append(cand)
+        if cand.pdl_variant and cand.pdl_variant not in names:
+            out.append(get_candidate(cand.pdl_variant))
+            names.add(cand.pdl_variant)
+    return out
+
+
+def pdl_note(candidates: list[Candidate], device: str) -> str | None:
+    """Which columns are PDL launches, and that the others are timed without PDL (they have no PDL launch)."""
+    if not device.startswith("cuda"):
+        return None
+    variants = {c.pdl_variant for c in candidates if c.pdl_variant}
+    pdl = [c.name for c in candidates if c.name in variants]
+    plain = [c.name for c in candidates if c.name not in variants and not c.pdl_variant]
+    if not pdl and not variants:
+        return "no candidate here has a PDL launch: every column is timed without programmatic dependent launch"
+    text = f"PDL columns (programmatic dependent launch, next to the same kernel without it): {', '.join(pdl) or 'none available'}"
+    return text + (f"; timed without PDL, having no PDL launch: {', '.join(plain)}" if plain else "")
+
+
 def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str, command: str = "", log=None) -> dict:
-    """Time every available candidate at every M; the report (``bench.json``'s content)."""
+    """Time every available candidate at every M (on CUDA, with its PDL variant beside it); the report (``bench.json``'s content)."""
     log = log or (lambda text: print(text, file=sys.stderr))
     args = options
+    candidates = with_pdl_columns(candidates, device)
     dtype = DTYPES[args.dtype]
     bias_dtype = dtype if args.bias_dtype == "same" else DTYPES[args.bias_dtype]
     entries = []
@@ -423,7 +453,7 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "device": device,
         "environment": environment(device),
-        "method": _method(args, device),
+        "method": {**_method(args, device), "pdl": pdl_note(candidates, device)},
         "m": list(args.m),
         "baseline": candidates[0].name if candidates else None,
         "candidates": entries,
