@@ -120,18 +120,23 @@ def _member(ids: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
     return (ids.unsqueeze(2) == pool.unsqueeze(1)).any(2)
 
 
+def _same_inputs(r: _Rows, p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(same logit, same bias), broadcast of p and q: equal as values (-0.0 == +0.0, NaN == NaN)."""
+    xp, xq = _gather(r.x, p.flatten(1)).view(p.shape), _gather(r.x, q.flatten(1)).view(q.shape)
+    same_x = (xp == xq) | (torch.isnan(xp) & torch.isnan(xq))
+    if r.bias is None:
+        return same_x, torch.ones_like(same_x)
+    bp, bq = r.bias[p], r.bias[q]
+    return same_x, (bp == bq) | (torch.isnan(bp) & torch.isnan(bq))
+
+
 def _exact_pairs(r: _Rows, p: torch.Tensor, q: torch.Tensor, c) -> torch.Tensor:
     """bool, broadcast of p and q: experts p and q tie exactly in every faithful implementation."""
     x, keys, sel = r.x, r.keys, r.selection
     kp, kq = _gather(keys, p.flatten(1)).view(p.shape), _gather(keys, q.flatten(1)).view(q.shape)
     xp, xq = _gather(x, p.flatten(1)).view(p.shape), _gather(x, q.flatten(1)).view(q.shape)
     vp = _gather(sel, p.flatten(1)).view(p.shape)
-    same_x = (xp == xq) | (torch.isnan(xp) & torch.isnan(xq))
-    if r.bias is not None:
-        bp, bq = r.bias[p], r.bias[q]
-        same_b = (bp == bq) | (torch.isnan(bp) & torch.isnan(bq))
-    else:
-        same_b = torch.ones_like(same_x)
+    same_x, same_b = _same_inputs(r, p, q)
     if c.scoring == "sigmoid":
         saturated = ((xp >= 20) & (xq >= 20)) | ((xp <= -90) & (xq <= -90))
     elif c.scoring == "softmax":
@@ -167,21 +172,38 @@ def _select_under(values: torch.Tensor, topk: int, c) -> torch.Tensor:
     return oracle.select_ids(values, topk, contract=c).long()
 
 
-def _signed_zero_alternatives(r: _Rows, c, k: int) -> list[torch.Tensor]:
-    """Ids a router would give if it ranked -0.0 inputs below (or above) +0.0 ones (per row)."""
-    neg = ((r.x == 0) & torch.signbit(r.x)).long()
-    if r.bias is not None:
-        neg = neg + ((r.bias == 0) & torch.signbit(r.bias)).long()
-    if not bool(neg.any()):
-        return []
+def _priorities(r: _Rows, c) -> list[torch.Tensor]:
+    """Tie priorities a router may use (lower wins): the contract's, lowest index, highest index."""
     experts = r.x.shape[1]
-    priority = oracle.tie_priority(experts, c.tie_rule).to(r.x.device)
-    out = []
-    for negative_lower in (True, False):
-        s = neg if negative_lower else 2 - neg
-        comp = r.keys.long() * (3 * experts) + (2 - s) * experts + (experts - 1 - priority)
-        out.append(torch.topk(comp, k, dim=1).indices)
-    return out
+    index = torch.arange(experts, device=r.x.device)
+    return [oracle.tie_priority(experts, c.tie_rule).to(r.x.device), index, experts - 1 - index]
+
+
+def _minus_zeros(r: _Rows) -> torch.Tensor:
+    """long [B, E]: 1 where the ranking value is -0.0 (the sign the signed_zero clause is about)."""
+    return ((r.selection == 0) & torch.signbit(r.selection)).long()
+
+
+def _rule_explains(rank: torch.Tensor, chosen: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """bool [B]: by ``rank`` ([B, E] or [E], lower wins) every chosen member of ``group`` beats every unchosen one."""
+    rank = rank.expand_as(group)
+    worst_chosen = torch.where(chosen & group, rank, torch.full_like(rank, -1)).amax(1)
+    best_unchosen = torch.where(~chosen & group, rank, torch.full_like(rank, 1 << 40)).amin(1)
+    return (chosen & group).any(1) & (worst_chosen < best_unchosen)
+
+
+def _sign_explains(r: _Rows, c, chosen: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """bool [B]: ranking -0.0 values apart from +0.0 ones (either way, ties then by one of ``_priorities``)
+    chose ``chosen`` out of the tie ``group`` ([B, E] masks), and no plain tie rule alone does."""
+    experts = r.x.shape[1]
+    neg = _minus_zeros(r)
+    signed = torch.zeros(chosen.shape[0], dtype=torch.bool, device=chosen.device)
+    plain = torch.zeros_like(signed)
+    for priority in _priorities(r, c):
+        plain |= _rule_explains(priority, chosen, group)
+        for worse in (neg, 1 - neg):  # -0.0 below +0.0, or above it
+            signed |= _rule_explains(worse * experts + priority, chosen, group)
+    return signed & ~plain
 
 
 def _ftz_alternative(r: _Rows, c, k: int) -> torch.Tensor | None:
@@ -245,13 +267,28 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
     order_near = (~diff_slot | slot_near).all(1)
     order_matters = c.output_order != "any"
 
+    # signed_zero: where ranking values -0.0 and +0.0 tie (a contract that ranks logits, gpt-oss; the
+    # sigmoid contracts never rank a -0.0), the answer is what ranking them apart gives, and no plain
+    # tie rule gives it. Before tie_order: a router that declares its tie order must not hide a sign bug
+    # behind it. Sets: the chosen members of the expected cutoff's tie group; orders: the expert put at
+    # the first differing slot, out of the same-key experts placed from there on.
+    neg = _minus_zeros(r).bool()
+    zero = r.selection == 0
+    mixed = (zero & neg).any(1) & (zero & ~neg).any(1)
+    if bool((todo & mixed).any()):
+        first = slot.clamp(min=0).unsqueeze(1)
+        a0 = r.a.gather(1, first)
+        chosen = torch.zeros_like(zero).scatter_(1, r.a, True)
+        cutoff = _gather(r.keys, r.e).amin(1, keepdim=True)  # a set differs at the expected cutoff's tie group
+        group = (r.keys == cutoff) & zero
+        by_set = (~extra | _gather(zero, r.a)).all(1) & _sign_explains(r, c, chosen, group)
+        later = torch.zeros_like(zero).scatter_(1, r.a, (slots >= first).expand_as(r.a))
+        placed = torch.zeros_like(zero).scatter_(1, a0, True)
+        by_order = _gather(zero, a0).squeeze(1) & _sign_explains(r, c, placed, later & zero)
+        assign(mixed & torch.where(same_set, order_matters & by_order, by_set), "signed_zero", R_SIGNED_ZERO)
     # An exact tie broken against the rule is tie_order, even beside near ties (those alone are no failure).
     assign(~same_set & set_explained & ~set_near, "tie_order", R_TIE_SET)
     assign(same_set & order_matters & order_explained & ~order_near, "tie_order", R_TIE_ORDER)
-    signed = torch.zeros_like(todo)
-    for alt in _signed_zero_alternatives(r, c, k):
-        signed |= (alt == r.a).all(1)
-    assign(signed, "signed_zero", R_SIGNED_ZERO)
     assign(~same_set & set_near, NEAR_TIE, R_NEAR_SET)
     assign(same_set & order_matters & order_near, NEAR_TIE, R_NEAR_ULP)
 

@@ -179,6 +179,64 @@ def _lower_index_of_the_tie(w, ids, exp):
     return _own_weights(ids, exp), ids
 
 
+def _signed_zero_apart_case(contract):
+    # gpt-oss ranks the logits themselves: every logit a zero, the even experts' -0.0, one 64-way exact tie
+    x = torch.zeros(1, 64)
+    x[0, ::2] = -0.0
+    return _case(x, None, 8)
+
+
+def _minus_zero_ranked_lower(w, ids, exp):
+    below = torch.nextafter(torch.tensor(0.0), torch.tensor(-1.0))
+    negative = torch.zeros(1, 64, dtype=torch.bool)
+    negative[0, ::2] = True  # the -0.0 logits
+    ids = oracle.select_ids(torch.where(negative, below, exp.selection), ids.shape[1], contract="gpt-oss")
+    return _own_weights(ids, exp, contract="gpt-oss"), ids
+
+
+def _all_zeros_chosen_case(contract):
+    x = torch.zeros(1, 16)
+    x[0, ::2] = -0.0
+    return _case(x, None, 16)  # every expert chosen: only the order can tell the signs apart
+
+
+def _plus_zeros_first(w, ids, exp):
+    order = sorted(range(16), key=lambda j: (ids[0, j].item() % 2 == 0, j))  # the odd experts hold +0.0
+    ids = ids[:, order]
+    return _own_weights(ids, exp, contract="gpt-oss"), ids
+
+
+def _sigmoid_of_zeros_case(contract):
+    # Found by the search: sigmoid(0) + (-0.0) and sigmoid(0) + (+0.0) are both 0.5, the same bits: a tie
+    # that any tie rule may break (torch.topk took four +0.0-bias experts), never a sign
+    b = torch.zeros(16)
+    b[[0, 1, 2, 3, 4, 13, 14, 15]] = -0.0
+    return _case(torch.zeros(1, 16).to(torch.bfloat16), b, 4, renormalize=False)
+
+
+def _plus_zero_bias_first(w, ids, exp):
+    ids = torch.tensor([[10, 11, 12, 9]])
+    return _own_weights(ids, exp, renormalize=False), ids
+
+
+def _sum_meets_a_zero_case(contract):
+    # Found by the search: expert 8's sigmoid(1) + bias lands exactly on 0.5, the value of the zero-logit
+    # experts; a faithful sigmoid(1) may round another way, so taking expert 8 instead is a near tie.
+    x = torch.zeros(1, 16)
+    x[0, [0, 3, 6, 8, 10, 11, 13, 14]] = torch.tensor([-1.3515625, 0.7890625, -1.0703125, 1.0, 3.546875, -2.140625, 1.8203125, -0.90625])
+    x[0, [1, 2, 4, 5, 7, 9, 12, 15]] = -0.0
+    b = torch.zeros(16)
+    b[4:10] = 0.5 - oracle.route_trace(torch.ones(1, 1), torch.zeros(1), 1, contract="aiter").expert_scores[0, 0]
+    return _case(x.to(torch.bfloat16), b, 4, renormalize=False)
+
+
+def _expert_8_for_the_zero(w, ids, exp):
+    ids = ids.clone()
+    assert ids[0, 3].item() == 1, ids
+    ids[0, 3] = 8
+    return _own_weights(ids, exp, renormalize=False), ids
+
+
 def _subnormal_case(contract):
     x = torch.full((1, 64), -200.0)  # sigmoid exactly 0: the subnormal biases alone rank
     b = torch.randperm(64, generator=torch.Generator().manual_seed(3)).float().add(1) * 2.0**-149
@@ -234,6 +292,14 @@ PLANTS = [
     Plant("signed_zero_is_a_tie", "aiter", lambda: (_signed_zero_tie_case("aiter"), _lower_index_of_the_tie), "mismatch", "tie_order"),
     Plant("signed_zero_declared_tie", "aiter", lambda: (_signed_zero_tie_case("aiter"), _lower_index_of_the_tie), "expected", "tie_order",
           declared=("tie_order",)),
+    Plant("signed_zero_ranked_apart", "gpt-oss", lambda: (_signed_zero_apart_case("gpt-oss"), _minus_zero_ranked_lower), "mismatch",
+          "signed_zero", reason="-0.0 and +0.0"),
+    Plant("signed_zero_behind_a_declared_tie_order", "gpt-oss", lambda: (_signed_zero_apart_case("gpt-oss"), _minus_zero_ranked_lower),
+          "mismatch", "signed_zero", declared=("tie_order",)),
+    Plant("signed_zero_in_the_order", "gpt-oss", lambda: (_all_zeros_chosen_case("gpt-oss"), _plus_zeros_first), "mismatch", "signed_zero"),
+    Plant("equal_sigmoids_of_signed_zeros_are_a_tie", "aiter", lambda: (_sigmoid_of_zeros_case("aiter"), _plus_zero_bias_first), "mismatch",
+          "tie_order"),
+    Plant("a_sum_equal_to_a_zero_is_no_sign", "aiter", lambda: (_sum_meets_a_zero_case("aiter"), _expert_8_for_the_zero), "near_tie", None),
     Plant("nan_over_number", "aiter", lambda: (_nan_case("aiter"), _nan_over_number), "mismatch", "nan_last", reason="NaN expert"),
     Plant("near_tie", "aiter", lambda: (_near_case("aiter"), _swap_cutoff_neighbour), "near_tie", None),
     Plant("flush_to_zero", "aiter", lambda: (_subnormal_case("aiter"), _flushed), "mismatch", "selection", reason="flush-to-zero"),
