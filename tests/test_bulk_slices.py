@@ -61,3 +61,21 @@ def test_bulk_replay_ids_parse_and_bad_ones_name_the_form():
     assert not parse_replay("random_fp32:7:100", 896, 16).bulk
     with pytest.raises(OptionError, match="FAMILY:SEED:ROWS:bulk"):
         parse_replay("random_fp32:7:100:big", 896, 16)
+
+
+def test_a_gate_that_takes_renormalize_is_told_it_and_an_older_gate_is_not():
+    from contracts.candidates import Candidate
+
+    asked = []
+
+    def new_gate(*, rows, experts, topk, dtype, bias_dtype, renormalize=True):
+        asked.append(renormalize)
+        return renormalize
+
+    def old_gate(*, rows, experts, topk, dtype, bias_dtype):  # would raise TypeError on an unknown keyword
+        return True
+
+    shape = dict(rows=4, experts=896, topk=16, dtype=None, bias_dtype=None, renormalize=False, num_expert_group=8, topk_group=4)
+    assert Candidate(name="new", route=None, covered=new_gate).covers(**shape) is False and asked == [False]
+    assert Candidate(name="old", route=None, covered=old_gate).covers(**shape) is True
+    assert Candidate(name="any", route=None, covered=lambda **kw: kw["topk_group"] == 4).covers(**shape) is True

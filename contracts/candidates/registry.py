@@ -9,7 +9,9 @@ Gates, in the order the runner asks them:
 - ``build(device)``: compile or load; raises on failure (tests want it red).
 - ``available(device)`` -> (ok, why): never raises; the two above, swallowed.
 - ``covered(rows=, experts=, topk=, dtype=, bias_dtype=)`` -> bool: the shapes
-  it serves; rows outside are skipped and counted, not checked.
+  it serves; rows outside are skipped and counted, not checked. A gate that
+  also takes ``renormalize``, ``num_expert_group`` or ``topk_group`` (by
+  name, or ``**kwargs``) is told them too (``Candidate.covers``).
 
 Candidates come from three places: built-ins (``contracts.candidates.builtin``,
 registered when the package is imported, before anything else can claim
@@ -24,8 +26,10 @@ it makes is registered when first asked for, in every process that asks.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
+import inspect
 import re
 import traceback
 from dataclasses import dataclass, field
@@ -105,6 +109,11 @@ class Candidate:
     # The contracts it serves ("*": any; empty: only ``contract``). ``--candidate all --contract X`` checks those that serve X.
     contracts: tuple[str, ...] = ()
 
+    def covers(self, **shape) -> bool:
+        """``covered`` asked about one call: rows, experts, topk, dtype and bias_dtype always; the call's other
+        options (renormalize, num_expert_group, topk_group) only if the gate takes them, so older gates keep working."""
+        return bool(self.covered(**_gate_arguments(self.covered, shape)))
+
     def serves(self, contract: str) -> bool:
         return "*" in self.contracts or contract == self.contract or contract in self.contracts
 
@@ -131,6 +140,29 @@ class Candidate:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             return False, f"build failed: {type(exc).__name__}: {first}"
         return True, why
+
+
+_GATE_BASICS = ("rows", "experts", "topk", "dtype", "bias_dtype")
+
+
+@functools.lru_cache(maxsize=256)
+def _gate_takes(gate) -> frozenset[str] | None:
+    """The keyword names ``gate`` takes (None: any, it has ``**kwargs`` or no readable signature)."""
+    try:
+        params = inspect.signature(gate).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params)
+
+
+def _gate_arguments(gate, shape: dict) -> dict:
+    try:
+        takes = _gate_takes(gate)
+    except TypeError:  # an unhashable callable: ask it with the basics only
+        takes = frozenset(_GATE_BASICS)
+    return shape if takes is None else {k: v for k, v in shape.items() if k in _GATE_BASICS or k in takes}
 
 
 _REGISTRY: dict[str, Candidate] = {}

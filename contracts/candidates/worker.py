@@ -417,7 +417,7 @@ class _Serving:
         self.device = "cpu"
 
     def _covered(self, **shape) -> bool:
-        return self.candidate.covered(**shape) and (self.against is None or self.against.covered(**shape))
+        return self.candidate.covers(**shape) and (self.against is None or self.against.covers(**shape))
 
     def handle(self, msg: dict) -> dict:
         op = msg["op"]
@@ -457,8 +457,7 @@ class _Serving:
         if op == "run":
             spec = CaseSpec(*msg["spec"])  # dataclasses.astuple of the parent's spec
             case = build_case(spec, self.device)
-            shape = dict(rows=call_size(spec, self.call_rows), experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.scores.dtype if case.bias is None else case.bias.dtype)
-            if not self._covered(**shape):
+            if not self._covered(**case.call_shape(call_size(spec, self.call_rows))):
                 return {"skipped": True}
             return {"outcome": _outcome_to_wire(self.runner.run(case), case.scores.device)}
         raise ValueError(f"unknown request {op!r}")

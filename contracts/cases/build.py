@@ -44,6 +44,13 @@ class Case:
         return {"num_expert_group": self.spec.n_group, "topk_group": self.spec.topk_group}
 
 
+    def call_shape(self, rows: int | None = None) -> dict:
+        """What a ``covered`` gate is asked about a call on this case (``rows``: of one call, default the case's)."""
+        return dict(rows=self.spec.rows if rows is None else rows, experts=self.spec.experts, topk=self.spec.topk,
+                    dtype=self.scores.dtype, bias_dtype=self.scores.dtype if self.bias is None else self.bias.dtype,
+                    renormalize=self.renormalize, **self.group_args)  # fmt: skip
+
+
 def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     """The inputs of ``spec`` placed on ``device``: a coverage case is drawn on the CPU (the same bits on
     every machine), a bulk case on ``device`` itself (the same bits on every machine of that device kind)."""

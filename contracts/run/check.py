@@ -132,9 +132,9 @@ class _Step:
 
     def covered(self, case) -> bool:
         spec = case.spec
-        shape = dict(rows=call_size(spec, self.call_rows), experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=case.scores.dtype if case.bias is None else case.bias.dtype)
+        shape = case.call_shape(call_size(spec, self.call_rows))
         try:
-            return self.candidate.covered(**shape) and (self.against is None or self.against.covered(**shape))
+            return self.candidate.covers(**shape) and (self.against is None or self.against.covers(**shape))
         except Exception as exc:  # noqa: BLE001 -- a gate that raises ends the candidate's run
             self.tally.failed("gate_failed", spec, f"covered() raised {type(exc).__name__}: {exc}", fatal=True)
             raise _Stop from None

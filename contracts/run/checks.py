@@ -241,7 +241,7 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         call_rows = None
         if ok:
             def covered(**shape):
-                return cand.covered(**shape) and (against_c is None or against_c.covered(**shape))
+                return cand.covers(**shape) and (against_c is None or against_c.covers(**shape))
 
             caps = [m for m in (cand.max_rows, getattr(against_c, "max_rows", None)) if m]
             call_rows = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=min(caps) if caps else None)

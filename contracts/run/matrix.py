@@ -144,9 +144,7 @@ class _Member:
                 return self.worker.run(spec)
             from ..cases.plan import call_size
 
-            bias_dtype = case.scores.dtype if case.bias is None else case.bias.dtype  # as the worker asks
-            shape = dict(rows=call_size(spec, self.call_rows), experts=spec.experts, topk=spec.topk, dtype=case.scores.dtype, bias_dtype=bias_dtype)
-            return self.runner.run(case) if self.candidate.covered(**shape) else None
+            return self.runner.run(case) if self.candidate.covers(**case.call_shape(call_size(spec, self.call_rows))) else None
         finally:
             self.record.duration_s += time.perf_counter() - started
 

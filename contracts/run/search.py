@@ -217,9 +217,9 @@ def search(
     @given(strategy)
     def contract_holds(example):
         assume(
-            candidate.covered(
+            candidate.covers(
                 rows=example.total_rows, experts=example.experts, topk=example.topk,
-                dtype=getattr(torch, example.dtype), bias_dtype=getattr(torch, example.bias_dtype),
+                dtype=getattr(torch, example.dtype), bias_dtype=getattr(torch, example.bias_dtype), renormalize=example.renormalize,
             )
         )  # fmt: skip
         result.examples_run += 1
