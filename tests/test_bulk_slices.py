@@ -79,3 +79,23 @@ def test_a_gate_that_takes_renormalize_is_told_it_and_an_older_gate_is_not():
     assert Candidate(name="new", route=None, covered=new_gate).covers(**shape) is False and asked == [False]
     assert Candidate(name="old", route=None, covered=old_gate).covers(**shape) is True
     assert Candidate(name="any", route=None, covered=lambda **kw: kw["topk_group"] == 4).covers(**shape) is True
+
+
+def test_a_lazy_wrapper_around_an_older_gate_still_gets_only_the_basics():
+    """The built-in kernels' gates are imported lazily through a ``**kwargs`` wrapper: on the H200 every
+    radix4 check ended in 'covered() got an unexpected keyword argument renormalize' before this."""
+    from contracts.candidates import Candidate, get_candidate
+
+    def old_gate(*, rows, experts, topk, dtype, bias_dtype):
+        return rows <= 10
+
+    def wrapper(**kwargs):
+        return old_gate(**kwargs)
+
+    cand = Candidate(name="wrapped", route=None, covered=wrapper)
+    shape = dict(rows=4, experts=896, topk=16, dtype=None, bias_dtype=None, renormalize=False)
+    assert cand.covers(**shape) is True and cand.covers(**{**shape, "rows": 11}) is False
+    import torch
+
+    radix4 = get_candidate("radix4")  # the module's covered() takes no renormalize
+    assert radix4.covers(rows=8, experts=896, topk=16, dtype=torch.bfloat16, bias_dtype=torch.float32, renormalize=False)

@@ -112,7 +112,16 @@ class Candidate:
     def covers(self, **shape) -> bool:
         """``covered`` asked about one call: rows, experts, topk, dtype and bias_dtype always; the call's other
         options (renormalize, num_expert_group, topk_group) only if the gate takes them, so older gates keep working."""
-        return bool(self.covered(**_gate_arguments(self.covered, shape)))
+        gate = self.covered
+        if gate in _BASICS_ONLY:
+            return bool(gate(**{k: v for k, v in shape.items() if k in _GATE_BASICS}))
+        try:
+            return bool(gate(**_gate_arguments(gate, shape)))
+        except TypeError as exc:  # a wrapper (``**kwargs``) around a gate that takes only the basics
+            if "unexpected keyword argument" not in str(exc) or len(shape) == len(_GATE_BASICS):
+                raise
+            _BASICS_ONLY.add(gate)
+            return bool(gate(**{k: v for k, v in shape.items() if k in _GATE_BASICS}))
 
     def serves(self, contract: str) -> bool:
         return "*" in self.contracts or contract == self.contract or contract in self.contracts
@@ -143,6 +152,7 @@ class Candidate:
 
 
 _GATE_BASICS = ("rows", "experts", "topk", "dtype", "bias_dtype")
+_BASICS_ONLY: set = set()  # gates found to refuse the call's other options
 
 
 @functools.lru_cache(maxsize=256)
