@@ -7,7 +7,8 @@
 #      --against block-argmax --exact over 1,000,000 rows, radix4 --repeat 10 (ten calls and a graph replay);
 #   4. contracts bench (the PDL columns beside radix4 and radix4-serial);
 #   5. benchmarks/harness_speed.py over $ROWS rows with its bundles kept, and the replay of the first
-#      mismatched row, if any.
+#      mismatched row, if any;
+#   6. with MATRIX=k3 (a phase of benchmarks/h200_matrix.sh) and .engines/ carried along, that matrix.
 # Every step has its own time limit; bundles are tarred into $OUT (parquet files left out).
 #   OUT=/tmp/out PREV=.gpu/radix4_prev ROWS=20M bash benchmarks/h200_final.sh
 set -u
@@ -70,6 +71,11 @@ for r in rows[:2]:
     print("  replay exit", done.returncode, done.stdout.strip().splitlines()[-3:] if done.stdout.strip() else done.stderr[-400:])
 EOF
 done
+
+if [ -n "${MATRIX:-}" ] && [ -d .engines ]; then
+    step "matrix $MATRIX (benchmarks/h200_matrix.sh, ${MATRIX_ROWS:-20000} rows)"
+    TAIL=30 run 200 matrix.log env OUT="$B/matrix" bash benchmarks/h200_matrix.sh "$MATRIX" "${MATRIX_ROWS:-20000}"
+fi
 
 step "pack"
 for f in "$B"/h200-*/summary.json "$B"/speed/*/summary.json; do [ -f "$f" ] && python3 -c "
