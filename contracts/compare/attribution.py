@@ -261,10 +261,17 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
     extra_exact, extra_near = pair_exact.any(2), pair_near.any(2)
     set_explained = (~extra | extra_exact | extra_near).all(1)
     set_near = (~extra | extra_near).all(1)
-    slot_exact = diff_slot & _exact_pairs(r, r.a, r.e, c)
-    slot_near = diff_slot & (_near_pairs(r, c, r.a, r.e) | (ke == ka)) & ~slot_exact
-    order_explained = (~diff_slot | slot_exact | slot_near).all(1)
-    order_near = (~diff_slot | slot_near).all(1)
+    # The same set in another order: look at the pairs of experts whose relative order differs from the
+    # expected one. Exact ties among them broken against the rule are tie_order; if only near-tied pairs
+    # swapped (an expert moved past two exactly tied ones that kept their order), it is a near tie.
+    where = (r.a.unsqueeze(2) == r.e.unsqueeze(1)).float().argmax(2)  # slot of each actual expert in the expected list
+    inverted = (slots.view(1, -1, 1) < slots.view(1, 1, -1)) & (where.unsqueeze(2) > where.unsqueeze(1))
+    a_i, a_j = r.a.unsqueeze(2), r.a.unsqueeze(1)
+    ka_i, ka_j = ka.unsqueeze(2), ka.unsqueeze(1)
+    inv_exact = inverted & _exact_pairs(r, a_i, a_j, c)
+    inv_near = inverted & (_near_pairs(r, c, a_i, a_j) | (ka_i == ka_j)) & ~inv_exact
+    order_explained = (~inverted | inv_exact | inv_near).all(2).all(1)
+    order_near = (~inverted | inv_near).all(2).all(1)
     order_matters = c.output_order != "any"
 
     # signed_zero: where ranking values -0.0 and +0.0 tie (a contract that ranks logits, gpt-oss; the

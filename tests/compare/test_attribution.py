@@ -219,6 +219,32 @@ def _plus_zero_bias_first(w, ids, exp):
     return _own_weights(ids, exp, renormalize=False), ids
 
 
+def _moved_past_an_exact_tie_case(contract):
+    # Found on the H200 (strided, 20M rows): experts 5 and 9 tie exactly (same logit, same bias); expert 2's
+    # sigmoid(1) + bias equals their value in the oracle's arithmetic, a near tie. radix4 put expert 2 after
+    # the two, which kept their order: a near tie, not a tie broken against the rule.
+    x = torch.full((1, 64), -3.0)
+    b = torch.zeros(64)
+    x[0, [5, 9]] = 0.0
+    b[[5, 9]] = 0.25
+    x[0, 2] = 1.0
+    b[2] = 0.75 - oracle.route_trace(torch.ones(1, 1), torch.zeros(1), 1, contract="aiter").expert_scores[0, 0]
+    return _case(x, b, 8)
+
+
+def _third_after_the_pair(w, ids, exp):
+    order = ids[0].tolist()
+    tied = [e for e in order if e in (2, 5, 9)]
+    assert exp.ranking[0, 2] == exp.ranking[0, 5] == 0.75, exp.ranking[0, [2, 5, 9]]
+    moved = [e for e in tied if e != 2] + [2]
+    assert moved != tied, tied  # the aiter priority puts expert 2 first among the three
+    slots = [j for j, e in enumerate(order) if e in (2, 5, 9)]
+    for j, e in zip(slots, moved):
+        order[j] = e
+    ids = torch.tensor([order])
+    return _own_weights(ids, exp), ids
+
+
 def _sum_meets_a_zero_case(contract):
     # Found by the search: expert 8's sigmoid(1) + bias lands exactly on 0.5, the value of the zero-logit
     # experts; a faithful sigmoid(1) may round another way, so taking expert 8 instead is a near tie.
@@ -299,6 +325,8 @@ PLANTS = [
     Plant("signed_zero_in_the_order", "gpt-oss", lambda: (_all_zeros_chosen_case("gpt-oss"), _plus_zeros_first), "mismatch", "signed_zero"),
     Plant("equal_sigmoids_of_signed_zeros_are_a_tie", "aiter", lambda: (_sigmoid_of_zeros_case("aiter"), _plus_zero_bias_first), "mismatch",
           "tie_order"),
+    Plant("moved_past_an_exact_tie_is_a_near_tie", "aiter", lambda: (_moved_past_an_exact_tie_case("aiter"), _third_after_the_pair),
+          "near_tie", None),
     Plant("a_sum_equal_to_a_zero_is_no_sign", "aiter", lambda: (_sum_meets_a_zero_case("aiter"), _expert_8_for_the_zero), "near_tie", None),
     Plant("nan_over_number", "aiter", lambda: (_nan_case("aiter"), _nan_over_number), "mismatch", "nan_last", reason="NaN expert"),
     Plant("near_tie", "aiter", lambda: (_near_case("aiter"), _swap_cutoff_neighbour), "near_tie", None),
