@@ -17,7 +17,7 @@ _FIXED = {
     A.R_GROUP_SELECTION: "other groups were kept than the contract's group scores keep",
     A.R_GROUP_TIE: "groups whose scores tie the kept ones exactly were kept instead (group tie rule not followed)",
     A.R_TIE_SET: "equal keys at the cutoff, other experts chosen (tie priority not followed)",
-    A.R_SIGNED_ZERO: "the output is what ranking -0.0 and +0.0 inputs apart would give",
+    A.R_SIGNED_ZERO: "the output is what ranking -0.0 apart from +0.0 would give (they are equal ranking values)",
     A.R_NEAR_SET: "each differing expert is within the scores' error bounds of an expected one at the cutoff",
     A.R_NEAR_ULP: "the differing slots hold experts within the scores' error bounds of each other",
     A.R_SELECTION_FTZ: "the output is what flushing subnormal ranking values to zero would give (flush-to-zero)",
