@@ -56,7 +56,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ap.add_argument("--device", help="cpu or cuda (default: cuda when the candidate runs there and a GPU is present)")
     ap.add_argument("--experts", type=positive_int("--experts 896"), help="experts E (default: the contract's, 896 for aiter)")
     ap.add_argument("--topk", type=positive_int("--topk 16"), help="top-k (default: the contract's, 16 for aiter)")
-    ap.add_argument("--replay", metavar="FAMILY:SEED:ROWS", help="run exactly one case (from a report's replay line)")
+    ap.add_argument("--replay", metavar="FAMILY:SEED:ROWS[:bulk]", help="run exactly one case (from a report's replay line)")
     ap.add_argument("--row", type=int, help="with --replay: print this row side by side")
     ap.add_argument("--shard", metavar="I/N", help="run the I-th of N deterministic slices of the cases (1-based); merge with contracts merge")
     ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
@@ -126,19 +126,13 @@ def _print_row(results, row: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..run.options import OptionError, parse_families, parse_replay, parse_shard
+    from ..run.options import OptionError, parse_case_choice, parse_families, parse_shard
 
     names = _names(args.candidate)
     try:
         families = parse_families(args.families)
         shard = parse_shard(args.shard)
-        if args.topk and args.experts and args.topk > args.experts:
-            raise OptionError(f"--topk {args.topk} is larger than --experts {args.experts}; choose --topk <= {args.experts}")
-        if args.row is not None and not args.replay:
-            raise OptionError("--row needs --replay FAMILY:SEED:ROWS")
-        replay = parse_replay(args.replay, 1, 1) if args.replay else None  # checked now; shaped by the contract later
-        if replay is not None and args.row is not None and not 0 <= args.row < replay.rows:
-            raise OptionError(f"--row {args.row} is outside the case's {replay.rows} rows (0..{replay.rows - 1})")
+        parse_case_choice(args.replay, args.row, experts=args.experts, topk=args.topk)  # checked now; shaped by the contract later
     except OptionError as exc:
         raise UsageError(str(exc)) from None
 

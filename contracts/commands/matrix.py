@@ -74,7 +74,7 @@ def _print_row(answers: dict, row: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..commands.check import _check_device, check_contract
-    from ..run.options import OptionError, parse_families, parse_replay, parse_split
+    from ..run.options import OptionError, parse_case_choice, parse_families, parse_split
 
     names = _names(args.candidate)
     try:
@@ -82,13 +82,7 @@ def run(args: argparse.Namespace) -> int:
         if not names and split is None:
             raise OptionError("--candidate A,B,... or --split A:B@M0 is required; e.g. --candidate oracle,torch-native")
         families = parse_families(args.families)
-        if args.topk and args.experts and args.topk > args.experts:
-            raise OptionError(f"--topk {args.topk} is larger than --experts {args.experts}; choose --topk <= {args.experts}")
-        if args.row is not None and not args.replay:
-            raise OptionError("--row needs --replay FAMILY:SEED:ROWS")
-        replay = parse_replay(args.replay, 1, 1) if args.replay else None  # checked now; shaped by the contract later
-        if replay is not None and args.row is not None and not 0 <= args.row < replay.rows:
-            raise OptionError(f"--row {args.row} is outside the case's {replay.rows} rows (0..{replay.rows - 1})")
+        parse_case_choice(args.replay, args.row, experts=args.experts, topk=args.topk)  # checked now; shaped by the contract later
     except OptionError as exc:
         raise UsageError(str(exc)) from None
     device = _check_device(args.device)

@@ -76,3 +76,16 @@ def parse_split(text: str, *, option: str = "--split") -> tuple[str, str, int]:
     if m0 < 2:
         raise OptionError(f"{option} {text!r}: M0 must be at least 2, so that batches of fewer than M0 rows exist")
     return a.strip(), b.strip(), m0
+
+
+def parse_case_choice(replay: str | None, row: int | None, *, experts: int | None, topk: int | None):
+    """``--experts/--topk`` and ``--replay/--row`` checked together: the replayed spec (its shape set later,
+    from the contract) or None."""
+    if topk and experts and topk > experts:
+        raise OptionError(f"--topk {topk} is larger than --experts {experts}; choose --topk <= {experts}")
+    if row is not None and not replay:
+        raise OptionError("--row needs --replay FAMILY:SEED:ROWS")
+    spec = parse_replay(replay, 1, 1) if replay else None
+    if spec is not None and row is not None and not 0 <= row < spec.rows:
+        raise OptionError(f"--row {row} is outside the case's {spec.rows} rows (0..{spec.rows - 1})")
+    return spec
