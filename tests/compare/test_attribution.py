@@ -319,7 +319,7 @@ PLANTS = [
     Plant("signed_zero_declared_tie", "aiter", lambda: (_signed_zero_tie_case("aiter"), _lower_index_of_the_tie), "expected", "tie_order",
           declared=("tie_order",)),
     Plant("signed_zero_ranked_apart", "gpt-oss", lambda: (_signed_zero_apart_case("gpt-oss"), _minus_zero_ranked_lower), "mismatch",
-          "signed_zero", reason="-0.0 and +0.0"),
+          "signed_zero", reason="-0.0 apart from +0.0"),
     Plant("signed_zero_behind_a_declared_tie_order", "gpt-oss", lambda: (_signed_zero_apart_case("gpt-oss"), _minus_zero_ranked_lower),
           "mismatch", "signed_zero", declared=("tie_order",)),
     Plant("signed_zero_in_the_order", "gpt-oss", lambda: (_all_zeros_chosen_case("gpt-oss"), _plus_zeros_first), "mismatch", "signed_zero"),
