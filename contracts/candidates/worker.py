@@ -40,6 +40,7 @@ from typing import Callable
 import torch
 
 from ..cases import CaseSpec, build_case
+from ..cases.memory import reuse_freed_memory
 from ..cases.plan import bulk_rows_for, call_size
 from .calling import CallOutcome, CaseRunner, first_line, raised_message
 from .registry import CandidateLoadError, UnknownCandidateError, get_candidate
@@ -152,6 +153,17 @@ def load_error_message(exc: BaseException) -> str:
             where = frames[-1]
             message += f" (at {os.path.relpath(where.filename)}:{where.lineno}{', in ' + where.name if where.name != '<module>' else ''})"
     return message
+
+
+def cpu_thread_shares(total: int) -> tuple[int, int]:
+    """(parent, worker) torch threads of an isolated CPU run with ``total`` threads to share.
+
+    The two processes compute at once (the worker the candidate, the parent the oracle and the
+    comparison), so together they take no more threads than there are: oversubscribed OpenMP
+    threads stall each other (measured on 2 cores: 2.1x slower than one thread each).
+    """
+    parent = max(1, total // 2)
+    return parent, max(1, total - parent)
 
 
 # ---------------------------------------------------------------- the parent's side
@@ -439,6 +451,8 @@ class _Serving:
                 why = why if ok else f"--against {self.against.name}: {why2}"
             if ok and self.device.startswith("cuda"):
                 torch.zeros(1, device=self.device)  # the CUDA context, before the first timed call
+            if self.device == "cpu":
+                torch.set_num_threads(cpu_thread_shares(torch.get_num_threads())[1])
             contract, repeat = msg["contract"], msg["repeat"]
             call_rows = None
             if ok and msg.get("experts"):
@@ -484,6 +498,7 @@ def serve() -> int:
     faulthandler.enable()  # a segfault or abort leaves the Python stack in the report
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent's "where are you?" before it kills a hang
     _die_with_parent()
+    reuse_freed_memory()  # as the parent does: cases reuse the pages of the last one
     serving = _Serving()
     while True:
         try:

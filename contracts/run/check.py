@@ -18,12 +18,15 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable
 
+import torch
+
 import oracle
 
 from ..candidates import Candidate
 from ..candidates.calling import CaseRunner
-from ..candidates.worker import Interrupted, Worker, WorkerFailure
+from ..candidates.worker import Interrupted, Worker, WorkerFailure, cpu_thread_shares
 from ..cases import CaseSpec, build_case
+from ..cases.memory import reuse_freed_memory
 from ..cases.plan import call_size
 from ..compare import agrees, compare_case, expected_for
 from ..reports.schema import CheckResult, ReplayTarget
@@ -69,6 +72,7 @@ def check_candidate(
     most rows one in-process call of a bulk case gets (a worker knows its own).
     """
     c = oracle.get_contract(contract)
+    reuse_freed_memory()  # every case allocates the same large tensors again: reuse the pages, skip the faults
     against_name = against.name if against is not None else None
 
     target = ReplayTarget(lookup or candidate_lookup(candidate), (against_lookup or candidate_lookup(against)) if against is not None else None)
@@ -192,6 +196,16 @@ def _in_process(specs, step: _Step, worker, progress) -> None:
 
 
 def _pipelined(specs, step: _Step, worker: Worker, progress) -> None:
+    threads = torch.get_num_threads()
+    if step.device == "cpu":  # the worker computes at the same time: take our share of the cores only
+        torch.set_num_threads(cpu_thread_shares(threads)[0])
+    try:
+        _run_pipelined(specs, step, worker, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_pipelined(specs, step: _Step, worker: Worker, progress) -> None:
     tally = step.tally
     exhausted = False
     while True:

@@ -43,6 +43,7 @@ from ..candidates import Candidate
 from ..candidates.batched import AT_LEAST, BELOW, batched_name
 from ..candidates.worker import Interrupted, Worker, WorkerFailure
 from ..cases import CaseSpec
+from ..cases.memory import reuse_freed_memory
 from ..cases.plan import plan_bulk_rows
 from ..reports.bundle import prepare_out, write_matrix_bundle
 from ..reports.schema import AgainstSides, ErrorRecord, MatrixMember, MatrixPair, MatrixReport, PairExample, PairFamily, SplitView, Status
@@ -252,6 +253,7 @@ def run_matrix(
     if len(names) + (2 if split else 0) < 2:
         raise OptionError("a matrix needs at least two candidates (--candidate A,B,...) or a --split A:B@M0")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    reuse_freed_memory()  # every case allocates the same large tensors again: reuse the pages, skip the faults
     side_names = [batched_name(split[0], BELOW, split[2]), batched_name(split[1], AT_LEAST, split[2])] if split else []
     members: list[_Member] = []
     sides: list[_Member] = []
