@@ -112,8 +112,12 @@ def _row_facts(keys, ranking, ids, topk: int):
 
 
 def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_changed: bool = False, exact: bool = False,
-                 max_cells: int = 20000) -> CaseOutcome:  # fmt: skip
-    """Compare ``actual`` with ``exp`` for every row of ``case``."""
+                 max_cells: int = 20000, quiet: frozenset = frozenset()) -> CaseOutcome:  # fmt: skip
+    """Compare ``actual`` with ``exp`` for every row of ``case``.
+
+    ``quiet``: kinds of row (``"near_tie"``, ``"expected"``) that are counted but not recorded as examples
+    or cells (the run already has its sample of them); a mismatched row is always recorded.
+    """
     c = plain_contract_tolerance(contract, exact)  # --exact: bit identity, weights to 0 ULP, no near ties
     problem = "inputs were modified in place" if inputs_changed else validity_failure(actual, case)
     if problem:
@@ -150,7 +154,7 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
         differing = (exp.ids.index_select(0, rows_b) != ids_act.index_select(0, rows_b)) | ~blame.weights_ok
         out.cells_total += int((differing & ~_verdicts(blame, declared)[5].unsqueeze(1)).sum())
         if out.cells_rows < max_cells or len(out.rows_detail) < DETAILS_PER_CLAUSE * len(A.CLAUSE_ORDER):
-            _record(out, case, exp, values, w_act, ids_act, rows_b, blame, declared, max_cells)
+            _record(out, case, exp, values, w_act, ids_act, rows_b, blame, declared, max_cells, quiet)
     return out
 
 
@@ -231,10 +235,16 @@ def _reasons(i: int, rows: dict, case) -> list[tuple[str, str]]:
     return pairs
 
 
-def _record(out: CaseOutcome, case, exp, values, w_act, ids_act, rows_b, blame, declared, max_cells: int) -> None:
+def _record(out: CaseOutcome, case, exp, values, w_act, ids_act, rows_b, blame, declared, max_cells: int, quiet: frozenset) -> None:
     """Row examples (a few per primary clause, the only per-row Python) and mismatch cells (vectorized, up to the cap)."""
     _, _, mismatch, expected, near, matched, primary = _verdicts(blame, declared)
     keep = ~matched
+    if "near_tie" in quiet:
+        keep &= ~near
+    if "expected" in quiet:
+        keep &= ~expected
+    if not bool(keep.any()):  # nothing here the report still needs: the counts are already in ``out``
+        return
     e_b, a_b = exp.ids.index_select(0, rows_b), ids_act.index_select(0, rows_b)
     we_b, wa_b = exp.weights.index_select(0, rows_b), w_act.index_select(0, rows_b)
     group, straddles, nan_count = _row_facts(values.keys, values.selection, e_b.long(), case.topk)

@@ -50,6 +50,10 @@ class CellKeeper:
             self.frames.append(block)
             self.kept += len(block)
 
+    def sample_full(self, family: str, verdict: str) -> bool:
+        """Whether ``family``'s sample of ``verdict`` cells (a sampled kind: near ties, declared deviations) is complete."""
+        return self._groups.get((family, verdict), 0) >= min(SAMPLE_CELLS_PER_FAMILY, self.max_cells)
+
     def table(self, columns):
         import pandas as pd
 

@@ -171,7 +171,7 @@ class _Step:
                 oracle_side = (agrees(exp_oracle, actual, c), agrees(exp_oracle, call.other, c), agrees(exp, actual, c))
             malformed = isinstance(actual, str)  # it returned something that is not an answer: a validity finding
             outcome = compare_case(case, exp, (actual,) if malformed else actual, c, deviations=tally.deviations,
-                                   inputs_changed=call.changed, exact=self.exact)  # fmt: skip
+                                   inputs_changed=call.changed, exact=self.exact, quiet=tally.quiet_kinds(spec))  # fmt: skip
             tally.compared(case, outcome, oracle_side=oracle_side, message=actual if malformed else None, actual=None if malformed else actual)
             if call.differing_rows:
                 tally.nondeterministic(call, case)

@@ -179,13 +179,30 @@ class Tally:
 
     def _sides(self, oracle_side, outcome: CaseOutcome) -> dict[int, str]:
         """Where the two candidates differ, count the rows by the side the oracle agrees with; label the examples."""
-        candidate_ok, against_ok, pair_ok = (t.tolist() for t in oracle_side)
+        candidate_ok, against_ok, pair_ok = oracle_side
+        differ = ~pair_ok
+        sides = {"candidate": differ & candidate_ok, "against": differ & ~candidate_ok & against_ok,
+                 "neither": differ & ~candidate_ok & ~against_ok}  # fmt: skip
+        for name, rows in sides.items():
+            setattr(self.sides, name, getattr(self.sides, name) + int(rows.sum()))
         label = {}
-        for row, (a_ok, b_ok, same) in enumerate(zip(candidate_ok, against_ok, pair_ok)):
-            if not same:
-                label[row] = "candidate" if a_ok else ("against" if b_ok else "neither")
-                setattr(self.sides, label[row], getattr(self.sides, label[row]) + 1)
+        for d in outcome.rows_detail:  # only the examples need a label; the counts above are of every row
+            row = d["row"]
+            if 0 <= row < differ.shape[0] and bool(differ[row]):
+                label[row] = next(name for name, rows in sides.items() if bool(rows[row]))
         return label
+
+    def quiet_kinds(self, spec: CaseSpec) -> frozenset[str]:
+        """The sampled kinds of row (near ties, declared deviations) of which this run already keeps every example
+        and cell it reports for ``spec``'s family: ``compare_case`` still counts such rows, but records none."""
+        quiet = set()
+        if self.cells.sample_full(spec.family, "near_tie") and len(self.details.get("near_tie", ())) >= DETAILS_PER_CLAUSE:
+            quiet.add("near_tie")
+        if self.deviations and self.cells.sample_full(spec.family, "expected") and all(
+            len(self.details.get(clause, ())) >= DETAILS_PER_CLAUSE for clause in self.deviations
+        ):
+            quiet.add("expected")
+        return frozenset(quiet)
 
     def nondeterministic(self, call, case: Case) -> None:
         spec = case.spec

@@ -1,0 +1,62 @@
+"""Rows of a kind the run already has its sample of are counted, never recorded again; mismatches always are."""
+
+from __future__ import annotations
+
+import oracle
+from contracts.cases.build import build_case
+from contracts.cases.plan import CaseSpec, plan
+from contracts.compare import compare_case, expected_for
+from contracts.reports.cells import SAMPLE_CELLS_PER_FAMILY
+from contracts.reports.schema import to_json
+from contracts.run.check import check_candidate
+
+AITER = oracle.get_contract("aiter")
+
+
+def _reversed_answer():
+    case = build_case(CaseSpec("random_fp32", 5, 512, 64, 8))
+    exp = expected_for(case, AITER)
+    return case, exp, (exp.weights.flip(1).contiguous(), exp.ids.flip(1).contiguous())
+
+
+def test_quiet_expected_rows_are_counted_but_not_recorded():
+    case, exp, actual = _reversed_answer()
+    declared = {"output_order": "returns its top-k in reverse"}
+    loud = compare_case(case, exp, actual, AITER, deviations=declared)
+    quiet = compare_case(case, exp, actual, AITER, deviations=declared, quiet=frozenset({"expected", "near_tie"}))
+    assert loud.verdict_counts == quiet.verdict_counts and loud.verdict_counts["expected"] == 512
+    assert loud.expected_rows == quiet.expected_rows == {"output_order": 512}
+    assert loud.cells_total == quiet.cells_total > 0
+    assert loud.rows_detail and loud.cells_rows > 0
+    assert quiet.rows_detail == [] and quiet.cells_rows == 0
+
+
+def test_quiet_never_silences_a_mismatch():
+    case, exp, actual = _reversed_answer()
+    out = compare_case(case, exp, actual, AITER, deviations={}, quiet=frozenset({"expected", "near_tie"}))
+    assert out.verdict_counts["mismatch"] == 512 and out.clause_rows == {"output_order": 512}
+    assert out.rows_detail and out.cells_rows > 0
+
+
+def _reversing(scores, bias, topk, renormalize, rsf):
+    w, ids = oracle.route(scores, bias, topk, renormalize=renormalize, routed_scaling_factor=rsf)
+    return w.flip(1).contiguous(), ids.flip(1).contiguous()
+
+
+def test_a_long_run_keeps_its_sample_and_exact_counts_once_the_kind_goes_quiet(monkeypatch):
+    from contracts.candidates import Candidate
+    from contracts.compare import verdicts
+
+    recorded = []
+    add_cells = verdicts._add_cells
+    monkeypatch.setattr(verdicts, "_add_cells", lambda *a, **k: recorded.append(1) or add_cells(*a, **k))
+    cand = Candidate("reverser", _reversing, expected_deviations={"aiter": {"output_order": "reverses"}})
+    specs = plan(["random_fp32"], 6000, 0, 64, 8)
+    result = check_candidate(cand, specs, contract="aiter", device="cpu")
+    s = to_json(result.summary)
+    assert s["status"] == "pass" and s["rows_checked"] == 6000
+    assert s["expected_deviations"]["output_order"]["rows"] == 6000 and s["cells_total"] == 6000 * 8
+    assert len(result.cells) == SAMPLE_CELLS_PER_FAMILY and set(result.cells.verdict) == {"expected"}
+    assert len(result.details) == 5
+    # once the sample was full the later cases recorded nothing (they were counted above)
+    assert 0 < len(recorded) < len(specs)
