@@ -30,7 +30,7 @@ run 90 radix4-repeat.log python3 -m contracts check --candidate radix4 --repeat 
 
 step "harness speed"
 TAIL=12 run 200 speed.log python3 benchmarks/harness_speed.py --device cuda --candidate radix4 --rows "$ROWS" --json "$B/harness_speed_gpu.json"
-TAIL=6 CONTRACTS_CUDA_IPC=1 run 120 speed-ipc.log python3 benchmarks/harness_speed.py --device cuda --candidate radix4 --rows "$ROWS" --modes isolated --json "$B/harness_speed_gpu_ipc.json"
+TAIL=6 CONTRACTS_CUDA_IPC=0 run 120 speed-bytes.log python3 benchmarks/harness_speed.py --device cuda --candidate radix4 --rows "$ROWS" --modes isolated --json "$B/harness_speed_gpu_bytes.json"  # outputs as bytes, not IPC
 
 if [ -d .engines ]; then
     step "engines"

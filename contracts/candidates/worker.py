@@ -68,10 +68,12 @@ class WorkerFailure(Exception):
 # ---------------------------------------------------------------- wire format
 # CPU tensors travel as raw bytes in plain pickles: a case's outputs are [M, k] (1.5 MB for a 16,384-row
 # bulk case), cheaper to copy than to set up as shared memory. CUDA tensors travel as CUDA IPC handles
-# (torch.multiprocessing's reduction: the parent maps the worker's memory, no copy through the host)
-# when CONTRACTS_CUDA_IPC=1; else as bytes too (a copy to the host and back).
+# (torch.multiprocessing's reduction: the parent maps the worker's memory, no copy through the host; the
+# worker keeps the block alive until the parent lets go, and the parent clones it at once). Measured on the
+# H200, radix4 over 20M rows isolated: 958,392 rows/s as bytes, 1,106,567 with IPC. CONTRACTS_CUDA_IPC=0
+# sends them as bytes instead (a copy to the host and back), for a driver or container without IPC.
 
-CUDA_IPC = os.environ.get("CONTRACTS_CUDA_IPC") == "1"
+CUDA_IPC = os.environ.get("CONTRACTS_CUDA_IPC", "1") != "0"
 
 
 def _encode_tensor(t: torch.Tensor) -> dict:

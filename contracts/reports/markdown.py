@@ -102,7 +102,7 @@ def render_markdown(result: CheckResult) -> str:
         out.append(f"\n- determinism: {how}; {verdict}\n")
     for note in s.notes:
         out.append(f"\n- note: {clean(note)}\n")
-    if s.cells_capped:
+    if s.cells_capped and not any(note.startswith("mismatch cells:") for note in s.notes):  # the tally's note says it already
         out.append(f"\n- mismatch cells: {s.cells_recorded:,} of {s.cells_total:,} recorded (capped; the first of every family and clause are kept; counts above are exact)\n")
     if s.error:
         out.append(f"\nFirst error ({s.error.kind}), in case `{s.error.case}`:\n\n```\n{clean(s.error.traceback or s.error.message, keep_newlines=True)}\n```\n")
