@@ -44,14 +44,14 @@ _SAMPLE_PLACES = 128  # rows needing at most this many places get them from a to
 
 
 def _fill_places(gen, x, upto, values):
-    """Write ``values(idx, place, current)`` into the first ``upto[r]`` places of an independent uniform random order
-    of each row of ``x`` (in place; returns ``x``).
+    """Write ``values(idx, place, current)`` into the first ``upto[r]`` places of an independent uniform
+    random order of each row of ``x`` (in place; returns ``x``).
 
-    ``values(idx, place, current)`` gets a group's row indices (int64 ``[n]``), the place numbers
-    (int64 ``[n, P]``, 0..P-1 in every row) and what ``x`` holds there (``[n, P]``), and returns the
-    ``[n, P]`` values to write; places at or beyond a row's ``upto`` must get ``current`` back. The top-k of uniform keys is a uniform random ordered sample,
-    so most rows cost a top-k of at most ``_SAMPLE_PLACES`` instead of the double argsort a full rank takes
-    (about 8x on a CPU); rows needing more places pay a full sort.
+    ``values`` gets a group's row indices (int64 ``[n]``), the place numbers (int64 ``[n, P]``, 0..P-1
+    in every row) and what ``x`` holds there (``[n, P]``), and returns the ``[n, P]`` values to write;
+    places at or beyond a row's ``upto`` must get ``current`` back. The top-k of uniform keys is a
+    uniform random ordered sample, so most rows cost a top-k of at most ``_SAMPLE_PLACES`` instead of
+    the double argsort a full rank takes (about 8x on a CPU); rows needing more places pay a full sort.
     """
     rows, experts = x.shape
     keys = _rand(gen, rows, experts)

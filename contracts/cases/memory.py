@@ -12,8 +12,8 @@ between cases, which a run that allocates the same sizes over and over
 never needs.
 
 It is process-wide, so only the harness's runs call it (a candidate's check,
-a matrix, a worker process at start), never an import. Without glibc (macOS, musl) it
-does nothing.
+a matrix, a worker process at start), never an import. Without glibc (macOS,
+musl) it does nothing.
 """
 
 from __future__ import annotations
