@@ -77,9 +77,17 @@ VARIANTS = {
     "early_trigger": ("aiter", ("RADIX4_PDL_LATE_TRIGGER=0",)),
     "no_dense": ("aiter", ("RADIX4_DENSE_MIN_ROWS=1000000",)),
     "sorted": ("aiter", ("RADIX4_SORTED_BOUND=1",)),
+    "key32": ("aiter", ("RADIX4_RANK_KEY32=1",)),
+    "key32_reload_dense": ("aiter", ("RADIX4_RANK_KEY32=1", "RADIX4_RELOAD_SIG_MIN_BLOCKS=2")),
+    "key32_reload_dense5": ("aiter", ("RADIX4_RANK_KEY32=1", "RADIX4_RELOAD_SIG_MIN_BLOCKS=2", "RADIX4_DENSE_MIN_BLOCKS=5")),
+    "key32_reload_dense6": ("aiter", ("RADIX4_RANK_KEY32=1", "RADIX4_RELOAD_SIG_MIN_BLOCKS=2", "RADIX4_DENSE_MIN_BLOCKS=6")),
+    "key32_reload_all": ("aiter", ("RADIX4_RANK_KEY32=1", "RADIX4_RELOAD_SIG_MIN_BLOCKS=0")),
+    "key32_2warps_to_1536": ("aiter", ("RADIX4_RANK_KEY32=1", "RADIX4_WARPS_PER_TOKEN=2", "RADIX4_BLOCK_PER_TOKEN_MAX_ROWS=1536")),
     "serial": ("serial", ()),
+    "serial_key32_reload_dense5": ("serial", ("RADIX4_RANK_KEY32=1", "RADIX4_RELOAD_SIG_MIN_BLOCKS=2", "RADIX4_DENSE_MIN_BLOCKS=5")),
     "serial_no_dense": ("serial", ("RADIX4_DENSE_MIN_ROWS=1000000",)),
 }
+VARIANT_SHAPES = ((896, 16), (384, 8))  # where the variants are timed (the goals' shapes)
 SIGMOID_DEFINES = ((), ("RADIX4_EX2_FTZ=0",))  # the exhaustive check's builds
 
 
@@ -500,15 +508,15 @@ def main(argv=None) -> int:
                 r["argmax/r4serial"] = round(r["block_argmax"] / r["r4serial"], 2)
         variant_cols = {}
         for name in variants:
-            variant_cols[name] = (launch(libs[name]), {(896, 16)})
-            variant_cols[f"{name}+pdl"] = (launch(libs[name], FLAG_RENORM | FLAG_PDL), {(896, 16)})
-        variant_rows = run_timing(variant_cols, device, shapes=((896, 16),)) if variants else []
+            variant_cols[name] = (launch(libs[name]), set(VARIANT_SHAPES))
+            variant_cols[f"{name}+pdl"] = (launch(libs[name], FLAG_RENORM | FLAG_PDL), set(VARIANT_SHAPES))
+        variant_rows = run_timing(variant_cols, device, shapes=VARIANT_SHAPES) if variants else []
         head = (f"us per launch, CUDA graph replay ({LAUNCHES} launches per graph, median of {REPLAYS} replays), "
                 f"bf16 logits and bias, renormalize, rs {RS}; {report['device']}; empty kernel {floor:.2f} us "
                 f"({floor_pdl:.2f} with PDL). block_argmax has no PDL launch: it is timed plain.")  # fmt: skip
         text.append(table(main_rows, head))
         if variant_rows:
-            text.append(table(variant_rows, "Tuning variants (compile-time defines, see VARIANTS), 896/16, plain and +pdl"))
+            text.append(table(variant_rows, "Tuning variants (compile-time defines, see VARIANTS), 896/16 and 384/8, plain and +pdl"))
         report.update(timing=main_rows, variants=variant_rows, empty_us=floor, empty_pdl_us=floor_pdl)
 
     summary = [f"{'PASS' if c['passed'] else 'FAIL'}  {c['check']}" + (f"  ({c['identical']:,}/{c['rows']:,} rows)" if "rows" in c else "")

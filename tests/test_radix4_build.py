@@ -500,6 +500,15 @@ def _cases():
     crowded[0, (torch.arange(E) >> 2) % 32 == 0] += 5.0  # all 28 on one lane of a warp-per-token launch
     crowded[1, (torch.arange(E) >> 2) % 128 == 0] += 5.0  # all 8 on one thread of a 4-warp block
     yield "top keys crowded on one lane", crowded, torch.zeros(E), K
+    # Equal keys among few candidates (C <= 32: the one-candidate-per-lane
+    # rank pass): a tie straddling the cutoff, and a tie among the winners.
+    few = torch.full((3, E), -2.0)
+    for row in range(3):
+        perm = torch.randperm(E, generator=g)
+        few[row, perm[:12]] = 3.0 + 0.125 * torch.arange(12.0)
+        few[row, perm[12 : 18 + row]] = 2.0
+    few[2, perm[:2]] = 9.0
+    yield "small tie pools among the candidates", few.bfloat16(), torch.zeros(E), K
     yield "Kimi-K2 random", (torch.randn(4, 384, generator=g) * 2).bfloat16(), torch.randn(384, generator=g) * 0.05, 8
     yield "Kimi-K2 all equal", torch.zeros(2, 384), torch.zeros(384), 8
     yield "Kimi-K3 pruned 224 random", (torch.randn(5, 224, generator=g) * 2).bfloat16(), torch.randn(224, generator=g) * 0.05, K
@@ -555,6 +564,8 @@ SWITCHES = {
     "plain-exp2-two-arrays": ("RADIX4_EX2_FTZ=0", "RADIX4_COPY_ENTRY16=0"),
     "sorted-bound": ("RADIX4_SORTED_BOUND=1",),
     "late-trigger": ("RADIX4_PDL_LATE_TRIGGER=1",),
+    "rank-key32": ("RADIX4_RANK_KEY32=1",),
+    "reload-sig": ("RADIX4_RELOAD_SIG_MIN_BLOCKS=0",),
 }
 
 

@@ -322,9 +322,17 @@ __device__ unsigned long long radix4_lab_clock[8];
 //                          launch before its write step, not at entry (a
 //                          dependent launched early holds SM slots that the
 //                          rest of a one-wave grid's blocks could balance)
+//   RADIX4_RANK_KEY32      the rank step's one-candidate-per-lane pass
+//                          compares 32-bit rank keys (31 shuffles, not 62);
+//                          equal keys among the candidates (seen as a rank
+//                          sum short of 0 + 1 + .. + (C - 1)) redo the pass
+//                          with the whole composites
 // and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
 // SM for ptxas: the register cap that sets how many warps fit an SM (1: no
-// cap, no spills). The entry point also has a dense warp-per-token kernel
+// cap, no spills). RADIX4_RELOAD_SIG_MIN_BLOCKS: kernels built for at least
+// that many blocks per SM keep no sigmoids past the rank keys (28 registers
+// per thread at E = 896 in a warp per token) and recompute each winner's
+// from its logit, read again, in the write step; 0: every kernel does. The entry point also has a dense warp-per-token kernel
 // for batches that fill more than one wave (RADIX4_DENSE_MIN_BLOCKS,
 // radix4_entry.h): route_kernel's kMinBlocks.
 #ifndef RADIX4_EX2_FTZ
@@ -342,6 +350,12 @@ __device__ unsigned long long radix4_lab_clock[8];
 #ifndef RADIX4_WARP_MIN_BLOCKS
 #define RADIX4_WARP_MIN_BLOCKS 1
 #endif
+#ifndef RADIX4_RANK_KEY32
+#define RADIX4_RANK_KEY32 0
+#endif
+#ifndef RADIX4_RELOAD_SIG_MIN_BLOCKS
+#define RADIX4_RELOAD_SIG_MIN_BLOCKS 1000
+#endif
 
 // ---- the launch's compile-time shape, and the shared memory of all steps ----
 
@@ -352,9 +366,12 @@ __device__ unsigned long long radix4_lab_clock[8];
 // beyond the warp. Many warps per token cut a token's latency (small
 // batches); one warp per token has the least overhead per token (large
 // batches).
-template <class L, int E_, int K_, int kWarpsPerToken, int kTokensPerBlock>
+template <class L, int E_, int K_, int kWarpsPerToken, int kTokensPerBlock, bool kReloadSig_ = false>
 struct Shape {
     static constexpr int E = E_, K = K_;
+    // The winners' sigmoids are recomputed in the write step instead of
+    // carried through the selection (RADIX4_RELOAD_SIG_MIN_BLOCKS).
+    static constexpr bool kReloadSig = kReloadSig_;
     static constexpr int kLanes = L::kLanes;
     static constexpr int kWarps = kWarpsPerToken;
     static constexpr int kTokens = kTokensPerBlock;
@@ -524,6 +541,9 @@ struct Slice {
     __device__ __forceinline__ uint64_t composite(int j) const {
         return (static_cast<uint64_t>(key[j]) << 32) | low_word(j);
     }
+    // The weight numerator a candidate carries: its sig, or nothing when the
+    // write step recomputes it (so that no sig stays live past the keys).
+    __device__ __forceinline__ float carried_sig(int j) const { return S::kReloadSig ? 0.0f : sig[j]; }
 
     // Issue every load before any is used, with no branch between them: a
     // thread without a last vector (kRagged) loads the token's last one
@@ -705,7 +725,7 @@ __device__ __forceinline__ void place_winner(Storage<S>& storage, int local, uin
         id = filler ? 0 : id;
         sig = filler ? sig0 : sig;
     }
-    storage.ranked_sig[local][rank] = sig;
+    if constexpr (!S::kReloadSig) storage.ranked_sig[local][rank] = sig;  // else the write step's
     storage.ranked_id[local][rank] = id;
 }
 
@@ -713,7 +733,7 @@ __device__ __forceinline__ void place_winner(Storage<S>& storage, int local, uin
 // token holds it in its first slot); only a filling contract needs it.
 template <class S, class L, class C>
 __device__ __forceinline__ float expert_zero_sig(const Slice<S, C>& slice) {
-    if constexpr (C::kFillWithExpertZero) {
+    if constexpr (C::kFillWithExpertZero && !S::kReloadSig) {  // reloaded: expert 0's id recomputes it
         return L::as_float(L::shfl(L::as_uint(slice.sig[0]), 0));
     } else {
         return 0.0f;
@@ -761,7 +781,7 @@ struct CopyStep {
 #pragma unroll
             for (int j = 0; j < S::kVals; ++j) {
                 const bool take = slice.valid(j) && slice.key[j] >= lo;
-                storage.cand.template store_if<L>(take, at.local, at.region, first, slice.composite(j), slice.sig[j]);
+                storage.cand.template store_if<L>(take, at.local, at.region, first, slice.composite(j), slice.carried_sig(j));
                 first += static_cast<uint32_t>(take);
             }
         }
@@ -821,14 +841,31 @@ struct RankStep {
             const bool is_candidate = static_cast<uint32_t>(at.lane) < c.count;
             const Found mine = is_candidate ? candidate(storage, at.local, static_cast<uint32_t>(at.lane)) : Found{0u, 0.0f};
             const uint64_t me = mine.composite;
-            uint32_t part[2] = {0, 0};  // two chains of adds, not one
+            uint32_t rank = 0;
+            bool whole = !RADIX4_RANK_KEY32;  // rank by the whole composites
+            if constexpr (RADIX4_RANK_KEY32) {
+                // By the rank key alone: with no two candidates' keys equal,
+                // the ranks are 0 .. C - 1 (a lane without a candidate holds
+                // key 0, larger than none). Equal keys share the rank of
+                // their first, so the sum falls short: then the composites.
+                const uint32_t key = static_cast<uint32_t>(me >> 32);
+                uint32_t part[2] = {0, 0};  // two chains of adds, not one
 #pragma unroll
-            for (int d = 1; d < S::kLanes; ++d) {
-                const uint32_t hi = L::shfl_xor(static_cast<uint32_t>(me >> 32), d);
-                const uint32_t low = L::shfl_xor(static_cast<uint32_t>(me), d);
-                part[d & 1] += static_cast<uint32_t>(((static_cast<uint64_t>(hi) << 32) | low) > me);
+                for (int d = 1; d < S::kLanes; ++d) part[d & 1] += static_cast<uint32_t>(L::shfl_xor(key, d) > key);
+                rank = part[0] + part[1];
+                whole = L::sum(is_candidate ? rank : 0u) != c.count * (c.count - 1u) / 2u;
             }
-            place(is_candidate, part[0] + part[1], me, mine.sig);
+            if (__builtin_expect(whole, !RADIX4_RANK_KEY32)) {
+                uint32_t part[2] = {0, 0};
+#pragma unroll
+                for (int d = 1; d < S::kLanes; ++d) {
+                    const uint32_t hi = L::shfl_xor(static_cast<uint32_t>(me >> 32), d);
+                    const uint32_t low = L::shfl_xor(static_cast<uint32_t>(me), d);
+                    part[d & 1] += static_cast<uint32_t>(((static_cast<uint64_t>(hi) << 32) | low) > me);
+                }
+                rank = part[0] + part[1];
+            }
+            place(is_candidate, rank, me, mine.sig);
             return;
         }
         // Up to kRankMax: a lane ranks two candidates per pass (first, first
@@ -973,7 +1010,7 @@ struct GatherStep {
         Entry* mine = storage.winners[at.local];
 #pragma unroll
         for (int j = 0; j < S::kVals; ++j) {
-            if ((won >> j) & 1u) mine[slot++] = Entry{slice.composite(j), slice.sig[j], slice.expert_of(j)};
+            if ((won >> j) & 1u) mine[slot++] = Entry{slice.composite(j), slice.carried_sig(j), slice.expert_of(j)};
         }
         TokenExchange<S, L>::sync();
         if (S::kShared && at.warp != 0) return false;
@@ -996,9 +1033,21 @@ template <class S, class L>
 struct WriteStep {
     static_assert(S::K <= S::kLanes, "one lane writes each output position");
 
-    template <class C>
-    static __device__ __forceinline__ void run(const Storage<S>& storage, const Coords<S, L>& at, int renormalize,
+    // With kReloadSig, lane i first recomputes the sig of the winner at
+    // output position i from its logit (read again: the row is in L1 or L2
+    // by now; a filler's id 0 gives expert 0's sig, as the contract wants).
+    // The same function of the same bits as the load step's, so the same sig.
+    template <class C, class Score>
+    static __device__ __forceinline__ void run(Storage<S>& storage, const Coords<S, L>& at,
+                                               const typename Score::Raw* row, int renormalize,
                                                float routed_scaling_factor, float* weights, int32_t* ids) {
+        if constexpr (S::kReloadSig) {
+            if (at.lane < S::K) {
+                const float x = Score::template widen<L>(row[storage.ranked_id[at.local][at.lane]]);
+                storage.ranked_sig[at.local][at.lane] = contract_sigmoid<C, L>(x);
+            }
+            L::sync();
+        }
         float total = 0.0f;
 #pragma unroll
         for (int i = 0; i < S::K; ++i) total += storage.ranked_sig[at.local][i];
@@ -1045,7 +1094,7 @@ __global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock, 
 route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
              const typename Bias::Raw* __restrict__ bias, int rows, int renormalize, float routed_scaling_factor,
              float* __restrict__ weights, int32_t* __restrict__ ids) {
-    using S = Shape<L, E, K, kWarpsPerToken, kTokensPerBlock>;
+    using S = Shape<L, E, K, kWarpsPerToken, kTokensPerBlock, (kMinBlocks >= RADIX4_RELOAD_SIG_MIN_BLOCKS)>;
     constexpr bool kLateTrigger = RADIX4_PDL_LATE_TRIGGER && !S::kShared;
     // The dependent grid may start now: it waits for this one to complete
     // before it reads anything this grid writes.
@@ -1095,7 +1144,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     RADIX4_STAMP(4);
 
     if constexpr (kLateTrigger) L::launch_dependents();
-    WriteStep<S, L>::template run<C>(storage, at, renormalize, routed_scaling_factor, weights, ids);
+    WriteStep<S, L>::template run<C, Score>(storage, at, row, renormalize, routed_scaling_factor, weights, ids);
     RADIX4_STAMP(5);
 }
 
