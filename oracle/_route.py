@@ -21,7 +21,11 @@ contract order with exact keys. Rows where the cutoff is tied, or NaN, -inf
 or the floor reach it, take the exact path: a composite int64 key
 ``rank_key * E + (E - 1 - priority)`` that is distinct per expert, so
 ``torch.topk`` over it has a single right answer whatever torch's own tie
-behaviour is. The kept groups are chosen by the same kind of composite
+behaviour is. Both paths give the same answer on a clean row, so which one
+a row takes is only a matter of speed: each chunk first routes a few probe
+rows the fast way, and when many of them are hard (inputs made of ties or
+NaN) the rest of the chunk goes straight to the exact path instead of
+paying for both. The kept groups are chosen by the same kind of composite
 key over the group scores, with the group priority.
 """
 
@@ -44,7 +48,13 @@ __all__ = ["SERIAL_SENTINEL", "RouteTrace", "ranking_values", "route", "route_tr
 _CHUNK_ELEMENTS_CPU = 1024 * 896  # row chunks of about 3.5 MB of fp32 stay cache-resident
 _CHUNK_ROWS_GPU = 1 << 16
 _NAN_FIRST_KEY = 2**31  # above rank_key(+inf); the keys are int64 from here on
-_INELIGIBLE_KEY = NAN_KEY - 1  # below NaN: values at or under the floor (and NaN where never taken)
+# The exact path's int32 selection keys order values as the rank keys do; only the order matters to a top-k,
+# so NaN and ineligible values get room below rank_key(-inf) = -2**31 + 2**23 - 1 without widening to int64.
+_SELECT_NAN_FIRST = 2**31 - 1  # above rank_key(+inf) = 0x7F800000
+_SELECT_NAN_LAST = NAN_KEY + 1  # below rank_key(-inf)
+_SELECT_INELIGIBLE = NAN_KEY  # below NaN: values at or under the floor (and NaN where never taken)
+_PROBE_ROWS = 32  # rows of a chunk routed the fast way first, to see how many are hard
+_HARD_SHARE = 4  # more than 1 in 4 probe rows hard: the exact path alone is cheaper for the rest
 
 
 @functools.lru_cache(maxsize=32)
@@ -359,19 +369,40 @@ def _in_order(chosen: torch.Tensor, chosen_values: torch.Tensor, priority: torch
     return chosen.gather(1, comp.argsort(dim=1, descending=True))
 
 
+def _selection_keys(values: torch.Tensor, c: Contract) -> torch.Tensor:
+    """int32 keys in the order the contract ranks ``values``: NaN by the NaN rule, ineligible values lowest.
+
+    The rank-key twiddle of ``_keys.rank_keys`` (``bits ^ 0x7FFFFFFF`` for negative
+    floats, written as a shift, a mask and an xor), with NaN and the floor folded in.
+    """
+    bits = (values + 0.0).view(torch.int32)  # -0.0 -> +0.0: both zeros share a key
+    keys = (bits >> 31).bitwise_and_(0x7FFFFFFF).bitwise_xor_(bits)
+    nan_key = {"first": _SELECT_NAN_FIRST, "last": _SELECT_NAN_LAST, "never": _SELECT_INELIGIBLE}[c.nan_rule]
+    keys.masked_fill_(torch.isnan(values), nan_key)
+    if c.floor is not None:
+        keys.masked_fill_(values <= c.floor, _SELECT_INELIGIBLE)  # NaN compares false: its key stays
+    return keys
+
+
 def _exact(values: torch.Tensor, topk: int, priority: torch.Tensor, c: Contract) -> torch.Tensor:
     """int64 ids of the rows ``values`` by composite keys: ties, NaN, -inf and the floor decided exactly."""
-    keys = _rule_keys(values, c.nan_rule)
+    experts = values.shape[1]
+    keys = _selection_keys(values, c)
+    # rank key * E + (E - 1 - priority), widened to int64 inside the one add
+    top = torch.topk(torch.add(experts - 1 - priority, keys, alpha=experts), topk, dim=1).indices
     if c.has_fallback:
-        nan = torch.isnan(values)
-        ineligible = nan if c.nan_rule == "never" else torch.zeros_like(nan)
-        if c.floor is not None:
-            ineligible |= ~(values > c.floor) & ~nan
-        keys.masked_fill_(ineligible, _INELIGIBLE_KEY)
-    top = torch.topk(_composite(keys, priority, values.shape[1]), topk, dim=1).indices
-    if c.has_fallback:
-        top.masked_fill_(keys.gather(1, top) == _INELIGIBLE_KEY, -1)
+        top.masked_fill_(keys.gather(1, top) == _SELECT_INELIGIBLE, -1)
     return top
+
+
+def _fast_then_exact(values: torch.Tensor, topk: int, priority: torch.Tensor, c: Contract) -> tuple[torch.Tensor, int]:
+    """(int64 ids in contract order, how many rows were hard): the fast set, with hard rows redone exactly."""
+    chosen, clean = _fast_set(values, topk, c)
+    ids = _in_order(chosen, values.gather(1, chosen), priority, values.shape[1])
+    hard = (~clean).nonzero().squeeze(1)
+    if hard.numel():
+        ids.index_copy_(0, hard, _exact(values.index_select(0, hard), topk, priority, c))
+    return ids, hard.numel()
 
 
 def _select(values: torch.Tensor, topk: int, priority: torch.Tensor, c: Contract) -> torch.Tensor:
@@ -381,12 +412,14 @@ def _select(values: torch.Tensor, topk: int, priority: torch.Tensor, c: Contract
     values strictly above it (and NaN unless the rule is ``never``); with
     ``nan_rule="never"`` no NaN.
     """
-    chosen, clean = _fast_set(values, topk, c)
-    ids = _in_order(chosen, values.gather(1, chosen), priority, values.shape[1])
-    hard = (~clean).nonzero().squeeze(1)
-    if hard.numel():
-        ids.index_copy_(0, hard, _exact(values.index_select(0, hard), topk, priority, c))
-    return ids
+    probe = min(values.shape[0], _PROBE_ROWS)
+    head, hard = _fast_then_exact(values[:probe], topk, priority, c)
+    if probe == values.shape[0]:
+        return head
+    rest = values[probe:]
+    if hard * _HARD_SHARE > probe:  # many rows like these are hard: one exact pass instead of two
+        return torch.cat((head, _exact(rest, topk, priority, c)))
+    return torch.cat((head, _fast_then_exact(rest, topk, priority, c)[0]))
 
 
 def _sequential_sum(w: torch.Tensor) -> torch.Tensor:

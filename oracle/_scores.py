@@ -17,6 +17,8 @@ from ._contracts import Contract
 __all__ = ["expert_scores", "ranking_dtype", "ranking_from", "sigmoid_of", "softmax_rows"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
+# The midpoint between the largest fp32 number and 2**128: float64 values from here up round to fp32 inf.
+_FP32_OVERFLOW = 2.0**128 - 2.0**103
 
 
 def _sigmoid_exact(x: torch.Tensor, formula: str) -> torch.Tensor:
@@ -35,12 +37,11 @@ def _sigmoid_exact(x: torch.Tensor, formula: str) -> torch.Tensor:
     oracle gives 0 too; otherwise those experts would rank above a tie that
     every real router sees.
     """
-    e = torch.exp(-x.double())
-    e32 = e.float()
+    e = x.double().neg_().exp_()  # exp(-x) in place: one float64 buffer, not three
     if formula == "expf":
-        return torch.reciprocal(e32.add_(1.0))
-    sig = torch.reciprocal(e.add_(1.0)).float()
-    return sig.masked_fill_(torch.isinf(e32), 0.0)
+        return torch.reciprocal(e.float().add_(1.0))
+    overflows = e >= _FP32_OVERFLOW  # exactly where e.float() is inf, without the conversion
+    return e.add_(1.0).reciprocal_().float().masked_fill_(overflows, 0.0)
 
 
 @functools.lru_cache(maxsize=16)
