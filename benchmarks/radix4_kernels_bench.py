@@ -77,14 +77,10 @@ VARIANTS = {
     "early_trigger": ("aiter", ("RADIX4_PDL_LATE_TRIGGER=0",)),
     "no_dense": ("aiter", ("RADIX4_DENSE_MIN_ROWS=1000000",)),
     "sorted": ("aiter", ("RADIX4_SORTED_BOUND=1",)),
-    "key32": ("aiter", ("RADIX4_RANK_KEY32=1",)),
-    "key32_reload_dense": ("aiter", ("RADIX4_RANK_KEY32=1", "RADIX4_RELOAD_SIG_MIN_BLOCKS=2")),
-    "key32_reload_dense5": ("aiter", ("RADIX4_RANK_KEY32=1", "RADIX4_RELOAD_SIG_MIN_BLOCKS=2", "RADIX4_DENSE_MIN_BLOCKS=5")),
-    "key32_reload_dense6": ("aiter", ("RADIX4_RANK_KEY32=1", "RADIX4_RELOAD_SIG_MIN_BLOCKS=2", "RADIX4_DENSE_MIN_BLOCKS=6")),
-    "key32_reload_all": ("aiter", ("RADIX4_RANK_KEY32=1", "RADIX4_RELOAD_SIG_MIN_BLOCKS=0")),
-    "key32_2warps_to_1536": ("aiter", ("RADIX4_RANK_KEY32=1", "RADIX4_WARPS_PER_TOKEN=2", "RADIX4_BLOCK_PER_TOKEN_MAX_ROWS=1536")),
+    "rank_composites": ("aiter", ("RADIX4_RANK_KEY32=0",)),
+    "copy_sum": ("aiter", ("RADIX4_COPY_MASK=0",)),
+    "two_warps_to_1536": ("aiter", ("RADIX4_WARPS_PER_TOKEN=2", "RADIX4_BLOCK_PER_TOKEN_MAX_ROWS=1536")),
     "serial": ("serial", ()),
-    "serial_key32_reload_dense5": ("serial", ("RADIX4_RANK_KEY32=1", "RADIX4_RELOAD_SIG_MIN_BLOCKS=2", "RADIX4_DENSE_MIN_BLOCKS=5")),
     "serial_no_dense": ("serial", ("RADIX4_DENSE_MIN_ROWS=1000000",)),
 }
 VARIANT_SHAPES = ((896, 16), (384, 8))  # where the variants are timed (the goals' shapes)

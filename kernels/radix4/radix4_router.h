@@ -327,12 +327,13 @@ __device__ unsigned long long radix4_lab_clock[8];
 //                          equal keys among the candidates (seen as a rank
 //                          sum short of 0 + 1 + .. + (C - 1)) redo the pass
 //                          with the whole composites
+//   RADIX4_COPY_MASK       the copy step marks its candidates as bits of one
+//                          word and counts them by popcount (else ptxas
+//                          keeps 28 compare results bit by bit in a register
+//                          and sums them again: 98 instructions, not 57)
 // and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
 // SM for ptxas: the register cap that sets how many warps fit an SM (1: no
-// cap, no spills). RADIX4_RELOAD_SIG_MIN_BLOCKS: kernels built for at least
-// that many blocks per SM keep no sigmoids past the rank keys (28 registers
-// per thread at E = 896 in a warp per token) and recompute each winner's
-// from its logit, read again, in the write step; 0: every kernel does. The entry point also has a dense warp-per-token kernel
+// cap, no spills). The entry point also has a dense warp-per-token kernel
 // for batches that fill more than one wave (RADIX4_DENSE_MIN_BLOCKS,
 // radix4_entry.h): route_kernel's kMinBlocks.
 #ifndef RADIX4_EX2_FTZ
@@ -351,10 +352,10 @@ __device__ unsigned long long radix4_lab_clock[8];
 #define RADIX4_WARP_MIN_BLOCKS 1
 #endif
 #ifndef RADIX4_RANK_KEY32
-#define RADIX4_RANK_KEY32 0
+#define RADIX4_RANK_KEY32 1
 #endif
-#ifndef RADIX4_RELOAD_SIG_MIN_BLOCKS
-#define RADIX4_RELOAD_SIG_MIN_BLOCKS 1000
+#ifndef RADIX4_COPY_MASK
+#define RADIX4_COPY_MASK 1
 #endif
 
 // ---- the launch's compile-time shape, and the shared memory of all steps ----
@@ -366,12 +367,9 @@ __device__ unsigned long long radix4_lab_clock[8];
 // beyond the warp. Many warps per token cut a token's latency (small
 // batches); one warp per token has the least overhead per token (large
 // batches).
-template <class L, int E_, int K_, int kWarpsPerToken, int kTokensPerBlock, bool kReloadSig_ = false>
+template <class L, int E_, int K_, int kWarpsPerToken, int kTokensPerBlock>
 struct Shape {
     static constexpr int E = E_, K = K_;
-    // The winners' sigmoids are recomputed in the write step instead of
-    // carried through the selection (RADIX4_RELOAD_SIG_MIN_BLOCKS).
-    static constexpr bool kReloadSig = kReloadSig_;
     static constexpr int kLanes = L::kLanes;
     static constexpr int kWarps = kWarpsPerToken;
     static constexpr int kTokens = kTokensPerBlock;
@@ -388,9 +386,9 @@ struct Shape {
     // One warp's share of the candidates, at most, rounded up to the rank
     // step's four entries per step.
     static constexpr int kRankCap = kRankMax > 0 ? (kRankMax + 3) & ~3 : 4;
-    // Per-warp histogram sums (8 words), or the bound step's max, min and
-    // bounds (2 + warps).
-    static constexpr int kPartialWords = 2 + kWarpsPerToken > 8 ? 2 + kWarpsPerToken : 8;
+    // Per-warp histogram sums (8 words), or the bound step's max and bounds
+    // (1 + warps).
+    static constexpr int kPartialWords = 1 + kWarpsPerToken > 8 ? 1 + kWarpsPerToken : 8;
 
     static_assert(E % 4 == 0 && E >= 4 && E <= (1 << kPrioBits), "E must be a multiple of 4 in 4..4096");
     static_assert(K >= 1 && K <= E, "1 <= k <= E");
@@ -541,9 +539,6 @@ struct Slice {
     __device__ __forceinline__ uint64_t composite(int j) const {
         return (static_cast<uint64_t>(key[j]) << 32) | low_word(j);
     }
-    // The weight numerator a candidate carries: its sig, or nothing when the
-    // write step recomputes it (so that no sig stays live past the keys).
-    __device__ __forceinline__ float carried_sig(int j) const { return S::kReloadSig ? 0.0f : sig[j]; }
 
     // Issue every load before any is used, with no branch between them: a
     // thread without a last vector (kRagged) loads the token's last one
@@ -622,10 +617,10 @@ struct Slice {
     }
 };
 
-// ---- step 2: max and min of the keys, and the bound lo from the lane maxima ----
+// ---- step 2: the max of the keys, and the bound lo from the lane maxima ----
 
 struct Bound {
-    uint32_t kmax, kmin;
+    uint32_t kmax;
     uint32_t lo;  // at least k keys are >= lo
 };
 
@@ -636,15 +631,12 @@ struct BoundStep {
     template <class C>
     static __device__ __forceinline__ Bound run(const Slice<S, C>& slice, const Coords<S, L>& at,
                                                 TokenExchange<S, L>& exchange) {
-        uint32_t lane_max = 0u, lane_min = ~0u;
+        uint32_t lane_max = 0u;
 #pragma unroll
         for (int j = 0; j < S::kVals; ++j) {
-            if (slice.valid(j)) {
-                const uint32_t k = slice.key[j];
-                lane_max = k > lane_max ? k : lane_max, lane_min = k < lane_min ? k : lane_min;
-            }
+            if (slice.valid(j)) lane_max = slice.key[j] > lane_max ? slice.key[j] : lane_max;
         }
-        Bound bound{L::all_max(lane_max), L::all_min(lane_min), 0u};
+        Bound bound{L::all_max(lane_max), 0u};
         // How many lanes of this group hold a larger maximum (every other
         // lane, by xor partner). The lanes with fewer than n larger hold the
         // group's n largest maxima, so the least of them, v_n, is the n-th
@@ -677,24 +669,23 @@ struct BoundStep {
             // m-th largest of those values over the groups is a bound. lo =
             // the largest bound.
             uint32_t* mine = exchange.partial[exchange.parity][at.warp];
-            if (at.lane == 0) mine[0] = bound.kmax, mine[1] = bound.kmin;
+            if (at.lane == 0) mine[0] = bound.kmax;
 #pragma unroll
             for (int m = 1; m <= S::kWarps; ++m) {
                 const uint32_t v = nth_lane_max(static_cast<uint32_t>((S::K + m - 1) / m));
-                if (at.lane == 0) mine[1 + m] = v;
+                if (at.lane == 0) mine[m] = v;
             }
             __syncthreads();
             const auto& all = exchange.partial[exchange.parity];
 #pragma unroll
             for (int i = 0; i < S::kWarps; ++i) {
-                const uint32_t mx = all[i][0], mn = all[i][1];
-                bound.kmax = mx > bound.kmax ? mx : bound.kmax, bound.kmin = mn < bound.kmin ? mn : bound.kmin;
+                bound.kmax = all[i][0] > bound.kmax ? all[i][0] : bound.kmax;
             }
 #pragma unroll
             for (int m = 1; m <= S::kWarps; ++m) {
                 uint32_t v[S::kWarps];  // sorted descending by an unrolled exchange sort
 #pragma unroll
-                for (int i = 0; i < S::kWarps; ++i) v[i] = all[i][1 + m];
+                for (int i = 0; i < S::kWarps; ++i) v[i] = all[i][m];
 #pragma unroll
                 for (int i = 0; i < S::kWarps; ++i) {
 #pragma unroll
@@ -725,7 +716,7 @@ __device__ __forceinline__ void place_winner(Storage<S>& storage, int local, uin
         id = filler ? 0 : id;
         sig = filler ? sig0 : sig;
     }
-    if constexpr (!S::kReloadSig) storage.ranked_sig[local][rank] = sig;  // else the write step's
+    storage.ranked_sig[local][rank] = sig;
     storage.ranked_id[local][rank] = id;
 }
 
@@ -733,7 +724,7 @@ __device__ __forceinline__ void place_winner(Storage<S>& storage, int local, uin
 // token holds it in its first slot); only a filling contract needs it.
 template <class S, class L, class C>
 __device__ __forceinline__ float expert_zero_sig(const Slice<S, C>& slice) {
-    if constexpr (C::kFillWithExpertZero && !S::kReloadSig) {  // reloaded: expert 0's id recomputes it
+    if constexpr (C::kFillWithExpertZero) {
         return L::as_float(L::shfl(L::as_uint(slice.sig[0]), 0));
     } else {
         return 0.0f;
@@ -741,6 +732,16 @@ __device__ __forceinline__ float expert_zero_sig(const Slice<S, C>& slice) {
 }
 
 // ---- step 3a: copy the keys >= lo to shared memory ----
+
+// The narrowest unsigned word with a bit for each of a thread's values.
+template <bool kWide>
+struct BitWord {
+    using type = uint32_t;
+};
+template <>
+struct BitWord<true> {
+    using type = uint64_t;
+};
 
 struct CandidateCount {
     uint32_t count;    // C, the token's candidates
@@ -766,9 +767,19 @@ struct CopyStep {
     template <class C>
     static __device__ __forceinline__ CandidateCount run(const Slice<S, C>& slice, uint32_t lo, Storage<S>& storage,
                                                          const Coords<S, L>& at) {
+#if RADIX4_COPY_MASK
+        using Bits = typename BitWord<(S::kVals > 32)>::type;
+        Bits takes = 0;  // bit j: value j is a candidate
+#pragma unroll
+        for (int j = 0; j < S::kVals; ++j) takes |= static_cast<Bits>(slice.valid(j) && slice.key[j] >= lo) << j;
+        const uint32_t mine = static_cast<uint32_t>(__popcll(static_cast<uint64_t>(takes)));
+        auto taken = [&](int j) { return ((takes >> j) & 1u) != 0; };
+#else
         uint32_t mine = 0;
 #pragma unroll
         for (int j = 0; j < S::kVals; ++j) mine += static_cast<uint32_t>(slice.valid(j) && slice.key[j] >= lo);
+        auto taken = [&](int j) { return slice.valid(j) && slice.key[j] >= lo; };
+#endif
         uint32_t first = 0, n = 0;
         const auto below = L::lanes_below();
 #pragma unroll
@@ -780,8 +791,8 @@ struct CopyStep {
         if (__builtin_expect(n <= static_cast<uint32_t>(S::kRankCap), 1)) {
 #pragma unroll
             for (int j = 0; j < S::kVals; ++j) {
-                const bool take = slice.valid(j) && slice.key[j] >= lo;
-                storage.cand.template store_if<L>(take, at.local, at.region, first, slice.composite(j), slice.carried_sig(j));
+                const bool take = taken(j);
+                storage.cand.template store_if<L>(take, at.local, at.region, first, slice.composite(j), slice.sig[j]);
                 first += static_cast<uint32_t>(take);
             }
         }
@@ -1010,7 +1021,7 @@ struct GatherStep {
         Entry* mine = storage.winners[at.local];
 #pragma unroll
         for (int j = 0; j < S::kVals; ++j) {
-            if ((won >> j) & 1u) mine[slot++] = Entry{slice.composite(j), slice.carried_sig(j), slice.expert_of(j)};
+            if ((won >> j) & 1u) mine[slot++] = Entry{slice.composite(j), slice.sig[j], slice.expert_of(j)};
         }
         TokenExchange<S, L>::sync();
         if (S::kShared && at.warp != 0) return false;
@@ -1033,21 +1044,9 @@ template <class S, class L>
 struct WriteStep {
     static_assert(S::K <= S::kLanes, "one lane writes each output position");
 
-    // With kReloadSig, lane i first recomputes the sig of the winner at
-    // output position i from its logit (read again: the row is in L1 or L2
-    // by now; a filler's id 0 gives expert 0's sig, as the contract wants).
-    // The same function of the same bits as the load step's, so the same sig.
-    template <class C, class Score>
-    static __device__ __forceinline__ void run(Storage<S>& storage, const Coords<S, L>& at,
-                                               const typename Score::Raw* row, int renormalize,
+    template <class C>
+    static __device__ __forceinline__ void run(const Storage<S>& storage, const Coords<S, L>& at, int renormalize,
                                                float routed_scaling_factor, float* weights, int32_t* ids) {
-        if constexpr (S::kReloadSig) {
-            if (at.lane < S::K) {
-                const float x = Score::template widen<L>(row[storage.ranked_id[at.local][at.lane]]);
-                storage.ranked_sig[at.local][at.lane] = contract_sigmoid<C, L>(x);
-            }
-            L::sync();
-        }
         float total = 0.0f;
 #pragma unroll
         for (int i = 0; i < S::K; ++i) total += storage.ranked_sig[at.local][i];
@@ -1064,17 +1063,17 @@ struct WriteStep {
 
 // Steps:
 //   1. Load, sigmoid, rank keys (Slice): each thread's share of the token.
-//   2. Bound (BoundStep): each lane group reduces the max and min of its
-//      keys and ranks its lanes' maxima against each other (lane shuffles):
+//   2. Bound (BoundStep): each lane group reduces the max of its keys and
+//      ranks its lanes' maxima against each other (lane shuffles):
 //      the k-th largest lane maximum is reached by at least k keys. With
 //      several groups, each also gives its ceil(k / m)-th largest lane
 //      maximum for m = 1 .. groups, and these meet in shared memory (one
 //      barrier): the m-th largest of them over the groups is reached by k
-//      keys too, and lo is the largest such bound. If min == max every key
-//      is equal and the winners are the k first in tie priority: no
-//      selection.
+//      keys too, and lo is the largest such bound.
 //   3a. Copy (CopyStep): every key >= lo (C of them, a few dozen) goes to
-//      its group's region of shared memory; one barrier.
+//      its group's region of shared memory; one barrier. If lo == max and
+//      C == E, every key is equal and the winners are the k first in tie
+//      priority: no selection.
 //   3b. Rank (RankStep): if C <= RADIX4_RANK_MAX the first group ranks each
 //      candidate by counting the larger composites (with C <= lanes, one
 //      candidate per lane and lane shuffles; else reading the regions);
@@ -1094,7 +1093,7 @@ __global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock, 
 route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
              const typename Bias::Raw* __restrict__ bias, int rows, int renormalize, float routed_scaling_factor,
              float* __restrict__ weights, int32_t* __restrict__ ids) {
-    using S = Shape<L, E, K, kWarpsPerToken, kTokensPerBlock, (kMinBlocks >= RADIX4_RELOAD_SIG_MIN_BLOCKS)>;
+    using S = Shape<L, E, K, kWarpsPerToken, kTokensPerBlock>;
     constexpr bool kLateTrigger = RADIX4_PDL_LATE_TRIGGER && !S::kShared;
     // The dependent grid may start now: it waits for this one to complete
     // before it reads anything this grid writes.
@@ -1122,21 +1121,22 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     RADIX4_STAMP(2);
 
     bool ranked = false;  // the rank step placed the winners
-    Cutoff cut;
-    if (__builtin_expect(bound.kmin == bound.kmax, 0)) {
-        cut = Cutoff::all_equal<S>(bound.kmax);
-    } else {
-        if constexpr (S::kRankMax > 0) {
-            const CandidateCount c = CopyStep<S, L>::run(slice, bound.lo, storage, at);
-            if (__builtin_expect(c.count <= static_cast<uint32_t>(S::kRankMax), 1)) {
-                ranked = true;
-                if (S::kShared && at.warp != 0) return;  // no further barrier
-                RankStep<S, L>::template run<C>(storage, at, c, expert_zero_sig<S, L>(slice));
-            }
+    bool all_equal = false;
+    if constexpr (S::kRankMax > 0) {
+        const CandidateCount c = CopyStep<S, L>::run(slice, bound.lo, storage, at);
+        if (__builtin_expect(c.count <= static_cast<uint32_t>(S::kRankMax), 1)) {
+            ranked = true;
+            if (S::kShared && at.warp != 0) return;  // no further barrier
+            RankStep<S, L>::template run<C>(storage, at, c, expert_zero_sig<S, L>(slice));
+        } else {
+            // Every key equal (lo is some key, so every key >= lo == max
+            // means every key == max): no selection, the k first in tie
+            // priority win. (Counted here rather than by a min of the keys.)
+            all_equal = bound.lo == bound.kmax && c.count == static_cast<uint32_t>(S::E);
         }
-        if (__builtin_expect(!ranked, 0)) cut = RadixSelect<S, L>::run(slice, bound, exchange, at);
     }
     if (__builtin_expect(!ranked, 0)) {
+        const Cutoff cut = all_equal ? Cutoff::all_equal<S>(bound.kmax) : RadixSelect<S, L>::run(slice, bound, exchange, at);
         if (!GatherStep<S, L>::run(slice, cut, storage, at)) return;
     } else {
         L::sync();  // the ranking group's placements, before its reads below
@@ -1144,7 +1144,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     RADIX4_STAMP(4);
 
     if constexpr (kLateTrigger) L::launch_dependents();
-    WriteStep<S, L>::template run<C, Score>(storage, at, row, renormalize, routed_scaling_factor, weights, ids);
+    WriteStep<S, L>::template run<C>(storage, at, renormalize, routed_scaling_factor, weights, ids);
     RADIX4_STAMP(5);
 }
 
