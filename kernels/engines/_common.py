@@ -7,7 +7,7 @@ import numbers
 from .._args import check_route_args
 from ._locate import EngineUnavailable, root
 
-__all__ = ["check_args", "describe_roots", "dtype_name", "empty_result", "gate"]
+__all__ = ["check_args", "describe_roots", "dtype_name", "empty_result", "gate", "torch_router_gates"]
 
 FLOAT_DTYPES = ("bfloat16", "float16", "float32")
 
@@ -68,6 +68,25 @@ def gate(load, detail) -> tuple[bool, str]:
         text = str(exc).strip().splitlines()
         first = text[0] if text else ""
         return False, first if isinstance(exc, EngineUnavailable) else f"{type(exc).__name__}: {first}"
+
+
+def torch_router_gates(engine: str, load):
+    """``(supported_hardware, build, available)`` of an adapter that runs an engine's torch code.
+
+    Such a router runs on any device torch does: the hardware gate only says
+    which installed engine was found, and building is loading its file.
+    """
+
+    def supported_hardware() -> tuple[bool, str]:
+        return describe_roots(engine)
+
+    def build() -> None:
+        load()
+
+    def available() -> tuple[bool, str]:
+        return gate(load, lambda: describe_roots(engine)[1])
+
+    return supported_hardware, build, available
 
 
 def empty_result(topk: int, device):

@@ -29,8 +29,9 @@ import sys
 from pathlib import Path
 
 from .._build import BuildError, compile_shared
+from ._common import describe_roots, gate
 
-__all__ = ["HERE", "arch_flags", "build_shim", "cublas_include_flags", "device_arch", "supported_cuda"]
+__all__ = ["HERE", "arch_flags", "build_arch", "build_shim", "cublas_include_flags", "device_arch", "shim_gates", "supported_cuda"]
 
 HERE = Path(__file__).resolve().parent
 COMPILER = "nvcc"
@@ -64,6 +65,40 @@ def supported_cuda(min_sm: int, what: str) -> tuple[bool, str]:
         return True, f"{arch} with {COMPILER}"
     except Exception as exc:  # noqa: BLE001 -- this function reports, it does not raise
         return False, f"{type(exc).__name__}: {exc}"
+
+
+def shim_gates(what: str, min_sm: int, roots: tuple[str, ...], library):
+    """``(supported_hardware, available)`` of a shim adapter named ``what``.
+
+    Hardware: an NVIDIA GPU of at least ``min_sm`` with nvcc, and the engine
+    packages ``roots`` found. Available: that, then ``library()`` (build and
+    load the shim) succeeds. Neither raises.
+    """
+
+    def supported_hardware() -> tuple[bool, str]:
+        ok, why = supported_cuda(min_sm, what)
+        if not ok:
+            return ok, why
+        found, where = describe_roots(*roots)
+        return (True, f"{why}; {where}") if found else (False, where)
+
+    def available() -> tuple[bool, str]:
+        ok, why = supported_hardware()
+        if not ok:
+            return ok, why
+        return gate(library, lambda: why)
+
+    return supported_hardware, available
+
+
+def build_arch(arch: str | None, min_sm: int, what: str) -> str:
+    """``arch``, or the current device's when None; BuildError when there is no device to pick it from."""
+    if arch is None:
+        ok, why = supported_cuda(min_sm, what)
+        if not ok:
+            raise BuildError(f"cannot pick an architecture: {why}; pass arch='sm_90'")
+        arch = device_arch()
+    return arch
 
 
 def arch_flags(arch: str) -> tuple[list[str], int]:

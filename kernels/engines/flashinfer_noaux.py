@@ -48,9 +48,9 @@ import ctypes
 import functools
 from pathlib import Path
 
-from .._build import BuildError, load_library
-from ._common import check_args, describe_roots, dtype_name, gate
-from ._cuda import HERE, arch_flags, build_shim, cublas_include_flags, device_arch, supported_cuda
+from .._build import load_library
+from ._common import check_args, dtype_name
+from ._cuda import HERE, arch_flags, build_arch, build_shim, cublas_include_flags, shim_gates
 from ._locate import locate
 
 __all__ = ["available", "build", "covered", "route", "route_native_dtype", "sources", "supported_hardware"]
@@ -90,21 +90,12 @@ def compile_flags(arch: str) -> tuple[list[str], str]:
     return [*FLAGS, *target, *includes, *cublas], note
 
 
-def supported_hardware() -> tuple[bool, str]:
-    ok, why = supported_cuda(MIN_SM, "flashinfer-noaux")
-    if not ok:
-        return ok, why
-    found, where = describe_roots("flashinfer", "tvm-ffi")
-    return (True, f"{why}; {where}") if found else (False, where)
+supported_hardware, available = shim_gates("flashinfer-noaux", MIN_SM, ("flashinfer", "tvm-ffi"), lambda: library())
 
 
 def build(*, arch: str | None = None) -> Path:
     """Compile (or find cached) the shim for ``arch`` (default: the current device's); BuildError on failure."""
-    if arch is None:
-        ok, why = supported_cuda(MIN_SM, "flashinfer-noaux")
-        if not ok:
-            raise BuildError(f"cannot pick an architecture: {why}; pass arch='sm_90'")
-        arch = device_arch()
+    arch = build_arch(arch, MIN_SM, "flashinfer-noaux")
     src = sources()
     flags, _ = compile_flags(arch)
     depends = [src["kernel"], src["csrc"] / "fused_moe" / "moeTopKFuncs.cuh", src["csrc"] / "tvm_ffi_utils.h",
@@ -128,13 +119,6 @@ def _library(path: str) -> ctypes.CDLL:
 
 def library() -> ctypes.CDLL:
     return _library(str(build()))
-
-
-def available() -> tuple[bool, str]:
-    ok, why = supported_hardware()
-    if not ok:
-        return ok, why
-    return gate(library, lambda: why)
 
 
 def served(experts: int, topk: int, num_expert_group: int = 1, topk_group: int = 1) -> bool:

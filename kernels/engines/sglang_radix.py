@@ -41,8 +41,8 @@ import functools
 from pathlib import Path
 
 from .._build import BuildError, load_library
-from ._common import check_args, describe_roots, dtype_name, gate
-from ._cuda import HERE, arch_flags, build_shim, device_arch, supported_cuda
+from ._common import check_args, dtype_name
+from ._cuda import HERE, arch_flags, build_arch, build_shim, shim_gates
 from ._locate import locate
 
 __all__ = ["EXPERTS", "TOPK", "available", "build", "covered", "route", "route_unsorted", "sources", "supported_hardware"]
@@ -78,21 +78,12 @@ def compile_flags(arch: str) -> list[str]:
     return [*FLAGS, f"-DSGL_CUDA_ARCH={number}", *target, *includes]
 
 
-def supported_hardware() -> tuple[bool, str]:
-    ok, why = supported_cuda(MIN_SM, "sglang-radix")
-    if not ok:
-        return ok, why
-    found, where = describe_roots("sglang", "tvm-ffi")
-    return (True, f"{why}; {where}") if found else (False, where)
+supported_hardware, available = shim_gates("sglang-radix", MIN_SM, ("sglang", "tvm-ffi"), lambda: library())
 
 
 def build(*, arch: str | None = None) -> Path:
     """Compile (or find cached) the shim for ``arch`` (default: the current device's); BuildError on failure."""
-    if arch is None:
-        ok, why = supported_cuda(MIN_SM, "sglang-radix")
-        if not ok:
-            raise BuildError(f"cannot pick an architecture: {why}; pass arch='sm_90'")
-        arch = device_arch()
+    arch = build_arch(arch, MIN_SM, "sglang-radix")
     src = sources()
     depends = [src["kernel"], *sorted(src["include"].glob("sgl_kernel/*.*"))]
     return build_shim(SHIM, flags=compile_flags(arch), depends=depends)
@@ -115,13 +106,6 @@ def _library(path: str) -> ctypes.CDLL:
 
 def library() -> ctypes.CDLL:
     return _library(str(build()))
-
-
-def available() -> tuple[bool, str]:
-    ok, why = supported_hardware()
-    if not ok:
-        return ok, why
-    return gate(library, lambda: why)
 
 
 def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert_group=1, topk_group=1, **_) -> bool:

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import functools
 
-from ._common import check_args, describe_roots, empty_result, gate
+from ._common import check_args, empty_result, torch_router_gates
 from ._load import load_definitions
 from ._locate import locate
 
@@ -78,16 +78,7 @@ def load(*, compiled: bool = False) -> dict:
     return _load(str(locate(ENGINE, FILE)), compiled)
 
 
-def supported_hardware() -> tuple[bool, str]:
-    return describe_roots(ENGINE)
-
-
-def build() -> None:
-    load()
-
-
-def available() -> tuple[bool, str]:
-    return gate(load, lambda: describe_roots(ENGINE)[1])
+supported_hardware, build, available = torch_router_gates(ENGINE, load)
 
 
 def covered(**_shape) -> bool:
