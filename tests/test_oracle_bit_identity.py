@@ -185,3 +185,33 @@ def test_route_matches_the_frozen_code_on_every_family(monkeypatch, contract, ex
                 where = f"{spec.replay_id} {scores.dtype} renormalize={renormalize}"
                 assert torch.equal(ids, ids_old), where
                 assert _same_bits(w, w_old), where
+
+
+# ------------------------------------------------------------------------------------------ the same on CUDA
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the oracle's CUDA path runs on a GPU host")
+
+
+@needs_cuda
+@pytest.mark.parametrize("c", _SELECT_CONTRACTS, ids=lambda c: f"{c.name}-{c.nan_rule}-{c.floor}-{c.tie_rule}")
+def test_selection_matches_the_frozen_code_on_cuda(c):
+    """CUDA chunks are 65,536 rows: runs below, at and across one, hard and clean."""
+    for experts, topk in ((896, 16), (384, 8), (256, 8), (8, 2)):
+        priority = _route._priority_on(experts, c.tie_rule, torch.device("cuda"))
+        for seed, (rows, hard_share) in enumerate([(33, 1.0), (5000, 0.5), (_route._CHUNK_ROWS_GPU + 70, 0.3), (3000, 0.0)]):
+            values = _value_rows(seed, rows, experts, topk, hard_share).cuda()
+            new, old = _route._select(values, topk, priority, c), frozen_oracle.select(values, topk, priority, c)
+            assert new.dtype == old.dtype and torch.equal(new, old), (experts, seed, rows, hard_share)
+
+
+@needs_cuda
+@pytest.mark.parametrize("contract,experts,topk,groups", _ROUTE_CASES, ids=lambda v: str(v))
+def test_route_matches_the_frozen_code_on_every_family_on_cuda(monkeypatch, contract, experts, topk, groups):
+    c = oracle.get_contract(contract)
+    for family in families_for(c):
+        for seed, rows, bulk in ((12, 33, False), (14, 4096, True)):
+            spec = CaseSpec(family, seed, rows, experts, topk, bulk=bulk, bias=c.has_bias, **groups)
+            case = build_case(spec, device="cuda")
+            (w, ids), (w_old, ids_old) = _route_both(monkeypatch, contract, case, case.scores.cuda(), case.renormalize)
+            assert torch.equal(ids, ids_old), spec.replay_id
+            assert _same_bits(w, w_old), spec.replay_id
