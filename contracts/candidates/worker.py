@@ -67,7 +67,9 @@ class WorkerFailure(Exception):
 
 # ---------------------------------------------------------------- wire format
 # CPU tensors travel as raw bytes in plain pickles: a case's outputs are [M, k] (1.5 MB for a 16,384-row
-# bulk case), cheaper to copy than to set up as shared memory. CUDA tensors travel as CUDA IPC handles
+# bulk case), cheaper to copy than to set up as shared memory (measured on the 2-core CPU: 1.6 ms one way
+# per such case, encoding and decoding included, 0.1 us per row: 0.1 s of a 1M-row isolated check that
+# takes 18 s; the inputs are not sent at all, the worker builds them from the spec). CUDA tensors travel as CUDA IPC handles
 # (torch.multiprocessing's reduction: the parent maps the worker's memory, no copy through the host; the
 # worker keeps the block alive until the parent lets go, and the parent clones it at once). Measured on the
 # H200, radix4 over 20M rows isolated: 958,392 rows/s as bytes, 1,106,567 with IPC. CONTRACTS_CUDA_IPC=0
