@@ -328,9 +328,9 @@ __device__ unsigned long long radix4_lab_clock[8];
 //                          sum short of 0 + 1 + .. + (C - 1)) redo the pass
 //                          with the whole composites
 //   RADIX4_COPY_MASK       the copy step marks its candidates as bits of one
-//                          word and counts them by popcount (else ptxas
-//                          keeps 28 compare results bit by bit in a register
-//                          and sums them again: 98 instructions, not 57)
+//                          word and counts them by popcount instead of
+//                          summing 28 compares in a chain (H200 step clocks
+//                          of a warp per token: copy 937 -> 690 cycles)
 // and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
 // SM for ptxas: the register cap that sets how many warps fit an SM (1: no
 // cap, no spills). The entry point also has a dense warp-per-token kernel
