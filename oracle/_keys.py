@@ -16,15 +16,23 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["NAN_KEY", "rank_keys"]
+__all__ = ["NAN_KEY", "ordered_keys", "rank_keys"]
 
 NAN_KEY = -(2**31)
+
+
+def ordered_keys(values: torch.Tensor) -> torch.Tensor:
+    """The twiddle alone: int32 keys of fp32 ``values``, NaN left as its bits (the caller places it).
+
+    ``bits ^ 0x7FFFFFFF`` for negative floats, written as a shift, a mask and
+    an xor on one new tensor (no select, no second buffer).
+    """
+    bits = (values + 0.0).view(torch.int32)
+    return (bits >> 31).bitwise_and_(0x7FFFFFFF).bitwise_xor_(bits)
 
 
 def rank_keys(values: torch.Tensor) -> torch.Tensor:
     """int32 rank keys of fp32 ``values`` (any shape); see the module docstring."""
     if values.dtype != torch.float32:
         raise TypeError(f"values.dtype={values.dtype} must be torch.float32 (rank keys are defined on fp32)")
-    bits = (values + 0.0).view(torch.int32)
-    keys = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    return keys.masked_fill_(torch.isnan(values), NAN_KEY)
+    return ordered_keys(values).masked_fill_(torch.isnan(values), NAN_KEY)

@@ -38,7 +38,7 @@ import torch
 
 from ._builtin import SERIAL_SENTINEL, get_contract
 from ._contracts import Contract
-from ._keys import NAN_KEY, rank_keys
+from ._keys import NAN_KEY, ordered_keys, rank_keys
 from ._scores import expert_scores, ranking_dtype, ranking_from, sigmoid_of, softmax_rows
 from ._tie_priority import group_tie_priority, tie_priority
 from ._validate import check_route_args, resolve_groups
@@ -372,11 +372,9 @@ def _in_order(chosen: torch.Tensor, chosen_values: torch.Tensor, priority: torch
 def _selection_keys(values: torch.Tensor, c: Contract) -> torch.Tensor:
     """int32 keys in the order the contract ranks ``values``: NaN by the NaN rule, ineligible values lowest.
 
-    The rank-key twiddle of ``_keys.rank_keys`` (``bits ^ 0x7FFFFFFF`` for negative
-    floats, written as a shift, a mask and an xor), with NaN and the floor folded in.
+    The rank keys of ``_keys`` with NaN and the floor folded in (one NaN pass, not two).
     """
-    bits = (values + 0.0).view(torch.int32)  # -0.0 -> +0.0: both zeros share a key
-    keys = (bits >> 31).bitwise_and_(0x7FFFFFFF).bitwise_xor_(bits)
+    keys = ordered_keys(values)
     nan_key = {"first": _SELECT_NAN_FIRST, "last": _SELECT_NAN_LAST, "never": _SELECT_INELIGIBLE}[c.nan_rule]
     keys.masked_fill_(torch.isnan(values), nan_key)
     if c.floor is not None:

@@ -1,4 +1,4 @@
-"""The oracle's selection and fp32 sigmoid as of commit 96b1b57, frozen, for the bit-identity tests only.
+"""The oracle's selection, rank keys and fp32 sigmoid as of commit 96b1b57, frozen, for the bit-identity tests only.
 
 ``oracle/_route.py`` and ``oracle/_scores.py`` were made faster on hard rows
 (ties at the cutoff, NaN) and on fp32 logits; the oracle defines the
@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import torch
 
-from oracle._keys import NAN_KEY, rank_keys
+from oracle._keys import NAN_KEY
 
 _NAN_FIRST_KEY = 2**31
 _INELIGIBLE_KEY = NAN_KEY - 1
+
+
+def rank_keys(values: torch.Tensor) -> torch.Tensor:
+    # oracle/_keys.py's rank_keys as of 96b1b57 (the oracle's now shares its twiddle with the exact path)
+    bits = (values + 0.0).view(torch.int32)
+    keys = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    return keys.masked_fill_(torch.isnan(values), NAN_KEY)
 
 
 def sigmoid_exact(x: torch.Tensor, formula: str) -> torch.Tensor:

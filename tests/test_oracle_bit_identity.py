@@ -57,6 +57,11 @@ def test_sigmoid_of_a_strided_view_matches_the_frozen_code():
     assert _same_bits(_scores._sigmoid_exact(x, "correctly_rounded"), frozen_oracle.sigmoid_exact(x, "correctly_rounded"))
 
 
+def test_rank_keys_match_the_frozen_code():
+    values = torch.cat((_sigmoid_inputs(), torch.tensor([math.nan, -math.nan, math.inf, -math.inf, 0.0, -0.0])))
+    assert torch.equal(oracle.rank_keys(values), frozen_oracle.rank_keys(values))
+
+
 # ------------------------------------------------------------------------------------------ the selection alone
 
 _SPECIAL = (math.nan, -math.nan, math.inf, -math.inf, 0.0, -0.0, 2.0**-149, -(2.0**-149), 2.0**-126, -1e30, -1.5e30)
