@@ -109,6 +109,43 @@ def test_programmatic_launch_hooks_are_in_the_sm90_code_only(contract, tmp_path)
         assert entries > 0
         assert ptx.count("griddepcontrol.wait") == (entries if present else 0)
         assert ptx.count("griddepcontrol.launch_dependents") == (entries if present else 0)
+        if contract == "aiter":
+            # RADIX4_EX2_FTZ defaults to on: every exp2 of aiter's sigmoid is the flushed one
+            # (an #if read before the switch's default once left it off in every default build).
+            assert ptx.count("ex2.approx.ftz.f32") > 0
+            assert ptx.count("ex2.approx.f32") == 0
+
+
+def _defaults_and_uses(text: str) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """Line numbers of each `#ifndef X / #define X` default, and of every other code line naming X."""
+    lines = text.splitlines()
+    defaults: dict[str, int] = {}
+    for n, line in enumerate(lines):
+        m = re.match(r"#ifndef (RADIX4_\w+)$", line.strip())
+        if m and n + 1 < len(lines) and lines[n + 1].strip().startswith(f"#define {m.group(1)} "):
+            defaults[m.group(1)] = n
+    uses: dict[str, list[int]] = {}
+    for n, line in enumerate(lines):
+        code = line.split("//", 1)[0]
+        for name in re.findall(r"\bRADIX4_\w+", code):
+            uses.setdefault(name, []).append(n)
+    return defaults, uses
+
+
+@pytest.mark.parametrize("header", ["radix4_router.h", "radix4_entry.h"])
+def test_every_switch_is_defaulted_before_its_first_use(header):
+    """An `#if RADIX4_X` above `#define RADIX4_X 1` reads 0 and silently builds the other setting."""
+    defaults, uses = _defaults_and_uses((HERE / header).read_text())
+    assert defaults, f"{header} defines no switch defaults: the pattern is out of date"
+    early = {name: [n + 1 for n in uses[name] if n < line] for name, line in defaults.items()}
+    assert not {k: v for k, v in early.items() if v}, f"{header}: switches used above their defaults (lines): {early}"
+
+
+def test_the_switch_order_check_sees_a_use_above_its_default():
+    planted = "#if RADIX4_DEMO\n#endif\n#ifndef RADIX4_DEMO\n#define RADIX4_DEMO 1\n#endif\n#if RADIX4_DEMO\n#endif\n"
+    defaults, uses = _defaults_and_uses(planted)
+    assert defaults == {"RADIX4_DEMO": 2}
+    assert [n for n in uses["RADIX4_DEMO"] if n < defaults["RADIX4_DEMO"]] == [0]
 
 
 @needs_nvcc
@@ -564,7 +601,7 @@ def test_each_selection_path_alone_matches_plain_reference(emulation_one_path, l
 SWITCHES = {
     "plain-exp2-two-arrays": ("RADIX4_EX2_FTZ=0", "RADIX4_COPY_ENTRY16=0"),
     "sorted-bound": ("RADIX4_SORTED_BOUND=1",),
-    "late-trigger": ("RADIX4_PDL_LATE_TRIGGER=1",),
+    "early-trigger": ("RADIX4_PDL_LATE_TRIGGER=0",),
     "rank-by-composites": ("RADIX4_RANK_KEY32=0",),
     "copy-count-by-sum": ("RADIX4_COPY_MASK=0",),
 }

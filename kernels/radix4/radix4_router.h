@@ -78,6 +78,61 @@
 #pragma clang fp contract(off)
 #endif
 
+// The switches come before every use: an `#if` of a name not yet defined
+// reads 0, which once left RADIX4_EX2_FTZ off in every default build.
+// Largest candidate set the rank step takes (RankStep); larger sets go
+// through the radix rounds. 0 turns the rank step off (benchmarks).
+#ifndef RADIX4_RANK_MAX
+#define RADIX4_RANK_MAX 128
+#endif
+// Tuning switches (0 or 1; the defaults are the measured choice,
+// docs/radix4_tuning.md has the measurements; every setting gives the same
+// bits):
+//   RADIX4_EX2_FTZ         aiter's exp2 as the flushed hardware exp2
+//   RADIX4_COPY_ENTRY16    candidates as 16-byte entries, one store each
+//   RADIX4_SORTED_BOUND    the lane maxima sorted by a bitonic network (fewer
+//                          instructions, a longer dependent chain) instead
+//                          of counted by every lane against every lane
+//   RADIX4_PDL_LATE_TRIGGER  the warp-per-token shape lets its dependents
+//                          launch before its write step, not at entry (a
+//                          dependent launched early holds SM slots that the
+//                          rest of a one-wave grid's blocks could balance)
+//   RADIX4_RANK_KEY32      the rank step's one-candidate-per-lane pass
+//                          compares 32-bit rank keys (31 shuffles, not 62);
+//                          equal keys among the candidates (seen as a rank
+//                          sum short of 0 + 1 + .. + (C - 1)) redo the pass
+//                          with the whole composites
+//   RADIX4_COPY_MASK       the copy step marks its candidates as bits of one
+//                          word and counts them by popcount instead of
+//                          summing 28 compares in a chain (H200 step clocks
+//                          of a warp per token: copy 937 -> 690 cycles)
+// and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
+// SM for ptxas: the register cap that sets how many warps fit an SM (1: no
+// cap, no spills). The entry point also has a dense warp-per-token kernel
+// for batches that fill more than one wave (RADIX4_DENSE_MIN_BLOCKS,
+// radix4_entry.h): route_kernel's kMinBlocks.
+#ifndef RADIX4_EX2_FTZ
+#define RADIX4_EX2_FTZ 1
+#endif
+#ifndef RADIX4_COPY_ENTRY16
+#define RADIX4_COPY_ENTRY16 1
+#endif
+#ifndef RADIX4_SORTED_BOUND
+#define RADIX4_SORTED_BOUND 0
+#endif
+#ifndef RADIX4_PDL_LATE_TRIGGER
+#define RADIX4_PDL_LATE_TRIGGER 1
+#endif
+#ifndef RADIX4_WARP_MIN_BLOCKS
+#define RADIX4_WARP_MIN_BLOCKS 1
+#endif
+#ifndef RADIX4_RANK_KEY32
+#define RADIX4_RANK_KEY32 1
+#endif
+#ifndef RADIX4_COPY_MASK
+#define RADIX4_COPY_MASK 1
+#endif
+
 namespace radix4 {
 
 // ---- element types: raw bits in memory, widened to fp32 in registers ----
@@ -303,59 +358,6 @@ __device__ unsigned long long radix4_lab_clock[8];
 #define RADIX4_STAMP(i) \
     do {                \
     } while (0)
-#endif
-
-// Largest candidate set the rank step takes (RankStep); larger sets go
-// through the radix rounds. 0 turns the rank step off (benchmarks).
-#ifndef RADIX4_RANK_MAX
-#define RADIX4_RANK_MAX 128
-#endif
-// Tuning switches (0 or 1; the defaults are the measured choice,
-// docs/radix4_tuning.md has the measurements; every setting gives the same
-// bits):
-//   RADIX4_EX2_FTZ         aiter's exp2 as the flushed hardware exp2
-//   RADIX4_COPY_ENTRY16    candidates as 16-byte entries, one store each
-//   RADIX4_SORTED_BOUND    the lane maxima sorted by a bitonic network (fewer
-//                          instructions, a longer dependent chain) instead
-//                          of counted by every lane against every lane
-//   RADIX4_PDL_LATE_TRIGGER  the warp-per-token shape lets its dependents
-//                          launch before its write step, not at entry (a
-//                          dependent launched early holds SM slots that the
-//                          rest of a one-wave grid's blocks could balance)
-//   RADIX4_RANK_KEY32      the rank step's one-candidate-per-lane pass
-//                          compares 32-bit rank keys (31 shuffles, not 62);
-//                          equal keys among the candidates (seen as a rank
-//                          sum short of 0 + 1 + .. + (C - 1)) redo the pass
-//                          with the whole composites
-//   RADIX4_COPY_MASK       the copy step marks its candidates as bits of one
-//                          word and counts them by popcount instead of
-//                          summing 28 compares in a chain (H200 step clocks
-//                          of a warp per token: copy 937 -> 690 cycles)
-// and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
-// SM for ptxas: the register cap that sets how many warps fit an SM (1: no
-// cap, no spills). The entry point also has a dense warp-per-token kernel
-// for batches that fill more than one wave (RADIX4_DENSE_MIN_BLOCKS,
-// radix4_entry.h): route_kernel's kMinBlocks.
-#ifndef RADIX4_EX2_FTZ
-#define RADIX4_EX2_FTZ 1
-#endif
-#ifndef RADIX4_COPY_ENTRY16
-#define RADIX4_COPY_ENTRY16 1
-#endif
-#ifndef RADIX4_SORTED_BOUND
-#define RADIX4_SORTED_BOUND 0
-#endif
-#ifndef RADIX4_PDL_LATE_TRIGGER
-#define RADIX4_PDL_LATE_TRIGGER 1
-#endif
-#ifndef RADIX4_WARP_MIN_BLOCKS
-#define RADIX4_WARP_MIN_BLOCKS 1
-#endif
-#ifndef RADIX4_RANK_KEY32
-#define RADIX4_RANK_KEY32 1
-#endif
-#ifndef RADIX4_COPY_MASK
-#define RADIX4_COPY_MASK 1
 #endif
 
 // ---- the launch's compile-time shape, and the shared memory of all steps ----
