@@ -317,6 +317,9 @@ struct EmuLanes {
     static uint32_t all_min(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = ~0u; for (int i = 0; i < N; ++i) t = s[i] < t ? s[i] : t; return t; }); }
     template <class T> static void store_shared_if(bool p, T* at, T v) { if (p) *at = v; }
     template <class E16> static void store_shared_if(bool p, E16* at, uint64_t c, float s) { if (p) at->composite = c, at->sig = s; }
+    static void add_if_at_least(uint32_t& n, uint32_t key, uint32_t lo) { n += key >= lo; }
+    template <class E16> static E16* cursor(E16* at) { return at; }
+    template <class E16> static void store_if_at_least(uint32_t key, uint32_t lo, E16*& at, uint64_t c, float s) { if (key >= lo) at->composite = c, at->sig = s, ++at; }
     static float exp2_flushed(float x) { const float r = std::exp2(x); return r < 0x1p-126f ? 0.0f : r; }
     static uint32_t shfl_xor(uint32_t v, int d) { const int me = lane(); return exchange(v, [me, d](uint64_t* s) { return s[me ^ d]; }); }
     static uint32_t shfl(uint32_t v, int src) { return exchange(v, [src](uint64_t* s) { return s[src]; }); }
@@ -599,11 +602,12 @@ def test_each_selection_path_alone_matches_plain_reference(emulation_one_path, l
 # RADIX4_COPY_ENTRY16=1, RADIX4_RANK_KEY32=1, RADIX4_COPY_MASK=1): each must
 # leave every output bit as it was.
 SWITCHES = {
-    "plain-exp2-two-arrays": ("RADIX4_EX2_FTZ=0", "RADIX4_COPY_ENTRY16=0"),
+    "plain-exp2-two-arrays": ("RADIX4_EX2_FTZ=0", "RADIX4_COPY_ENTRY16=0", "RADIX4_COPY_CURSOR=0"),
     "sorted-bound": ("RADIX4_SORTED_BOUND=1",),
     "early-trigger": ("RADIX4_PDL_LATE_TRIGGER=0",),
     "rank-by-composites": ("RADIX4_RANK_KEY32=0",),
-    "copy-count-by-sum": ("RADIX4_COPY_MASK=0",),
+    "copy-count-by-mask": ("RADIX4_COPY_CURSOR=0",),
+    "copy-count-by-sum": ("RADIX4_COPY_CURSOR=0", "RADIX4_COPY_MASK=0"),
 }
 
 

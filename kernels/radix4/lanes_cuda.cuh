@@ -76,14 +76,46 @@ struct Warp32 {
                      : "memory");
     }
 
-    // *at = {composite, sig, 0} as one predicated 16-byte store.
+    // *at = {composite, sig, anything} as one predicated 16-byte store. The
+    // last word is never read back; it takes whatever register ptxas puts
+    // there (an empty asm defines it), so no move of a zero per candidate.
     template <class Entry16>
     static __device__ __forceinline__ void store_shared_if(bool p, Entry16* at, uint64_t composite, float sig) {
         static_assert(sizeof(Entry16) == 16 && alignof(Entry16) >= 8, "a 16-byte entry");
+        uint32_t unused;
+        asm("" : "=r"(unused));
         asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %0, 0;\n\t@p st.shared.v4.b32 [%1], {%2, %3, %4, %5};\n\t}"
                      :: "r"(static_cast<int>(p)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(at))),
                         "r"(static_cast<uint32_t>(composite)), "r"(static_cast<uint32_t>(composite >> 32)),
-                        "f"(sig), "r"(0u)
+                        "f"(sig), "r"(unused)
+                     : "memory");
+    }
+    // n += (key >= lo): the carry of key - lo (a subtraction carries exactly
+    // when nothing is borrowed) added to n, two instructions and no
+    // predicate. The copy step counts its candidates with it, the bound and
+    // rank steps their larger lanes. (As a setp and a predicated add, ptxas
+    // merged the copy step's compares with store_if_at_least's and kept the
+    // 28 results as bits of a register, picked apart again for the stores.)
+    static __device__ __forceinline__ void add_if_at_least(uint32_t& n, uint32_t key, uint32_t lo) {
+        asm("{\n\t.reg .u32 t;\n\tsub.cc.u32 t, %1, %2;\n\taddc.u32 %0, %0, 0;\n\t}" : "+r"(n) : "r"(key), "r"(lo));
+    }
+    // A shared-memory address that store_if_at_least steps one entry on.
+    template <class Entry16>
+    static __device__ __forceinline__ uint32_t cursor(Entry16* at) {
+        return static_cast<uint32_t>(__cvta_generic_to_shared(at));
+    }
+    // If key >= lo: *at = {composite, sig, anything}, and at moves to the
+    // next entry; a compare, a predicated 16-byte store and a predicated add.
+    template <class Entry16 = void>
+    static __device__ __forceinline__ void store_if_at_least(uint32_t key, uint32_t lo, uint32_t& at, uint64_t composite,
+                                                             float sig) {
+        uint32_t unused;
+        asm("" : "=r"(unused));
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %1, %2;\n\t@p st.shared.v4.b32 [%0], {%3, %4, %5, %6};"
+                     "\n\t@p add.u32 %0, %0, 16;\n\t}"
+                     : "+r"(at)
+                     : "r"(key), "r"(lo), "r"(static_cast<uint32_t>(composite)), "r"(static_cast<uint32_t>(composite >> 32)),
+                       "f"(sig), "r"(unused)
                      : "memory");
     }
     static __device__ __forceinline__ bool any(bool p) { return __any_sync(0xffffffffu, p); }

@@ -87,6 +87,17 @@ struct Wave64 {
         if (p) at->composite = composite, at->sig = sig;
     }
 
+    // The copy step's two moves per value (lanes_cuda.cuh has them as
+    // predicated instructions; here exec masks do that).
+    static __device__ __forceinline__ void add_if_at_least(uint32_t& n, uint32_t key, uint32_t lo) { n += key >= lo; }
+    template <class Entry16>
+    static __device__ __forceinline__ Entry16* cursor(Entry16* at) { return at; }
+    template <class Entry16>
+    static __device__ __forceinline__ void store_if_at_least(uint32_t key, uint32_t lo, Entry16*& at, uint64_t composite,
+                                                             float sig) {
+        if (key >= lo) at->composite = composite, at->sig = sig, ++at;
+    }
+
     static __device__ __forceinline__ float exp2_flushed(float x) { return exp2f(x); }
 
     // IEEE division is branch-free on CDNA (v_div_scale / v_div_fmas /

@@ -106,6 +106,11 @@
 //                          word and counts them by popcount instead of
 //                          summing 28 compares in a chain (H200 step clocks
 //                          of a warp per token: copy 937 -> 690 cycles)
+//   RADIX4_COPY_CURSOR     (over COPY_MASK) the copy step counts and stores
+//                          each value by a compare and predicated
+//                          instructions (L::add_if_at_least,
+//                          L::store_if_at_least): no mask to pick apart and
+//                          no select chain for the store address
 // and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
 // SM for ptxas: the register cap that sets how many warps fit an SM (1: no
 // cap, no spills). The entry point also has a dense warp-per-token kernel
@@ -131,6 +136,12 @@
 #endif
 #ifndef RADIX4_COPY_MASK
 #define RADIX4_COPY_MASK 1
+#endif
+#ifndef RADIX4_COPY_CURSOR
+#define RADIX4_COPY_CURSOR RADIX4_COPY_ENTRY16  // on with the 16-byte entries it stores
+#endif
+#if RADIX4_COPY_CURSOR && !RADIX4_COPY_ENTRY16
+#error "RADIX4_COPY_CURSOR stores 16-byte entries: it needs RADIX4_COPY_ENTRY16=1"
 #endif
 
 namespace radix4 {
@@ -658,9 +669,12 @@ struct BoundStep {
         }
         auto nth_lane_max = [&](uint32_t n) { return L::shfl(sorted, static_cast<int>(n) - 1); };
 #else
-        uint32_t larger = 0;
+        // Counted as the lanes not larger (lane_max >= theirs), which
+        // L::add_if_at_least adds without a select per lane.
+        uint32_t not_larger[2] = {0, 0};  // two chains of adds, not one
 #pragma unroll
-        for (int d = 1; d < S::kLanes; ++d) larger += static_cast<uint32_t>(L::shfl_xor(lane_max, d) > lane_max);
+        for (int d = 1; d < S::kLanes; ++d) L::add_if_at_least(not_larger[d & 1], lane_max, L::shfl_xor(lane_max, d));
+        const uint32_t larger = static_cast<uint32_t>(S::kLanes - 1) - (not_larger[0] + not_larger[1]);
         auto nth_lane_max = [&](uint32_t n) { return L::all_min(larger < n ? lane_max : ~0u); };
 #endif
         if constexpr (!S::kShared) {
@@ -769,7 +783,15 @@ struct CopyStep {
     template <class C>
     static __device__ __forceinline__ CandidateCount run(const Slice<S, C>& slice, uint32_t lo, Storage<S>& storage,
                                                          const Coords<S, L>& at) {
-#if RADIX4_COPY_MASK
+#if RADIX4_COPY_CURSOR
+        // A phantom slot (kRagged) holds key 0, which must not pass even when
+        // lo is 0 (every key 0): it is compared against ~0, which no key reaches.
+        auto bound_of = [&](int j) { return slice.valid(j) ? lo : ~0u; };
+        uint32_t part[4] = {0, 0, 0, 0};  // four chains of adds, not one
+#pragma unroll
+        for (int j = 0; j < S::kVals; ++j) L::add_if_at_least(part[j & 3], slice.key[j], bound_of(j));
+        const uint32_t mine = (part[0] + part[1]) + (part[2] + part[3]);
+#elif RADIX4_COPY_MASK
         using Bits = typename BitWord<(S::kVals > 32)>::type;
         Bits takes = 0;  // bit j: value j is a candidate
 #pragma unroll
@@ -791,12 +813,22 @@ struct CopyStep {
             n += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m))) << bit;
         }
         if (__builtin_expect(n <= static_cast<uint32_t>(S::kRankCap), 1)) {
+#if RADIX4_COPY_CURSOR
+            // The compare again (7 predicate registers cannot hold 28), a
+            // predicated store and a predicated step of the cursor per value.
+            auto cursor = L::cursor(&storage.cand.entry[at.local][at.region][first]);
+#pragma unroll
+            for (int j = 0; j < S::kVals; ++j) {
+                L::store_if_at_least(slice.key[j], bound_of(j), cursor, slice.composite(j), slice.sig[j]);
+            }
+#else
 #pragma unroll
             for (int j = 0; j < S::kVals; ++j) {
                 const bool take = taken(j);
                 storage.cand.template store_if<L>(take, at.local, at.region, first, slice.composite(j), slice.sig[j]);
                 first += static_cast<uint32_t>(take);
             }
+#endif
         }
         if (at.lane == 0) storage.cand_count[at.local][at.region] = n;
         TokenExchange<S, L>::sync();
@@ -862,10 +894,10 @@ struct RankStep {
                 // key 0, larger than none). Equal keys share the rank of
                 // their first, so the sum falls short: then the composites.
                 const uint32_t key = static_cast<uint32_t>(me >> 32);
-                uint32_t part[2] = {0, 0};  // two chains of adds, not one
+                uint32_t not_larger[2] = {0, 0};  // two chains of adds, not one; as in BoundStep
 #pragma unroll
-                for (int d = 1; d < S::kLanes; ++d) part[d & 1] += static_cast<uint32_t>(L::shfl_xor(key, d) > key);
-                rank = part[0] + part[1];
+                for (int d = 1; d < S::kLanes; ++d) L::add_if_at_least(not_larger[d & 1], key, L::shfl_xor(key, d));
+                rank = static_cast<uint32_t>(S::kLanes - 1) - (not_larger[0] + not_larger[1]);
                 whole = L::sum(is_candidate ? rank : 0u) != c.count * (c.count - 1u) / 2u;
             }
             if (__builtin_expect(whole, !RADIX4_RANK_KEY32)) {
