@@ -235,6 +235,10 @@ struct AiterContract {
     static __device__ __forceinline__ uint32_t rank_key(float r) {
         return r != r ? 0u : ordered_bits<L>(r);
     }
+    // The least key rank_key keeps as ordered_bits (every number's; NaN of
+    // either sign maps outside [lowest_key, key of +inf]).
+    template <class L>
+    static __device__ __forceinline__ uint32_t lowest_key() { return ordered_bits<L>(-__builtin_huge_valf()); }
     template <int E>
     static __device__ __forceinline__ uint32_t vector_priority(int g) {
         return 4u * (kDeviceTieTable<E>.vec_base[g & 63] + static_cast<uint32_t>(g >> 6));
@@ -252,11 +256,15 @@ struct SerialContract {
     static __device__ __forceinline__ float denominator(float x) { return 1.0f + expf(-x); }
     // Only values above the scan's -1e30 sentinel can win (NaN fails the
     // compare); every other value gets key 0, below every winner.
+    static constexpr float kSentinel = -1e30f;
     template <class L>
     static __device__ __forceinline__ uint32_t rank_key(float r) {
-        constexpr float kSentinel = -1e30f;
         return r > kSentinel ? ordered_bits<L>(r) : 0u;
     }
+    // The least key rank_key keeps as ordered_bits: the next value above the
+    // sentinel's.
+    template <class L>
+    static __device__ __forceinline__ uint32_t lowest_key() { return ordered_bits<L>(kSentinel) + 1u; }
     template <int E>
     static __device__ __forceinline__ uint32_t vector_priority(int g) {
         return 4u * static_cast<uint32_t>(g);  // lowest index wins
@@ -535,6 +543,7 @@ struct Slice {
     // priority << 12 | expert id. The slot's expert i has word - i * 4095
     // (the priority falls by i, the id rises by i, neither borrows).
     uint32_t word[kSlots];
+    uint32_t lane_max;  // the largest key of this thread's values
     int tid;
 
     __device__ __forceinline__ int vector(int s) const { return tid + S::kThreads * s; }
@@ -575,50 +584,65 @@ struct Slice {
         }
     }
 
-    // sig and key of every value; phantom slots (kRagged) get sig 0, key 0.
-    template <class L, class Score, bool kVec>
-    __device__ __forceinline__ void compute_keys(const typename Score::Raw* row, const float x[kVals],
-                                                 const float b[kVals]) {
+    // sig and key of every value, and this thread's largest key (lane_max);
+    // phantom slots (kRagged) get sig 0, key 0 and count for no maximum.
+    //
+    // The quick way first, for every value: the reciprocal without its
+    // range test, the key without the contract's mapping of NaN and of
+    // values that never win (C::rank_key). Both are exact unless a value is
+    // out of the common range, which three reductions over the thread's
+    // values find (a test per value would cost 3 instructions of 20): a
+    // sigmoid below 2^-124 (its denominator may be past L::kReciprocalLimit,
+    // where the quick reciprocal flushes), or a key outside
+    // [C::lowest_key, ordered_bits(+inf)] (NaN, or a value the contract maps
+    // to 0). Then, in one branch the token's lanes take together, the exact
+    // way for every value, reading the logits and the bias again.
+    template <class L, class Score, class Bias, bool kVec>
+    __device__ __forceinline__ void compute_keys(const typename Score::Raw* row, const typename Bias::Raw* bias,
+                                                 const float x[kVals], const float b[kVals]) {
+        uint32_t sig_min = ~0u, key_min = ~0u, key_max = 0u;
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
             const bool here = slot_valid(s);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                sig[4 * s + i] = here ? C::template denominator<L>(x[4 * s + i]) : 1.0f;  // the reciprocal follows
-                key[4 * s + i] = here ? L::as_uint(b[4 * s + i]) : 0u;       // bias bits until then
-            }
-        }
-        // Reciprocals without a branch per value; the rare denominator at or
-        // above the limit (sigmoid below 2^-126, or NaN) is redone exactly,
-        // in one branch the warp takes together.
-        bool beyond = false;
-#pragma unroll
-        for (int j = 0; j < kVals; ++j) {
-            const float y = sig[j];
-            beyond |= !(y < L::kReciprocalLimit);
-            sig[j] = L::reciprocal(y);
-        }
-        if (__builtin_expect(L::any(beyond), 0)) {
-#pragma unroll
-            for (int s = 0; s < kSlots; ++s) {
-                if (slot_valid(s)) {
-                    float again[4];  // loaded again rather than kept live in registers
-                    load4<Score, L, kVec>(row + 4 * vector(s), again);
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) sig[4 * s + i] = contract_sigmoid<C, L>(again[i]);
+                const int j = 4 * s + i;
+                sig[j] = here ? L::reciprocal(C::template denominator<L>(x[j])) : 0.0f;
+                key[j] = here ? ordered_bits<L>(sig[j] + b[j]) : 0u;
+                if (here) {
+                    const uint32_t sig_bits = L::as_uint(sig[j]);  // sig >= +0 or NaN: ordered as its bits
+                    sig_min = sig_bits < sig_min ? sig_bits : sig_min;
+                    key_min = key[j] < key_min ? key[j] : key_min;
+                    key_max = key[j] > key_max ? key[j] : key_max;
                 }
             }
         }
+        const uint32_t kSmallestQuickSig = L::as_uint(0x1p-124f);
+        const uint32_t kInfKey = ordered_bits<L>(__builtin_huge_valf());
+        const bool unusual = sig_min < kSmallestQuickSig || key_min < C::template lowest_key<L>() || key_max > kInfKey;
+        lane_max = key_max;
+        if (__builtin_expect(L::any(unusual), 0)) exact_keys<L, Score, Bias, kVec>(row, bias);
+    }
+
+    // The contract's sigmoid and rank key for every value, and lane_max
+    // again: for rows with NaN, values the contract never takes (the serial
+    // floor, -inf masks) or sigmoids that underflow. (Inlined: out of line,
+    // the slice's registers would have to live in memory.)
+    template <class L, class Score, class Bias, bool kVec>
+    __device__ __forceinline__ void exact_keys(const typename Score::Raw* row, const typename Bias::Raw* bias) {
+        lane_max = 0u;
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
             if (slot_valid(s)) {
+                float again[4], b[4];  // loaded again rather than kept live in registers
+                load4<Score, L, kVec>(row + 4 * vector(s), again);
+                load4<Bias, L, kVec>(bias + 4 * vector(s), b);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    key[4 * s + i] = C::template rank_key<L>(sig[4 * s + i] + L::as_float(key[4 * s + i]));
+                    sig[4 * s + i] = contract_sigmoid<C, L>(again[i]);
+                    key[4 * s + i] = C::template rank_key<L>(sig[4 * s + i] + b[i]);
+                    lane_max = key[4 * s + i] > lane_max ? key[4 * s + i] : lane_max;
                 }
-            } else {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) sig[4 * s + i] = 0.0f;
             }
         }
     }
@@ -644,11 +668,7 @@ struct BoundStep {
     template <class C>
     static __device__ __forceinline__ Bound run(const Slice<S, C>& slice, const Coords<S, L>& at,
                                                 TokenExchange<S, L>& exchange) {
-        uint32_t lane_max = 0u;
-#pragma unroll
-        for (int j = 0; j < S::kVals; ++j) {
-            if (slice.valid(j)) lane_max = slice.key[j] > lane_max ? slice.key[j] : lane_max;
-        }
+        const uint32_t lane_max = slice.lane_max;
         Bound bound{L::all_max(lane_max), 0u};
         // How many lanes of this group hold a larger maximum (every other
         // lane, by xor partner). The lanes with fewer than n larger hold the
@@ -1145,7 +1165,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         slice.template load<L, Score, Bias, kVec>(row, bias, x, b);
         // Cleared while the loads are in flight.
         if constexpr (S::kRankMax > 0) CopyStep<S, L>::clear(storage, at);
-        slice.template compute_keys<L, Score, kVec>(row, x, b);
+        slice.template compute_keys<L, Score, Bias, kVec>(row, bias, x, b);
     }
     if (S::kShared && threadIdx.x == 0) storage.winner_count = 0;  // ordered by the first barrier below
     RADIX4_STAMP(1);
