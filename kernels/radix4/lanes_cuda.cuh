@@ -106,7 +106,6 @@ struct Warp32 {
     }
     // If key >= lo: *at = {composite, sig, anything}, and at moves to the
     // next entry; a compare, a predicated 16-byte store and a predicated add.
-    template <class Entry16 = void>
     static __device__ __forceinline__ void store_if_at_least(uint32_t key, uint32_t lo, uint32_t& at, uint64_t composite,
                                                              float sig) {
         uint32_t unused;

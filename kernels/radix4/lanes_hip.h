@@ -87,8 +87,10 @@ struct Wave64 {
         if (p) at->composite = composite, at->sig = sig;
     }
 
-    // The copy step's two moves per value (lanes_cuda.cuh has them as
-    // predicated instructions; here exec masks do that).
+    // n += (key >= lo) (the copy step's count, the bound's and rank step's
+    // counts of lanes), and the copy step's store through a cursor
+    // (lanes_cuda.cuh has them as carries and predicated instructions; here
+    // exec masks do that).
     static __device__ __forceinline__ void add_if_at_least(uint32_t& n, uint32_t key, uint32_t lo) { n += key >= lo; }
     template <class Entry16>
     static __device__ __forceinline__ Entry16* cursor(Entry16* at) { return at; }

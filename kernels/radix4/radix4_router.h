@@ -106,11 +106,12 @@
 //                          word and counts them by popcount instead of
 //                          summing 28 compares in a chain (H200 step clocks
 //                          of a warp per token: copy 937 -> 690 cycles)
-//   RADIX4_COPY_CURSOR     (over COPY_MASK) the copy step counts and stores
-//                          each value by a compare and predicated
-//                          instructions (L::add_if_at_least,
-//                          L::store_if_at_least): no mask to pick apart and
-//                          no select chain for the store address
+//   RADIX4_COPY_CURSOR     the copy step counts its candidates by carries
+//                          (L::add_if_at_least) and stores each through a
+//                          cursor (L::store_if_at_least: a compare, a
+//                          predicated store, a predicated add): no mask to
+//                          pick apart, no select chain for the address;
+//                          RADIX4_COPY_MASK then has no effect
 // and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
 // SM for ptxas: the register cap that sets how many warps fit an SM (1: no
 // cap, no spills). The entry point also has a dense warp-per-token kernel
