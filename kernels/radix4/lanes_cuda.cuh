@@ -76,18 +76,23 @@ struct Warp32 {
                      : "memory");
     }
 
-    // *at = {composite, sig, anything} as one predicated 16-byte store. The
-    // last word is never read back; it takes whatever register ptxas puts
-    // there (an empty asm defines it), so no move of a zero per candidate.
+    // The fourth word of a 16-byte candidate entry, never read back: whatever
+    // register ptxas puts there (an empty asm defines it), so no zero is
+    // moved into place per candidate.
+    static __device__ __forceinline__ uint32_t unread_word() {
+        uint32_t w;
+        asm("" : "=r"(w));
+        return w;
+    }
+
+    // *at = {composite, sig, unread_word()} as one predicated 16-byte store.
     template <class Entry16>
     static __device__ __forceinline__ void store_shared_if(bool p, Entry16* at, uint64_t composite, float sig) {
         static_assert(sizeof(Entry16) == 16 && alignof(Entry16) >= 8, "a 16-byte entry");
-        uint32_t unused;
-        asm("" : "=r"(unused));
         asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %0, 0;\n\t@p st.shared.v4.b32 [%1], {%2, %3, %4, %5};\n\t}"
                      :: "r"(static_cast<int>(p)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(at))),
                         "r"(static_cast<uint32_t>(composite)), "r"(static_cast<uint32_t>(composite >> 32)),
-                        "f"(sig), "r"(unused)
+                        "f"(sig), "r"(unread_word())
                      : "memory");
     }
     // n += (key >= lo): the carry of key - lo (a subtraction carries exactly
@@ -104,17 +109,15 @@ struct Warp32 {
     static __device__ __forceinline__ uint32_t cursor(Entry16* at) {
         return static_cast<uint32_t>(__cvta_generic_to_shared(at));
     }
-    // If key >= lo: *at = {composite, sig, anything}, and at moves to the
-    // next entry; a compare, a predicated 16-byte store and a predicated add.
+    // If key >= lo: *at = {composite, sig, unread_word()}, and at moves to
+    // the next entry; a compare, a predicated 16-byte store and a predicated add.
     static __device__ __forceinline__ void store_if_at_least(uint32_t key, uint32_t lo, uint32_t& at, uint64_t composite,
                                                              float sig) {
-        uint32_t unused;
-        asm("" : "=r"(unused));
         asm volatile("{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %1, %2;\n\t@p st.shared.v4.b32 [%0], {%3, %4, %5, %6};"
                      "\n\t@p add.u32 %0, %0, 16;\n\t}"
                      : "+r"(at)
                      : "r"(key), "r"(lo), "r"(static_cast<uint32_t>(composite)), "r"(static_cast<uint32_t>(composite >> 32)),
-                       "f"(sig), "r"(unused)
+                       "f"(sig), "r"(unread_word())
                      : "memory");
     }
     static __device__ __forceinline__ bool any(bool p) { return __any_sync(0xffffffffu, p); }
