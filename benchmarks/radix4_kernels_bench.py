@@ -81,6 +81,7 @@ VARIANTS = {
     "unflushed_exp2": ("aiter", ("RADIX4_EX2_FTZ=0",)),
     "copy_mask": ("aiter", ("RADIX4_COPY_CURSOR=0",)),
     "copy_sum": ("aiter", ("RADIX4_COPY_CURSOR=0", "RADIX4_COPY_MASK=0")),
+    "one_cursor": ("aiter", ("RADIX4_COPY_CURSORS=1",)),
     "two_warps_to_1536": ("aiter", ("RADIX4_WARPS_PER_TOKEN=2", "RADIX4_BLOCK_PER_TOKEN_MAX_ROWS=1536")),
     "serial": ("serial", ()),
     "serial_no_dense": ("serial", ("RADIX4_DENSE_MIN_ROWS=1000000",)),

@@ -316,6 +316,7 @@ struct EmuLanes {
     static uint32_t all_max(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t = s[i] > t ? s[i] : t; return t; }); }
     static uint32_t all_min(uint32_t v) { return exchange(v, [](uint64_t* s) { uint64_t t = ~0u; for (int i = 0; i < N; ++i) t = s[i] < t ? s[i] : t; return t; }); }
     template <class T> static void store_shared_if(bool p, T* at, T v) { if (p) *at = v; }
+    template <class T> static void store_global_if(bool p, T* at, T v) { if (p) *at = v; }
     template <class E16> static void store_shared_if(bool p, E16* at, uint64_t c, float s) { if (p) at->composite = c, at->sig = s; }
     static void add_if_at_least(uint32_t& n, uint32_t key, uint32_t lo) { n += key >= lo; }
     template <class E16> static E16* cursor(E16* at) { return at; }
@@ -599,8 +600,8 @@ def test_each_selection_path_alone_matches_plain_reference(emulation_one_path, l
 
 
 # The tuning switches of radix4_router.h against the defaults (RADIX4_EX2_FTZ=1,
-# RADIX4_COPY_ENTRY16=1, RADIX4_RANK_KEY32=1, RADIX4_COPY_MASK=1, and
-# RADIX4_COPY_CURSOR, which follows RADIX4_COPY_ENTRY16): each must leave every
+# RADIX4_COPY_ENTRY16=1, RADIX4_RANK_KEY32=1, RADIX4_COPY_MASK=1,
+# RADIX4_COPY_CURSOR, which follows RADIX4_COPY_ENTRY16, and RADIX4_COPY_CURSORS=4): each must leave every
 # output bit as it was.
 SWITCHES = {
     "plain-exp2-two-arrays": ("RADIX4_EX2_FTZ=0", "RADIX4_COPY_ENTRY16=0"),  # the cursor goes off with the entries
@@ -609,6 +610,8 @@ SWITCHES = {
     "rank-by-composites": ("RADIX4_RANK_KEY32=0",),
     "copy-count-by-mask": ("RADIX4_COPY_CURSOR=0",),
     "copy-count-by-sum": ("RADIX4_COPY_CURSOR=0", "RADIX4_COPY_MASK=0"),
+    "one-copy-cursor": ("RADIX4_COPY_CURSORS=1",),
+    "two-copy-cursors": ("RADIX4_COPY_CURSORS=2",),
 }
 
 

@@ -76,6 +76,17 @@ struct Warp32 {
                      : "memory");
     }
 
+    // *at = v in global memory if p, as one predicated store (the write
+    // step's; as an `if`, the compiler sinks the value's loads into it).
+    static __device__ __forceinline__ void store_global_if(bool p, float* at, float v) {
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %0, 0;\n\t@p st.global.f32 [%1], %2;\n\t}"
+                     :: "r"(static_cast<int>(p)), "l"(at), "f"(v) : "memory");
+    }
+    static __device__ __forceinline__ void store_global_if(bool p, int32_t* at, int32_t v) {
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %0, 0;\n\t@p st.global.b32 [%1], %2;\n\t}"
+                     :: "r"(static_cast<int>(p)), "l"(at), "r"(v) : "memory");
+    }
+
     // The fourth word of a 16-byte candidate entry, never read back: whatever
     // register ptxas puts there (an empty asm defines it), so no zero is
     // moved into place per candidate.

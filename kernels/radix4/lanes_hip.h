@@ -86,6 +86,10 @@ struct Wave64 {
     static __device__ __forceinline__ void store_shared_if(bool p, Entry16* at, uint64_t composite, float sig) {
         if (p) at->composite = composite, at->sig = sig;
     }
+    template <class T>
+    static __device__ __forceinline__ void store_global_if(bool p, T* at, T v) {
+        if (p) *at = v;
+    }
 
     // n += (key >= lo) (the copy step's count, the bound's and rank step's
     // counts of lanes), and the copy step's store through a cursor

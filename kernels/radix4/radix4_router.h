@@ -85,7 +85,7 @@
 #ifndef RADIX4_RANK_MAX
 #define RADIX4_RANK_MAX 128
 #endif
-// Tuning switches (0 or 1; the defaults are the measured choice,
+// Tuning switches (0 or 1 unless said; the defaults are the measured choice,
 // docs/radix4_tuning.md has the measurements; every setting gives the same
 // bits):
 //   RADIX4_EX2_FTZ         aiter's exp2 as the flushed hardware exp2
@@ -112,6 +112,10 @@
 //                          predicated store, a predicated add): no mask to
 //                          pick apart, no select chain for the address;
 //                          RADIX4_COPY_MASK then has no effect
+//   RADIX4_COPY_CURSORS    1, 2 or 4 cursors for that copy, each storing
+//                          every 1st, 2nd or 4th value (a store reads its
+//                          address late: one cursor's predicated step after
+//                          each store waits for that read)
 // and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
 // SM for ptxas: the register cap that sets how many warps fit an SM (1: no
 // cap, no spills). The entry point also has a dense warp-per-token kernel
@@ -140,6 +144,12 @@
 #endif
 #ifndef RADIX4_COPY_CURSOR
 #define RADIX4_COPY_CURSOR RADIX4_COPY_ENTRY16  // on with the 16-byte entries it stores
+#endif
+#ifndef RADIX4_COPY_CURSORS
+#define RADIX4_COPY_CURSORS 4
+#endif
+#if RADIX4_COPY_CURSORS != 1 && RADIX4_COPY_CURSORS != 2 && RADIX4_COPY_CURSORS != 4
+#error "RADIX4_COPY_CURSORS must be 1, 2 or 4 (the copy count's four chains split among the cursors)"
 #endif
 #if RADIX4_COPY_CURSOR && !RADIX4_COPY_ENTRY16
 #error "RADIX4_COPY_CURSOR stores 16-byte entries: it needs RADIX4_COPY_ENTRY16=1"
@@ -836,11 +846,25 @@ struct CopyStep {
         if (__builtin_expect(n <= static_cast<uint32_t>(S::kRankCap), 1)) {
 #if RADIX4_COPY_CURSOR
             // The compare again (7 predicate registers cannot hold 28), a
-            // predicated store and a predicated step of the cursor per value.
-            auto cursor = L::cursor(&storage.cand.entry[at.local][at.region][first]);
+            // predicated store and a predicated step of a cursor per value.
+            // RADIX4_COPY_CURSORS cursors, each starting where the values of
+            // the ones before it end (the rank step does not care where in
+            // the region a candidate sits): a store reads its address
+            // register late, and the step of the same cursor right after it
+            // waits for that read; with several, the other cursors' stores
+            // fill the wait.
+            constexpr int kCursors = RADIX4_COPY_CURSORS;
+            decltype(L::cursor(&storage.cand.entry[0][0][0])) cursor[kCursors];
+            uint32_t start = first;
+#pragma unroll
+            for (int c = 0; c < kCursors; ++c) {
+                cursor[c] = L::cursor(&storage.cand.entry[at.local][at.region][start]);
+#pragma unroll
+                for (int e = c; e < 4; e += kCursors) start += part[e];  // cursor c takes the values j with j % kCursors == c
+            }
 #pragma unroll
             for (int j = 0; j < S::kVals; ++j) {
-                L::store_if_at_least(slice.key[j], bound_of(j), cursor, slice.composite(j), slice.sig[j]);
+                L::store_if_at_least(slice.key[j], bound_of(j), cursor[j % kCursors], slice.composite(j), slice.sig[j]);
             }
 #else
 #pragma unroll
@@ -1102,15 +1126,20 @@ struct WriteStep {
     template <class C>
     static __device__ __forceinline__ void run(const Storage<S>& storage, const Coords<S, L>& at, int renormalize,
                                                float routed_scaling_factor, float* weights, int32_t* ids) {
+        // Every lane reads its position (lanes past k the last one, and store
+        // nothing) and finds its output addresses before the total's chain
+        // of adds, which hides those reads; behind an `if (lane < k)` the
+        // compiler sank them below the chain.
+        const bool writes = at.lane < S::K;
+        const int i = writes ? at.lane : S::K - 1;
+        const float sig = storage.ranked_sig[at.local][i];
+        const int32_t id = storage.ranked_id[at.local][i];
+        const int64_t out = static_cast<int64_t>(at.token) * S::K + i;
         float total = 0.0f;
 #pragma unroll
-        for (int i = 0; i < S::K; ++i) total += storage.ranked_sig[at.local][i];
-        if (at.lane < S::K) {
-            const float weight = C::weight(storage.ranked_sig[at.local][at.lane], total, renormalize, routed_scaling_factor);
-            const int64_t out = static_cast<int64_t>(at.token) * S::K + at.lane;
-            weights[out] = weight;
-            ids[out] = storage.ranked_id[at.local][at.lane];
-        }
+        for (int r = 0; r < S::K; ++r) total += storage.ranked_sig[at.local][r];
+        L::store_global_if(writes, weights + out, C::weight(sig, total, renormalize, routed_scaling_factor));
+        L::store_global_if(writes, ids + out, id);
     }
 };
 
