@@ -82,6 +82,8 @@ VARIANTS = {
     "copy_mask": ("aiter", ("RADIX4_COPY_CURSOR=0",)),
     "copy_sum": ("aiter", ("RADIX4_COPY_CURSOR=0", "RADIX4_COPY_MASK=0")),
     "one_cursor": ("aiter", ("RADIX4_COPY_CURSORS=1",)),
+    "dense_5_blocks": ("aiter", ("RADIX4_DENSE_MIN_BLOCKS=5",)),
+    "tokens_per_block_2": ("aiter", ("RADIX4_TOKENS_PER_BLOCK=2",)),
     "two_warps_to_1536": ("aiter", ("RADIX4_WARPS_PER_TOKEN=2", "RADIX4_BLOCK_PER_TOKEN_MAX_ROWS=1536")),
     "serial": ("serial", ()),
     "serial_no_dense": ("serial", ("RADIX4_DENSE_MIN_ROWS=1000000",)),

@@ -943,7 +943,15 @@ struct RankStep {
 #pragma unroll
                 for (int d = 1; d < S::kLanes; ++d) L::add_if_at_least(not_larger[d & 1], key, L::shfl_xor(key, d));
                 rank = static_cast<uint32_t>(S::kLanes - 1) - (not_larger[0] + not_larger[1]);
+                // Placed before the check, which then only decides whether
+                // to place again (the placement does not wait for the sum):
+                // the placements by the whole composites follow a barrier
+                // of the group and cover every output position (C >= k),
+                // so they overwrite whatever equal keys put anywhere.
+                place(is_candidate, rank, me, mine.sig);
                 whole = L::sum(is_candidate ? rank : 0u) != c.count * (c.count - 1u) / 2u;
+                if (__builtin_expect(!whole, 1)) return;
+                L::sync();
             }
             if (__builtin_expect(whole, !RADIX4_RANK_KEY32)) {
                 uint32_t part[2] = {0, 0};
