@@ -601,8 +601,8 @@ def test_each_selection_path_alone_matches_plain_reference(emulation_one_path, l
 
 # The tuning switches of radix4_router.h against the defaults (RADIX4_EX2_FTZ=1,
 # RADIX4_COPY_ENTRY16=1, RADIX4_RANK_KEY32=1, RADIX4_COPY_MASK=1,
-# RADIX4_COPY_CURSOR, which follows RADIX4_COPY_ENTRY16, and RADIX4_COPY_CURSORS=4): each must leave every
-# output bit as it was.
+# RADIX4_COPY_CURSOR, which follows RADIX4_COPY_ENTRY16, and
+# RADIX4_COPY_CURSORS=4): each must leave every output bit as it was.
 SWITCHES = {
     "plain-exp2-two-arrays": ("RADIX4_EX2_FTZ=0", "RADIX4_COPY_ENTRY16=0"),  # the cursor goes off with the entries
     "sorted-bound": ("RADIX4_SORTED_BOUND=1",),

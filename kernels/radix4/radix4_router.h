@@ -931,8 +931,6 @@ struct RankStep {
             const bool is_candidate = static_cast<uint32_t>(at.lane) < c.count;
             const Found mine = is_candidate ? candidate(storage, at.local, static_cast<uint32_t>(at.lane)) : Found{0u, 0.0f};
             const uint64_t me = mine.composite;
-            uint32_t rank = 0;
-            bool whole = !RADIX4_RANK_KEY32;  // rank by the whole composites
             if constexpr (RADIX4_RANK_KEY32) {
                 // By the rank key alone: with no two candidates' keys equal,
                 // the ranks are 0 .. C - 1 (a lane without a candidate holds
@@ -942,28 +940,25 @@ struct RankStep {
                 uint32_t not_larger[2] = {0, 0};  // two chains of adds, not one; as in BoundStep
 #pragma unroll
                 for (int d = 1; d < S::kLanes; ++d) L::add_if_at_least(not_larger[d & 1], key, L::shfl_xor(key, d));
-                rank = static_cast<uint32_t>(S::kLanes - 1) - (not_larger[0] + not_larger[1]);
+                const uint32_t rank = static_cast<uint32_t>(S::kLanes - 1) - (not_larger[0] + not_larger[1]);
                 // Placed before the check, which then only decides whether
                 // to place again (the placement does not wait for the sum):
-                // the placements by the whole composites follow a barrier
-                // of the group and cover every output position (C >= k),
-                // so they overwrite whatever equal keys put anywhere.
+                // the placements by the whole composites below follow a
+                // barrier of the group and cover every output position
+                // (C >= k), so they overwrite whatever equal keys put anywhere.
                 place(is_candidate, rank, me, mine.sig);
-                whole = L::sum(is_candidate ? rank : 0u) != c.count * (c.count - 1u) / 2u;
-                if (__builtin_expect(!whole, 1)) return;
+                const bool keys_distinct = L::sum(is_candidate ? rank : 0u) == c.count * (c.count - 1u) / 2u;
+                if (__builtin_expect(keys_distinct, 1)) return;
                 L::sync();
             }
-            if (__builtin_expect(whole, !RADIX4_RANK_KEY32)) {
-                uint32_t part[2] = {0, 0};
+            uint32_t part[2] = {0, 0};
 #pragma unroll
-                for (int d = 1; d < S::kLanes; ++d) {
-                    const uint32_t hi = L::shfl_xor(static_cast<uint32_t>(me >> 32), d);
-                    const uint32_t low = L::shfl_xor(static_cast<uint32_t>(me), d);
-                    part[d & 1] += static_cast<uint32_t>(((static_cast<uint64_t>(hi) << 32) | low) > me);
-                }
-                rank = part[0] + part[1];
+            for (int d = 1; d < S::kLanes; ++d) {
+                const uint32_t hi = L::shfl_xor(static_cast<uint32_t>(me >> 32), d);
+                const uint32_t low = L::shfl_xor(static_cast<uint32_t>(me), d);
+                part[d & 1] += static_cast<uint32_t>(((static_cast<uint64_t>(hi) << 32) | low) > me);
             }
-            place(is_candidate, rank, me, mine.sig);
+            place(is_candidate, part[0] + part[1], me, mine.sig);
             return;
         }
         // Up to kRankMax: a lane ranks two candidates per pass (first, first
@@ -1135,9 +1130,9 @@ struct WriteStep {
     static __device__ __forceinline__ void run(const Storage<S>& storage, const Coords<S, L>& at, int renormalize,
                                                float routed_scaling_factor, float* weights, int32_t* ids) {
         // Every lane reads its position (lanes past k the last one, and store
-        // nothing) and finds its output addresses before the total's chain
-        // of adds, which hides those reads; behind an `if (lane < k)` the
-        // compiler sank them below the chain.
+        // nothing) before the total's chain of adds, which hides those
+        // reads; behind an `if (lane < k)` the compiler sank them below the
+        // chain.
         const bool writes = at.lane < S::K;
         const int i = writes ? at.lane : S::K - 1;
         const float sig = storage.ranked_sig[at.local][i];
