@@ -62,6 +62,13 @@ struct Warp32 {
 #endif
     }
 
+    // Traps on a null pointer (the host never passes one): the compare reads
+    // the kernel parameter here, so its constant-cache line is fetched now
+    // rather than where the value is first used.
+    static __device__ __forceinline__ void touch_param(const void* p) {
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.eq.u64 p, %0, 0;\n\t@p trap;\n\t}" :: "l"(p) : "memory");
+    }
+
     // *at = v in shared memory if p, as one predicated store: written as an
     // `if`, nvcc turns each of a thread's candidate stores into a branch
     // that diverges (a lane holds a candidate in a few of its 28 slots).

@@ -120,6 +120,7 @@ struct Wave64 {
     }
 
     // No programmatic dependent launch on HIP: the entry point refuses it.
+    static __device__ __forceinline__ void touch_param(const void*) {}
     static __device__ __forceinline__ void wait_for_prior_grids() {}
     static __device__ __forceinline__ void launch_dependents() {}
 

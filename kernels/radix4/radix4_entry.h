@@ -245,4 +245,19 @@ int radix4_lab_reset(void) {
 }
 #endif
 
+#if defined(RADIX4_LAB_TOKENS) && defined(__CUDACC__)
+// Every token's clocks of the last launch (RADIX4_STAMP), kLabWords words each.
+int radix4_lab_token_words(void) { return radix4::kLabWords; }
+int radix4_lab_tokens(unsigned long long* out, int tokens) {
+    if (tokens < 0 || tokens > radix4::kLabTokens) return radix4::kBadArgument;
+    return static_cast<int>(cudaMemcpyFromSymbol(out, radix4::radix4_lab_token,
+                                                 sizeof(unsigned long long) * radix4::kLabWords * tokens));
+}
+int radix4_lab_tokens_reset(void) {
+    void* at = nullptr;
+    const cudaError_t err = cudaGetSymbolAddress(&at, radix4::radix4_lab_token);
+    return static_cast<int>(err != cudaSuccess ? err : cudaMemset(at, 0, sizeof(radix4::radix4_lab_token)));
+}
+#endif
+
 }  // extern "C"

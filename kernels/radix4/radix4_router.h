@@ -148,6 +148,9 @@
 #ifndef RADIX4_COPY_CURSORS
 #define RADIX4_COPY_CURSORS 4
 #endif
+#ifndef RADIX4_TOUCH_OUTPUT_PARAMS
+#define RADIX4_TOUCH_OUTPUT_PARAMS 0
+#endif
 #if RADIX4_COPY_CURSORS != 1 && RADIX4_COPY_CURSORS != 2 && RADIX4_COPY_CURSORS != 4
 #error "RADIX4_COPY_CURSORS must be 1, 2 or 4 (the copy count's four chains split among the cursors)"
 #endif
@@ -378,11 +381,46 @@ __device__ __forceinline__ Pick pick_bin(const uint32_t total[8], uint32_t neede
 
 // For benchmarks/radix4_lab.py: a RADIX4_LAB build records the SM clock of
 // block 0, thread 0 at each step; other builds compile nothing.
+// A RADIX4_LAB_TOKENS build (CUDA only; benchmarks/radix4_token_lab.py)
+// records the same six clocks for every token of a launch, from the token's
+// thread 0, and its SM and the global timer (ns, comparable across SMs) at
+// entry and at the end: where a batch's time goes beyond one token's.
+#if defined(RADIX4_LAB) && defined(RADIX4_LAB_TOKENS)
+#error "RADIX4_LAB and RADIX4_LAB_TOKENS are two different step-clock builds: pick one"
+#endif
 #ifdef RADIX4_LAB
 __device__ unsigned long long radix4_lab_clock[8];
 #define RADIX4_STAMP(i)                                                               \
     do {                                                                              \
         if (blockIdx.x == 0 && threadIdx.x == 0) radix4_lab_clock[i] = clock64();     \
+    } while (0)
+#elif defined(RADIX4_LAB_TOKENS)
+constexpr int kLabTokens = 8192;
+constexpr int kLabWords = 10;  // clocks 0..5, global timer at 0 and 5, SM id, warp slot
+__device__ unsigned long long radix4_lab_token[kLabTokens][kLabWords];
+__device__ __forceinline__ unsigned long long lab_global_timer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ unsigned lab_sm_id() {
+    unsigned id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    return id;
+}
+__device__ __forceinline__ unsigned lab_warp_slot() {
+    unsigned id;
+    asm volatile("mov.u32 %0, %%warpid;" : "=r"(id));
+    return id;
+}
+#define RADIX4_STAMP(i)                                                                        \
+    do {                                                                                       \
+        if (at.tid == 0 && at.token < kLabTokens) {                                            \
+            unsigned long long* lab = radix4_lab_token[at.token];                              \
+            lab[i] = clock64();                                                                \
+            if ((i) == 0) lab[6] = lab_global_timer(), lab[8] = lab_sm_id(), lab[9] = lab_warp_slot(); \
+            if ((i) == 5) lab[7] = lab_global_timer();                                         \
+        }                                                                                      \
     } while (0)
 #else
 #define RADIX4_STAMP(i) \
@@ -1196,6 +1234,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     {
         float x[S::kVals], b[S::kVals];
         slice.template load<L, Score, Bias, kVec>(row, bias, x, b);
+        if constexpr (RADIX4_TOUCH_OUTPUT_PARAMS) L::touch_param(ids);
         // Cleared while the loads are in flight.
         if constexpr (S::kRankMax > 0) CopyStep<S, L>::clear(storage, at);
         slice.template compute_keys<L, Score, Bias, kVec>(row, bias, x, b);
