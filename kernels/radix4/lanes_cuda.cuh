@@ -31,6 +31,11 @@ struct Warp32 {
         asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
         return m;
     }
+    // The lanes whose v equals this lane's (one instruction on sm_70+), and
+    // the lowest lane of a nonzero mask.
+    static constexpr bool kMatchAny = true;
+    static __device__ __forceinline__ Mask match_any(uint32_t v) { return __match_any_sync(0xffffffffu, v); }
+    static __device__ __forceinline__ int first_lane(Mask m) { return __ffs(static_cast<int>(m)) - 1; }
 
     // Sum of v over lanes below this one.
     static __device__ __forceinline__ uint32_t exclusive_scan(uint32_t v) {
@@ -60,13 +65,6 @@ struct Warp32 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-    }
-
-    // Traps on a null pointer (the host never passes one): the compare reads
-    // the kernel parameter here, so its constant-cache line is fetched now
-    // rather than where the value is first used.
-    static __device__ __forceinline__ void touch_param(const void* p) {
-        asm volatile("{\n\t.reg .pred p;\n\tsetp.eq.u64 p, %0, 0;\n\t@p trap;\n\t}" :: "l"(p) : "memory");
     }
 
     // *at = v in shared memory if p, as one predicated store: written as an

@@ -73,6 +73,9 @@ struct Wave64 {
     using Mask = uint64_t;
     static __device__ __forceinline__ Mask ballot(bool p) { return __ballot(p); }
     static __device__ __forceinline__ Mask lanes_below() { return (uint64_t{1} << lane()) - 1u; }
+    // No match instruction on AMD: the rank step breaks equal keys by the
+    // whole composites instead (RankStep).
+    static constexpr bool kMatchAny = false;
 
 
     static __device__ __forceinline__ bool any(bool p) { return __any(p); }
@@ -120,7 +123,6 @@ struct Wave64 {
     }
 
     // No programmatic dependent launch on HIP: the entry point refuses it.
-    static __device__ __forceinline__ void touch_param(const void*) {}
     static __device__ __forceinline__ void wait_for_prior_grids() {}
     static __device__ __forceinline__ void launch_dependents() {}
 

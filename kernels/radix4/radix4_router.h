@@ -116,6 +116,12 @@
 //                          every 1st, 2nd or 4th value (a store reads its
 //                          address late: one cursor's predicated step after
 //                          each store waits for that read)
+//   RADIX4_RANK_TIES_BY_MATCH  equal keys among one-per-lane candidates are
+//                          found by a match instruction and only those
+//                          candidates place again (where L has one: CUDA);
+//                          0: the pass again with the whole composites
+//   RADIX4_TIE_CLOSED_FORM the aiter tie priorities by tie_order.h's closed
+//                          form rather than its table in device memory
 // and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
 // SM for ptxas: the register cap that sets how many warps fit an SM (1: no
 // cap, no spills). The entry point also has a dense warp-per-token kernel
@@ -148,8 +154,11 @@
 #ifndef RADIX4_COPY_CURSORS
 #define RADIX4_COPY_CURSORS 4
 #endif
-#ifndef RADIX4_TOUCH_OUTPUT_PARAMS
-#define RADIX4_TOUCH_OUTPUT_PARAMS 0
+#ifndef RADIX4_RANK_TIES_BY_MATCH
+#define RADIX4_RANK_TIES_BY_MATCH 1
+#endif
+#ifndef RADIX4_TIE_CLOSED_FORM
+#define RADIX4_TIE_CLOSED_FORM 1
 #endif
 #if RADIX4_COPY_CURSORS != 1 && RADIX4_COPY_CURSORS != 2 && RADIX4_COPY_CURSORS != 4
 #error "RADIX4_COPY_CURSORS must be 1, 2 or 4 (the copy count's four chains split among the cursors)"
@@ -253,9 +262,18 @@ struct AiterContract {
     // either sign maps outside [lowest_key, key of +inf]).
     template <class L>
     static __device__ __forceinline__ uint32_t lowest_key() { return ordered_bits<L>(-__builtin_huge_valf()); }
+    // By arithmetic where tie_order.h has the closed form (every shape the
+    // kernels build): the table's address lives in a constant bank of its
+    // own, and its first read each launch held up the token's start.
     template <int E>
     static __device__ __forceinline__ uint32_t vector_priority(int g) {
-        return 4u * (kDeviceTieTable<E>.vec_base[g & 63] + static_cast<uint32_t>(g >> 6));
+        const uint32_t lane = static_cast<uint32_t>(g & 63), bank = static_cast<uint32_t>(g >> 6);
+        if constexpr (RADIX4_TIE_CLOSED_FORM && kVecBaseClosedForm<E>) {
+            static_assert(vec_base_closed_matches_table<E>(), "tie_order.h's closed form must match its table");
+            return 4u * (vec_base_closed<E>(lane) + bank);
+        } else {
+            return 4u * (kDeviceTieTable<E>.vec_base[lane] + bank);
+        }
     }
     static __device__ __forceinline__ float weight(float sig, float total, int renormalize, float rs) {
         float w = sig;
@@ -988,6 +1006,28 @@ struct RankStep {
                 const bool keys_distinct = L::sum(is_candidate ? rank : 0u) == c.count * (c.count - 1u) / 2u;
                 if (__builtin_expect(keys_distinct, 1)) return;
                 L::sync();
+                if constexpr (RADIX4_RANK_TIES_BY_MATCH && L::kMatchAny) {
+                    // Equal keys, found by one match: a candidate whose key others
+                    // share places again, after its key's rank, behind those of
+                    // them with a larger low word (tie priority, then id). The
+                    // group's places are its key's rank and the next ones, which
+                    // no other candidate's rank reaches; every other candidate's
+                    // first placement stands.
+                    using Mask = typename L::Mask;
+                    const uint32_t low = static_cast<uint32_t>(me);
+                    Mask peers = L::match_any(key) & L::ballot(is_candidate) & ~(Mask{1} << at.lane);
+                    if (!is_candidate) peers = 0;
+                    const bool tied = peers != 0;
+                    uint32_t above = 0;
+                    while (L::any(peers != 0)) {  // once per peer of the largest pool, lanes in step
+                        const bool has = peers != 0;
+                        const uint32_t other = L::shfl(low, has ? L::first_lane(peers) : at.lane);
+                        above += static_cast<uint32_t>(has && other > low);
+                        peers &= peers - 1;
+                    }
+                    place(tied, rank + above, me, mine.sig);
+                    return;
+                }
             }
             uint32_t part[2] = {0, 0};
 #pragma unroll
@@ -1234,7 +1274,6 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     {
         float x[S::kVals], b[S::kVals];
         slice.template load<L, Score, Bias, kVec>(row, bias, x, b);
-        if constexpr (RADIX4_TOUCH_OUTPUT_PARAMS) L::touch_param(ids);
         // Cleared while the loads are in flight.
         if constexpr (S::kRankMax > 0) CopyStep<S, L>::clear(storage, at);
         slice.template compute_keys<L, Score, Bias, kVec>(row, bias, x, b);
