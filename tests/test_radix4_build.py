@@ -114,9 +114,6 @@ def test_programmatic_launch_hooks_are_in_the_sm90_code_only(contract, tmp_path)
             # (an #if read before the switch's default once left it off in every default build).
             assert ptx.count("ex2.approx.ftz.f32") > 0
             assert ptx.count("ex2.approx.f32") == 0
-            # The tie priorities are arithmetic (tie_order.h's closed form): the table in device
-            # memory, reached through a constant bank of its own, is not even emitted.
-            assert "kDeviceTieTable" not in ptx
 
 
 def _defaults_and_uses(text: str) -> tuple[dict[str, int], dict[str, list[int]]]:
@@ -618,7 +615,6 @@ SWITCHES = {
     "copy-count-by-sum": ("RADIX4_COPY_CURSOR=0", "RADIX4_COPY_MASK=0"),
     "one-copy-cursor": ("RADIX4_COPY_CURSORS=1",),
     "two-copy-cursors": ("RADIX4_COPY_CURSORS=2",),
-    "tie-table-in-memory": ("RADIX4_TIE_CLOSED_FORM=0",),
     "equal-keys-by-composites": ("RADIX4_RANK_TIES_BY_MATCH=0",),
 }
 
@@ -662,28 +658,6 @@ def test_emulated_all_equal_row_starts_with_aiters_first_lane(emulation):
         _, ids = emulated_route(emulation, lanes, torch.zeros(1, 224), torch.zeros(224), 16, True, 1.0, block=block)
         assert ids[0].tolist() == sorted(range(224), key=prio.__getitem__)[:16]
         assert ids[0, :4].tolist() == [192, 193, 194, 195]
-
-
-@needs_gxx
-def test_kernels_closed_form_of_the_tie_table_matches_it_for_every_eligible_shape(tmp_path):
-    """tie_order.h's vec_base_closed (the kernels' arithmetic) against its table, E = 4 .. 4096."""
-    src = tmp_path / "closed.cpp"
-    src.write_text(
-        '#include "tie_order.h"\n#include <cstdio>\n#include <utility>\n'
-        "template <int E> void one() {\n"
-        "  if constexpr (radix4::kVecBaseClosedForm<E>) std::printf(\"%d %d\\n\", E, radix4::vec_base_closed_matches_table<E>() ? 1 : 0);\n"
-        "}\n"
-        "template <int... I> void all(std::integer_sequence<int, I...>) { (one<4 * (I + 1)>(), ...); }\n"
-        "int main() { all(std::make_integer_sequence<int, 1024>{}); }\n"
-    )
-    exe = tmp_path / "closed"
-    subprocess.run(["g++", "-std=c++17", "-fconstexpr-ops-limit=100000000", f"-I{HERE}", str(src), "-o", str(exe)],
-                   check=True)  # fmt: skip
-    rows = [line.split() for line in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()]
-    checked = {int(e): ok == "1" for e, ok in rows}
-    assert {896, 384, 224} <= set(checked), "the kernels' shapes must take the closed form"
-    assert len(checked) > 100
-    assert all(checked.values()), f"closed form differs from the table at E = {[e for e, ok in checked.items() if not ok]}"
 
 
 @needs_gxx

@@ -120,8 +120,6 @@
 //                          found by a match instruction and only those
 //                          candidates place again (where L has one: CUDA);
 //                          0: the pass again with the whole composites
-//   RADIX4_TIE_CLOSED_FORM the aiter tie priorities by tie_order.h's closed
-//                          form rather than its table in device memory
 // and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
 // SM for ptxas: the register cap that sets how many warps fit an SM (1: no
 // cap, no spills). The entry point also has a dense warp-per-token kernel
@@ -156,9 +154,6 @@
 #endif
 #ifndef RADIX4_RANK_TIES_BY_MATCH
 #define RADIX4_RANK_TIES_BY_MATCH 1
-#endif
-#ifndef RADIX4_TIE_CLOSED_FORM
-#define RADIX4_TIE_CLOSED_FORM 1
 #endif
 #if RADIX4_COPY_CURSORS != 1 && RADIX4_COPY_CURSORS != 2 && RADIX4_COPY_CURSORS != 4
 #error "RADIX4_COPY_CURSORS must be 1, 2 or 4 (the copy count's four chains split among the cursors)"
@@ -262,18 +257,9 @@ struct AiterContract {
     // either sign maps outside [lowest_key, key of +inf]).
     template <class L>
     static __device__ __forceinline__ uint32_t lowest_key() { return ordered_bits<L>(-__builtin_huge_valf()); }
-    // By arithmetic where tie_order.h has the closed form (every shape the
-    // kernels build): the table's address lives in a constant bank of its
-    // own, and its first read each launch held up the token's start.
     template <int E>
     static __device__ __forceinline__ uint32_t vector_priority(int g) {
-        const uint32_t lane = static_cast<uint32_t>(g & 63), bank = static_cast<uint32_t>(g >> 6);
-        if constexpr (RADIX4_TIE_CLOSED_FORM && kVecBaseClosedForm<E>) {
-            static_assert(vec_base_closed_matches_table<E>(), "tie_order.h's closed form must match its table");
-            return 4u * (vec_base_closed<E>(lane) + bank);
-        } else {
-            return 4u * (kDeviceTieTable<E>.vec_base[lane] + bank);
-        }
+        return 4u * (kDeviceTieTable<E>.vec_base[g & 63] + static_cast<uint32_t>(g >> 6));
     }
     static __device__ __forceinline__ float weight(float sig, float total, int renormalize, float rs) {
         float w = sig;
@@ -930,6 +916,13 @@ struct CopyStep {
                 first += static_cast<uint32_t>(take);
             }
 #endif
+        }
+        if constexpr (!S::kShared) {
+            // One warp: n (from ballots) is already every lane's; only the
+            // entries need the barrier, not a round trip through shared memory.
+            TokenExchange<S, L>::sync();
+            RADIX4_STAMP(3);
+            return CandidateCount{n, n};
         }
         if (at.lane == 0) storage.cand_count[at.local][at.region] = n;
         TokenExchange<S, L>::sync();
