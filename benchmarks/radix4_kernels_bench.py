@@ -84,7 +84,6 @@ VARIANTS = {
     "one_cursor": ("aiter", ("RADIX4_COPY_CURSORS=1",)),
     "dense_5_blocks": ("aiter", ("RADIX4_DENSE_MIN_BLOCKS=5",)),
     "tokens_per_block_2": ("aiter", ("RADIX4_TOKENS_PER_BLOCK=2",)),
-    "ties_by_composites": ("aiter", ("RADIX4_RANK_TIES_BY_MATCH=0",)),
     "two_warps_to_1536": ("aiter", ("RADIX4_WARPS_PER_TOKEN=2", "RADIX4_BLOCK_PER_TOKEN_MAX_ROWS=1536")),
     "serial": ("serial", ()),
     "serial_no_dense": ("serial", ("RADIX4_DENSE_MIN_ROWS=1000000",)),

@@ -155,6 +155,11 @@ def test_lab_build_exports_its_step_clocks():
     assert hasattr(lib, "radix4_lab_clocks") and hasattr(lib, "radix4_lab_reset")
     plain = ctypes.CDLL(str(radix4.build(arch="sm_90")))
     assert not hasattr(plain, "radix4_lab_clocks"), "the shipped build must not carry the step clocks"
+    # benchmarks/radix4_token_lab.py: every token's clocks, from a build of its own.
+    tokens = ctypes.CDLL(str(radix4.build(arch="sm_90", defines=("RADIX4_LAB_TOKENS",))))
+    assert all(hasattr(tokens, f) for f in ("radix4_lab_tokens", "radix4_lab_tokens_reset", "radix4_lab_token_words"))
+    assert tokens.radix4_lab_token_words() == 10
+    assert not hasattr(plain, "radix4_lab_tokens")
 
 
 @needs_nvcc
@@ -327,9 +332,6 @@ struct EmuLanes {
     using Mask = uint64_t;
     static Mask ballot(bool p) { return exchange(p, [](uint64_t* s) { uint64_t m = 0; for (int i = 0; i < N; ++i) m |= (s[i] & 1u) << i; return m; }); }
     static Mask lanes_below() { return (uint64_t{1} << lane()) - 1u; }
-    static constexpr bool kMatchAny = N == 32;  // as on CUDA; the 64-lane emulation takes HIP's path
-    static Mask match_any(uint32_t v) { return exchange(v, [v](uint64_t* s) { uint64_t m = 0; for (int i = 0; i < N; ++i) m |= uint64_t{s[i] == v} << i; return m; }); }
-    static int first_lane(Mask m) { return __builtin_ctzll(m); }
     static uint32_t exclusive_scan(uint32_t v) {
         const int me = lane();
         return exchange(v, [me](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < me; ++i) t += s[i]; return t; });
@@ -615,7 +617,6 @@ SWITCHES = {
     "copy-count-by-sum": ("RADIX4_COPY_CURSOR=0", "RADIX4_COPY_MASK=0"),
     "one-copy-cursor": ("RADIX4_COPY_CURSORS=1",),
     "two-copy-cursors": ("RADIX4_COPY_CURSORS=2",),
-    "equal-keys-by-composites": ("RADIX4_RANK_TIES_BY_MATCH=0",),
 }
 
 

@@ -31,11 +31,6 @@ struct Warp32 {
         asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
         return m;
     }
-    // The lanes whose v equals this lane's (one instruction on sm_70+), and
-    // the lowest lane of a nonzero mask.
-    static constexpr bool kMatchAny = true;
-    static __device__ __forceinline__ Mask match_any(uint32_t v) { return __match_any_sync(0xffffffffu, v); }
-    static __device__ __forceinline__ int first_lane(Mask m) { return __ffs(static_cast<int>(m)) - 1; }
 
     // Sum of v over lanes below this one.
     static __device__ __forceinline__ uint32_t exclusive_scan(uint32_t v) {

@@ -73,9 +73,6 @@ struct Wave64 {
     using Mask = uint64_t;
     static __device__ __forceinline__ Mask ballot(bool p) { return __ballot(p); }
     static __device__ __forceinline__ Mask lanes_below() { return (uint64_t{1} << lane()) - 1u; }
-    // No match instruction on AMD: the rank step breaks equal keys by the
-    // whole composites instead (RankStep).
-    static constexpr bool kMatchAny = false;
 
 
     static __device__ __forceinline__ bool any(bool p) { return __any(p); }

@@ -116,10 +116,6 @@
 //                          every 1st, 2nd or 4th value (a store reads its
 //                          address late: one cursor's predicated step after
 //                          each store waits for that read)
-//   RADIX4_RANK_TIES_BY_MATCH  equal keys among one-per-lane candidates are
-//                          found by a match instruction and only those
-//                          candidates place again (where L has one: CUDA);
-//                          0: the pass again with the whole composites
 // and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
 // SM for ptxas: the register cap that sets how many warps fit an SM (1: no
 // cap, no spills). The entry point also has a dense warp-per-token kernel
@@ -151,9 +147,6 @@
 #endif
 #ifndef RADIX4_COPY_CURSORS
 #define RADIX4_COPY_CURSORS 4
-#endif
-#ifndef RADIX4_RANK_TIES_BY_MATCH
-#define RADIX4_RANK_TIES_BY_MATCH 1
 #endif
 #if RADIX4_COPY_CURSORS != 1 && RADIX4_COPY_CURSORS != 2 && RADIX4_COPY_CURSORS != 4
 #error "RADIX4_COPY_CURSORS must be 1, 2 or 4 (the copy count's four chains split among the cursors)"
@@ -999,28 +992,6 @@ struct RankStep {
                 const bool keys_distinct = L::sum(is_candidate ? rank : 0u) == c.count * (c.count - 1u) / 2u;
                 if (__builtin_expect(keys_distinct, 1)) return;
                 L::sync();
-                if constexpr (RADIX4_RANK_TIES_BY_MATCH && L::kMatchAny) {
-                    // Equal keys, found by one match: a candidate whose key others
-                    // share places again, after its key's rank, behind those of
-                    // them with a larger low word (tie priority, then id). The
-                    // group's places are its key's rank and the next ones, which
-                    // no other candidate's rank reaches; every other candidate's
-                    // first placement stands.
-                    using Mask = typename L::Mask;
-                    const uint32_t low = static_cast<uint32_t>(me);
-                    Mask peers = L::match_any(key) & L::ballot(is_candidate) & ~(Mask{1} << at.lane);
-                    if (!is_candidate) peers = 0;
-                    const bool tied = peers != 0;
-                    uint32_t above = 0;
-                    while (L::any(peers != 0)) {  // once per peer of the largest pool, lanes in step
-                        const bool has = peers != 0;
-                        const uint32_t other = L::shfl(low, has ? L::first_lane(peers) : at.lane);
-                        above += static_cast<uint32_t>(has && other > low);
-                        peers &= peers - 1;
-                    }
-                    place(tied, rank + above, me, mine.sig);
-                    return;
-                }
             }
             uint32_t part[2] = {0, 0};
 #pragma unroll
