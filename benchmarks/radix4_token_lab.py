@@ -8,10 +8,10 @@ SM clock at the six step points (0 entry, 1 keys, 2 bound, 3 copy, 4 placed,
 5 written), the global timer (ns, one clock for all SMs) at entry and end,
 its SM and its warp slot.
 
-For each M the bench's own inputs (contracts.run.bench.make_inputs: logits
-randn * 2, bias randn * 0.05, seed 0) are routed by a CUDA graph of 20
-launches in the launch shape radix4 picks for M (or ``--flags``), and the
-clocks of the graph's last launch are read. Printed per M:
+For each M the bench's own inputs and timing (contracts.run.bench: logits
+randn * 2, bias randn * 0.05, seed 0; a CUDA graph of 20 launches,
+replayed) route in the launch shape radix4 picks for M (or ``--flags``),
+and the clocks of the last launch are read. Printed per M:
 
 - the launch (ns, global timer): first entry to last end, and how late the
   last token starts;
@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import kernels.radix4 as radix4  # noqa: E402
-from contracts.run.bench import make_inputs  # noqa: E402
+from contracts.run.bench import make_inputs, time_cuda  # noqa: E402
 from radix4_bound_sim import candidate_counts  # noqa: E402
 from radix4_gpu_check import rank_keys, route_with  # noqa: E402
 
@@ -73,18 +73,6 @@ def candidates_per_token(scores: torch.Tensor, bias: torch.Tensor, threads: int,
     keys = rank_keys(sig + bias.float().cpu()).numpy().astype(np.int64)
     ours, _ = candidate_counts(keys, threads=threads, lanes=32, k=k)
     return ours
-
-
-def replay_us(graph: torch.cuda.CUDAGraph, launches: int, replays: int = 50) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / launches)
-    return float(np.median(samples))
 
 
 def describe(M: int, clocks: np.ndarray, cands: np.ndarray, us: float, per_sm: bool) -> None:
@@ -146,19 +134,11 @@ def main(argv=None) -> int:
         scores, bias = inputs[0][0], inputs[1]
         weights = torch.empty(M, args.topk, device=dev)
         ids = torch.empty(M, args.topk, dtype=torch.int32, device=dev)
-        stream = torch.cuda.Stream()
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                route_with(lib, scores, bias, weights, ids, args.flags)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(20):
-                route_with(lib, scores, bias, weights, ids, args.flags)
-        us = replay_us(graph, 20)
+        # The bench's own timing (a graph of 20 launches, replayed); every
+        # launch writes every token's clocks, so the last one's remain.
         assert lib.radix4_lab_tokens_reset() == 0
-        graph.replay()
-        torch.cuda.synchronize()
+        timing = time_cuda(lambda: route_with(lib, scores, bias, weights, ids, args.flags), 20, 50, 3)
+        us = float(np.median(timing.samples_us))
         clocks = token_clocks(lib, M)
         block = (args.flags & 2) or (not (args.flags & (4 | 16)) and M <= BLOCK_PER_TOKEN_MAX_ROWS)
         cands = candidates_per_token(scores, bias, 128 if block else 32, args.topk)
