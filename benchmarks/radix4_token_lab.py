@@ -39,21 +39,22 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import kernels.radix4 as radix4  # noqa: E402
+import oracle  # noqa: E402
+from contracts.commands.bench import _m_list as bench_m_list  # noqa: E402
 from contracts.run.bench import make_inputs, time_cuda  # noqa: E402
 from radix4_bound_sim import candidate_counts  # noqa: E402
 from radix4_gpu_check import rank_keys, route_with  # noqa: E402
 
 STEPS = ("keys", "bound", "copy", "rank", "write")
 BLOCK_PER_TOKEN_MAX_ROWS = 256  # radix4_entry.h's default: above it a warp routes each token
+LAB_TOKENS = 8192  # kLabTokens in radix4_router.h
 
 
 def _m_list(text: str) -> list[int]:
-    try:
-        ms = [int(part) for part in text.split(",") if part]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--m {text!r}: give comma-separated row counts, e.g. --m 1,64,1024") from None
-    if not ms or min(ms) < 1 or max(ms) > 8192:
-        raise argparse.ArgumentTypeError(f"--m {text!r}: every M must be in 1..8192 (the lab build records 8192 tokens)")
+    """The bench's --m parser, and the lab build's bound."""
+    ms = bench_m_list(text)
+    if max(ms) > LAB_TOKENS:
+        raise argparse.ArgumentTypeError(f"--m {text!r}: every M must be <= {LAB_TOKENS} (the tokens the lab build records)")
     return ms
 
 
@@ -67,10 +68,9 @@ def token_clocks(lib, tokens: int) -> np.ndarray:
 
 
 def candidates_per_token(scores: torch.Tensor, bias: torch.Tensor, threads: int, k: int) -> np.ndarray:
-    """C under the kernel's bound, from the aiter contract's sigmoid in torch (close enough for a count)."""
-    x = scores.float().cpu()
-    sig = 1.0 / (1.0 + torch.exp2(-1.4426950408889634 * x))
-    keys = rank_keys(sig + bias.float().cpu()).numpy().astype(np.int64)
+    """C under the kernel's bound, from the oracle's ranking values of the aiter contract."""
+    _, ranking = oracle.ranking_values(scores.cpu(), bias.cpu(), "aiter")
+    keys = rank_keys(ranking).numpy().astype(np.int64)
     ours, _ = candidate_counts(keys, threads=threads, lanes=32, k=k)
     return ours
 

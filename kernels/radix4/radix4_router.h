@@ -910,16 +910,12 @@ struct CopyStep {
             }
 #endif
         }
-        if constexpr (!S::kShared) {
-            // One warp: n (from ballots) is already every lane's; only the
-            // entries need the barrier, not a round trip through shared memory.
-            TokenExchange<S, L>::sync();
-            RADIX4_STAMP(3);
-            return CandidateCount{n, n};
-        }
-        if (at.lane == 0) storage.cand_count[at.local][at.region] = n;
+        // One warp: n (from ballots) is already every lane's, and only the
+        // entries need the barrier; several meet through shared memory.
+        if (S::kShared && at.lane == 0) storage.cand_count[at.local][at.region] = n;
         TokenExchange<S, L>::sync();
         RADIX4_STAMP(3);
+        if constexpr (!S::kShared) return CandidateCount{n, n};
         CandidateCount c{0, 0};
 #pragma unroll
         for (int w = 0; w < S::kWarps; ++w) {
