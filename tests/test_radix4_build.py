@@ -294,6 +294,10 @@ inline uint32_t atomicAdd(uint32_t* p, uint32_t v) {
     return old;
 }
 
+// How many lanes took each way of the selection (radix4::RankPath).
+inline std::atomic<long> emu_paths[5];
+#define RADIX4_NOTE_PATH(path) (++emu_paths[static_cast<int>(path)])
+
 #include "radix4_router.h"
 
 // How many threads passed the programmatic-launch hooks (each thread: both, once).
@@ -427,6 +431,10 @@ extern "C" void emu_sigmoid(int contract, const float* x, float* out, int64_t n)
 }
 
 extern "C" void emu_hook_counts(int* out) { out[0] = emu_waits.load(); out[1] = emu_triggers.load(); }
+
+extern "C" void emu_path_counts(long* out, int reset) {
+    for (int p = 0; p < 5; ++p) out[p] = reset ? emu_paths[p].exchange(0) : emu_paths[p].load();
+}
 """
 
 
@@ -448,6 +456,7 @@ def _build_emulation(tmp_path_factory, rank_max=None, defines=()):
     lib.emu_route.restype = i
     lib.emu_sigmoid.argtypes = [i, p, p, i64]
     lib.emu_hook_counts.argtypes = [p]
+    lib.emu_path_counts.argtypes = [p, i]
     return lib
 
 
@@ -510,6 +519,9 @@ def reference(lib, scores, bias, topk, renormalize, rs):
     return torch.stack(weights), torch.tensor(ids, dtype=torch.int32)
 
 
+WIDE_TIE_CASE = "small tie pools, keys too spread to pack"
+
+
 def _cases():
     g = torch.Generator().manual_seed(0)
     E, K = 896, 16
@@ -555,6 +567,21 @@ def _cases():
         few[row, perm[12 : 18 + row]] = 2.0
     few[2, perm[:2]] = 9.0
     yield "small tie pools among the candidates", few.bfloat16(), torch.zeros(E), K
+    # The same with the candidates' keys spread too wide for the rank step's
+    # packed words (sig 0.27 .. 1.0 spans more than 2^22 key values): the
+    # pass by keys, then by composites, ranks them.
+    wide = torch.full((4, E), -8.0)
+    for row in range(3):
+        perm = torch.randperm(E, generator=g)
+        wide[row, perm[: 8 + 2 * row]] = 9.0
+        wide[row, perm[8 + 2 * row : 22 + 2 * row]] = -1.0
+    # Row 3 for a vector per thread (7 warps of 32 vectors): each warp gets
+    # one 9.0 and three -1.0 on four lanes, and no two of the 28 share a lane
+    # of a warp per token either, so both launch shapes bound at the -1.0 key.
+    for w in range(7):
+        for j, value in enumerate((9.0, -1.0, -1.0, -1.0)):
+            wide[3, 4 * (32 * w + (5 * w + 8 * j) % 32)] = value
+    yield WIDE_TIE_CASE, wide.bfloat16(), torch.zeros(E), K
     yield "Kimi-K2 random", (torch.randn(4, 384, generator=g) * 2).bfloat16(), torch.randn(384, generator=g) * 0.05, 8
     yield "Kimi-K2 all equal", torch.zeros(2, 384), torch.zeros(384), 8
     yield "Kimi-K3 pruned 224 random", (torch.randn(5, 224, generator=g) * 2).bfloat16(), torch.randn(224, generator=g) * 0.05, K
@@ -605,14 +632,15 @@ def test_each_selection_path_alone_matches_plain_reference(emulation_one_path, l
 
 
 # The tuning switches of radix4_router.h against the defaults (RADIX4_EX2_FTZ=1,
-# RADIX4_COPY_ENTRY16=1, RADIX4_RANK_KEY32=1, RADIX4_COPY_MASK=1,
+# RADIX4_COPY_ENTRY16=1, RADIX4_RANK_KEY32=1, RADIX4_RANK_PACKED=1, RADIX4_COPY_MASK=1,
 # RADIX4_COPY_CURSOR, which follows RADIX4_COPY_ENTRY16, and
 # RADIX4_COPY_CURSORS=4): each must leave every output bit as it was.
 SWITCHES = {
     "plain-exp2-two-arrays": ("RADIX4_EX2_FTZ=0", "RADIX4_COPY_ENTRY16=0"),  # the cursor goes off with the entries
     "sorted-bound": ("RADIX4_SORTED_BOUND=1",),
     "early-trigger": ("RADIX4_PDL_LATE_TRIGGER=0",),
-    "rank-by-composites": ("RADIX4_RANK_KEY32=0",),
+    "rank-by-composites": ("RADIX4_RANK_KEY32=0", "RADIX4_RANK_PACKED=0"),
+    "rank-by-keys-then-composites": ("RADIX4_RANK_PACKED=0",),
     "copy-count-by-mask": ("RADIX4_COPY_CURSOR=0",),
     "copy-count-by-sum": ("RADIX4_COPY_CURSOR=0", "RADIX4_COPY_MASK=0"),
     "one-copy-cursor": ("RADIX4_COPY_CURSORS=1",),
@@ -647,6 +675,46 @@ def test_emulated_kernel_strided_rows_and_scalar_loads(emulation, lanes, block):
     rw, rids = reference(emulation, scores, bias, 16, True, 2.5)
     assert torch.equal(ids, rids)
     torch.testing.assert_close(w, rw, rtol=1e-5, atol=1e-6)
+
+
+PATHS = ("packed", "keys", "composites", "regions", "radix")
+
+
+def emulated_paths(lib, lanes, block, contract):
+    """How many lanes took each way of the selection over CASES (radix4::RankPath)."""
+    counts = (ctypes.c_long * len(PATHS))()
+    lib.emu_path_counts(counts, 1)
+    for _, scores, bias, topk in CASES:
+        emulated_route(lib, lanes, scores, bias, topk, True, 2.5, block=block, contract=contract)
+    lib.emu_path_counts(counts, 1)
+    return dict(zip(PATHS, counts))
+
+
+# The cases must reach every way the rank step can finish with one candidate
+# per lane, or a broken fallback would pass unseen: the packed words, the
+# pass by keys (keys too spread to pack, none equal) and the redo by
+# composites (too spread, some equal: WIDE_TIE_CASE).
+@needs_gxx
+@SHAPES
+@pytest.mark.parametrize("contract", ["aiter", "serial"])
+def test_cases_reach_every_way_of_the_rank_step(emulation, lanes, block, contract):
+    seen = emulated_paths(emulation, lanes, block, contract)
+    missing = [p for p in ("packed", "keys", "composites", "radix") if seen[p] == 0]
+    assert not missing, f"no case took {missing}: {seen}"
+
+
+@needs_gxx
+def test_the_wide_tie_case_needs_the_redo_by_composites(emulation):
+    (case,) = [c for c in CASES if c[0] == WIDE_TIE_CASE]
+    _, scores, bias, topk = case
+    seen = {}
+    for row in range(scores.shape[0]):
+        emulation.emu_path_counts((ctypes.c_long * len(PATHS))(), 1)
+        emulated_route(emulation, 32, scores[row : row + 1], bias, topk, True, 2.5, block=0)
+        counts = (ctypes.c_long * len(PATHS))()
+        emulation.emu_path_counts(counts, 1)
+        seen[row] = dict(zip(PATHS, counts))
+        assert seen[row]["composites"] > 0, seen
 
 
 @needs_gxx

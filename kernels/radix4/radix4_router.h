@@ -102,6 +102,13 @@
 //                          equal keys among the candidates (seen as a rank
 //                          sum short of 0 + 1 + .. + (C - 1)) redo the pass
 //                          with the whole composites
+//   RADIX4_RANK_PACKED     before that pass: when the token's keys above lo
+//                          span fewer than 2^(32 - S::kPackBits) values,
+//                          each candidate's key - lo and inverted tie
+//                          priority pack into one 32-bit word that no other
+//                          candidate shares, and one pass of 31 shuffles
+//                          ranks every candidate (no sum to check, no redo
+//                          for equal keys)
 //   RADIX4_COPY_MASK       the copy step marks its candidates as bits of one
 //                          word and counts them by popcount instead of
 //                          summing 28 compares in a chain (H200 step clocks
@@ -138,6 +145,9 @@
 #endif
 #ifndef RADIX4_RANK_KEY32
 #define RADIX4_RANK_KEY32 1
+#endif
+#ifndef RADIX4_RANK_PACKED
+#define RADIX4_RANK_PACKED 1
 #endif
 #ifndef RADIX4_COPY_MASK
 #define RADIX4_COPY_MASK 1
@@ -425,6 +435,16 @@ __device__ __forceinline__ unsigned lab_warp_slot() {
     } while (0)
 #endif
 
+// Which way a token's selection went (RankPath), for the host emulation's
+// tests, which define RADIX4_NOTE_PATH to count them: each way must be
+// exercised by some case. Device builds compile nothing.
+enum class RankPath : int { kPacked = 0, kKeys = 1, kComposites = 2, kRegions = 3, kRadix = 4 };
+#ifndef RADIX4_NOTE_PATH
+#define RADIX4_NOTE_PATH(path) \
+    do {                       \
+    } while (0)
+#endif
+
 // ---- the launch's compile-time shape, and the shared memory of all steps ----
 
 // kWarpsPerToken lane groups (warps / waves) route one token together; with
@@ -449,6 +469,9 @@ struct Shape {
     static constexpr bool kShared = kWarpsPerToken > 1;
     static constexpr int kPrioBits = 12;  // tie priority < 4096, and so is an expert id
     static constexpr uint64_t kIdMask = (uint64_t{1} << kPrioBits) - 1u;
+    // The bits an inverted tie priority (0 .. E - 1) needs: the rank step's
+    // packed words keep the rest for key - lo.
+    static constexpr int kPackBits = E <= 1 ? 1 : 32 - __builtin_clz(static_cast<unsigned>(E - 1));
     static constexpr int kRankMax = RADIX4_RANK_MAX;
     // One warp's share of the candidates, at most, rounded up to the rank
     // step's four entries per step.
@@ -956,7 +979,7 @@ struct RankStep {
 
     template <class C>
     static __device__ __forceinline__ void run(Storage<S>& storage, const Coords<S, L>& at, CandidateCount c,
-                                               float sig0) {
+                                               Bound bound, float sig0) {
         auto place = [&](bool is_candidate, uint32_t rank, uint64_t composite, float sig) {
             if (is_candidate && rank < static_cast<uint32_t>(S::K)) {
                 place_winner<S, C>(storage, at.local, rank, composite, sig, sig0);
@@ -969,6 +992,30 @@ struct RankStep {
             const bool is_candidate = static_cast<uint32_t>(at.lane) < c.count;
             const Found mine = is_candidate ? candidate(storage, at.local, static_cast<uint32_t>(at.lane)) : Found{0u, 0.0f};
             const uint64_t me = mine.composite;
+            if constexpr (RADIX4_RANK_PACKED) {
+                // Every candidate's key lies in [lo, kmax]. When that span
+                // leaves kPackBits bits free, (key - lo) << kPackBits | inverted
+                // priority orders the candidates as their composites do, and
+                // no two share a word (priorities are unique): the ranks are
+                // exact in one pass. The test is the token's (lo and kmax are
+                // every lane's), so its lanes branch together. A lane without
+                // a candidate holds 0, which is larger than no candidate.
+                constexpr uint32_t kPackSpan = 1u << (32 - S::kPackBits);
+                if (__builtin_expect(bound.kmax - bound.lo < kPackSpan, 1)) {
+                    const uint32_t key_above_lo = static_cast<uint32_t>(me >> 32) - bound.lo;
+                    const uint32_t inverted = static_cast<uint32_t>(me) >> S::kPrioBits;
+                    const uint32_t packed = is_candidate ? (key_above_lo << S::kPackBits) | inverted : 0u;
+                    uint32_t not_larger[2] = {0, 0};  // two chains of adds, not one; as in BoundStep
+#pragma unroll
+                    for (int d = 1; d < S::kLanes; ++d) {
+                        L::add_if_at_least(not_larger[d & 1], packed, L::shfl_xor(packed, d));
+                    }
+                    place(is_candidate, static_cast<uint32_t>(S::kLanes - 1) - (not_larger[0] + not_larger[1]), me,
+                          mine.sig);
+                    RADIX4_NOTE_PATH(RankPath::kPacked);
+                    return;
+                }
+            }
             if constexpr (RADIX4_RANK_KEY32) {
                 // By the rank key alone: with no two candidates' keys equal,
                 // the ranks are 0 .. C - 1 (a lane without a candidate holds
@@ -986,7 +1033,10 @@ struct RankStep {
                 // (C >= k), so they overwrite whatever equal keys put anywhere.
                 place(is_candidate, rank, me, mine.sig);
                 const bool keys_distinct = L::sum(is_candidate ? rank : 0u) == c.count * (c.count - 1u) / 2u;
-                if (__builtin_expect(keys_distinct, 1)) return;
+                if (__builtin_expect(keys_distinct, 1)) {
+                    RADIX4_NOTE_PATH(RankPath::kKeys);
+                    return;
+                }
                 L::sync();
             }
             uint32_t part[2] = {0, 0};
@@ -997,8 +1047,10 @@ struct RankStep {
                 part[d & 1] += static_cast<uint32_t>(((static_cast<uint64_t>(hi) << 32) | low) > me);
             }
             place(is_candidate, part[0] + part[1], me, mine.sig);
+            RADIX4_NOTE_PATH(RankPath::kComposites);
             return;
         }
+        RADIX4_NOTE_PATH(RankPath::kRegions);
         // Up to kRankMax: a lane ranks two candidates per pass (first, first
         // + kLanes) against every region, four entries of each per step
         // (entries past a region's count are 0), in a loop not unrolled
@@ -1252,7 +1304,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         if (__builtin_expect(c.count <= static_cast<uint32_t>(S::kRankMax), 1)) {
             ranked = true;
             if (S::kShared && at.warp != 0) return;  // no further barrier
-            RankStep<S, L>::template run<C>(storage, at, c, expert_zero_sig<S, L>(slice));
+            RankStep<S, L>::template run<C>(storage, at, c, bound, expert_zero_sig<S, L>(slice));
         } else {
             // Every key equal (lo is some key, so every key >= lo == max
             // means every key == max): no selection, the k first in tie
@@ -1261,6 +1313,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         }
     }
     if (__builtin_expect(!ranked, 0)) {
+        RADIX4_NOTE_PATH(RankPath::kRadix);
         const Cutoff cut = all_equal ? Cutoff::all_equal<S>(bound.kmax) : RadixSelect<S, L>::run(slice, bound, exchange, at);
         if (!GatherStep<S, L>::run(slice, cut, storage, at)) return;
     } else {
