@@ -270,6 +270,27 @@ def test_cuda_points_carry_the_timer_and_its_reason(monkeypatch):
     assert "*" in bench.results_table(report).iloc[0]["a"]
 
 
+def test_the_launch_floor_is_an_empty_kernel_timed_like_the_candidates(monkeypatch):
+    fake = _FakeCuda(elapsed_ms=0.018)
+    fake.install(monkeypatch)
+    sleeps = []
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append((cycles, fake.capturing)))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    args = bench.BenchOptions(launches=20, replays=5, warmup=2)
+    assert bench.launch_floor(args, "cuda") == pytest.approx(0.9)  # 0.018 ms / 20 launches
+    assert sleeps.count((0, True)) == 20 and sleeps.count((0, False)) == 3  # captured in a graph, after warm-up calls
+    assert bench.launch_floor(args, "cpu") is None
+
+
+def test_the_summary_prints_the_launch_floor_when_there_is_one(cpu_run, tmp_path, capsys):
+    _, stdout, _, _, report = cpu_run
+    assert report["method"]["launch_floor_us"] is None and "launch floor" not in stdout  # the CPU timer has no launch
+    from contracts.commands.bench import print_summary
+
+    print_summary({**report, "method": {**report["method"], "launch_floor_us": 0.894}}, tmp_path)
+    assert "launch floor: an empty kernel takes 0.89 us per launch" in capsys.readouterr().out
+
+
 def test_plot_draws_crossovers_eager_points_and_unavailable_candidates(tmp_path):
     def curve(name, points, timer="cuda-graph"):
         results = [{"m": m, "status": "timed", "timer": timer, "median_us": us,

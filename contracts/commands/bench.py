@@ -74,6 +74,9 @@ def print_summary(report: dict, out: Path) -> None:
     print(f"us per launch ({timer}; median of samples; spread in bench.json); (ratio) = candidate / {report['baseline']}")
     if report["method"].get("pdl"):
         print(report["method"]["pdl"])
+    if report["method"].get("launch_floor_us") is not None:
+        print(f"launch floor: an empty kernel takes {report['method']['launch_floor_us']:.2f} us per launch on this host, "
+              "timed the same way (compare two hosts' tables above their floors)")
     if not table.empty:
         print(table.to_string(index=False))
     if any(p.get("timer") == "cuda-eager" for c in report["candidates"] for p in c["results"]):

@@ -168,6 +168,17 @@ def time_cuda(fn, launches: int, replays: int, warmup: int) -> Timing:
     return Timing("cuda-graph", samples, launches)
 
 
+def launch_floor(args: BenchOptions, device: str) -> float | None:
+    """On CUDA, the median us per launch of a kernel that does nothing (``torch.cuda._sleep(0)``), timed as the
+    candidates are: the host's floor, which no candidate can go under. Two hosts' tables differ by at least
+    the difference of their floors. None off CUDA (the CPU timer has no launch)."""
+    if not device.startswith("cuda"):
+        return None
+    with torch.cuda.device(device):
+        timing = time_cuda(lambda: torch.cuda._sleep(0), args.launches, args.replays, args.warmup)
+    return statistics.median(timing.samples_us)
+
+
 def _spread(samples: list[float]) -> dict:
     s = pd.Series(samples, dtype="float64")
     return {
@@ -446,6 +457,7 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
             shown = f"{point['median_us']:.2f} us" if point["status"] == "timed" else point["status"]
             log(f"  {cand.name:>16} M={M:<6} {shown}")
         del inputs
+    floor = launch_floor(args, device)
     report = {
         "schema_version": BENCH_SCHEMA_VERSION,
         "kind": "bench",
@@ -453,7 +465,7 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "device": device,
         "environment": environment(device),
-        "method": {**_method(args, device), "pdl": pdl_note(candidates, device)},
+        "method": {**_method(args, device), "pdl": pdl_note(candidates, device), "launch_floor_us": floor},
         "m": list(args.m),
         "baseline": candidates[0].name if candidates else None,
         "candidates": entries,
