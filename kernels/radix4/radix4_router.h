@@ -1253,7 +1253,9 @@ struct WriteStep {
 //      priority: no selection.
 //   3b. Rank (RankStep): if C <= RADIX4_RANK_MAX the first group ranks each
 //      candidate by counting the larger composites (with C <= lanes, one
-//      candidate per lane and lane shuffles; else reading the regions);
+//      candidate per lane and lane shuffles, by packed words of key - lo
+//      and tie priority when the keys' span leaves room; else reading the
+//      regions);
 //      ranks below k are the winners, already in output order. The other
 //      groups are done.
 //   3c. Radix select (RadixSelect): otherwise (wide tie pools, NaN rows) the
