@@ -471,3 +471,12 @@ def test_every_candidate_string_is_escaped_and_cleaned():
         assert shown + escaped in page, shown
     assert 'class="verdict interrupted"' in page and "Interrupted (SIGINT)" in _section(page, "verdict")
     assert "Mismatch cells: 1 of 9 recorded" in page and "--replay f:1:2" in _section(page, "replay")
+
+
+def test_the_bench_section_states_the_launch_floor_when_the_bench_has_one():
+    from contracts.reports.html import _bench_view
+
+    method = {"timer": "CUDA graph replay", "experts": 896, "topk": 16, "dtype": "bf16", "bias_dtype": "bf16"}
+    with_floor = _bench_view({"device": "cuda", "method": {**method, "launch_floor_us": 0.878}}, None)
+    assert with_floor.lead.endswith("; launch floor 0.88 us (an empty kernel)")
+    assert "launch floor" not in _bench_view({"device": "cpu", "method": {**method, "launch_floor_us": None}}, None).lead

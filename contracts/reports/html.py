@@ -382,6 +382,8 @@ def _bench_view(bench: dict | None, png: bytes | None) -> BenchView | None:
     method, env = bench.get("method") or {}, bench.get("environment") or {}
     lead = (f"{method.get('timer')} on {env.get('device_name') or bench.get('device')}; E={method.get('experts')}, "
             f"top-{method.get('topk')}, {method.get('dtype')} logits, {method.get('bias_dtype')} bias") if bench else ""  # fmt: skip
+    if method.get("launch_floor_us") is not None:  # CUDA: what an empty kernel costs on this host, timed the same way
+        lead += f"; launch floor {method['launch_floor_us']:.2f} us (an empty kernel)"
     description = f"{method.get('description') or ''} {method.get('inputs') or ''}".strip()
     timed = [c for c in bench.get("candidates") or [] if c.get("status") == "ok"]
     table = []
