@@ -725,6 +725,19 @@ struct Slice {
 
 // ---- step 2: the max of the keys, and the bound lo from the lane maxima ----
 
+// How many other lanes of the group hold a larger v: every lane against
+// every other (by xor partner), counted as the lanes not larger, which
+// L::add_if_at_least adds without a select per lane, in two chains of adds
+// rather than one. The bound step ranks lane maxima with it, the rank step
+// candidates.
+template <class S, class L>
+__device__ __forceinline__ uint32_t lanes_larger(uint32_t v) {
+    uint32_t not_larger[2] = {0, 0};
+#pragma unroll
+    for (int d = 1; d < S::kLanes; ++d) L::add_if_at_least(not_larger[d & 1], v, L::shfl_xor(v, d));
+    return static_cast<uint32_t>(S::kLanes - 1) - (not_larger[0] + not_larger[1]);
+}
+
 struct Bound {
     uint32_t kmax;
     uint32_t lo;  // at least k keys are >= lo
@@ -758,12 +771,7 @@ struct BoundStep {
         }
         auto nth_lane_max = [&](uint32_t n) { return L::shfl(sorted, static_cast<int>(n) - 1); };
 #else
-        // Counted as the lanes not larger (lane_max >= theirs), which
-        // L::add_if_at_least adds without a select per lane.
-        uint32_t not_larger[2] = {0, 0};  // two chains of adds, not one
-#pragma unroll
-        for (int d = 1; d < S::kLanes; ++d) L::add_if_at_least(not_larger[d & 1], lane_max, L::shfl_xor(lane_max, d));
-        const uint32_t larger = static_cast<uint32_t>(S::kLanes - 1) - (not_larger[0] + not_larger[1]);
+        const uint32_t larger = lanes_larger<S, L>(lane_max);
         auto nth_lane_max = [&](uint32_t n) { return L::all_min(larger < n ? lane_max : ~0u); };
 #endif
         if constexpr (!S::kShared) {
@@ -1005,13 +1013,7 @@ struct RankStep {
                     const uint32_t key_above_lo = static_cast<uint32_t>(me >> 32) - bound.lo;
                     const uint32_t inverted = static_cast<uint32_t>(me) >> S::kPrioBits;
                     const uint32_t packed = is_candidate ? (key_above_lo << S::kPackBits) | inverted : 0u;
-                    uint32_t not_larger[2] = {0, 0};  // two chains of adds, not one; as in BoundStep
-#pragma unroll
-                    for (int d = 1; d < S::kLanes; ++d) {
-                        L::add_if_at_least(not_larger[d & 1], packed, L::shfl_xor(packed, d));
-                    }
-                    place(is_candidate, static_cast<uint32_t>(S::kLanes - 1) - (not_larger[0] + not_larger[1]), me,
-                          mine.sig);
+                    place(is_candidate, lanes_larger<S, L>(packed), me, mine.sig);
                     RADIX4_NOTE_PATH(RankPath::kPacked);
                     return;
                 }
@@ -1021,11 +1023,7 @@ struct RankStep {
                 // the ranks are 0 .. C - 1 (a lane without a candidate holds
                 // key 0, larger than none). Equal keys share the rank of
                 // their first, so the sum falls short: then the composites.
-                const uint32_t key = static_cast<uint32_t>(me >> 32);
-                uint32_t not_larger[2] = {0, 0};  // two chains of adds, not one; as in BoundStep
-#pragma unroll
-                for (int d = 1; d < S::kLanes; ++d) L::add_if_at_least(not_larger[d & 1], key, L::shfl_xor(key, d));
-                const uint32_t rank = static_cast<uint32_t>(S::kLanes - 1) - (not_larger[0] + not_larger[1]);
+                const uint32_t rank = lanes_larger<S, L>(static_cast<uint32_t>(me >> 32));
                 // Placed before the check, which then only decides whether
                 // to place again (the placement does not wait for the sum):
                 // the placements by the whole composites below follow a
