@@ -680,11 +680,11 @@ def test_emulated_kernel_strided_rows_and_scalar_loads(emulation, lanes, block):
 PATHS = ("packed", "keys", "composites", "regions", "radix")
 
 
-def emulated_paths(lib, lanes, block, contract):
-    """How many lanes took each way of the selection over CASES (radix4::RankPath)."""
+def emulated_paths(lib, lanes, block, contract, cases=CASES):
+    """How many lanes took each way of the selection over ``cases`` (radix4::RankPath)."""
     counts = (ctypes.c_long * len(PATHS))()
     lib.emu_path_counts(counts, 1)
-    for _, scores, bias, topk in CASES:
+    for _, scores, bias, topk in cases:
         emulated_route(lib, lanes, scores, bias, topk, True, 2.5, block=block, contract=contract)
     lib.emu_path_counts(counts, 1)
     return dict(zip(PATHS, counts))
@@ -706,15 +706,10 @@ def test_cases_reach_every_way_of_the_rank_step(emulation, lanes, block, contrac
 @needs_gxx
 def test_the_wide_tie_case_needs_the_redo_by_composites(emulation):
     (case,) = [c for c in CASES if c[0] == WIDE_TIE_CASE]
-    _, scores, bias, topk = case
-    seen = {}
+    name, scores, bias, topk = case
     for row in range(scores.shape[0]):
-        emulation.emu_path_counts((ctypes.c_long * len(PATHS))(), 1)
-        emulated_route(emulation, 32, scores[row : row + 1], bias, topk, True, 2.5, block=0)
-        counts = (ctypes.c_long * len(PATHS))()
-        emulation.emu_path_counts(counts, 1)
-        seen[row] = dict(zip(PATHS, counts))
-        assert seen[row]["composites"] > 0, seen
+        seen = emulated_paths(emulation, 32, 0, "aiter", cases=[(name, scores[row : row + 1], bias, topk)])
+        assert seen["composites"] > 0, f"row {row}: {seen}"
 
 
 @needs_gxx
