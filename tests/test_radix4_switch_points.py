@@ -27,7 +27,7 @@ def test_every_served_shape_has_switch_points_equal_to_the_c_entrys():
 @pytest.mark.parametrize("shape", sorted(radix4.SHAPES))
 def test_switch_points_are_ordered_batch_sizes(shape):
     first_warp, first_dense = radix4.BATCH_SWITCH_POINTS[shape]
-    assert 2 <= first_warp <= first_dense, "a block per token serves at least M = 1; the dense shape never comes first"
+    assert 1 <= first_warp <= first_dense, "switch points are batch sizes, the warp shape before the dense one"
 
 
 @pytest.mark.parametrize("shape", sorted(radix4.SHAPES))
@@ -35,6 +35,6 @@ def test_launch_shape_for_changes_exactly_at_the_switch_points(shape):
     first_warp, first_dense = radix4.BATCH_SWITCH_POINTS[shape]
     taken = [radix4.launch_shape_for(m, *shape) for m in range(1, radix4.MAX_ROWS + 1)]
     changes = [m for m in range(2, radix4.MAX_ROWS + 1) if taken[m - 1] != taken[m - 2]]
-    expected = [m for m in (first_warp, first_dense) if m <= radix4.MAX_ROWS]
-    assert changes == sorted(set(expected)) or (first_warp == first_dense and changes == [first_warp])
-    assert taken[0] == "block" and set(taken) <= set(radix4.LAUNCH_SHAPES)
+    assert changes == sorted({m for m in (first_warp, first_dense) if 2 <= m <= radix4.MAX_ROWS})
+    assert taken[0] == ("block" if first_warp > 1 else "warp" if first_dense > 1 else "dense")
+    assert set(taken) <= set(radix4.LAUNCH_SHAPES)

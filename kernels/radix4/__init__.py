@@ -100,12 +100,13 @@ LAUNCH_SHAPES = ("block", "warp", "dense")
 # per token, first_warp <= M < first_dense a warp, M >= first_dense the dense
 # kernel; equal points skip "warp", a point above MAX_ROWS is never reached.
 # Both contracts (aiter, serial) use the same points. Chosen by measurement on
-# the H200 (docs/radix4_tuning.md); mirrors radix4_entry.h's
+# the H200 (python -m kernels.radix4.shape_sweep: every M in 1..4096, each shape,
+# both contracts; reports/baselines/h200-radix4-shapes/, docs/radix4_tuning.md); mirrors radix4_entry.h's
 # RADIX4_FIRST_*_ROWS_<E>_<K> (tests/test_radix4_switch_points.py keeps them equal).
 BATCH_SWITCH_POINTS: dict[tuple[int, int], tuple[int, int]] = {
-    (896, 16): (257, 1537),
-    (384, 8): (257, 1537),
-    (224, 16): (257, 1537),
+    (896, 16): (61, 1585),
+    (384, 8): (1, 1750),  # a warp per token wins from M = 1 (1.92 vs 1.96 us at M = 1)
+    (224, 16): (1, 2633),  # 1.98 vs 2.16 us at M = 1
 }
 
 CUDA_COMPILER = "nvcc"

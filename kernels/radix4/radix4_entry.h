@@ -55,22 +55,22 @@
 // mirrors these (tests/test_radix4_switch_points.py keeps the two equal).
 // Equal points skip the warp shape; a point above every batch never switches.
 #ifndef RADIX4_FIRST_WARP_ROWS_896_16
-#define RADIX4_FIRST_WARP_ROWS_896_16 257
+#define RADIX4_FIRST_WARP_ROWS_896_16 61
 #endif
 #ifndef RADIX4_FIRST_DENSE_ROWS_896_16
-#define RADIX4_FIRST_DENSE_ROWS_896_16 1537
+#define RADIX4_FIRST_DENSE_ROWS_896_16 1585
 #endif
 #ifndef RADIX4_FIRST_WARP_ROWS_384_8
-#define RADIX4_FIRST_WARP_ROWS_384_8 257
+#define RADIX4_FIRST_WARP_ROWS_384_8 1
 #endif
 #ifndef RADIX4_FIRST_DENSE_ROWS_384_8
-#define RADIX4_FIRST_DENSE_ROWS_384_8 1537
+#define RADIX4_FIRST_DENSE_ROWS_384_8 1750
 #endif
 #ifndef RADIX4_FIRST_WARP_ROWS_224_16
-#define RADIX4_FIRST_WARP_ROWS_224_16 257
+#define RADIX4_FIRST_WARP_ROWS_224_16 1
 #endif
 #ifndef RADIX4_FIRST_DENSE_ROWS_224_16
-#define RADIX4_FIRST_DENSE_ROWS_224_16 1537
+#define RADIX4_FIRST_DENSE_ROWS_224_16 2633
 #endif
 // Lab overrides for every shape at once (benchmarks/radix4_kernels_bench.py's
 // variants): the largest batch that takes a block per token, and the batches

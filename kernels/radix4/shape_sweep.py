@@ -132,7 +132,7 @@ def analyse(csv: Path, out: Path) -> dict:
         suffix = np.concatenate([np.cumsum(excess["dense"][::-1])[::-1], [0.0]])  # suffix[k]: dense on M > k
         n, choice = len(ms), None
         # first_warp = w, first_dense = d (1-based M; w <= d <= n + 1 where n + 1 means never).
-        for w in range(2, n + 2):
+        for w in range(1, n + 2):
             block_cost = prefix["block"][w - 1]
             if not np.isfinite(block_cost):
                 break
