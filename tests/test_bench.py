@@ -349,7 +349,13 @@ def test_an_engine_is_timed_through_its_bench_path_prepared_outside_the_timed_re
     first_capture = next(i for i, e in enumerate(log) if e[:2] == ("launch", True))
     assert all(e[0] == "launch" for e in log[first_capture:]) and log.index(prepares[-1]) < first_capture
     assert sum(e[:2] == ("launch", True) for e in log) >= args.launches and {e[2] for e in log if e[0] == "launch"} == {torch.float32}
-    assert point["launched"]["kernels"] is None  # no profiler on this host: said, not guessed
+    assert "launched" not in point  # counted by count_launched, after every timing
+    launchers = []
+    monkeypatch.setattr(bench, "count_kernels", lambda fn, graph: {"kernels": 1, "copies": 0, "graph": graph})
+    again = bench.bench_point(cand, cand.route, 4, inputs, args, "cuda", launchers)
+    assert "launched" not in again and launchers[0][0] is again  # the profiler does not run between timings
+    bench.count_launched(launchers)
+    assert again["launched"] == {"kernels": 1, "copies": 0, "graph": True}
     # Without a bench path the same candidate is timed through route, and says so.
     plain = bench.bench_point(all_candidates()["torch-native"], all_candidates()["torch-native"].route, 4, inputs, args, "cuda")
     assert plain["path"] == "route"

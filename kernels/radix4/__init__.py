@@ -105,8 +105,8 @@ LAUNCH_SHAPES = ("block", "warp", "dense")
 # RADIX4_FIRST_*_ROWS_<E>_<K> (tests/test_radix4_switch_points.py keeps them equal).
 BATCH_SWITCH_POINTS: dict[tuple[int, int], tuple[int, int]] = {
     (896, 16): (61, 1585),
-    (384, 8): (1, 1750),  # a warp per token wins from M = 1 (1.92 vs 1.96 us at M = 1)
-    (224, 16): (1, 2633),  # 1.98 vs 2.16 us at M = 1
+    (384, 8): (1, 3465),  # a warp per token wins from M = 1 (1.92 vs 1.96 us at M = 1)
+    (224, 16): (1, 2677),  # 1.98 vs 2.16 us at M = 1
 }
 
 CUDA_COMPILER = "nvcc"

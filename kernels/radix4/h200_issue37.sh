@@ -7,7 +7,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ROUTER_ENGINE_PATH=$PWD/.engines
 : "${OUT:?set OUT}"
 B=${WORK:-/tmp/issue37}
 mkdir -p "$B"
-STEPS=${STEPS:-build sweep bench check}
+STEPS=${STEPS:-build sweep bench bench384 check}
 BENCH=radix4,radix4-pdl,sglang-radix-unsorted,sglang-triton,block-argmax
 step() { echo; echo "== $1 ($(date +%T))"; }
 has() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -28,6 +28,10 @@ fi
 if has bench; then
     step bench
     timeout 200 python3 -m contracts bench --candidate $BENCH --device cuda --out "$B/bench${BENCH_TAG:-}" 2>&1 | tail -30
+fi
+if has bench384; then
+    step "bench 384/8"
+    timeout 150 python3 -m contracts bench --candidate radix4,flashinfer-noaux,sglang-triton --experts 384 --topk 8 --device cuda --out "$B/bench-384-8" 2>&1 | tail -16
 fi
 if has check; then
     step check

@@ -64,13 +64,13 @@
 #define RADIX4_FIRST_WARP_ROWS_384_8 1
 #endif
 #ifndef RADIX4_FIRST_DENSE_ROWS_384_8
-#define RADIX4_FIRST_DENSE_ROWS_384_8 1750
+#define RADIX4_FIRST_DENSE_ROWS_384_8 3465
 #endif
 #ifndef RADIX4_FIRST_WARP_ROWS_224_16
 #define RADIX4_FIRST_WARP_ROWS_224_16 1
 #endif
 #ifndef RADIX4_FIRST_DENSE_ROWS_224_16
-#define RADIX4_FIRST_DENSE_ROWS_224_16 2633
+#define RADIX4_FIRST_DENSE_ROWS_224_16 2677
 #endif
 // Lab overrides for every shape at once (benchmarks/radix4_kernels_bench.py's
 // variants): the largest batch that takes a block per token, and the batches
