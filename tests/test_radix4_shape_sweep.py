@@ -49,3 +49,6 @@ def test_bad_arguments_exit_with_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         shape_sweep.main(["--out", str(tmp_path), "--max-m", "0", "--analyse", str(tmp_path / "x.csv")])
     assert exc.value.code == 2 and "--max-m" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        shape_sweep.main(["--out", str(tmp_path), "--analyse", str(tmp_path / "missing.csv")])
+    assert exc.value.code == 2 and "--analyse" in capsys.readouterr().err

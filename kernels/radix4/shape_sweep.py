@@ -218,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.max_m < 1 or args.launches < 1 or args.replays < 1:
         ap.error("--max-m, --launches and --replays must be >= 1")
+    if args.analyse is not None and not args.analyse.is_file():
+        ap.error(f"--analyse {args.analyse}: no such file; pass the sweep.csv(.gz) a GPU run wrote")
     args.out.mkdir(parents=True, exist_ok=True)
     log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     csv = args.analyse
