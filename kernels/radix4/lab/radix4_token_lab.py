@@ -18,11 +18,11 @@ and the clocks of the last launch are read. Printed per M:
 - the token (cycles, entry to written): min / median / p90 / max, and the
   median of each step;
 - the slowest tokens: their steps, SM, how many tokens their SM ran, and C,
-  the candidates the bound lets through (benchmarks/radix4_bound_sim.py),
+  the candidates the bound lets through (kernels/radix4/lab/radix4_bound_sim.py),
   which decides the rank step's path (C <= 32: one per lane);
 - ``--per-sm``: each SM's tokens, first start and last end.
 
-Run from the repository root: ``python benchmarks/radix4_token_lab.py [--m 64,1024]``.
+Run from the repository root: ``python kernels/radix4/lab/radix4_token_lab.py [--m 64,1024]``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ import ctypes
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # radix4_gpu_check
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402

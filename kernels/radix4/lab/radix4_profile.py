@@ -5,7 +5,7 @@ unprofiled, then once between ``cudaProfilerStart`` / ``cudaProfilerStop``,
 so ``ncu --profile-from-start off`` sees exactly one launch of each:
 
     ncu --profile-from-start off --clock-control none --set full -o prof \\
-        python benchmarks/radix4_profile.py
+        python kernels/radix4/lab/radix4_profile.py
 
 Row kinds: ``random`` (bf16 logits randn * 2, fp32 bias randn * 0.05, as in
 contracts.bench) and ``all-equal`` (zeros: every key ties, the k first in tie
@@ -18,7 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # radix4_gpu_check
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402

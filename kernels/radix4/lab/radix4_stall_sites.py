@@ -11,7 +11,7 @@ launch, packed in ncu-source.tgz) and prints, for each launch:
   which for radix4 is close to step order: keys, bound, copy, rank, write);
 - the instructions with the most samples, with their nonzero columns.
 
-Run: ``python benchmarks/radix4_stall_sites.py ncu-source.tgz [--top 40]`` (no GPU needed).
+Run: ``python kernels/radix4/lab/radix4_stall_sites.py ncu-source.tgz [--top 40]`` (no GPU needed).
 """
 
 from __future__ import annotations

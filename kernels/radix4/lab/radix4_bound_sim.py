@@ -13,7 +13,7 @@ kernel's layout (vector g = e >> 2 on thread g % threads) for:
 - ``exact``: the k-th largest lane maximum of the whole token (the best any
   lane-maximum bound can do).
 
-Run: ``python benchmarks/radix4_bound_sim.py [--rows 4000]``. No GPU needed.
+Run: ``python kernels/radix4/lab/radix4_bound_sim.py [--rows 4000]``. No GPU needed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
 from radix4_gpu_check import rank_keys  # noqa: E402  (the kernel's key map, in torch)
 

@@ -20,7 +20,7 @@ variants of radix4_router.h), ``--contract serial`` times the radix4-serial
 library, ``--pdl`` launches with programmatic dependent launch (the step
 clocks then start after the previous launch's tail).
 
-Run from the repository root: ``python benchmarks/radix4_lab.py``.
+Run from the repository root: ``python kernels/radix4/lab/radix4_lab.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # radix4_gpu_check
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
