@@ -215,7 +215,7 @@ def test_a_nightly_under_torchrun_writes_one_nightly_bundle(tmp_path, cwd):
 @torchrun
 def test_a_search_under_torchrun_splits_the_examples_and_writes_one_bundle(tmp_path, cwd):
     out = tmp_path / "search"
-    code, output = _torchrun(["contracts.search", "--candidate", "tests.broken_candidates:wrong_tie_order", "--examples", "6",
+    code, output = _torchrun(["contracts", "search", "--candidate", "tests.broken_candidates:wrong_tie_order", "--examples", "6",
                               "--no-database", "--out", str(out)], cwd)  # fmt: skip
     assert code != 0, output  # a failure was found: exit 1
     doc = json.loads((out / "search.json").read_text())

@@ -25,7 +25,7 @@ import torch
 import oracle
 from contracts import check
 from contracts.commands._common import ExitCode
-from contracts.bench import main as bench_main
+from contracts.commands.bench import main as bench_main
 from contracts.run import bench
 from contracts.reports.html import render_html, write_html
 from contracts.reports.schema import CheckResult, DeclaredDeviation, ErrorRecord, FamilyCounts, RowDetail, Status, Summary

@@ -1,9 +1,8 @@
 """The command line: argument parsing and printing over the library in ``contracts.run`` and ``contracts.reports``.
 
 ``python -m contracts COMMAND ...`` and the console script ``router-contracts
-COMMAND ...`` dispatch here; each command is also reachable as
-``python -m contracts.COMMAND`` (the entry points of earlier releases, which
-replay lines in old bundles use).
+COMMAND ...`` dispatch here; ``python -m contracts.check`` (the spelling of
+earlier releases, which replay lines use) is kept for ``check`` alone.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from ._common import ExitCode, UsageError, add_engine_path, make_parser, positiv
 
 __all__ = ["build_parser", "main", "run"]
 
-PROG = "python -m contracts.matrix"
+PROG = "python -m contracts matrix"
 DEFAULT_ROWS = 20_000  # contracts.run.matrix.DEFAULT_ROWS (not imported here: it loads torch)
 
 

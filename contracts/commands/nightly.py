@@ -23,7 +23,7 @@ from ._common import ExitCode, UsageError, make_parser, row_count, run_main
 
 __all__ = ["build_parser", "main", "run"]
 
-PROG = "python -m contracts.nightly"
+PROG = "python -m contracts nightly"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:

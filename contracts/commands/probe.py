@@ -22,7 +22,7 @@ from ._common import ExitCode, UsageError, add_engine_path, make_parser, positiv
 
 __all__ = ["build_parser", "main", "run"]
 
-PROG = "python -m contracts.probe"
+PROG = "python -m contracts probe"
 
 
 def _batch_sizes(text: str) -> tuple[int, ...]:

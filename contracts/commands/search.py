@@ -24,7 +24,7 @@ from ._common import ExitCode, UsageError, add_engine_path, make_parser, positiv
 
 __all__ = ["build_parser", "main", "run"]
 
-PROG = "python -m contracts.search"
+PROG = "python -m contracts search"
 DEFAULT_EXAMPLES = 200
 DEFAULT_DATABASE = Path("reports") / ".hypothesis-db"
 

@@ -9,9 +9,9 @@ Hypothesis, one minimal input per contract clause that broke.
 
 Examples::
 
-    python -m contracts.search --candidate radix4 --examples 2000 --device cuda
-    python -m contracts.search --candidate mypkg.router:route --contract serial --seed 3
-    python -m contracts.search --replay reports/<run>/minimal.pt --candidate radix4
+    python -m contracts search --candidate radix4 --examples 2000 --device cuda
+    python -m contracts search --candidate mypkg.router:route --contract serial --seed 3
+    python -m contracts search --replay reports/<run>/minimal.pt --candidate radix4
 
 The bundle (``--out``, default ``reports/<UTC time>-search-<candidate>``):
 
@@ -318,7 +318,7 @@ def _finding_dict(f: Finding, candidate: str, contract: str, device: str) -> dic
 
 
 def replay_command(path: Path, candidate: str, contract: str | None = None, device: str | None = None) -> str:
-    parts = ["python", "-m", "contracts.search", "--replay", str(path), "--candidate", candidate]
+    parts = ["python", "-m", "contracts", "search", "--replay", str(path), "--candidate", candidate]
     if contract:
         parts += ["--contract", contract]
     if device and device != "cpu":
