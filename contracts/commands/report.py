@@ -33,7 +33,7 @@ def build_parser(prog: str = PROG, kind: str | None = None) -> argparse.Argument
 
 def run(args: argparse.Namespace) -> int:
     if args.kind == "html":
-        from ..reports.html import write_html
+        from ..reports.bundle import write_html
 
         print(write_html(args.bundle, args.bench))
         return ExitCode.OK
