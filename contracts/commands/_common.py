@@ -17,6 +17,7 @@ import re
 import shlex
 import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
 __all__ = [
@@ -140,6 +141,20 @@ def _apply_engine_path(args: argparse.Namespace) -> None:
         set_engine_path(spec)
     except ValueError as exc:
         raise UsageError(f"--engine-path {spec!r}: {exc}") from None
+
+
+# Where a run's results go, not what they say: the only options in which the ranks of one torchrun world may differ
+# (each host may have its own paths; only rank 0 writes).
+NOT_VERDICT_OPTIONS = frozenset({"out", "force", "quiet", "upload", "engine_path", "command_line"})
+
+
+def verdict_options(args: argparse.Namespace) -> dict[str, object]:
+    """The parsed options that change a run's verdict, by flag (``--seed``), for torchrun's ranks to compare."""
+    return {
+        "--" + name.replace("_", "-"): str(value) if isinstance(value, Path) else value
+        for name, value in sorted(vars(args).items())
+        if name not in NOT_VERDICT_OPTIONS and not callable(value)
+    }
 
 
 def command_line(prog: str, argv: list[str]) -> str:

@@ -22,7 +22,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, positive_seconds, row_count, run_main
+from ._common import (
+    ExitCode,
+    UsageError,
+    add_engine_path,
+    make_parser,
+    positive_int,
+    positive_seconds,
+    row_count,
+    run_main,
+    verdict_options,
+)
 
 __all__ = ["add_arguments", "build_parser", "main", "run"]
 
@@ -161,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         return _report(args, checked, stop) if world.writer else ExitCode.OK  # the other ranks end with rank 0's code
 
     with StopSignals() as stop:
-        return ranked(check, stop=stop)
+        return ranked(check, stop=stop, options=verdict_options(args))
 
 
 def _report(args: argparse.Namespace, checked, stop) -> int:

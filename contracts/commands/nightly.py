@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, make_parser, row_count, run_main
+from ._common import ExitCode, UsageError, make_parser, row_count, run_main, verdict_options
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         return _report(args, done, stop) if world.writer else ExitCode.OK  # the other ranks end with rank 0's code
 
     with StopSignals() as stop:
-        return ranked(nightly, stop=stop)
+        return ranked(nightly, stop=stop, options=verdict_options(args))
 
 
 def _report(args: argparse.Namespace, done, stop) -> int:

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, run_main
+from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, run_main, verdict_options
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from .check import check_contract
 
     check_contract(args.contract)
-    return ranked(lambda world: _search(args, world), stop=lambda: None)  # Hypothesis runs to the end; Ctrl-C stops it
+    return ranked(lambda world: _search(args, world), stop=lambda: None, options=verdict_options(args))  # Hypothesis runs to the end; Ctrl-C stops it
 
 
 def _search(args: argparse.Namespace, world) -> int:

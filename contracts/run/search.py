@@ -257,7 +257,7 @@ def rank_share(examples: int, rank: int, world_size: int) -> tuple[int, int]:
 
 
 def merge_searches(parts) -> tuple[SearchResult, list[dict]]:
-    """The ranks' searches (``contracts.run.distributed.Part`` values) as one result, and a record per rank.
+    """The ranks' searches (``contracts.run.rank_merge.Part`` values) as one result, and a record per rank.
 
     Examples are summed; per clause the first rank's minimal input is kept
     (each is minimal for its own search); flaky if any rank's was.
