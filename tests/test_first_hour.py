@@ -38,14 +38,17 @@ print(json.dumps({"code": code, "stderr": err.getvalue(), "torch": "torch" in sy
 """
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--candidate", "oracel"], "--candidate 'oracel' is not a known candidate (did you mean 'oracle'?)"),
-    (["--candidate", "oracle", "--against", "blok-argmax"], "--against 'blok-argmax' is not a known candidate (did you mean 'block-argmax'?)"),
-    (["--candidate", "oracle", "--contract", "seriall"], "--contract 'seriall' is not a known contract (did you mean 'serial'?)"),
+@pytest.mark.parametrize("command, args, needle", [
+    ("check", ["--candidate", "oracel"], "--candidate 'oracel' is not a known candidate (did you mean 'oracle'?)"),
+    ("check", ["--candidate", "oracle", "--against", "blok-argmax"], "--against 'blok-argmax' is not a known candidate (did you mean 'block-argmax'?)"),
+    ("check", ["--candidate", "oracle", "--contract", "seriall"], "--contract 'seriall' is not a known contract (did you mean 'serial'?)"),
+    ("matrix", ["--candidate", "oracle,torch-natve"], "--candidate 'torch-natve' is not a known candidate (did you mean 'torch-native'?)"),
+    ("probe", ["--candidate", "radix"], "--candidate 'radix' is not a known candidate (did you mean 'radix4'?)"),
+    ("search", ["--candidate", "oracle", "--contract", "aitr"], "--contract 'aitr' is not a known contract (did you mean 'aiter'?)"),
 ])  # fmt: skip
-def test_a_misspelled_name_is_refused_before_torch_is_imported(args, needle, tmp_path):
+def test_a_misspelled_name_is_refused_before_torch_is_imported(command, args, needle, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", _PROBE, "check", *args, "--out", str(tmp_path / "b")], cwd=tmp_path, env=env,
+    done = subprocess.run([sys.executable, "-c", _PROBE, command, *args, "--out", str(tmp_path / "b")], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["code"] == 2 and needle in got["stderr"] and len(got["stderr"].strip().splitlines()) == 1, got

@@ -20,7 +20,16 @@ import sys
 import time
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, run_main, verdict_options
+from ._common import (
+    ExitCode,
+    UsageError,
+    add_engine_path,
+    make_parser,
+    positive_int,
+    refuse_unknown_candidates,
+    run_main,
+    verdict_options,
+)
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -48,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--replay {args.replay} is not a file; give the minimal.pt of a search bundle")
     if not args.replay and not args.candidate:
         raise UsageError("--candidate NAME is required (or --replay MINIMAL.pt)")
+    if args.candidate:
+        refuse_unknown_candidates([args.candidate], allow_all=False)  # before the torch-heavy imports
+
     from ..run.distributed import ranked
     from .check import check_contract
 
