@@ -12,7 +12,8 @@ one vectorized ``route`` is driven by those fields. Public surface:
   ``route_trace(...)``: everything, as a ``RouteTrace`` (groups kept, cutoffs)
 - ``Contract`` / ``ContractError`` / ``FIELD_VALUES``; ``BUILTIN_CONTRACTS`` (all
   built-ins), ``CONTRACTS`` (the two the harness checks today: aiter, serial),
-  ``get_contract(name | Contract | path.toml)``, ``load_contract(path)``
+  ``get_contract(name | Contract | path.toml)``, ``load_contract(path)``,
+  ``contract_label(c)`` (a user contract named by its file and digest), ``is_builtin(c)``
 - ``ClauseName`` (the closed clause vocabulary), ``Clause``, ``CLAUSE_NAMES``
   (the clause names of ``CONTRACTS``)
 - ``variants(contract)`` -> ``[Variant(label, field, value, contract)]``: the
@@ -46,9 +47,10 @@ selection order (serial; the same ids), any (DeepSeek: compared as a set).
 ``serial`` alone has the -1e30 floor and the expert-0 fallback.
 """
 
-from ._builtin import BUILTIN_CONTRACTS, CLAUSE_NAMES, CONTRACTS, SERIAL_SENTINEL, get_contract
+from ._builtin import BUILTIN_CONTRACTS, CLAUSE_NAMES, CONTRACTS, SERIAL_SENTINEL
 from ._clauses import Clause, ClauseName
 from ._contracts import FIELD_NAMES, FIELD_VALUES, Contract, ContractError
+from ._lookup import contract_label, get_contract, is_builtin
 from ._keys import NAN_KEY, rank_keys
 from ._parts import select_ids, weights_from
 from ._route import RouteTrace, ranking_values, route, route_trace, route_with_values, sigmoid
@@ -77,8 +79,10 @@ __all__ = [
     "RoutingArgumentError",
     "Variant",
     "contract_from_mapping",
+    "contract_label",
     "get_contract",
     "group_tie_priority",
+    "is_builtin",
     "load_contract",
     "rank_keys",
     "ranking_values",

@@ -1,4 +1,4 @@
-"""The built-in contracts and the lookup by name, contract or TOML path.
+"""The built-in contracts (the lookup by name, contract or TOML path is ``_lookup``).
 
 Choices the model code leaves open (it ranks with ``torch.topk``, whose tie
 order is unspecified and which ranks NaN first) are fixed here the way the
@@ -9,12 +9,10 @@ number's slot. ``docs/contracts_as_data.md`` says why for each.
 
 from __future__ import annotations
 
-import os
-
 from ._clauses import ClauseName
 from ._contracts import Contract
 
-__all__ = ["BUILTIN_CONTRACTS", "CLAUSE_NAMES", "CONTRACTS", "SERIAL_SENTINEL", "get_contract"]
+__all__ = ["BUILTIN_CONTRACTS", "CLAUSE_NAMES", "CONTRACTS", "SERIAL_SENTINEL"]
 
 SERIAL_SENTINEL = -1e30
 
@@ -97,19 +95,3 @@ BUILTIN_CONTRACTS: dict[str, Contract] = {
 CONTRACTS: dict[str, Contract] = {name: BUILTIN_CONTRACTS[name] for name in ("aiter", "serial")}
 
 CLAUSE_NAMES: tuple[ClauseName, ...] = tuple(dict.fromkeys(n for c in CONTRACTS.values() for n in c.clause_names))
-
-
-def get_contract(contract: str | os.PathLike | Contract) -> Contract:
-    """A ``Contract`` as is, a built-in by name, or a user contract from a ``.toml`` path."""
-    if isinstance(contract, Contract):
-        return contract
-    if isinstance(contract, os.PathLike) or (isinstance(contract, str) and contract.endswith(".toml")):
-        from ._toml import load_contract
-
-        return load_contract(contract)
-    try:
-        return BUILTIN_CONTRACTS[contract]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"contract={contract!r} is not a known contract; use one of {sorted(BUILTIN_CONTRACTS)} or a .toml path"
-        ) from None

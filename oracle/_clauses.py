@@ -14,12 +14,13 @@ import math
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ._tie_priority import tie_order
 
-if TYPE_CHECKING:
-    from ._contracts import Contract
+# The statements read a contract's fields; ._contracts imports this module (Contract.clauses),
+# so the Contract type is not imported here (no import cycle).
+Contract = Any
 
 __all__ = ["Clause", "ClauseName", "clauses_for"]
 

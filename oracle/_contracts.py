@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from ._clauses import Clause, ClauseName, clauses_for
+from ._validate import FIELD_RANGES
 
 __all__ = ["FIELD_VALUES", "Contract", "ContractError"]
 
@@ -185,6 +186,18 @@ def _check_real(c, field: str, *, minimum: float | None = 0.0, optional: bool = 
         bound = f" >= {minimum:g}" if minimum is not None else ""
         _fail(c, field, value, f"use a finite number{bound}" + (" or leave it unset (none)" if optional else ""))
     object.__setattr__(c, field, float(value))
+    _check_range(c, field)
+
+
+def _check_range(c, field: str) -> None:
+    value = getattr(c, field)
+    low, high = FIELD_RANGES[field]
+    if value is not None and not low <= value <= high:
+        _fail(c, field, value, f"it must lie in [{_bound(low)}, {_bound(high)}]")
+
+
+def _bound(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e9 else f"{v:g}"
 
 
 def _check_shape(c) -> None:
@@ -193,6 +206,7 @@ def _check_shape(c) -> None:
         low = 0 if field == "near_tie_ulp" else 1
         if not _is_int(value) or value < low:
             _fail(c, field, value, f"use an int >= {low}")
+        _check_range(c, field)
     if c.topk > c.experts:
         _fail(c, "topk", c.topk, f"it must satisfy 1 <= topk <= experts={c.experts}")
     if c.topk_group > c.n_group:

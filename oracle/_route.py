@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ._builtin import SERIAL_SENTINEL, get_contract
+from ._builtin import SERIAL_SENTINEL
+from ._lookup import get_contract
 from ._contracts import Contract
 from ._keys import NAN_KEY, ordered_keys, rank_keys
 from ._scores import expert_scores, ranking_dtype, ranking_from, sigmoid_of, softmax_rows

@@ -7,7 +7,24 @@ import math
 
 import torch
 
-__all__ = ["LOGIT_DTYPES", "RoutingArgumentError", "check_route_args", "resolve_groups"]
+__all__ = ["FIELD_RANGES", "LOGIT_DTYPES", "RoutingArgumentError", "check_route_args", "resolve_groups"]
+
+# Sane ranges of a contract's numeric fields (inclusive), so that a contract file's number is refused in
+# one line instead of failing later (experts = 10**12: a MemoryError building the tie table; near_tie_ulp =
+# 10**29: an OverflowError at the first mismatch). Why each bound:
+FIELD_RANGES: dict[str, tuple[float, float]] = {
+    "experts": (1, 65_536),  # the largest router of a released model has 512; tie tables are built per E
+    "topk": (1, 65_536),  # and <= experts
+    "n_group": (1, 65_536),  # and divides experts
+    "topk_group": (1, 65_536),  # and <= n_group
+    "near_tie_ulp": (0, 2**23),  # 2**23 ULP spans a whole binade: any larger bound excuses every value
+    "near_tie_x_ulp": (0.0, 2.0**23),
+    "weight_rtol": (0.0, 1.0),  # a relative tolerance of 100 % accepts any weight of the right sign
+    "weight_atol": (0.0, 1.0),
+    "renorm_eps": (0.0, 1.0),
+    "routed_scaling_factor": (-1e6, 1e6),
+    "floor": (-3.4e38, 3.4e38),  # finite fp32
+}
 
 LOGIT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 

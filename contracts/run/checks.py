@@ -217,12 +217,12 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
     against_c = against.candidate if against else None
     if kind not in cand.devices:
         why = f"{cand.name} runs on {'/'.join(cand.devices)}, not on {kind}"
-        return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+        return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
     worker = None
     if should_isolate(isolate, cand, device, against_c):
         if kind == "cuda" and not torch.cuda.is_available():
             why = f"{cand.name} runs on {'/'.join(cand.devices)}, and torch {torch.__version__} sees no GPU on this host"
-            return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+            return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
         worker = target.worker or Worker(target.lookup, timeout=timeout, should_stop=stop)
         target.worker = worker
         try:
@@ -232,7 +232,7 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         except WorkerFailure as failure:
             detail = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
             error = ErrorRecord(kind=failure.kind, case=f"loading {target.lookup}", message=failure.message, traceback=detail)
-            return _not_run(cand, c.name, device, seed=plan.seed, command=command, error=error), None
+            return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, error=error), None
     else:
         ok, why = cand.available(device)
         if ok and against_c is not None:
@@ -246,10 +246,10 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
             caps = [m for m in (cand.max_rows, getattr(against_c, "max_rows", None)) if m]
             call_rows = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=min(caps) if caps else None)
     if not ok:
-        return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+        return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
     if not shape.families:
         why = f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}"
-        return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+        return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
     bulk = plan_bulk_rows(device)
     specs, total = shape.specs(bulk)
     options = {**options, "bulk_rows": bulk, "call_rows": call_rows, "families": shape.families, "experts": shape.experts, "topk": shape.topk,
