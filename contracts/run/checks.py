@@ -20,7 +20,7 @@ from ..candidates import Candidate, CandidateLoadError, all_candidates, get_cand
 from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_message
 from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
 from ..cases.families import families_for
-from ..cases.plan import bulk_rows_for, plan_bulk_rows
+from ..cases.plan import admitted_fields, bulk_rows_for, plan_bulk_rows
 from ..reports.bundle import prepare_out, write_check_bundle, write_index
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
@@ -169,7 +169,7 @@ class _Plan:
         applied = [f for f in chosen if FAMILIES[f].applies_to(c)]
         dropped = [f for f in chosen if f not in applied]
         groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
-        return _Shape(self, experts, topk, groups, c.has_bias, applied, dropped)
+        return _Shape(self, experts, topk, groups, c.has_bias, applied, dropped, c.admitted_options())
 
 
 @dataclass
@@ -181,17 +181,19 @@ class _Shape:
     bias: bool
     families: list[str]
     dropped: list[str]
+    admitted: dict | None = None  # the contract's admitted call options: the only ones cases draw
 
     def specs(self, bulk_rows: int | None):
         p = self.plan
         if p.replay is not None:
             spec = parse_replay(p.replay, self.experts, self.topk)
-            spec = dataclasses.replace(spec, n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias)
+            spec = dataclasses.replace(spec, n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias,
+                                       **admitted_fields(self.admitted))
             return ([spec], spec.rows) if p.replay_here else ([], 0)
 
         def full():
             return iter_plan(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows,
-                             n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias)  # fmt: skip
+                             n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias, admitted=self.admitted)  # fmt: skip
 
         if p.shard is None:
             return full(), planned_rows(self.families, p.rows)
