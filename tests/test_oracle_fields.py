@@ -291,7 +291,8 @@ def test_every_builtin_equals_reference_on_random_and_tied_rows(name):
     scores = torch.cat(rows)
     bias = (torch.randn(c.experts, generator=gen) * 0.1) if c.has_bias else None
     for dtype in (torch.float32, torch.bfloat16):
-        assert_matches_reference(c, scores.to(dtype), bias, c.topk, rsf=c.routed_scaling_factor, pass_groups=False)
+        assert_matches_reference(c, scores.to(dtype), bias, c.topk, renormalize=c.default_renormalize, rsf=c.routed_scaling_factor,
+                                 pass_groups=False)  # fmt: skip
 
 
 # ---------------------------------------------------------------- grouped routing, named cases
