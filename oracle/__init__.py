@@ -38,6 +38,12 @@ contract               E / k       scoring          bias     groups        mask 
 ``gpt-oss``            128 / 4     softmax of top4  none     --            --      lowest   last      (off)
 =====================  ==========  ===============  =======  ============  ======  =======  ========  ==========
 
+Beside these, one contract per released MoE family (``MODEL_CONTRACTS``:
+deepseek-v4, llama4, glm4-moe, kimi-k2, minimax-m2, qwen3-next, qwen2-moe,
+olmoe, dbrx, gemma4, ernie4.5, longcat-flash, mistral4, deepseek-v2,
+hunyuan-moe, dots1, jamba, granite-moe), each following its transformers
+router class (docs/models.md; ``python -m contracts contracts`` lists them).
+
 Common to all: the ranking add in fp32 (``score_precision="fp32"``), group
 score the top-2 sum, group ties to the lowest group, scaling by
 ``routed_scaling_factor`` after renormalization (2.5 by default for the
@@ -47,9 +53,9 @@ selection order (serial; the same ids), any (DeepSeek: compared as a set).
 ``serial`` alone has the -1e30 floor and the expert-0 fallback.
 """
 
-from ._builtin import BUILTIN_CONTRACTS, CLAUSE_NAMES, CONTRACTS, SERIAL_SENTINEL
+from ._builtin import BUILTIN_CONTRACTS, CLAUSE_NAMES, CONTRACTS, MODEL_CONTRACTS, SERIAL_SENTINEL
 from ._clauses import Clause, ClauseName
-from ._contracts import FIELD_NAMES, FIELD_VALUES, Contract, ContractError
+from ._contracts import FIELD_NAMES, FIELD_VALUES, SCALING_FACTORS, Contract, ContractError
 from ._lookup import contract_label, get_contract, is_builtin
 from ._keys import NAN_KEY, rank_keys
 from ._parts import select_ids, weights_from
@@ -68,7 +74,9 @@ __all__ = [
     "GROUP_TIE_RULES",
     "LANE_RANK",
     "LOGIT_DTYPES",
+    "MODEL_CONTRACTS",
     "NAN_KEY",
+    "SCALING_FACTORS",
     "SERIAL_SENTINEL",
     "TIE_RULES",
     "Clause",
