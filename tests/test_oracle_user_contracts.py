@@ -88,3 +88,17 @@ def test_toml_numbers_outside_sane_ranges_are_one_line_naming_the_field_and_rang
         oracle.load_contract(path)
     message = str(info.value)
     assert "\n" not in message and f"{field}=" in message and bound in message, message
+
+
+def test_a_check_names_a_user_contract_by_file_and_digest(tmp_path):
+    import json
+
+    from contracts.check import main
+
+    path = _write(tmp_path, 'base = "aiter"\nname = "lab"\n', "lab.toml")
+    out = tmp_path / "bundle"
+    code = main(["--candidate", "oracle", "--contract", str(path), "--rows", "200", "--no-isolate", "--out", str(out), "--quiet",
+                 "--families", "random_fp32"])  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0 and summary["contract"].startswith("lab (user contract ") and "sha256:" in summary["contract"]
+    assert str(path) in summary["contract"] and "lab (user contract" in (out / "report.md").read_text()
