@@ -77,8 +77,9 @@ def test_a_faithful_router_passes_its_contract_but_for_what_its_code_breaks(tmp_
     assert code == 0 and s["status"] == "pass", (s["status"], s["clauses"], s.get("error"))
     assert s["rows_checked"] > 0 and s["contract"] == family
     declared = set(all_candidates()[f"hf-{family}"].deviations(family))
-    assert set(s["clauses"]) <= declared, s["clauses"]
-    assert not {"scaling", "renorm_guard", "validity"} & set(s["clauses"]), s["clauses"]
+    broken = {clause for clause, rows in s["clauses"].items() if rows}
+    assert broken <= declared, s["clauses"]
+    assert not {"scaling", "validity"} & broken, s["clauses"]  # renorm_guard only where declared (measured)
 
 
 def test_the_plan_draws_only_admitted_options():
