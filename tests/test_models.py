@@ -124,9 +124,11 @@ def test_planted_defects_in_the_models_routers_fail_with_their_clause(tmp_path, 
 
 
 def test_a_group_score_by_max_fails_group_selection(tmp_path):
-    # DeepSeek-V2's router (group max) checked under its own contract with the DeepSeek-V3 group score
+    # DeepSeek-V2's router (group max) checked under its own contract with the DeepSeek-V3 group score. Rank order:
+    # under output_order "any" the attribution compares a leaked row's ids in order and blames group_mask instead
+    # (reported to the verdict work: contracts/compare/attribution.py _group_aspect's `consistent`).
     path = tmp_path / "dsv2-top2.toml"
-    path.write_text('base = "deepseek-v2"\nname = "deepseek-v2-top2"\ngroup_score = "top2_sum"\n')
+    path.write_text('base = "deepseek-v2"\nname = "deepseek-v2-top2"\ngroup_score = "top2_sum"\noutput_order = "rank"\n')
     code, s = _check(tmp_path, f"{PLANTED}:group_max", "--contract", str(path), "--families", "random_fp32,random_bf16")
     assert code == 1 and s["status"] == "fail", s["clauses"]
     assert max(s["clauses"], key=s["clauses"].get) == "group_selection", s["clauses"]

@@ -321,11 +321,7 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign) -> None:
     n_used = used.sum(1)
     # Kept other groups, chose right within them? The contract's selection restricted to the used groups.
     within = r.ranking.view(rows, n_group, size).masked_fill(~used.unsqueeze(2), -math.inf).view(rows, -1)
-    chosen = _select_under(within, k, c.replace(n_group=1, topk_group=1))
-    if c.output_order == "any":  # the ids are a set (torch.topk(sorted=False) routers): compare them as one
-        consistent = (chosen.sort(1).values == r.a.sort(1).values).all(1)
-    else:
-        consistent = (chosen == r.a).all(1)
+    consistent = (_select_under(within, k, c.replace(n_group=1, topk_group=1)) == r.a).all(1)
     # Do the groups it used tie the kept ones exactly (group scores equal at the cutoff)?
     cutoff = r.group_scores.masked_fill(~r.kept, math.inf).amin(1, keepdim=True)
     tied = ((r.group_scores == cutoff) | ~(used & ~r.kept)).all(1)

@@ -3,7 +3,8 @@ breaks one thing a kernel engineer could get wrong, so a check must blame that o
 
 - ``renorm_dropped``: qwen3-next called with norm_topk_prob off whatever ``renormalize`` asks -> renormalization
 - ``softmax_over_all``: granite-moe's weights as the softmax over all E logits, not the k chosen -> softmax_scope
-- ``group_max``: DeepSeek-V2's router (group score = max) under a top2_sum copy of its contract -> group_selection
+- ``group_max``: DeepSeek-V2's router (group score = max), its answer put in rank order, under a top2_sum,
+  rank-ordered copy of its contract -> group_selection
 - ``bias_in_weight``: glm4-moe's weights built from sig(x) + bias -> bias_in_weight
 - ``scaled_before_renorm``: dots1 scaling first, then renormalizing (the factor cancels) -> scaling
 - ``divided_by_k``: qwen3-next's weights divided by k -> scaling
@@ -33,7 +34,12 @@ def softmax_over_all(scores, bias, topk, renormalize=False, routed_scaling_facto
 
 
 def group_max(scores, bias, topk, renormalize=False, routed_scaling_factor=1.0, **groups):
-    return _DSV2(scores, bias, topk, renormalize, routed_scaling_factor, **groups)
+    w, ids = _DSV2(scores, bias, topk, renormalize, routed_scaling_factor, **groups)
+    # rank order (weight descending, then the lower id): the contract copy asks for it, so that only the groups differ
+    order = torch.argsort(ids.long(), dim=1, stable=True)
+    w, ids = w.gather(1, order), ids.gather(1, order)
+    order = torch.argsort(-w, dim=1, stable=True)
+    return w.gather(1, order), ids.gather(1, order)
 
 
 def bias_in_weight(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, **groups):
