@@ -8,6 +8,10 @@ built-in contract of its family (``oracle``'s ``deepseek-v4``, ``llama4``,
 than ``kernels.models.MIN_TRANSFORMERS``. A third party's code: ``check``
 runs it in a worker process by default.
 
+``check --candidate all`` leaves them out (eighteen more full checks on a
+host with transformers); ``--candidate all --contract <family>`` includes
+the family's router.
+
 The declared deviations are what the harness measured (``MEASURED_WITH``),
 each with why; they are the model code's own behaviour, not the adapter's:
 ``torch.topk`` breaks exact ties in its own order (not lowest-index: an
@@ -121,6 +125,7 @@ def hf_candidate(family: str) -> Candidate:
         expected_deviations={family: dict(HF_DEVIATIONS[family])},
         third_party=True,
         origin="kernels.models",
+        in_all=False,  # `--candidate all --contract <family>` checks it; plain `--candidate all` does not
     )
 
 

@@ -317,7 +317,8 @@ def run_checks(
     against_t: Target | None = None
     try:
         if everything:
-            targets = [Target(c, name) for name, c in all_candidates().items() if contract is None or c.serves(_contract_name(contract))]
+            targets = [Target(c, name) for name, c in all_candidates().items()
+                       if (c.in_all and contract is None) or (contract is not None and c.serves(_contract_name(contract)))]
         else:
             targets = [resolve(n, role="--candidate", isolate=isolate, timeout=timeout, stop=stop) for n in names]
         if against:
