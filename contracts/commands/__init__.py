@@ -25,6 +25,7 @@ COMMANDS = {
     "diff": ("diff", "what got worse between two bundles"),
     "merge": ("merge", "one bundle from the --shard I/N bundles of a check"),
     "report": ("report", "(re)write report.html or junit.xml of a bundle"),
+    "contracts": ("contracts", "list the routing contracts (every released model family's), or show one"),
 }
 
 
