@@ -40,6 +40,7 @@ class CaseSpec:
     topk_group: int = 1
     bulk: bool = False  # drawn on the candidate's device by the family's vectorized maker
     bias: bool = True  # the contract has a correction bias (else the candidate gets ``bias=None``)
+    source: str = ""  # captured logits: the file and layer the rows come from (``contracts.cases.captured``); "" = a family's maker
 
     @property
     def replay_id(self) -> str:
