@@ -26,6 +26,8 @@ COMMANDS = {
     "diff": ("diff", "what got worse between two bundles"),
     "merge": ("merge", "one bundle from the --shard I/N bundles of a check"),
     "report": ("report", "(re)write report.html or junit.xml of a bundle"),
+    "capture": ("capture", "record a transformers MoE model's router logits, ids and weights per layer"),
+    "trace-diff": ("trace_diff", "two engines' routing traces of the same tokens: every flip explained by one cause"),
 }
 
 
