@@ -89,8 +89,8 @@ def _safetensors_entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
         if dtype is None:
             continue  # ids (I32/I64) and other integer tensors of a capture: not logits
         out[key] = _Tensor(tuple(info["shape"]), dtype, base + info["data_offsets"][0])
-    ints = {k for k, info in header.items() if k not in out}
-    return out, {"metadata": meta, "other_keys": sorted(ints)}
+    ints = {k: tuple(info["shape"]) for k, info in header.items() if k not in out}
+    return out, {"metadata": meta, "other_keys": ints}
 
 
 def _npy_entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
@@ -109,7 +109,7 @@ def _npy_entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
     names = {np.dtype("float16"): torch.float16, np.dtype("float32"): torch.float32, np.dtype("float64"): torch.float64}
     if dtype.newbyteorder("=") not in names or dtype.byteorder == ">":
         raise CapturedError(f"{path}: dtype {dtype} is not a float type the harness reads; save float32 or float16 (numpy has no bf16: use .safetensors or .pt)")
-    return {"": _Tensor(tuple(shape), names[dtype.newbyteorder("=")], offset)}, {"metadata": {}, "other_keys": []}
+    return {"": _Tensor(tuple(shape), names[dtype.newbyteorder("=")], offset)}, {"metadata": {}, "other_keys": {}}
 
 
 def _pt_entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
@@ -118,12 +118,12 @@ def _pt_entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
     except Exception as exc:  # noqa: BLE001 -- any unreadable file is one line naming it
         raise CapturedError(f"{path}: torch.load could not read it ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
     if isinstance(obj, torch.Tensor):
-        return {"": _Tensor(tuple(obj.shape), obj.dtype, tensor=obj)}, {"metadata": {}, "other_keys": []}
+        return {"": _Tensor(tuple(obj.shape), obj.dtype, tensor=obj)}, {"metadata": {}, "other_keys": {}}
     if not isinstance(obj, dict):
         raise CapturedError(f"{path}: holds a {type(obj).__name__}; save a tensor or a dict with the key 'logits'")
     out = {k: _Tensor(tuple(v.shape), v.dtype, tensor=v) for k, v in obj.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
     meta = {k: v for k, v in obj.items() if not isinstance(v, torch.Tensor)}
-    return out, {"metadata": meta, "other_keys": [k for k, v in obj.items() if isinstance(v, torch.Tensor) and not v.is_floating_point()]}
+    return out, {"metadata": meta, "other_keys": {k: tuple(v.shape) for k, v in obj.items() if isinstance(v, torch.Tensor) and not v.is_floating_point()}}
 
 
 def _entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
@@ -144,9 +144,6 @@ def _pick(entries: dict[str, _Tensor], key: str, path: Path, *, required: bool) 
         return entries[key]
     if "" in entries and key == "logits":
         return entries[""]
-    floats = [k for k in entries if k not in ("bias", "weights")]
-    if key == "logits" and len(floats) == 1 and len(entries) == 1:
-        return entries[floats[0]]  # a bare tensor saved under another name
     if required:
         raise CapturedError(f"{path}: no tensor under the key {key!r} (it holds {', '.join(sorted(entries)) or 'no float tensor'}); "
                             f"save the router logits [tokens, E] or [layers, tokens, E] under 'logits'")  # fmt: skip
@@ -195,6 +192,7 @@ class LogitsFile:
     dtype: torch.dtype
     layer_names: tuple[str, ...]
     bias_path: Path | None  # --bias, when the bias is not in the logits file
+    topk: int | None  # the k of the model's own ids, when the file holds them (a capture does): the default --topk
     _logits: _Tensor
     _bias: _Tensor | None
     _bias_file: Path
@@ -263,7 +261,10 @@ def open_logits(path: str | Path, bias_path: str | Path | None = None) -> Logits
         ok = (len(b.shape) == 1 and b.shape[0] == experts) or (len(b.shape) == 2 and b.shape == (max(layers, 1), experts))
         if not ok:
             raise CapturedError(f"{bias_file}: bias of shape {list(b.shape)} does not fit logits {list(t.shape)}; need [{experts}] or [{max(layers, 1)}, {experts}]")
-    return LogitsFile(path, layers, tokens, experts, t.dtype, _layer_names(info, layers), Path(bias_path) if bias_path else None, t, b, bias_file)
+    ids = info["other_keys"].get("ids")
+    topk = ids[-1] if ids and tuple(ids[:-1]) == tuple(t.shape[:-1]) else None
+    return LogitsFile(path, layers, tokens, experts, t.dtype, _layer_names(info, layers), Path(bias_path) if bias_path else None, topk,
+                      t, b, bias_file)  # fmt: skip
 
 
 def family_name(layer: int | None) -> str:

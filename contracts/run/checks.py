@@ -176,7 +176,7 @@ class _Plan:
 
     def _captured_shape(self, c) -> "_Shape":
         f = self.captured
-        experts, topk = f.experts, self.topk or c.topk
+        experts, topk = f.experts, self.topk or f.topk or c.topk  # a capture's own k before the contract's
         if self.experts and self.experts != experts:
             raise OptionError(f"--experts {self.experts}: the logits in {f.path} have {experts} experts; drop --experts")
         if topk > experts:
