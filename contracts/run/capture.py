@@ -179,3 +179,23 @@ def write_capture(rec: Captured, out: str | Path, *, model_type: str, how: str, 
             "contract": CONTRACT_OF_MODEL_TYPE.get(model_type, "")}  # fmt: skip
     save_file(rec.tensors(), str(out), metadata=meta)
     return out
+
+
+def save_trace(path: str | Path, *, logits: torch.Tensor | None = None, ids: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, layer_names: list[str] | None = None, **metadata: str) -> Path:  # fmt: skip
+    """Write tensors an engine's own hooks collected in the layout ``check --logits`` and ``trace-diff`` read.
+
+    ``logits`` ``[tokens, E]`` or ``[layers, tokens, E]``; ``ids`` and ``weights``
+    ``[tokens, k]`` or ``[layers, tokens, k]``; ``bias`` ``[E]`` or ``[layers, E]``;
+    any may be left out (a check needs logits, a trace ids and weights).
+    """
+    from safetensors.torch import save_file
+
+    tensors = {"logits": logits, "ids": None if ids is None else ids.to(torch.int32), "weights": None if weights is None else weights.float(),
+               "bias": None if bias is None else bias.float()}  # fmt: skip
+    meta = {k: str(v) for k, v in metadata.items()}
+    if layer_names is not None:
+        meta["layer_names"] = json.dumps(list(layer_names))
+    path = Path(path)
+    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items() if v is not None}, str(path), metadata=meta)
+    return path
