@@ -217,3 +217,19 @@ def test_replay_line_names_file_digest_and_token_and_replays(tmp_path, capsys):
     assert "row " in capsys.readouterr().out
     wrong = [a if a != s.options["logits"]["sha256"][:16] else "0" * 16 for a in argv[3:]]
     assert contracts_main(["check", *wrong, "--out", str(tmp_path / "replayed2"), "--quiet"]) == 2
+
+
+def test_trace_diff_on_a_capture_names_a_broken_sigmoid_router_by_its_clause(tmp_path, captures):
+    """The DeepSeek-V3 capture against a trace of the same logits routed without the group mask (ids only: a routing replay)."""
+    from captured_routers import sigmoid_no_groups
+    from safetensors.torch import load_file
+
+    from contracts.run.trace_diff import diff_traces
+
+    t = load_file(str(captures["deepseek"]))
+    routed = [sigmoid_no_groups(t["logits"][i], t["bias"][i], 8, True, 2.5) for i in range(t["logits"].shape[0])]
+    save_file({"ids": torch.stack([r[1] for r in routed]), "weights": torch.stack([r[0] for r in routed])}, str(tmp_path / "b.safetensors"))
+    d = diff_traces(captures["deepseek"], tmp_path / "b.safetensors", "deepseek-v3-reference")
+    assert d.flips > 0 and d.causes == {"logits_differ": 0, "near_tie": 0, "router": d.flips}
+    assert d.router_sides == {"a": 0, "b": d.flips, "both": 0}
+    assert set(d.router_clauses) <= {"group_mask", "group_selection"} and any("routing replay" in n for n in d.notes)

@@ -230,6 +230,8 @@ def diff_traces(a: str | Path, b: str | Path, contract: str, *, progress=None) -
     if "logits" not in ta.keys or "logits" not in tb.keys:
         which = ta if "logits" in ta.keys else tb
         out.notes.append(f"only {which.path} holds logits: both sides are taken to have routed them (a routing replay)")
+    if c.has_bias and "bias" not in ta.keys and "bias" not in tb.keys:
+        out.notes.append(f"contract {c.name} takes a correction bias and neither trace holds one: a zero bias was used")
     flipped_any = torch.zeros(ta.tokens, dtype=torch.bool)
     candidates: list[tuple] = []  # (sort key, record) of flipped rows, trimmed to WORST as we go
     for layer in range(ta.layer_count):
@@ -298,6 +300,8 @@ def _diff_chunk(ta: Trace, tb: Trace, c, layer: int, first: int, n: int, bias_a,
     la, lb = ta.read("logits", layer, first, n), tb.read("logits", layer, first, n)
     la = la if la is not None else lb
     lb = lb if lb is not None else la
+    if la.dtype == torch.float64:  # the oracle routes bf16, fp16 and fp32 logits; fp64 ones are an fp32 router's input widened
+        la, lb = la.float(), lb.float()
     experts = la.shape[1]
     ba, bb = _bias_for(bias_a, bias_b, c, experts), _bias_for(bias_b, bias_a, c, experts)
     inputs_differ = (_bits(la) != _bits(lb)).any(1)
