@@ -233,3 +233,15 @@ def test_trace_diff_on_a_capture_names_a_broken_sigmoid_router_by_its_clause(tmp
     assert d.flips > 0 and d.causes == {"logits_differ": 0, "near_tie": 0, "router": d.flips}
     assert d.router_sides == {"a": 0, "b": d.flips, "both": 0}
     assert set(d.router_clauses) <= {"group_mask", "group_selection"} and any("routing replay" in n for n in d.notes)
+
+
+def test_a_replay_line_rebuilt_from_the_summary_alone_names_the_file(tmp_path):
+    """JUnit's replay lines for cells without a detail come from summary.json: they name the file, digest and token too."""
+    from contracts.reports.junit import _fallback_replay
+
+    save_file({"logits": _logits(2, 60, 16)}, str(tmp_path / "x.safetensors"))
+    s = _check(tmp_path, "captured_routers:softmax_topk_unnormalized", "qwen3-moe", tmp_path / "x.safetensors", topk=4)
+    record = json.loads((tmp_path / "bundle" / "summary.json").read_text())
+    line = _fallback_replay(record, "captured.L1:16:17", 3)
+    assert f"--logits {tmp_path / 'x.safetensors'} --logits-sha256 {s.options['logits']['sha256'][:16]}" in line
+    assert line.endswith("--replay captured.L1:16:17 --row 3  # layer 1 token 19")

@@ -313,8 +313,23 @@ def replay_args(spec: CaseSpec, row: int | None) -> tuple[list[str], str]:
     args = ["--logits", src["logits"], "--logits-sha256", src["sha256"][:DIGEST_CHARS]]
     if src["bias"]:
         args += ["--bias", src["bias"]]
-    where = f"layer {src['layer']} " if spec.family != FAMILY else ""
-    return args, (f"  # {where}token {file_row(spec, row)}" if row is not None else "")
+    family, first = spec.replay_id.split(":")[:2]  # what a spec rebuilt from a summary has, too
+    where = f"layer {src['layer']} " if family != FAMILY else ""
+    return args, (f"  # {where}token {int(first) + row}" if row is not None else "")
+
+
+def source_from_record(record: dict | None, replay_id: str) -> str:
+    """A captured case's ``CaseSpec.source`` rebuilt from a summary's ``options["logits"]`` (for replay lines written
+    from a bundle's files); "" when the summary is not of captured logits."""
+    if not record:
+        return ""
+    try:
+        layer = _layer_of(replay_id.split(":")[0])
+    except CapturedError:
+        return ""
+    bias = record.get("bias")
+    return json.dumps({"logits": record["path"], "bias": None if bias in ("none", "zero", record["path"]) else bias,
+                       "layer": layer or 0, "sha256": record["sha256"]}, sort_keys=True)  # fmt: skip
 
 
 def iter_captured_plan(f: LogitsFile, topk: int, *, bulk_rows: int | None, renormalize: bool, routed_scaling_factor: float,

@@ -109,7 +109,7 @@ def replay_command(
     if repeat > 1:
         parts += ["--repeat", str(repeat)]
     comment = ""
-    if spec.source:  # captured logits: the file, its digest, and (in a comment) the token the row is
+    if getattr(spec, "source", ""):  # captured logits: the file, its digest, and (in a comment) the token the row is
         from ..cases.captured import replay_args
 
         extra, comment = replay_args(spec, row)
