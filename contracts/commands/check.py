@@ -22,7 +22,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, positive_seconds, row_count, run_main
+from ._common import (
+    ExitCode,
+    UsageError,
+    add_engine_path,
+    make_parser,
+    positive_int,
+    positive_seconds,
+    refuse_unknown_candidates,
+    refuse_unknown_contract,
+    row_count,
+    run_main,
+    verdict_options,
+)
 
 __all__ = ["add_arguments", "build_parser", "main", "run"]
 
@@ -94,18 +106,16 @@ def _names(values: list[str]) -> list[str]:
 
 def check_contract(contract: str | None) -> None:
     """A built-in name or a readable contract file; else a one-line UsageError naming --contract and the choices."""
-    if contract is None:
+    refuse_unknown_contract(contract)  # a misspelled name: refused before oracle (and torch) is imported
+    if contract is None or not contract.endswith(".toml"):
         return
     import oracle
 
-    if not contract.endswith(".toml"):
-        if contract not in oracle.BUILTIN_CONTRACTS:
-            raise UsageError(f"--contract {contract!r} is not a known contract; choose from {', '.join(sorted(oracle.BUILTIN_CONTRACTS))}, or give a FILE.toml")
-        return
     try:
         oracle.get_contract(contract)
     except (ValueError, OSError) as exc:
-        raise UsageError(f"--contract {contract}: {exc}") from None
+        message = str(exc)  # the TOML reader's errors name the file already: say it once
+        raise UsageError(f"--contract: {message}" if contract in message else f"--contract {contract}: {message}") from None
 
 
 def _check_device(requested: str | None, world_size: int = 1) -> str | None:
@@ -140,6 +150,9 @@ def run(args: argparse.Namespace) -> int:
     from ..run.options import OptionError, parse_case_choice, parse_families, parse_shard
 
     names = _names(args.candidate)
+    refuse_unknown_candidates(names)  # before the torch-heavy imports below: a typo is answered at once
+    refuse_unknown_candidates([args.against] if args.against else [], "--against", allow_all=False)
+    check_contract(args.contract)
     try:
         families = parse_families(args.families)
         shard = parse_shard(args.shard)
@@ -155,8 +168,6 @@ def run(args: argparse.Namespace) -> int:
     from ..run.checks import run_checks
     from ..run.distributed import ranked
     from ..run.signals import StopSignals
-
-    check_contract(args.contract)
 
     def check(world) -> int:  # once, or on every rank of a torchrun world (rank 0 writes and prints)
         device = _check_device(args.device, world.world_size)
@@ -176,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         return _report(args, checked, stop) if world.writer else ExitCode.OK  # the other ranks end with rank 0's code
 
     with StopSignals() as stop:
-        return ranked(check, stop=stop)
+        return ranked(check, stop=stop, options=verdict_options(args))
 
 
 def _report(args: argparse.Namespace, checked, stop) -> int:

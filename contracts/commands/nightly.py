@@ -19,11 +19,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, make_parser, row_count, run_main
+from ._common import ExitCode, UsageError, make_parser, row_count, run_main, verdict_options
 
 __all__ = ["build_parser", "main", "run"]
 
-PROG = "python -m contracts.nightly"
+PROG = "python -m contracts nightly"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         return _report(args, done, stop) if world.writer else ExitCode.OK  # the other ranks end with rank 0's code
 
     with StopSignals() as stop:
-        return ranked(nightly, stop=stop)
+        return ranked(nightly, stop=stop, options=verdict_options(args))
 
 
 def _report(args: argparse.Namespace, done, stop) -> int:

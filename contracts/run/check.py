@@ -83,7 +83,7 @@ def check_candidate(
         return replay_command(target.candidate, str(contract), device, spec, row, target.against, exact, repeat, pythonpath=target.pythonpath)
 
     tally = Tally(
-        candidate=candidate.name, contract=c.name, clause_names=tuple(map(str, c.clause_names)), device=device,
+        candidate=candidate.name, contract=oracle.contract_label(c), clause_names=tuple(map(str, c.clause_names)), device=device,
         deviations={} if against is not None else candidate.deviations(contract), replay=replay,
         against=against_name, exact=exact, repeat=repeat, max_cells=max_cells,
     )  # fmt: skip

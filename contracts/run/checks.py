@@ -20,7 +20,7 @@ from ..candidates import Candidate, CandidateLoadError, all_candidates, get_cand
 from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_message
 from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
 from ..cases.families import families_for
-from ..cases.plan import bulk_rows_for, plan_bulk_rows
+from ..cases.plan import admitted_fields, bulk_rows_for, plan_bulk_rows
 from ..reports.bundle import prepare_out, write_check_bundle, write_index
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
@@ -172,7 +172,7 @@ class _Plan:
         applied = [f for f in chosen if FAMILIES[f].applies_to(c)]
         dropped = [f for f in chosen if f not in applied]
         groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
-        return _Shape(self, experts, topk, groups, c.has_bias, applied, dropped)
+        return _Shape(self, experts, topk, groups, c.has_bias, applied, dropped, c.admitted_options())
 
     def _captured_shape(self, c) -> "_Shape":
         f = self.captured
@@ -199,6 +199,7 @@ class _Shape:
     bias: bool
     families: list[str]
     dropped: list[str]
+    admitted: dict | None = None  # the contract's admitted call options: the only ones cases draw
     contract: object = None  # captured logits: the contract whose call options (renormalize, scaling) the cases use
 
     def specs(self, bulk_rows: int | None):
@@ -207,12 +208,13 @@ class _Shape:
             return self._captured_specs(bulk_rows)
         if p.replay is not None:
             spec = parse_replay(p.replay, self.experts, self.topk)
-            spec = dataclasses.replace(spec, n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias)
+            spec = dataclasses.replace(spec, n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias,
+                                       **admitted_fields(self.admitted))
             return ([spec], spec.rows) if p.replay_here else ([], 0)
 
         def full():
             return iter_plan(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows,
-                             n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias)  # fmt: skip
+                             n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias, admitted=self.admitted)  # fmt: skip
 
         if p.shard is None:
             return full(), planned_rows(self.families, p.rows)
@@ -277,12 +279,12 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
     against_c = against.candidate if against else None
     if kind not in cand.devices:
         why = f"{cand.name} runs on {'/'.join(cand.devices)}, not on {kind}"
-        return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+        return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
     worker = None
     if should_isolate(isolate, cand, device, against_c):
         if kind == "cuda" and not torch.cuda.is_available():
             why = f"{cand.name} runs on {'/'.join(cand.devices)}, and torch {torch.__version__} sees no GPU on this host"
-            return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+            return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
         worker = target.worker or Worker(target.lookup, timeout=timeout, should_stop=stop)
         target.worker = worker
         try:
@@ -292,7 +294,7 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         except WorkerFailure as failure:
             detail = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
             error = ErrorRecord(kind=failure.kind, case=f"loading {target.lookup}", message=failure.message, traceback=detail)
-            return _not_run(cand, c.name, device, seed=plan.seed, command=command, error=error), None
+            return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, error=error), None
     else:
         ok, why = cand.available(device)
         if ok and against_c is not None:
@@ -306,10 +308,10 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
             caps = [m for m in (cand.max_rows, getattr(against_c, "max_rows", None)) if m]
             call_rows = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=min(caps) if caps else None)
     if not ok:
-        return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+        return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
     if not shape.families:
         why = f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}"
-        return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+        return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
     bulk = plan_bulk_rows(device)
     specs, total = shape.specs(bulk)
     options = {**options, "bulk_rows": bulk, "call_rows": call_rows, "families": shape.families, "experts": shape.experts, "topk": shape.topk,
@@ -390,7 +392,8 @@ def run_checks(
     against_t: Target | None = None
     try:
         if everything:
-            targets = [Target(c, name) for name, c in all_candidates().items() if contract is None or c.serves(_contract_name(contract))]
+            targets = [Target(c, name) for name, c in all_candidates().items()
+                       if (c.in_all and contract is None) or (contract is not None and c.serves(_contract_name(contract)))]
         else:
             targets = [resolve(n, role="--candidate", isolate=isolate, timeout=timeout, stop=stop) for n in names]
         if against:

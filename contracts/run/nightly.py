@@ -147,7 +147,15 @@ def _tool(module: str, attr: str):
 
 
 def _check_record(label: str, folder: Path, bundle: Path, command: str, run: Callable) -> dict:
-    print(f"\n== check {label} ==", flush=True)
+    """One check of the nightly, and one line saying how it ended (printed after it: the check itself prints nothing here)."""
+    record = _run_check_record(folder, bundle, command, run)
+    rows = (record.get("summary") or {}).get("rows_checked")
+    print(f"check {label}: {record['status']}" + (f", {rows:,} rows" if rows is not None else "")
+          + (f" ({record['reason']})" if record.get("reason") else ""), flush=True)  # fmt: skip
+    return record
+
+
+def _run_check_record(folder: Path, bundle: Path, command: str, run: Callable) -> dict:
     record = {"bundle": folder.relative_to(bundle).as_posix(), "command": command}
     try:
         checked = run()
