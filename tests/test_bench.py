@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from contracts.bench import main as bench_main
+from contracts.commands.bench import main as bench_main
 from contracts.commands._common import ExitCode
 from contracts.run import bench
 from contracts.candidates import Candidate, all_candidates, register

@@ -29,7 +29,7 @@ declared, none that it did not see, and never ``validity`` (an answer with a
 repeated or out-of-range expert id is broken, whoever returns it: FlashInfer's
 noaux_tc under ``deepseek-v3`` does, on the ``few_valid`` family, and fails
 there). The CUDA and Triton adapters declare what the H200 runs of
-``benchmarks/h200_matrix.sh`` measured (``reports/baselines/h200-final``:
+``benchmarks/gpu_all.sh matrix`` measured (``reports/baselines/h200-final``:
 ``matrix-k3``, ``matrix-k2``, ``matrix-dsv3``, ``engine-checks``, 20,000 rows
 each).
 """
@@ -125,7 +125,7 @@ ENGINE_DEVIATIONS: dict[str, dict[str, dict[str, str]]] = {
             "renorm_guard": "grouped_topk divides by the raw sum: a zero sum gives NaN weights (families zero_sum, subnormal)",
         },
     },
-    # Measured on the H200 (reports/baselines/h200-final/matrix-k3: benchmarks/h200_matrix.sh k3 20000, each
+    # Measured on the H200 (reports/baselines/h200-final/matrix-k3: benchmarks/gpu_all.sh matrix, 20,000 rows, each
     # candidate against the oracle under aiter at 896/16). sglang-radix stopped at a strided case with a CUDA
     # "misaligned address" error (16,534 rows answered); that error stays an error, it is not declared.
     "sglang-radix": {

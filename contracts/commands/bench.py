@@ -22,7 +22,7 @@ from ._common import ExitCode, UsageError, add_engine_path, make_parser, positiv
 
 __all__ = ["build_parser", "main", "print_summary", "run"]
 
-PROG = "python -m contracts.bench"
+PROG = "python -m contracts bench"
 DEFAULT_M = (1, 8, 64, 256, 1024, 1536, 4096)
 DTYPE_NAMES = ("bf16", "fp32")
 

@@ -2,8 +2,8 @@
 
 Examples::
 
-    python -m contracts.bench --candidate oracle,torch-native
-    python -m contracts.bench --candidate radix4,torch-native,serial,block-argmax,aiter-model --device cuda --out DIR
+    python -m contracts bench --candidate oracle,torch-native
+    python -m contracts bench --candidate radix4,torch-native,serial,block-argmax,aiter-model --device cuda --out DIR
 
 How a figure is taken (``method`` in bench.json says the same):
 
