@@ -12,7 +12,9 @@ and path settings: standard library only); each adapter module
 imported inside the gates and the route, on first use. The gates are the
 adapter's own: ``supported_hardware()`` (the engine's files are found; a GPU
 of the right architecture), ``build()`` (load the torch functions, compile
-a CUDA shim), ``covered(**shape)``.
+a CUDA shim), ``covered(**shape)``. ``bench`` times each through the adapter's bench path
+(``prepare_launch``): the engine's launches per forward, prepared as the
+engine prepares them at load (docs/engines.md, "What bench times").
 
 Every engine candidate runs another project's code, so it is
 ``third_party``: ``check`` and ``matrix`` run it in a worker process by
@@ -237,6 +239,7 @@ def engine_candidate(adapter: Adapter) -> Candidate:
         origin=adapter.module,
         coverage=COVERAGE.get(adapter.name, ""),
         contracts=CONTRACTS[adapter.name],
+        prepare_launch=_lazy(adapter.module, adapter.bench),
     )
 
 

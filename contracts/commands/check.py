@@ -79,7 +79,18 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ap.add_argument("--repeat", type=positive_int("--repeat 3"), default=1, metavar="N",
                     help="call the candidate N times per case (and once from a CUDA graph on GPUs); differences fail the run")  # fmt: skip
     ap.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+    add_logits_arguments(ap)
     return add_engine_path(ap)
+
+
+def add_logits_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--logits FILE [--bias FILE] [--logits-sha256 D]``: captured router logits as the cases (docs/real-traffic.md)."""
+    ap.add_argument("--logits", type=Path, metavar="FILE",
+                    help="check on captured router logits ([tokens, E] or [layers, tokens, E]; .safetensors, .pt or .npy) "
+                         "instead of the synthetic families: every row of every layer")  # fmt: skip
+    ap.add_argument("--bias", type=Path, metavar="FILE", help="with --logits: the correction bias [E] or [layers, E], when the logits file has none")
+    ap.add_argument("--logits-sha256", metavar="HEX", help="with --logits: refuse a file whose SHA-256 does not start with HEX (replay lines pass it)")
+    return ap
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -145,7 +156,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         families = parse_families(args.families)
         shard = parse_shard(args.shard)
-        parse_case_choice(args.replay, args.row, experts=args.experts, topk=args.topk)  # checked now; shaped by the contract later
+        if args.logits is None:  # a captured case's replay id is checked against its file later
+            parse_case_choice(args.replay, args.row, experts=args.experts, topk=args.topk)  # checked now; shaped by the contract later
+        elif args.row is not None and not args.replay:
+            raise OptionError("--row needs --replay FAMILY:FIRST_ROW:ROWS")
     except OptionError as exc:
         raise UsageError(str(exc)) from None
 
@@ -163,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
                 families=families, device=device, experts=args.experts, topk=args.topk, shard=shard, replay=args.replay,
                 isolate=args.isolate, timeout=args.timeout, repeat=args.repeat, out=args.out, force=args.force,
                 progress=not args.quiet and world.writer, command=args.command_line, stop=world.stop, world=world,
+                logits=args.logits, logits_bias=args.bias, logits_sha256=args.logits_sha256,
             )  # fmt: skip
         except (OptionError, BundleError) as exc:
             raise UsageError(str(exc)) from None

@@ -68,6 +68,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S",
                     help="isolated runs: seconds one call may take before the worker is killed (default 60)")  # fmt: skip
     ap.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+    from .check import add_logits_arguments
+
+    add_logits_arguments(ap)
     return add_engine_path(ap)
 
 
@@ -96,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         if not names and split is None:
             raise OptionError("--candidate A,B,... or --split A:B@M0 is required; e.g. --candidate oracle,torch-native")
         families = parse_families(args.families)
-        parse_case_choice(args.replay, args.row, experts=args.experts, topk=args.topk)  # checked now; shaped by the contract later
+        if args.logits is None:  # a captured case's replay id is checked against its file later
+            parse_case_choice(args.replay, args.row, experts=args.experts, topk=args.topk)  # checked now; shaped by the contract later
     except OptionError as exc:
         raise UsageError(str(exc)) from None
     device = _check_device(args.device)
@@ -112,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
                 names, contract=args.contract, split=split, rows=args.rows, seed=args.seed, families=families, device=device,
                 experts=args.experts, topk=args.topk, replay=args.replay, show_row=args.row, isolate=args.isolate,
                 timeout=args.timeout, out=args.out, force=args.force, progress=not args.quiet, command=args.command_line, stop=stop,
+                logits=args.logits, logits_bias=args.bias, logits_sha256=args.logits_sha256,
             )  # fmt: skip
         except OptionError as exc:
             raise UsageError(str(exc)) from None
