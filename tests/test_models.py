@@ -118,7 +118,8 @@ def test_options_a_contract_does_not_admit_are_bad_input_not_a_mismatch():
     ("divided_by_k", "qwen3-next", "scaling", 200),
 ])  # fmt: skip
 def test_planted_defects_in_the_models_routers_fail_with_their_clause(tmp_path, route, contract, clause, rows):
-    code, s = _check(tmp_path, f"{PLANTED}:{route}", "--contract", contract, "--families", "random_fp32,random_bf16", rows=rows)
+    # fp32 logits: several of these routers cast their weights to bf16 logits' dtype, which is a clause of its own
+    code, s = _check(tmp_path, f"{PLANTED}:{route}", "--contract", contract, "--families", "random_fp32", rows=rows)
     assert code == 1 and s["status"] == "fail", s["clauses"]
     assert max(s["clauses"], key=s["clauses"].get) == clause, s["clauses"]
 
