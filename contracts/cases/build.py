@@ -54,7 +54,12 @@ class Case:
 
 def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     """The inputs of ``spec`` placed on ``device``: a coverage case is drawn on the CPU (the same bits on
-    every machine), a bulk case on ``device`` itself (the same bits on every machine of that device kind)."""
+    every machine), a bulk case on ``device`` itself (the same bits on every machine of that device kind).
+    A captured case (``spec.source``) reads its rows from the logits file."""
+    if spec.source:
+        from .captured import build_captured
+
+        return build_captured(spec, device)
     family = FAMILIES[spec.family]
     gen = torch.Generator(device=device if spec.bulk else "cpu").manual_seed(spec.case_seed)
     on = {"generator": gen, "device": gen.device}

@@ -43,6 +43,7 @@ class CaseSpec:
     # The call options the contract admits (``oracle.Contract.admitted_options``): build_case draws only these.
     renormalize_options: tuple[bool, ...] = (True, False)
     scaling_options: tuple[float, ...] | None = None  # None: any (the usual factors are drawn)
+    source: str = ""  # captured logits: the file and layer the rows come from (``contracts.cases.captured``); "" = a family's maker
 
     @property
     def replay_id(self) -> str:

@@ -21,7 +21,7 @@ import types
 import torch
 from torch import nn
 
-from . import MIN_TRANSFORMERS, Router
+from ._table import MIN_TRANSFORMERS, Router
 
 _LOCK = threading.Lock()  # _fed swaps a module global: one call at a time
 
