@@ -146,7 +146,12 @@ def _apply_engine_path(args: argparse.Namespace) -> None:
 
 # The built-in contracts' names, so that a misspelled --contract is refused before ``oracle`` (and torch, seconds
 # on a loaded machine) is imported; tests/test_bad_input.py checks that it is oracle.BUILTIN_CONTRACTS' keys.
-BUILTIN_CONTRACT_NAMES = ("aiter", "deepseek-v3", "deepseek-v3-reference", "gpt-oss", "mixtral", "qwen3-moe", "serial")
+BUILTIN_CONTRACT_NAMES = (
+    "aiter", "dbrx", "deepseek-v2", "deepseek-v3", "deepseek-v3-reference", "deepseek-v4", "deepseek-v4-flash",
+    "dots1", "ernie4.5", "gemma4", "glm4-moe", "gpt-oss", "granite-moe", "hunyuan-moe", "jamba", "kimi-k2",
+    "llama4", "longcat-flash", "minimax-m2", "mistral4", "mixtral", "olmoe", "qwen2-moe", "qwen3-moe",
+    "qwen3-next", "serial",
+)
 
 
 def _nearest(name: str, choices) -> str:
