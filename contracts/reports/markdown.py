@@ -9,7 +9,7 @@ from __future__ import annotations
 from .schema import CheckResult, RowDetail, Status
 from .text import clean
 
-__all__ = ["md_table", "render_markdown", "side_by_side"]
+__all__ = ["md_table", "option_rows", "render_markdown", "side_by_side"]
 
 
 def md_table(rows: list[dict]) -> str:
@@ -21,6 +21,16 @@ def md_table(rows: list[dict]) -> str:
     for row in rows:
         lines.append("| " + " | ".join(clean(row[c]).replace("|", "\\|") for c in cols) + " |")
     return "\n".join(lines) + "\n"
+
+
+def option_rows(s) -> list[dict]:
+    """``Summary.by_option`` as table rows: each option's values, their rows and unexpected mismatches by clause."""
+    return [
+        {"option": option, "value": value, "rows": f"{c.rows:,}", "mismatched": f"{c.mismatched_rows:,}",
+         "clauses": ", ".join(f"{k}: {v:,}" for k, v in c.clauses.items() if v)}
+        for option, values in s.by_option.items()
+        for value, c in values.items()
+    ]  # fmt: skip
 
 
 def _fmt(value) -> str:
@@ -124,6 +134,9 @@ def render_markdown(result: CheckResult) -> str:
             {"clause": k, "rows": _declared_rows(v), "observed": "yes" if v.observed else "NO (no longer happens?)", "why": v.reason}
             for k, v in s.expected_deviations.items()
         ]))  # fmt: skip
+    if s.by_option:
+        out.append("\n## Mismatched rows by call option (exact counts)\n")
+        out.append(md_table(option_rows(s)))
     out.append("\n## Families\n")
     out.append(md_table([
         {

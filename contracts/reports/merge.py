@@ -29,6 +29,7 @@ from .schema import (
     DeclaredDeviation,
     Determinism,
     FamilyCounts,
+    OptionCounts,
     RowDetail,
     Status,
     Summary,
@@ -138,6 +139,17 @@ def sum_summaries(parts: list[Summary], base: Summary) -> Summary:
                 for name, n in getattr(f, key).items():
                     _add(getattr(into, key), name, n)
     merged.clauses, merged.clauses_broken, merged.families = clauses, broken, families
+    by_option: dict[str, dict[str, OptionCounts]] = {}
+    for s in parts:
+        for option, values in s.by_option.items():
+            for value, c in values.items():
+                into = by_option.setdefault(option, {}).setdefault(value, OptionCounts())
+                into.rows += c.rows
+                into.mismatched_rows += c.mismatched_rows
+                for clause, n in c.clauses.items():
+                    _add(into.clauses, clause, n)
+    # a part that checked rows without counting them by option (an older bundle): the split would be short, so none
+    merged.by_option = {} if any(s.rows_checked and not s.by_option for s in parts) else by_option
     deviations: dict[str, DeclaredDeviation] = {}
     for s in parts:
         for clause, d in s.expected_deviations.items():

@@ -38,6 +38,7 @@ __all__ = [
     "MatrixPair",
     "MatrixReport",
     "NightlyEnvelope",
+    "OptionCounts",
     "PairExample",
     "PairFamily",
     "RecordError",
@@ -134,6 +135,16 @@ class FamilyCounts:
     expected_clauses: dict[str, int] = field(default_factory=dict)
     skip_reasons: dict[str, int] = field(default_factory=dict)
     rows_raised: int = 0  # v2: rows of cases on which the candidate raised
+
+
+@dataclass
+class OptionCounts:
+    """The rows of one value of one call option (``Summary.by_option``): checked, and unexpectedly mismatched by
+    primary clause. Exact at any ``--rows``: counted case by case, while the mismatch cells are a capped sample."""
+
+    rows: int = 0
+    mismatched_rows: int = 0
+    clauses: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -234,6 +245,8 @@ class Summary:
     diagnosis: list[dict] | None = None
     files: dict[str, str] = field(default_factory=dict)  # bundle file -> sha256, written with the bundle
     replay_target: ReplayTarget | None = None  # v2: how replay lines name the candidates (display names may be unknown to the registry)
+    # v2: option (renormalize, routed_scaling_factor, dtypes, batch_size) -> its value as text -> counts
+    by_option: dict[str, dict[str, OptionCounts]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:

@@ -84,7 +84,7 @@ def check_candidate(
     tally = Tally(
         candidate=candidate.name, contract=c.name, clause_names=tuple(map(str, c.clause_names)), device=device,
         deviations={} if against is not None else candidate.deviations(contract), replay=replay,
-        against=against_name, exact=exact, repeat=repeat, max_cells=max_cells,
+        against=against_name, exact=exact, repeat=repeat, max_cells=max_cells, call_rows=call_rows,
     )  # fmt: skip
     step = _Step(candidate, against, c, contract, device, exact, tally, should_stop, call_rows)
     loop = _pipelined if worker is not None else _in_process
