@@ -23,6 +23,7 @@ from pathlib import Path
 from .bundle import BundleError, open_check, write_check_bundle, write_index
 from .cells import CellKeeper
 from .schema import (
+    INT64_MAX,
     CELL_COLUMNS,
     AgainstSides,
     CheckResult,
@@ -196,6 +197,9 @@ def merge_summaries(summaries: list[Summary], *, sources: list[str] | None = Non
         return dataclasses.replace(first, shard=None, merged_shards=None, command=unsharded_command(first.command))
     merged_shards = _check_shards(ran, [src for src, s in zip(sources, summaries) if s in ran], allow_partial)
     merged = sum_summaries(ran, ran[0])
+    for key in _SUMMED:
+        if getattr(merged, key) > INT64_MAX:
+            raise MergeError(f"the shards' {key} add up to {getattr(merged, key):,}, past the largest count a bundle holds ({INT64_MAX:,})")
     merged.shard = None
     merged.reason = None
     merged.command = unsharded_command(first.command)
