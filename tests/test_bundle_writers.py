@@ -150,3 +150,16 @@ def test_a_whole_multi_candidate_bundle_still_reads_and_fails(multi, tmp_path, c
     assert report_main(["junit", str(multi / "multi"), "-o", str(tmp_path / "junit.xml")]) == 0
     suites = ET.parse(tmp_path / "junit.xml").getroot()
     assert int(suites.get("failures")) >= 1
+
+
+def test_index_md_links_each_candidate_report_and_fits_120_columns(multi):
+    """Issue 33: index.md was a 342-column table with a right-aligned note and no link to the reports."""
+    import re
+    from urllib.parse import unquote
+
+    text = (multi / "multi" / "index.md").read_text()
+    links = re.findall(r"^- \[([^\]]+)\]\(([^)]+)\): (PASS|FAIL)$", text, flags=re.M)
+    assert {name for name, _, _ in links} == {"oracle", FAILING} and ("oracle", "oracle/report.html", "PASS") in links
+    for _, target, _ in links:
+        assert (multi / "multi" / unquote(target)).is_file()
+    assert max(len(line) for line in text.splitlines()) <= 120

@@ -523,8 +523,23 @@ def write_index(root: Path, summaries: list[Summary], *, command: str, interrupt
     if merged_shards is not None:
         doc["merged_shards"] = merged_shards
     write_json(Path(root) / INDEX, doc)
-    write_text(Path(root) / "index.md", "# Check index\n\n```\n" + (verdict_table(summaries) if summaries else "(nothing ran)") + "\n```\n")
+    links = "".join(f"- [{_md_text(s.label)}]({_md_link(s, Path(root))}): {s.status.word}\n" for s in summaries if s.bundle)
+    write_text(Path(root) / "index.md", "# Check index\n\n```\n" + (verdict_table(summaries) if summaries else "(nothing ran)") + "\n```\n"
+               + (f"\nReports:\n\n{links}" if links else ""))
     return Path(root) / INDEX
+
+
+def _md_text(text: str) -> str:
+    from .text import clean
+
+    return clean(text).replace("[", "\\[").replace("]", "\\]")
+
+
+def _md_link(s: Summary, root: Path) -> str:
+    """The relative link from ``index.md`` to a candidate's ``report.html`` (its folder's name, URL-quoted)."""
+    from urllib.parse import quote
+
+    return quote(f"{Path(s.bundle).name}/report.html")
 
 
 def write_matrix_bundle(target: Path, report: MatrixReport) -> Path:

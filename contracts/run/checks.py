@@ -261,7 +261,7 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
             command=command, progress=bar, repeat=repeat, worker=worker, should_stop=stop, options=options, call_rows=call_rows,
             lookup=target.lookup, against_lookup=against.lookup if against else None,
         )  # fmt: skip
-        bar.close(result.summary.status.word)
+        bar.close(result.summary.status.word, summary=result.summary)
     if shape.dropped:
         result.summary.notes.append(f"families that do not apply to contract {c.name} were left out: {', '.join(shape.dropped)}")
     return result, None
