@@ -51,7 +51,7 @@ from markupsafe import Markup
 
 from ._atomic import write_text
 from .schema import CheckResult, FamilyCounts, RowDetail, Status, Summary
-from .text import clean
+from .text import CELLS_NOTE, HUGE_ULP, clean, tie_group_matters, ulp_meaning
 
 __all__ = ["render_bundle_html", "render_html", "ulp_distance", "write_html"]
 
@@ -309,13 +309,14 @@ def slots(d: RowDetail) -> list[Slot]:
         return seq[j] if j < len(seq) else None
 
     out = []
+    near = d.verdict == "near_tie"  # ids swapped within the near-tie bound: not an error, styled apart
     for j in range(k):
         ei, ai, ew, aw = at(exp_ids, j), at(act_ids, j), at(exp_w, j), at(act_w, j)
-        differs = "diff" if ei != ai else ""
+        differs = ("near" if near else "diff") if ei != ai else ""
         mark = ""
         if j == cutoff:
             mark = "cutoff (slot topk-1)"
-            if d.tie_group_size and d.tie_group_size > 1:
+            if d.tie_group_size and d.tie_group_size > 1 and tie_group_matters(d.clause, d.verdict):
                 mark += f": tie group of {d.tie_group_size}" + (" straddles it" if d.straddles_cutoff else "")
         out.append(Slot(
             index=j, expected_id=ei, actual_id=ai, expected_weight=ew, actual_weight=aw,
@@ -414,8 +415,10 @@ def _bench_view(bench: dict | None, png: bytes | None) -> BenchView | None:
 
 
 def _find_bench(bundle_dir: Path | None, bench_dir: Path | None) -> tuple[dict | None, bytes | None]:
+    from .bundle import read_json  # the one reader of bundle JSON (imported here: bundle.py imports this module)
+
     for where in [Path(p) for p in (bench_dir, bundle_dir) if p is not None]:
-        data = json.loads((where / "bench.json").read_text(encoding="utf-8")) if (where / "bench.json").is_file() else None
+        data = read_json(where / "bench.json") if (where / "bench.json").is_file() else None
         png = (where / "bench.png").read_bytes() if (where / "bench.png").is_file() else None
         if data is not None or png is not None:
             return data, png
@@ -477,6 +480,11 @@ def render_html(result: CheckResult, *, bench: dict | None = None, bench_png: by
         environment=_environment_items(s),
         slots=slots,
         next_id=_Ids(),
+        tie_group_matters=tie_group_matters,
+        ulp_meaning=ulp_meaning(s.max_weight_ulp),
+        huge_ulp=s.max_weight_ulp >= HUGE_ULP,
+        cells_note=next((n for n in s.notes if n.startswith(CELLS_NOTE)), None),
+        cells_note_prefix=CELLS_NOTE,
         examples_open=EXAMPLES_OPEN_PER_CLAUSE,
         verdict_tag=_VERDICT_TAG,
         not_recorded=NOT_RECORDED,
