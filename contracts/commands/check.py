@@ -173,6 +173,9 @@ def _report(args: argparse.Namespace, checked, stop) -> int:
         for s in checked.summaries:
             for note in s.notes:
                 print(f"note: {clean(s.label)}: {clean(note)}")
+            for d in s.diagnosis or ():  # a built-in contract the candidate matches better than the one checked
+                if isinstance(d, dict) and d.get("kind") == "contract":
+                    print(f"hint: {clean(s.label)}: {clean(d.get('text', ''))}")
     print(f"bundle: {checked.out}")
     if args.replay and args.row is not None:
         _print_row(checked.results, args.row)

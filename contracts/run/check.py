@@ -98,7 +98,7 @@ def check_candidate(
     result.summary.notes += [n for n in tally.run_notes if n not in result.summary.notes]
     result.summary.replay_target = target
     if result.summary.mismatched_rows and not tally.interrupted:
-        result.summary.diagnosis = tally.diagnosis(c)
+        result.summary.diagnosis = tally.diagnosis(c, command)
     return result
 
 

@@ -152,7 +152,8 @@ class Tally:
     def compared(self, case: Case, outcome: CaseOutcome, *, oracle_side=None, message: str | None = None, actual=None) -> None:
         spec = case.spec
         if actual is not None and outcome.mismatched is not None and not self.sample.full and not isinstance(actual, str):
-            self.sample.add(case, outcome.mismatched, actual[0], actual[1], outcome.mismatched_primary)
+            key = (spec.family, *call_options(case, self.call_rows).values())  # the sample spreads over these
+            self.sample.add(case, outcome.mismatched, actual[0], actual[1], outcome.mismatched_primary, key)
         f = self.family(spec)
         f.rows += spec.rows
         self._count_options(case, outcome)
@@ -277,14 +278,15 @@ class Tally:
         self.determinism.notes.extend(n for n in notes if n not in self.determinism.notes)
 
     # ---------------------------------------------------------------- the record
-    def diagnosis(self, contract) -> list[dict] | None:
-        """Which single-field variants of the contract explain the mismatched rows (None when nothing mismatched)."""
+    def diagnosis(self, contract, command: str = "") -> list[dict] | None:
+        """Which single-field variants of the contract explain the mismatched rows (None when nothing mismatched);
+        declared deviations left out; ``command``: the check's, for the line that checks a better built-in contract."""
         from ..compare.diagnosis import diagnose
 
         if not self.sample.rows or self.against is not None:
             return None
         with self.timed("diagnosis", self.sample.rows):
-            return diagnose(self.sample, contract)
+            return diagnose(self.sample, contract, declared=frozenset(self.deviations), command=command)
 
     def result(self, *, seed: int, command: str, isolated: bool, options: dict | None = None) -> CheckResult:
         elapsed = time.perf_counter() - self.started
