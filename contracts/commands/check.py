@@ -143,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
     from ..run.signals import StopSignals
 
     check_contract(args.contract)
+    if args.replay and args.row is not None and not args.against:
+        return _replay_one_row(args, names)
 
     def check(world) -> int:  # once, or on every rank of a torchrun world (rank 0 writes and prints)
         device = _check_device(args.device, world.world_size)
@@ -162,6 +164,48 @@ def run(args: argparse.Namespace) -> int:
 
     with StopSignals() as stop:
         return ranked(check, stop=stop)
+
+
+def _replay_one_row(args: argparse.Namespace, names: list[str]) -> int:
+    """``--replay ID --row N``: route the case once, compare only row N, print it side by side; no bundle."""
+    import dataclasses
+
+    import oracle
+
+    from ..candidates.registry import CandidateLoadError, get_candidate
+    from ..reports.markdown import side_by_side
+    from ..reports.text import clean
+    from ..run.checks import device_for
+    from ..run.options import OptionError, parse_replay
+    from ..run.replay import replay_row
+
+    if len(names) != 1:
+        raise UsageError(f"--row replays one row of one candidate; give one --candidate, not {len(names)}")
+    try:
+        cand = get_candidate(names[0])
+    except CandidateLoadError as exc:
+        raise UsageError(str(exc)) from None
+    contract = args.contract or cand.contract
+    c = oracle.get_contract(contract)
+    experts, topk = args.experts or c.experts, args.topk or c.topk
+    try:
+        spec = parse_replay(args.replay, experts, topk)
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+    groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
+    spec = dataclasses.replace(spec, n_group=groups[0], topk_group=groups[1], bias=c.has_bias)
+    device = _check_device(args.device) or device_for(cand, None)
+    try:
+        done = replay_row(cand, contract, device, spec, args.row)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    d = done.detail
+    what = f"{d.clause} ({d.verdict})" if d.clause else d.verdict
+    print(f"row {args.row}: {what}: {clean(d.reason)}  [{clean(cand.name)}, contract {c.name}, case {spec.replay_id}]")
+    if d.expected_ids is not None:
+        print(side_by_side(d).strip("`\n"))
+    print("(the case was routed as the check routed it, in one call of its rows; only this row was compared; no bundle written)")
+    return ExitCode.FAILED if done.failed else ExitCode.OK
 
 
 def _report(args: argparse.Namespace, checked, stop) -> int:

@@ -49,6 +49,8 @@ def side_by_side(d: RowDetail) -> str:
     for j in range(max(len(e), len(a))):
         differs = j >= len(e) or j >= len(a) or e[j] != a[j]
         mark = ("  ~ near tie" if d.verdict == "near_tie" else "  <-") if differs else ""
+        if j == len(e) - 1:
+            mark += "  (cutoff: slot topk-1)"
         lines.append(f"{j:>4} {at(e, j):>7} {at(a, j):>7} {at(we, j):>15} {at(wa, j):>15}{mark}")
     return "```\n" + "\n".join(lines) + "\n```\n"
 
