@@ -197,8 +197,8 @@ def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "
                        "text": f"matches {c.name} with {labels} on {_pct(matched, total)} of the mismatched rows "
                                f"({matched:,} of {total:,} sampled across {_groups(len(sample.buckets))})"})  # fmt: skip
     better = _better_builtin(parts, c, total, best[1] if best else 0, command)
-    if better is not None:
-        out.insert(0, better)
+    if better is not None:  # after the combination (what the router is), before the single variants
+        out.insert(1 if best is not None else 0, better)
     return out
 
 
