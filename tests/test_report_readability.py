@@ -56,3 +56,15 @@ def test_each_clause_row_is_shaded_failing_only_with_rows():
     table = page.split('id="clause-table"', 1)[1].split("</table>", 1)[0]
     rows = {r.split('<td class="mono">', 1)[1].split("<", 1)[0]: r for r in table.split("<tr")[2:]}
     assert 'class="failing"' in rows["selection"] and 'class="failing"' not in rows["weight_accuracy"]
+
+
+def test_a_declared_weight_accuracy_seen_only_within_tolerance_is_not_shaded_as_a_problem():
+    from contracts.reports.schema import DeclaredDeviation
+
+    s = _summary(clauses={"selection": 0, "weight_accuracy": 0},
+                 expected_deviations={"weight_accuracy": DeclaredDeviation("ULP-level", rows=0, observed=True, inexact_rows=765)})  # fmt: skip
+    page = render_html(CheckResult(s, None, []))
+    table = page.split('id="clause-table"', 1)[1].split("</table>", 1)[0]
+    row = next(r for r in table.split("<tr")[2:] if "weight_accuracy" in r)
+    assert 'class="failing"' not in row and "tag declared" not in row and "within tolerance</span>" in row
+    assert "765 rows within tolerance, not bit-exact" in row

@@ -236,9 +236,14 @@ class ClauseRow:
 
     @property
     def state(self) -> str:
+        """fail (unexpected rows), declared (a declared deviation seen beyond tolerance), inexact (a declared
+        weight_accuracy seen only as weights within tolerance but not bit-exact: nothing failed), or ok."""
         if self.unexpected or self.broken:
             return "fail"
-        return "declared" if self.deviation is not None and self.deviation.seen else "ok"
+        d = self.deviation
+        if d is not None and d.seen:
+            return "inexact" if not d.rows and not d.showing and d.inexact else "declared"
+        return "ok"
 
 
 @dataclass(frozen=True)
