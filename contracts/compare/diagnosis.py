@@ -188,7 +188,7 @@ def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "
             scored.append(s)
     scored.sort(key=lambda s: (-s.explained, -s.matched))
     out = [_variant_entry(s, scored, parts, base, total) for s in scored]
-    best = _combine(parts, c, [s.variant for s in scored], mask, total)
+    best = _combine(parts, c, [s.variant for s in scored], mask, total, first={id(s.variant): s.matched for s in scored})
     if best is not None:
         chosen, matched = best
         labels = " and ".join(_label(v, parts, base) for v in chosen)
@@ -262,17 +262,18 @@ def _matched(parts: list[_Part], contract, mask: torch.Tensor) -> int:
     return sum(int((~_broken(p, contract, mask).any(1)).sum()) for p in parts)
 
 
-def _combine(parts: list[_Part], c, ranked: list, mask: torch.Tensor, total: int) -> tuple[list, int] | None:
-    """Greedily add variants while the rows matching entirely grow (fields already set are not changed twice)."""
+def _combine(parts: list[_Part], c, ranked: list, mask: torch.Tensor, total: int, first: dict | None = None) -> tuple[list, int] | None:
+    """Greedily add variants while the rows matching entirely grow (fields already set are not changed twice);
+    ``first``: each variant's rows matched alone, already counted (the first round routes nothing again)."""
     chosen, matched, contract = [], 0, c
-    for _ in range(MAX_COMBINED):
+    for round_ in range(MAX_COMBINED):
         best = None
         for v in ranked:
             if any(v.field == w.field for w in chosen):
                 continue
             try:
                 trial = contract.replace(name=c.name, **{v.field: v.value})
-                m = _matched(parts, trial, mask)
+                m = first[id(v)] if round_ == 0 and first is not None and id(v) in first else _matched(parts, trial, mask)
             except (ValueError, RuntimeError):
                 continue
             if m > matched and (best is None or m > best[1]):
