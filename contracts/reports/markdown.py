@@ -91,7 +91,7 @@ def render_markdown(result: CheckResult) -> str:
         f"- unexpected mismatched rows: **{s.mismatched_rows:,}**; near ties (not failures, docs/contracts.md): {s.near_tie_rows:,}; "
         f"declared deviations seen: {s.expected_deviation_rows:,}\n"
         f"- weights: {s.exact_rows:,} rows bit-exact, {s.within_tolerance_rows:,} within tolerance; "
-        f"max weight distance on equal ids {s.max_weight_ulp:g} fp32 ULP ({ulp_meaning(s.max_weight_ulp)})\n"
+        f"max weight distance on equal ids {s.max_weight_ulp:g} fp32 ULP: {ulp_meaning(s.max_weight_ulp)}\n"
         f"- device: {s.device} ({(s.environment or {}).get('device_name', '')}); seed {s.seed}\n"
     )
     skips = {}
