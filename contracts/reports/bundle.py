@@ -327,7 +327,7 @@ LOCK_SUFFIX = ".contracts-lock"
 def _harness_made(path: Path) -> bool:
     """A file or folder the harness wrote: a bundle file, our lock, a temporary folder of ours, or a folder of only those."""
     name = path.name
-    if name.startswith(".") and (".new-" in name or ".old-" in name or name.endswith(LOCK_SUFFIX)):
+    if name.startswith(".") and (".new-" in name or ".old-" in name):
         return True
     if path.is_symlink():
         return False
@@ -342,19 +342,25 @@ _HELD: dict[str, int] = {}  # lock file path -> the descriptor whose flock makes
 
 
 def lock_path(out: Path) -> Path:
-    """The lock file of ``out``: beside it, so that a bundle folder holds only the bundle and its swap keeps the lock."""
-    return out.parent / f".{out.name}{LOCK_SUFFIX}"
+    """The lock file of ``out``: in the temporary folder, named by the hash of its real path, so that no bundle
+    (and no folder above one: a nightly's, an upload's) ever holds a file of the lock."""
+    import hashlib as _hashlib
+
+    real = os.path.realpath(os.path.abspath(out))
+    folder = Path(tempfile.gettempdir()) / f"router-contracts-locks-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / (_hashlib.sha256(real.encode()).hexdigest()[:32] + LOCK_SUFFIX)
 
 
 def _lock(out: Path, what: str) -> None:
     """Make this process the one writer of ``out``: an exclusive ``flock`` on ``lock_path(out)``, held until the
     process ends (the kernel drops it then, on a crash too: a lock file left behind is never stale; a clean exit
-    removes it). A second process gets a one-line refusal naming the writer; this process may write ``out`` again
+    removes it). Writers of one machine and user see each other (an flock on a network file system is not relied on). A second process gets a one-line refusal naming the writer; this process may write ``out`` again
     (sequential runs of one process are one writer)."""
     import atexit
     import fcntl
 
-    path = lock_path(Path(os.path.abspath(out)))
+    path = lock_path(out)
     key = str(path)
     if key in _HELD:
         return
@@ -378,7 +384,7 @@ def _lock(out: Path, what: str) -> None:
     else:
         raise BundleError(f"{what} {out}: its lock file {path} keeps changing; choose another directory")
     os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()}".encode())
+    os.write(fd, f"pid {os.getpid()}, writing {os.path.realpath(out)}".encode())
     _HELD[key] = fd
     atexit.register(_unlock, key)
 

@@ -258,7 +258,7 @@ def read_remote_json(url: str, *, storage_options: dict | None = None):
     return _read_json(fs, path)
 
 
-def download_bundle(url: str, dest: str | Path, *, storage_options: dict | None = None, suffixes=None) -> Path:
+def download_bundle(url: str, dest: str | Path, *, storage_options: dict | None = None, suffixes=(".json",)) -> Path:
     """Copy the files of a remote bundle whose names end in ``suffixes`` (all if None) to ``dest``."""
     fs, root = _fs(url, storage_options)
     root = root.rstrip("/")
