@@ -80,3 +80,24 @@ def test_mixtral_renormalizing_against_the_flag_is_named_as_such():
     assert any("renormalized over the k chosen although renormalize=False" in t for t in texts), texts
     assert not any(t.startswith("with the softmax taken over the k chosen logits only") for t in texts), texts
     assert not any("wave64" in t for t in texts)
+
+
+def test_variants_giving_the_same_answer_on_every_row_seen_are_said_to_be_indistinguishable():
+    from contracts.compare.diagnosis import _Part, _Scored, _variant_entry
+    from contracts.compare.expected import expected_for
+
+    case = build_case(next(iter(iter_plan(["random_fp32"], 20, 3, 896, 16))))  # no NaN: the NaN rules cannot differ
+    c = oracle.get_contract("aiter")
+    by_field = {(v.field, v.value): v for v in oracle.variants(c, logits_dtype=torch.float32)}
+    first, never, lowest = by_field[("nan_rule", "first")], by_field[("nan_rule", "never")], by_field[("tie_rule", "lowest")]
+    rows = case.spec.rows
+    mask = torch.ones(rows, dtype=torch.bool)
+    part = _Part(case, torch.zeros(rows, 16), torch.zeros(rows, 16, dtype=torch.int32), torch.zeros(rows, dtype=torch.long))
+
+    def scored(v, explained=rows):
+        return _Scored(v, explained, explained, mask, [expected_for(case, v.contract)])
+
+    a, b, other = scored(first), scored(never), scored(lowest, explained=rows - 1)
+    entry = _variant_entry(a, [a, b, other], [part], [expected_for(case, c)], rows)
+    assert entry["indistinguishable_from"] == [never.label]
+    assert "cannot tell it apart from: " + never.label in entry["text"]
