@@ -117,7 +117,7 @@ def test_search_replay_lines_keep_the_pythonpath_as_check_lines_do(tmp_path, mon
     (src / "outside_search_mod.py").write_text(ROUTER)
     monkeypatch.syspath_prepend(str(src))
     line = replay_command(tmp_path / "minimal.pt", "outside_search_mod:cand", "aiter")
-    assert line.startswith(f"PYTHONPATH={shlex.quote(str(src))} python -m contracts.search --replay ")
+    assert line.startswith(f"PYTHONPATH={shlex.quote(str(src))} python -m contracts search --replay ")
     assert not replay_command(tmp_path / "minimal.pt", "oracle").startswith("PYTHONPATH")
 
 

@@ -250,6 +250,7 @@ class Summary:
     replay_target: ReplayTarget | None = None  # v2: how replay lines name the candidates (display names may be unknown to the registry)
     # v2: option (renormalize, routed_scaling_factor, dtypes, batch_size) -> its value as text -> counts
     by_option: dict[str, dict[str, OptionCounts]] = field(default_factory=dict)
+    expert_load: dict | None = None  # captured logits (--logits): per layer, the oracle's expert counts and the candidate's difference
 
     @property
     def label(self) -> str:

@@ -109,16 +109,23 @@ def replay_command(
         parts += ["--experts", str(spec.experts), "--topk", str(spec.topk)]
     if repeat > 1:
         parts += ["--repeat", str(repeat)]
+    comment = ""
+    if getattr(spec, "source", ""):  # captured logits: the file, its digest, and (in a comment) the token the row is
+        from ..cases.captured import replay_args
+
+        extra, comment = replay_args(spec, row)
+        parts += extra
     parts += ["--replay", spec.replay_id]
     if row is not None:
         parts += ["--row", str(row)]
-    return command_line(parts, pythonpath)
+    return command_line(parts, pythonpath, comment)
 
 
-def command_line(parts: list[str], pythonpath: str | None = None) -> str:
-    """The one builder of every printed replay line (check, search): the words quoted, led by the PYTHONPATH the
-    run needed (``replay_pythonpath``) so that the line replays when pasted anywhere."""
-    line = shlex.join(parts)
+def command_line(parts: list[str], pythonpath: str | None = None, comment: str = "") -> str:
+    """The one builder of every printed replay line (check, search): the words quoted (and a trailing comment, e.g. a
+    captured row's token), led by the PYTHONPATH the run needed (``replay_pythonpath``) so that the line replays
+    when pasted anywhere."""
+    line = shlex.join(parts) + comment
     return f"PYTHONPATH={shlex.quote(pythonpath)} {line}" if pythonpath else line
 
 
