@@ -19,7 +19,7 @@ import pytest
 
 from contracts.check import main as check_main
 from contracts.commands.report import main as report_main
-from contracts.diff import main as diff_main
+from contracts.commands.diff import main as diff_main
 from contracts.reports.bundle import BundleExistsError, lock_path, prepare_out
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from contracts import nightly
+from contracts.commands import nightly
 from tests.broken_candidates import _route
 from tests.test_upload import s3_server  # noqa: F401 -- the moto server fixture
 
