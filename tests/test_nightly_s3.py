@@ -25,7 +25,7 @@ def breaks_when_told(scores, bias, topk, renormalize, rsf):
 
 def _night(out):
     return nightly.main(["--out", str(out), "--rows", "300", "--candidates", "tests.test_nightly_s3:breaks_when_told",
-                         "--upload", "s3://nightly/router", "--compare-previous", "--no-probe", "--no-bench"])  # fmt: skip
+                         "--upload", "s3://nightly-gate/router", "--compare-previous", "--no-probe", "--no-bench"])  # fmt: skip
 
 
 # Two nightly runs (each a check of 300+ rows in a worker, an upload and a download): ~20 s on a loaded 2-core machine.
@@ -40,7 +40,7 @@ def test_a_pass_to_fail_night_on_s3_exits_1(tmp_path, s3_server, monkeypatch):  
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)  # botocore reads it when a client is made
     monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3_server})  # fsspec read its FSSPEC_S3_* at import
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
-    boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket="nightly")
+    boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket="nightly-gate")  # its own bucket: moto keeps buckets across the servers of one process
     out = tmp_path / "n"
     monkeypatch.delenv(BROKEN, raising=False)
     assert _night(out) == 0
