@@ -38,7 +38,6 @@ __all__ = ["CONTRACT_OF_MODEL_TYPE", "CaptureError", "Captured", "capture", "loa
 CONTRACT_OF_MODEL_TYPE = {
     "deepseek_v3": "deepseek-v3-reference",  # the model code masks dropped groups with 0.0
     "qwen3_moe": "qwen3-moe",
-    "qwen2_moe": "qwen3-moe",
     "mixtral": "mixtral",
     "gpt_oss": "gpt-oss",
 }
