@@ -105,9 +105,14 @@ def test_a_failing_run_into_an_out_holding_a_pass_bundle_is_refused_then_replace
     _one_line_error(capsys, "--out", "already holds a bundle", "--force")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # untouched
 
+    # issue 32 item 11: --force replaces the harness's own files only; a file it did not write stops it
     (out / "stale-note.txt").write_text("left from the earlier run")
+    assert _check(out, candidate, "--families", "all_equal", "--force") == 2
+    _one_line_error(capsys, "--out", "did not write (stale-note.txt)")
+    assert (out / "stale-note.txt").exists() and _summary(out)["status"] == "pass"
+    (out / "stale-note.txt").unlink()
     assert _check(out, candidate, "--families", "all_equal", "--force") == 1
-    assert not (out / "stale-note.txt").exists() and _summary(out)["status"] == "fail"
+    assert _summary(out)["status"] == "fail"
     open_check(out)  # every part is the new run's
     capsys.readouterr()
     assert diff_main([str(old), str(out)]) == 1

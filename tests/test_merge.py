@@ -10,7 +10,7 @@ from contracts.commands import merge
 
 ROWS, SEED = 900, 3
 COUNTS = ("status", "rows_checked", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_deviation_rows",
-          "exact_rows", "within_tolerance_rows", "max_weight_ulp", "clauses", "families", "expected_deviations", "cells_recorded")  # fmt: skip
+          "exact_rows", "within_tolerance_rows", "max_weight_ulp", "clauses", "families", "expected_deviations", "cells_recorded", "by_option")  # fmt: skip
 
 
 def _check(out, *extra, candidate="torch-native"):
@@ -67,6 +67,47 @@ def test_shards_that_do_not_belong_together_are_refused(runs, tmp_path, capsys):
     assert merge.main([str(tmp_path / "m5"), str(shards[0]), str(shards[1]), str(other_seed)]) == 2
     assert "seed=9" in capsys.readouterr().err
     assert merge.main([str(tmp_path / "m6"), str(tmp_path / "nothing")]) == 2
+
+
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("rows_checked", 10**400, "field rows_checked: 100000000000... (401 digits) is out of range"),
+        ("rows_checked", -5, "rows_checked=-5 is negative"),
+        ("mismatched_rows", 2**63, "field mismatched_rows: 9223372036854775808 is out of range"),
+        ("clauses", {"selection": -1}, "clauses.selection=-1 is negative"),
+        ("max_weight_ulp", 10**400, "field max_weight_ulp: 100000000000... (401 digits) is out of range for a number"),
+    ],
+)
+def test_counts_out_of_range_get_one_line_naming_the_field(runs, tmp_path, capsys, field, value, says):
+    # Issue 32 item 13: a summary with rows_checked = 10**400 ended merge in an OverflowError traceback.
+    import shutil
+
+    root, full, shards = runs
+    bad = tmp_path / "bad"
+    shutil.copytree(shards[0], bad)
+    data = _summary(bad)
+    data[field] = value
+    (bad / "summary.json").write_text(json.dumps(data))
+    assert merge.main([str(tmp_path / "m"), str(bad), str(shards[1]), str(shards[2])]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_shards_whose_sum_leaves_the_range_are_refused(runs, tmp_path, capsys):
+    import shutil
+
+    root, full, shards = runs
+    copies = []
+    for i, shard in enumerate(shards):
+        copies.append(tmp_path / f"s{i}")
+        shutil.copytree(shard, copies[-1])
+        data = _summary(copies[-1])
+        data["rows_checked"] = 2**62
+        (copies[-1] / "summary.json").write_text(json.dumps(data))
+    assert merge.main([str(tmp_path / "m"), *map(str, copies)]) == 2
+    err = capsys.readouterr().err
+    assert "rows_checked add up to" in err and "Traceback" not in err
 
 
 def test_multi_candidate_shards_merge_per_candidate(tmp_path):

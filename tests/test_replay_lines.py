@@ -106,3 +106,35 @@ def test_junit_builds_replay_lines_from_the_summary_replay_target():
     old = {k: v for k, v in summary.items() if k not in ("replay_target", "options")}
     old["command"] = "python -m contracts.check --candidate x --experts 64 --topk 4"
     assert _fallback_replay(old, "random_fp32:7:64", 3).startswith("python -m contracts.check --candidate Shown --contract aiter")
+
+
+def test_search_replay_lines_keep_the_pythonpath_as_check_lines_do(tmp_path, monkeypatch):
+    """Issue 33: search's printed --replay line dropped the PYTHONPATH the run needed (check's kept it)."""
+    from contracts.run.search import replay_command
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "outside_search_mod.py").write_text(ROUTER)
+    monkeypatch.syspath_prepend(str(src))
+    line = replay_command(tmp_path / "minimal.pt", "outside_search_mod:cand", "aiter")
+    assert line.startswith(f"PYTHONPATH={shlex.quote(str(src))} python -m contracts search --replay ")
+    assert not replay_command(tmp_path / "minimal.pt", "oracle").startswith("PYTHONPATH")
+
+
+def test_replaying_one_row_routes_its_case_once_compares_that_row_and_writes_no_bundle(tmp_path, capsys, monkeypatch):
+    """Issue 33: --replay ID --row N re-ran every row of the case through the whole check and wrote a bundle."""
+    from contracts.compare import verdicts
+
+    compared = []
+    real = verdicts.compare_case
+    monkeypatch.setattr(verdicts, "compare_case", lambda case, *a, **k: compared.append(case.spec.rows) or real(case, *a, **k))
+    monkeypatch.chdir(tmp_path)
+    code = main(["--candidate", "tests.broken_candidates:wrong_tie_order", "--replay", "all_equal:7:40", "--row", "5"])
+    out = capsys.readouterr().out
+    assert code == 1 and compared == [1]  # one row compared, not the case's 40
+    assert "row 5: tie_order (mismatch)" in out and "(cutoff: slot topk-1)" in out and "no bundle written" in out
+    assert list(tmp_path.iterdir()) == [] and not any(line.startswith("bundle:") for line in out.splitlines())
+    assert main(["--candidate", "oracle", "--replay", "all_equal:7:40", "--row", "5"]) == 0
+    assert "row 5: exact: matches the oracle" in capsys.readouterr().out
+    assert main(["--candidate", "oracle", "--replay", "all_equal:7:40", "--row", "40"]) == 2
+    assert "--row 40 is outside the case" in capsys.readouterr().err

@@ -169,6 +169,9 @@ def run(args: argparse.Namespace) -> int:
     from ..run.distributed import ranked
     from ..run.signals import StopSignals
 
+    if args.replay and args.row is not None and not args.against and args.logits is None:
+        return _replay_one_row(args, names)  # one row of a generated case: routed and compared alone, no bundle
+
     def check(world) -> int:  # once, or on every rank of a torchrun world (rank 0 writes and prints)
         device = _check_device(args.device, world.world_size)
         try:
@@ -190,6 +193,48 @@ def run(args: argparse.Namespace) -> int:
         return ranked(check, stop=stop, options=verdict_options(args))
 
 
+def _replay_one_row(args: argparse.Namespace, names: list[str]) -> int:
+    """``--replay ID --row N``: route the case once, compare only row N, print it side by side; no bundle."""
+    import dataclasses
+
+    import oracle
+
+    from ..candidates.registry import CandidateLoadError, get_candidate
+    from ..reports.markdown import side_by_side
+    from ..reports.text import clean
+    from ..run.checks import device_for
+    from ..run.options import OptionError, parse_replay
+    from ..run.replay import replay_row
+
+    if len(names) != 1:
+        raise UsageError(f"--row replays one row of one candidate; give one --candidate, not {len(names)}")
+    try:
+        cand = get_candidate(names[0])
+    except CandidateLoadError as exc:
+        raise UsageError(str(exc)) from None
+    contract = args.contract or cand.contract
+    c = oracle.get_contract(contract)
+    experts, topk = args.experts or c.experts, args.topk or c.topk
+    try:
+        spec = parse_replay(args.replay, experts, topk)
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+    groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
+    spec = dataclasses.replace(spec, n_group=groups[0], topk_group=groups[1], bias=c.has_bias)
+    device = _check_device(args.device) or device_for(cand, None)
+    try:
+        done = replay_row(cand, contract, device, spec, args.row)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    d = done.detail
+    what = f"{d.clause} ({d.verdict})" if d.clause else d.verdict
+    print(f"row {args.row}: {what}: {clean(d.reason)}  [{clean(cand.name)}, contract {c.name}, case {spec.replay_id}]")
+    if d.expected_ids is not None:
+        print(side_by_side(d).strip("`\n"))
+    print("(the case was routed as the check routed it, in one call of its rows; only this row was compared; no bundle written)")
+    return ExitCode.FAILED if done.failed else ExitCode.OK
+
+
 def _report(args: argparse.Namespace, checked, stop) -> int:
     from ..reports.terminal import verdict_table
     from ..reports.text import clean
@@ -199,6 +244,9 @@ def _report(args: argparse.Namespace, checked, stop) -> int:
         for s in checked.summaries:
             for note in s.notes:
                 print(f"note: {clean(s.label)}: {clean(note)}")
+            for d in s.diagnosis or ():  # a built-in contract the candidate matches better than the one checked
+                if isinstance(d, dict) and d.get("kind") == "contract":
+                    print(f"hint: {clean(s.label)}: {clean(d.get('text', ''))}")
     print(f"bundle: {checked.out}")
     if args.replay and args.row is not None:
         _print_row(checked.results, args.row)

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     if any(args.out.resolve() == s.resolve() for s in args.shards):
         raise UsageError(f"OUT {args.out} is one of the shards; merge into a new folder")
-    prepare_out(args.out, force=args.force, what="OUT")
+    args.out = prepare_out(args.out, force=args.force, what="OUT")  # a symlink resolved; this process its one writer
     try:
         merged = merge_bundles(args.out, args.shards, allow_partial=args.allow_partial)
     except MergeError as exc:

@@ -1,21 +1,32 @@
 """Diagnosis: the nearest contract a failing router does meet.
 
 A failing check keeps a sample of its unexpectedly mismatched rows (inputs,
-the candidate's answer, the primary clause of each). The diagnosis routes
-that sample under every single-field variant of the contract
-(``oracle.variants``: scores in bf16, mask 0.0 for -inf, lowest-index ties,
-NaN first, no renormalize guard, any output order, bias in the weights...)
-and reports which variants explain the rows: a variant *explains* a row when
-the row's primary clause is no longer broken under it. Then it combines the
-best variants greedily (up to three fields) into the contract the router
-matches on the most rows ("matches deepseek-v3 with the scores computed in
-bf16 and the output in any order on 100% of mismatched rows"). Real routers
-differ from a contract in a few fields at once; naming them is what a user
-needs, not "selection".
+the candidate's answer, the primary clause of each), spread over case
+families and call options: rows are kept per (family, renormalize, scaling
+factor, dtype pair, batch-size class) bucket, evenly within each case, and
+the rows routed are shared out evenly between the buckets, so one family's
+thousands of rows cannot drown another defect's few.
+
+The diagnosis routes that sample under every single-field variant of the
+contract (``oracle.variants``: scores in bf16, mask 0.0 for -inf,
+lowest-index ties, NaN first, no renormalize guard, any output order, bias
+in the weights...) and reports which variants explain the rows. A variant
+*explains* a row when it changes the oracle's answer for it (or, for a
+field of the comparison only such as the output order, how it is compared),
+the row's primary clause is no longer broken, and no clause the row did not
+break before is broken now (a blame that only moves explains nothing: a bf16
+variant does not explain an fp32 router's bias in the weights); clauses the candidate
+declares are left out throughout, so its known deviations never dominate the
+text. Variants that give the same answer on every sampled row are said to be
+indistinguishable on the rows seen. Then the best variants are combined
+greedily (up to three fields) into the contract the router matches on the
+most rows, and any other built-in contract of the same shape that the
+sample matches better is named with the command that checks it.
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 
 import torch
@@ -26,8 +37,12 @@ from .expected import expected_for
 
 __all__ = ["DiagnosisSample", "diagnose"]
 
-MAX_SAMPLE_ROWS = 2048
+MAX_SAMPLE_ROWS = 2048  # rows the diagnosis routes
+PER_BUCKET = 256  # rows kept per (family, call options) bucket while a check runs
+MAX_KEPT = 8192  # rows kept in all while a check runs (memory: a row is E logits)
 MAX_COMBINED = 3
+COMPARISON_ONLY = frozenset({"output_order"})  # fields that change how rows are compared, not the oracle's answer
+BETTER_CONTRACT_SHARE = 0.99  # a built-in contract is named when it matches this share of the sampled rows
 
 
 @dataclass
@@ -38,91 +53,227 @@ class _Part:
     primary: torch.Tensor  # int64 [B] primary clause index (CLAUSE_ORDER) under the contract
 
 
+def _take(part: _Part, idx: torch.Tensor) -> _Part:
+    from ..cases.build import Case
+
+    case = part.case
+    spec = case.spec.__class__(**{**case.spec.__dict__, "rows": int(idx.numel())})
+    sub = Case(spec, case.scores.index_select(0, idx), case.bias, case.renormalize, case.routed_scaling_factor)
+    return _Part(sub, part.weights.index_select(0, idx), part.ids.index_select(0, idx), part.primary.index_select(0, idx))
+
+
+def _spread(n: int, k: int) -> torch.Tensor:
+    """``k`` indices of ``range(n)`` spread evenly (all of them when ``k >= n``)."""
+    if k >= n:
+        return torch.arange(n)
+    return torch.linspace(0, n - 1, k).round().long().unique()
+
+
 @dataclass
 class DiagnosisSample:
-    """Up to ``MAX_SAMPLE_ROWS`` mismatched rows, gathered case by case while a check runs."""
+    """Mismatched rows gathered case by case while a check runs, per bucket of (family, call options)."""
 
-    parts: list[_Part] = field(default_factory=list)
-    rows: int = 0
+    buckets: dict[tuple, list[_Part]] = field(default_factory=dict)
+    kept: int = 0
 
     @property
     def full(self) -> bool:
-        return self.rows >= MAX_SAMPLE_ROWS
+        return self.kept >= MAX_KEPT
 
-    def add(self, case, rows: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, primary: torch.Tensor) -> None:
-        from ..cases.build import Case
+    @property
+    def rows(self) -> int:
+        """The rows the diagnosis will route."""
+        return min(self.kept, MAX_SAMPLE_ROWS)
 
-        room = MAX_SAMPLE_ROWS - self.rows
+    @property
+    def parts(self) -> list[_Part]:
+        return self.selected()
+
+    def add(self, case, rows: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, primary: torch.Tensor, key: tuple = ()) -> None:
+        bucket = self.buckets.setdefault(key, [])
+        room = min(PER_BUCKET - sum(p.ids.shape[0] for p in bucket), MAX_KEPT - self.kept)
         if room <= 0 or rows.numel() == 0:
             return
-        rows, primary = rows[:room], primary[:room]
-        spec = case.spec.__class__(**{**case.spec.__dict__, "rows": int(rows.numel())})
-        sub = Case(spec, case.scores.index_select(0, rows).cpu(), None if case.bias is None else case.bias.cpu(),
-                   case.renormalize, case.routed_scaling_factor)  # fmt: skip
-        self.parts.append(_Part(sub, weights.index_select(0, rows).cpu(), ids.index_select(0, rows).cpu(), primary.cpu()))
-        self.rows += int(rows.numel())
+        pick = _spread(int(rows.numel()), room)
+        rows, primary = rows.index_select(0, pick.to(rows.device)), primary.index_select(0, pick.to(primary.device))
+        whole = _Part(case, weights, ids, primary)
+        sub = _take(_Part(whole.case, weights, ids, torch.zeros(case.spec.rows, dtype=torch.long, device=ids.device)), rows)
+        part = _Part(_to_cpu(sub.case), sub.weights.cpu(), sub.ids.cpu(), primary.cpu())
+        bucket.append(part)
+        self.kept += int(rows.numel())
+
+    def selected(self) -> list[_Part]:
+        """At most ``MAX_SAMPLE_ROWS`` rows, shared out evenly between the buckets (a small bucket gives all it has)."""
+        sizes = {key: sum(p.ids.shape[0] for p in parts) for key, parts in self.buckets.items() if parts}
+        quota, left = {}, MAX_SAMPLE_ROWS
+        for n, key in enumerate(sorted(sizes, key=lambda k: sizes[k])):
+            quota[key] = min(sizes[key], left // (len(sizes) - n))
+            left -= quota[key]
+        out = []
+        for key, parts in self.buckets.items():
+            if key not in quota:
+                continue
+            size, want = sizes[key], quota[key]
+            if want >= size:
+                out += parts
+                continue
+            chosen = set(_spread(size, want).tolist())
+            at = 0
+            for p in parts:
+                n = p.ids.shape[0]
+                local = torch.tensor([i - at for i in range(at, at + n) if i in chosen], dtype=torch.long)
+                if local.numel():
+                    out.append(_take(p, local))
+                at += n
+        return out
 
 
-def _still_broken(part: _Part, contract) -> torch.Tensor:
-    """bool [B, len(CLAUSE_ORDER)]: the clauses each sampled row breaks under ``contract``."""
+def _to_cpu(case):
+    from ..cases.build import Case
+
+    return Case(case.spec, case.scores.cpu(), None if case.bias is None else case.bias.cpu(), case.renormalize, case.routed_scaling_factor)
+
+
+def _broken(part: _Part, contract, declared_mask: torch.Tensor, exp=None) -> torch.Tensor:
+    """bool [B, len(CLAUSE_ORDER)]: the undeclared clauses each sampled row breaks under ``contract``."""
     from .verdicts import row_blame
 
-    exp = expected_for(part.case, contract)
-    return row_blame(part.case, exp, (part.weights, part.ids), contract)
+    exp = exp if exp is not None else expected_for(part.case, contract)
+    return row_blame(part.case, exp, (part.weights, part.ids), contract) & ~declared_mask
 
 
-def _score(sample: DiagnosisSample, contract) -> tuple[int, int]:
-    """(rows whose primary clause is gone, rows that match entirely) under ``contract``."""
-    explained = matched = 0
-    for part in sample.parts:
-        broken = _still_broken(part, contract)
-        explained += int((~broken.gather(1, part.primary.unsqueeze(1)).squeeze(1)).sum())
-        matched += int((~broken.any(1)).sum())
-    return explained, matched
+def _same_answer(a, b) -> torch.Tensor:
+    """bool [B]: the two expected answers are the same, ids and weights bit for bit (NaN equal to NaN)."""
+    ids = (a.ids == b.ids).all(1)
+    wa, wb = a.weights, b.weights
+    w = ((wa == wb) | (torch.isnan(wa) & torch.isnan(wb))).all(1)
+    return ids & w
 
 
-def diagnose(sample: DiagnosisSample, contract) -> list[dict]:
-    """The variants that explain the sampled rows, best first, and the best combination; [] without a sample."""
-    if not sample.rows:
+@dataclass
+class _Scored:
+    variant: object
+    explained: int
+    matched: int
+    explained_mask: torch.Tensor  # bool over the sampled rows
+    answers: list  # the variant's expected answer per part
+
+
+def _declared_mask(declared) -> torch.Tensor:
+    from . import attribution as A
+
+    return torch.tensor([name in declared for name in A.CLAUSE_ORDER], dtype=torch.bool)
+
+
+def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "") -> list[dict]:
+    """The variants that explain the sampled rows, best first, the best combination, and a better built-in contract;
+    [] without a sample. ``declared``: the candidate's declared clauses (left out); ``command``: the check's command."""
+    parts = sample.selected()
+    total = sum(p.ids.shape[0] for p in parts)
+    if not total:
         return []
     c = oracle.get_contract(contract)
-    dtypes = {p.case.scores.dtype for p in sample.parts}
+    mask = _declared_mask(set(declared))
+    base = [expected_for(p.case, c) for p in parts]
+    before = [_broken(p, c, mask, exp) for p, exp in zip(parts, base)]
+    dtypes = {p.case.scores.dtype for p in parts}
     dtype = torch.bfloat16 if torch.bfloat16 in dtypes else next(iter(dtypes))
-    single = []
-    for v in oracle.variants(c, logits_dtype=dtype):
+    scored: list[_Scored] = []
+    for v in _offered(c, dtype):
         try:
-            explained, matched = _score(sample, v.contract)
+            s = _score_variant(parts, base, v, mask, before)
         except (ValueError, RuntimeError):  # a variant the sample's shapes cannot take
             continue
-        if explained:
-            single.append((explained, matched, v))
-    single.sort(key=lambda t: (-t[0], -t[1]))
-    out = [{"kind": "variant", "field": v.field, "value": _plain(v.value), "label": v.label, "explained_rows": e, "matched_rows": m,
-            "sampled_rows": sample.rows,
-            "text": f"with {v.label}: explains {_pct(e, sample.rows)} of the mismatched rows ({e:,} of {sample.rows:,} sampled)"}
-           for e, m, v in single]  # fmt: skip
-    best = _combine(sample, c, [v for _, _, v in single])
+        if s.explained:
+            scored.append(s)
+    scored.sort(key=lambda s: (-s.explained, -s.matched))
+    out = [_variant_entry(s, scored, parts, base, total) for s in scored]
+    best = _combine(parts, c, [s.variant for s in scored], mask, total, first={id(s.variant): s.matched for s in scored})
     if best is not None:
         chosen, matched = best
-        labels = " and ".join(v.label for v in chosen)
+        labels = " and ".join(_label(v, parts, base) for v in chosen)
         out.insert(0, {"kind": "combination", "fields": {v.field: _plain(v.value) for v in chosen}, "matched_rows": matched,
-                       "sampled_rows": sample.rows,
-                       "text": f"matches {c.name} with {labels} on {_pct(matched, sample.rows)} of the mismatched rows "
-                               f"({matched:,} of {sample.rows:,} sampled)"})  # fmt: skip
+                       "sampled_rows": total,
+                       "text": f"matches {c.name} with {labels} on {_pct(matched, total)} of the mismatched rows "
+                               f"({matched:,} of {total:,} sampled across {_groups(len(sample.buckets))})"})  # fmt: skip
+    better = _better_builtin(parts, c, total, best[1] if best else 0, command)
+    if better is not None:  # after the combination (what the router is), before the single variants
+        out.insert(1 if best is not None else 0, better)
     return out
 
 
-def _combine(sample: DiagnosisSample, c, ranked: list) -> tuple[list, int] | None:
-    """Greedily add variants while the rows matching entirely grow (fields already set are not changed twice)."""
+def _offered(c, dtype) -> list:
+    """The variants that exist for this contract's scoring: aiter's lane order only under a sigmoid contract."""
+    return [v for v in oracle.variants(c, logits_dtype=dtype) if not (v.field == "tie_rule" and v.value == "aiter" and c.scoring != "sigmoid")]
+
+
+def _score_variant(parts: list[_Part], base: list, v, mask: torch.Tensor, before: list) -> _Scored:
+    explained_rows, answers, explained, matched = [], [], 0, 0
+    for part, exp, was in zip(parts, base, before):
+        var = expected_for(part.case, v.contract)
+        answers.append(var)
+        broken = _broken(part, v.contract, mask, var)
+        # the primary clause gone and nothing new broken: the blame did not merely move to another clause
+        fixed = ~broken.gather(1, part.primary.unsqueeze(1)).squeeze(1) & ~(broken & ~was).any(1)
+        if v.field not in COMPARISON_ONLY:  # a variant that gives this row the contract's own answer explains nothing
+            fixed &= ~_same_answer(var, exp)
+        explained_rows.append(fixed)
+        explained += int(fixed.sum())
+        matched += int((~broken.any(1)).sum())
+    return _Scored(v, explained, matched, torch.cat(explained_rows), answers)
+
+
+def _label(v, parts: list[_Part], base: list, answers: list | None = None) -> str:
+    """The variant's words; a softmax over the k chosen logits that differs from the contract only on rows called with
+    renormalize=False is what renormalizing against the flag gives: said so."""
+    if v.field == "scoring" and v.value == "softmax_of_topk":
+        flags = set()
+        for i, (part, exp) in enumerate(zip(parts, base)):
+            var = answers[i] if answers is not None else expected_for(part.case, v.contract)
+            differs = ~_same_answer(var, exp)
+            if bool(differs.any()):
+                flags.add(bool(part.case.renormalize))
+        if flags == {False}:
+            return "the weights renormalized over the k chosen although renormalize=False (there the same as a softmax over the k chosen logits)"
+    return v.label
+
+
+def _variant_entry(s: _Scored, scored: list[_Scored], parts: list[_Part], base: list, total: int) -> dict:
+    v = s.variant
+    label = _label(v, parts, base, s.answers)
+    twins = [o.variant.label for o in scored if o is not s and _indistinguishable(s, o)]
+    text = f"with {label}: explains {_pct(s.explained, total)} of the mismatched rows ({s.explained:,} of {total:,} sampled)"
+    if twins:
+        text += f"; the rows seen cannot tell it apart from: {'; '.join(twins)}"
+    return {"kind": "variant", "field": v.field, "value": _plain(v.value), "label": label, "explained_rows": s.explained,
+            "matched_rows": s.matched, "sampled_rows": total, "indistinguishable_from": twins, "text": text}  # fmt: skip
+
+
+def _indistinguishable(a: _Scored, b: _Scored) -> bool:
+    """The same rows explained and the same answer on every sampled row: nothing seen tells the two apart."""
+    if a.explained != b.explained or not torch.equal(a.explained_mask, b.explained_mask):
+        return False
+    if a.variant.field in COMPARISON_ONLY or b.variant.field in COMPARISON_ONLY:
+        return False
+    return all(bool(_same_answer(x, y).all()) for x, y in zip(a.answers, b.answers))
+
+
+def _matched(parts: list[_Part], contract, mask: torch.Tensor) -> int:
+    return sum(int((~_broken(p, contract, mask).any(1)).sum()) for p in parts)
+
+
+def _combine(parts: list[_Part], c, ranked: list, mask: torch.Tensor, total: int, first: dict | None = None) -> tuple[list, int] | None:
+    """Greedily add variants while the rows matching entirely grow (fields already set are not changed twice);
+    ``first``: each variant's rows matched alone, already counted (the first round routes nothing again)."""
     chosen, matched, contract = [], 0, c
-    for _ in range(MAX_COMBINED):
+    for round_ in range(MAX_COMBINED):
         best = None
         for v in ranked:
             if any(v.field == w.field for w in chosen):
                 continue
             try:
                 trial = contract.replace(name=c.name, **{v.field: v.value})
-                _, m = _score(sample, trial)
+                m = first[id(v)] if round_ == 0 and first is not None and id(v) in first else _matched(parts, trial, mask)
             except (ValueError, RuntimeError):
                 continue
             if m > matched and (best is None or m > best[1]):
@@ -131,9 +282,57 @@ def _combine(sample: DiagnosisSample, c, ranked: list) -> tuple[list, int] | Non
             break
         chosen.append(best[0])
         matched, contract = best[1], best[2]
-        if matched == sample.rows:
+        if matched == total:
             break
     return (chosen, matched) if chosen else None
+
+
+def _better_builtin(parts: list[_Part], c, total: int, best_matched: int, command: str) -> dict | None:
+    """Another built-in contract of the same shape that the sampled rows meet (nearly) whole, better than any variant."""
+    nothing = _declared_mask(())
+    found = None
+    for name, other in oracle.BUILTIN_CONTRACTS.items():
+        if name == c.name or (other.experts, other.topk, other.n_group, other.scoring) != (c.experts, c.topk, c.n_group, c.scoring):
+            continue
+        try:
+            m = _matched(parts, other, nothing)
+        except (ValueError, RuntimeError):
+            continue
+        if m >= BETTER_CONTRACT_SHARE * total and m >= best_matched and (found is None or m > found[1]):
+            found = (name, m)
+    if found is None:
+        return None
+    name, m = found
+    run = _with_contract(command, name)
+    text = (f"matches the built-in contract {name} on {_pct(m, total)} of the mismatched rows ({m:,} of {total:,} sampled): "
+            f"if that is the contract it implements, check it under {name}" + (f": {run}" if run else f" (--contract {name})"))  # fmt: skip
+    return {"kind": "contract", "contract": name, "matched_rows": m, "sampled_rows": total, "command": run, "text": text}
+
+
+def _with_contract(command: str, name: str) -> str:
+    """``command`` with ``--contract name`` (replacing any), without its ``--out`` and ``--force``; "" without one."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return ""
+    if not words:
+        return ""
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if word in ("--contract", "--out"):
+            skip = True
+            continue
+        if word.startswith(("--contract=", "--out=")) or word == "--force":
+            continue
+        out.append(word)
+    return shlex.join(out + ["--contract", name])
+
+
+def _groups(n: int) -> str:
+    return f"{n:,} group{'' if n == 1 else 's'} of family and call options"
 
 
 def _pct(n: int, total: int) -> str:
@@ -142,4 +341,3 @@ def _pct(n: int, total: int) -> str:
 
 def _plain(value):
     return value if isinstance(value, (str, int, bool)) or value is None else float(value)
-

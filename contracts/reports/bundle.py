@@ -36,6 +36,7 @@ from typing import Callable
 
 from ._atomic import write_json, write_text
 from .schema import (
+    INT64_MAX,
     CELL_COLUMNS,
     SCHEMA_VERSION,
     CheckResult,
@@ -53,6 +54,9 @@ __all__ = [
     "BundleError",
     "BundleExistsError",
     "BundleFileMissing",
+    "HARNESS_FILES",
+    "LOCK_SUFFIX",
+    "lock_path",
     "CheckBundle",
     "MATRIX",
     "DATA_FILES",
@@ -66,6 +70,7 @@ __all__ = [
     "read_matrix",
     "read_nightly",
     "read_summary",
+    "refuse_mixed",
     "write_check_bundle",
     "write_folder",
     "write_html",
@@ -110,6 +115,8 @@ def read_json(path: Path):
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise BundleError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}): a corrupt or truncated file") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (over 4,300)
+        raise BundleError(f"{path} holds an integer of over 4,300 digits; counts must be integers from 0 to {INT64_MAX:,}") from None
 
 
 def _record(cls, path: Path):
@@ -235,6 +242,41 @@ def read_nightly(root: Path) -> NightlyEnvelope:
     return _record(NightlyEnvelope, Path(root) / NIGHTLY)
 
 
+def refuse_mixed(root: Path) -> None:
+    """BundleError when ``root`` holds bundles of more than one run: a single bundle and an index (or a nightly) side by
+    side, an index whose members' summaries are not the ones it lists, or a check bundle below an index that it does
+    not list. Each reader would see only part of such a folder (a FAIL beside a PASS read as "no regression")."""
+    root = Path(root)
+    tops = [m for m in (SUMMARY, INDEX, NIGHTLY) if (root / m).exists()]
+    if len(tops) > 1:
+        raise BundleError(f"{root} mixes bundles of different runs ({' and '.join(tops)} side by side); rerun into an empty --out")
+    if tops != [INDEX]:
+        return
+    index = read_json(root / INDEX)
+    entries = index.get("candidates") if isinstance(index, dict) else None
+    if not isinstance(entries, list):
+        raise BundleError(f"{root / INDEX}: field candidates must be a list")
+    listed = set()
+    for entry in entries:
+        if not isinstance(entry, dict) or not entry.get("bundle"):
+            continue
+        folder = root / Path(str(entry["bundle"])).name
+        listed.add(folder.name)
+        if not (folder / SUMMARY).exists():
+            continue
+        s = read_summary(folder)
+        for key in ("candidate", "status", "rows_checked", "mismatched_rows"):
+            want, got = entry.get(key), to_json(s).get(key)
+            if key in entry and want != got:
+                raise BundleError(
+                    f"{root} mixes bundles of different runs: {INDEX} lists {entry.get('candidate')!r} with {key}={want!r}, "
+                    f"but {folder / SUMMARY} has {got!r}; rerun into an empty --out"
+                )  # fmt: skip
+    strays = sorted(p.parent.name for p in root.glob(f"*/{SUMMARY}") if p.parent.name not in listed)
+    if strays:
+        raise BundleError(f"{root} mixes bundles of different runs: {', '.join(strays)} not listed in its {INDEX}; rerun into an empty --out")
+
+
 def find_checks(root: Path) -> dict[str, CheckBundle | Summary]:
     """Every check under ``root`` by label: a nightly's candidates and pairs, an index's candidates, one bundle, or any below.
 
@@ -243,6 +285,7 @@ def find_checks(root: Path) -> dict[str, CheckBundle | Summary]:
     root = Path(root)
     if not root.is_dir():
         raise BundleError(f"{root} is not a folder")
+    refuse_mixed(root)
     found: dict[str, CheckBundle | Summary] = {}
     if (root / NIGHTLY).exists():
         envelope = read_nightly(root)
@@ -273,29 +316,133 @@ def _holds_bundle(folder: Path) -> bool:
     return any((folder / marker).exists() for marker in _BUNDLE_MARKERS)
 
 
+# What the harness writes into an --out (``--force`` removes these and nothing else): bundle files, the
+# reports over them, and the temporary folders of an interrupted write.
+HARNESS_FILES = frozenset({
+    SUMMARY, DETAILS, CELLS_PARQUET, CELLS_CSV, INDEX, NIGHTLY, MATRIX, "report.md", "report.html", "index.md",
+    "matrix.png", "matrix.html", "matrix.txt", "junit.xml", "diff.json", "diff.md", "bench.json", "bench.png",
+})  # fmt: skip
+LOCK_SUFFIX = ".contracts-lock"
+
+
+def _harness_made(path: Path) -> bool:
+    """A file or folder the harness wrote: a bundle file, our lock, a temporary folder of ours, or a folder of only those."""
+    name = path.name
+    if name.startswith(".") and (".new-" in name or ".old-" in name):
+        return True
+    if path.is_symlink():
+        return False
+    if path.is_dir():
+        return _holds_bundle(path) and all(_harness_made(p) for p in path.iterdir())
+    return name in HARNESS_FILES
+
+
+# ---------------------------------------------------------------- one writer per --out
+
+_HELD: dict[str, int] = {}  # lock file path -> the descriptor whose flock makes this process the folder's writer
+
+
+def lock_path(out: Path) -> Path:
+    """The lock file of ``out``: in the temporary folder, named by the hash of its real path, so that no bundle
+    (and no folder above one: a nightly's, an upload's) ever holds a file of the lock."""
+    import hashlib as _hashlib
+
+    real = os.path.realpath(os.path.abspath(out))
+    folder = Path(tempfile.gettempdir()) / f"router-contracts-locks-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / (_hashlib.sha256(real.encode()).hexdigest()[:32] + LOCK_SUFFIX)
+
+
+def _lock(out: Path, what: str) -> None:
+    """Make this process the one writer of ``out``: an exclusive ``flock`` on ``lock_path(out)``, held until the
+    process ends (the kernel drops it then, on a crash too: a lock file left behind is never stale; a clean exit
+    removes it). Writers of one machine and user see each other (an flock on a network file system is not relied on). A second process gets a one-line refusal naming the writer; this process may write ``out`` again
+    (sequential runs of one process are one writer)."""
+    import atexit
+    import fcntl
+
+    path = lock_path(out)
+    key = str(path)
+    if key in _HELD:
+        return
+    for _ in range(10):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "another process"
+            finally:
+                os.close(fd)
+            raise BundleExistsError(f"{what} {out} is in use by another run ({holder}); wait for it to finish or choose another directory") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # its writer removed the file as we locked it: lock the file now at the path
+    else:
+        raise BundleError(f"{what} {out}: its lock file {path} keeps changing; choose another directory")
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}, writing {os.path.realpath(out)}".encode())
+    _HELD[key] = fd
+    atexit.register(_unlock, key)
+
+
+def _unlock(key: str) -> None:
+    fd = _HELD.pop(key, None)
+    if fd is None:
+        return
+    try:
+        os.unlink(key)  # while still locked, so no other writer holds a file at this path yet
+    except OSError:
+        pass
+    os.close(fd)
+
+
 def prepare_out(out: Path, *, force: bool = False, what: str = "--out") -> Path:
-    """Make ``out`` ready for a new bundle before any work is done.
+    """Make ``out`` ready for a new bundle before any work is done; return the folder to write (symlinks resolved).
 
     An empty or missing folder is used as it is. A folder that holds an
-    earlier bundle is replaced only with ``force`` (it is removed whole, so
-    no stale file survives); a folder that holds other files is never touched.
+    earlier bundle is emptied only with ``force``, and only when everything in
+    it is the harness's own (bundle files, reports, per-candidate bundle
+    folders): a folder with other files is never touched. The folder is
+    locked for this process (``_lock``): a second writer into it is refused.
     """
     out = Path(out)
+    if out.is_symlink():
+        target = Path(os.path.realpath(out))
+        if not target.is_dir():
+            raise BundleExistsError(f"{what} {out} is a symlink to {target}, which is not a directory; point it at a directory or choose another")
+        out = target
     if out.exists() and not out.is_dir():
         raise BundleExistsError(f"{what} {out} is a file, not a directory; choose another directory")
-    if out.is_dir() and any(out.iterdir()):
-        if not _holds_bundle(out):
-            raise BundleExistsError(f"{what} {out} is not empty and holds no bundle; choose an empty or new directory")
-        if not force:
-            raise BundleExistsError(f"{what} {out} already holds a bundle; pass --force to replace it whole, or choose another directory")
-        _remove_tree(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
+        _lock(out, what)
         probe = out / ".write-test"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
         raise BundleError(f"{what} {out} is not writable ({exc.strerror or exc}); choose another directory") from None
+    entries = list(out.iterdir())
+    if entries:
+        if not _holds_bundle(out) and not any(p.is_dir() and _holds_bundle(p) for p in entries):
+            raise BundleExistsError(f"{what} {out} is not empty and holds no bundle; choose an empty or new directory")
+        if not force:
+            raise BundleExistsError(f"{what} {out} already holds a bundle; pass --force to replace it, or choose another directory")
+        foreign = sorted(p.name for p in entries if not _harness_made(p))
+        if foreign:
+            raise BundleExistsError(
+                f"{what} {out} holds files the harness did not write ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); "
+                "--force replaces only bundles: move those files, or choose another directory"
+            )  # fmt: skip
+        for p in entries:
+            if p.is_dir() and not p.is_symlink():
+                _remove_tree(p)
+            else:
+                p.unlink()
     return out
 
 
@@ -307,10 +454,15 @@ def _remove_tree(folder: Path) -> None:
 
 
 def _swap_into_place(tmp: Path, target: Path) -> None:
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
     if target.exists():
         if target.is_dir() and not any(target.iterdir()):
             target.rmdir()
         else:
+            foreign = sorted(p.name for p in target.iterdir() if not _harness_made(p)) if target.is_dir() else [target.name]
+            if foreign:  # never lose a file the harness did not write
+                raise BundleExistsError(f"{target} holds files the harness did not write ({', '.join(foreign[:5])}); the bundle was not written there")
             _remove_tree(target)
     os.replace(tmp, target)
 
@@ -392,8 +544,23 @@ def write_index(root: Path, summaries: list[Summary], *, command: str, interrupt
     if merged_shards is not None:
         doc["merged_shards"] = merged_shards
     write_json(Path(root) / INDEX, doc)
-    write_text(Path(root) / "index.md", "# Check index\n\n```\n" + (verdict_table(summaries) if summaries else "(nothing ran)") + "\n```\n")
+    links = "".join(f"- [{_md_text(s.label)}]({_md_link(s, Path(root))}): {s.status.word}\n" for s in summaries if s.bundle)
+    write_text(Path(root) / "index.md", "# Check index\n\n```\n" + (verdict_table(summaries) if summaries else "(nothing ran)") + "\n```\n"
+               + (f"\nReports:\n\n{links}" if links else ""))
     return Path(root) / INDEX
+
+
+def _md_text(text: str) -> str:
+    from .text import clean
+
+    return clean(text).replace("[", "\\[").replace("]", "\\]")
+
+
+def _md_link(s: Summary, root: Path) -> str:
+    """The relative link from ``index.md`` to a candidate's ``report.html`` (its folder's name, URL-quoted)."""
+    from urllib.parse import quote
+
+    return quote(f"{Path(s.bundle).name}/report.html")
 
 
 def write_matrix_bundle(target: Path, report: MatrixReport) -> Path:

@@ -95,7 +95,7 @@ def _load_local(root: Path, source: str) -> Bundle:
 
 
 def load_bundle(where: str | Path, *, storage_options: dict | None = None) -> Bundle:
-    """Read a bundle from a folder or a URL (only its JSON files are fetched)."""
+    """Read a bundle from a folder or a URL (all its files are fetched, so its data files are checked as a folder's are)."""
     text = str(where)
     if "://" not in text:
         return _load_local(Path(text), text)
@@ -109,8 +109,8 @@ def load_bundle(where: str | Path, *, storage_options: dict | None = None) -> Bu
     from .upload import download_bundle
 
     with tempfile.TemporaryDirectory(prefix="contracts-diff-") as tmp:
-        try:
-            download_bundle(text, tmp, storage_options=storage_options)
+        try:  # every file, not only the JSON: a bundle is read with the same completeness rules as a local folder
+            download_bundle(text, tmp, storage_options=storage_options, suffixes=None)
         except FileNotFoundError as exc:
             raise BundleError(str(exc)) from None
         return _load_local(Path(tmp), text)

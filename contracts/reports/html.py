@@ -50,7 +50,7 @@ import jinja2
 from markupsafe import Markup
 
 from .schema import CheckResult, FamilyCounts, RowDetail, Status, Summary
-from .text import clean
+from .text import CELLS_NOTE, HUGE_ULP, clean, tie_group_matters, ulp_meaning
 
 __all__ = ["render_bundle_html", "render_html", "ulp_distance"]
 
@@ -235,9 +235,14 @@ class ClauseRow:
 
     @property
     def state(self) -> str:
+        """fail (unexpected rows), declared (a declared deviation seen beyond tolerance), inexact (a declared
+        weight_accuracy seen only as weights within tolerance but not bit-exact: nothing failed), or ok."""
         if self.unexpected or self.broken:
             return "fail"
-        return "declared" if self.deviation is not None and self.deviation.seen else "ok"
+        d = self.deviation
+        if d is not None and d.seen:
+            return "inexact" if not d.rows and not d.showing and d.inexact else "declared"
+        return "ok"
 
 
 @dataclass(frozen=True)
@@ -308,13 +313,14 @@ def slots(d: RowDetail) -> list[Slot]:
         return seq[j] if j < len(seq) else None
 
     out = []
+    near = d.verdict == "near_tie"  # ids swapped within the near-tie bound: not an error, styled apart
     for j in range(k):
         ei, ai, ew, aw = at(exp_ids, j), at(act_ids, j), at(exp_w, j), at(act_w, j)
-        differs = "diff" if ei != ai else ""
+        differs = ("near" if near else "diff") if ei != ai else ""
         mark = ""
         if j == cutoff:
             mark = "cutoff (slot topk-1)"
-            if d.tie_group_size and d.tie_group_size > 1:
+            if d.tie_group_size and d.tie_group_size > 1 and tie_group_matters(d.clause, d.verdict):
                 mark += f": tie group of {d.tie_group_size}" + (" straddles it" if d.straddles_cutoff else "")
         out.append(Slot(
             index=j, expected_id=ei, actual_id=ai, expected_weight=ew, actual_weight=aw,
@@ -476,6 +482,11 @@ def render_html(result: CheckResult, *, bench: dict | None = None, bench_png: by
         environment=_environment_items(s),
         slots=slots,
         next_id=_Ids(),
+        tie_group_matters=tie_group_matters,
+        ulp_meaning=ulp_meaning(s.max_weight_ulp),
+        huge_ulp=s.max_weight_ulp >= HUGE_ULP,
+        cells_note=next((n for n in s.notes if n.startswith(CELLS_NOTE)), None),
+        cells_note_prefix=CELLS_NOTE,
         examples_open=EXAMPLES_OPEN_PER_CLAUSE,
         verdict_tag=_VERDICT_TAG,
         not_recorded=NOT_RECORDED,

@@ -38,7 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from ._atomic import write_atomic
-from .bundle import BundleError, open_check, read_cells, read_details, read_nightly
+from .bundle import BundleError, find_checks, open_check, read_cells, read_details, read_nightly, refuse_mixed
 from .schema import FamilyCounts, RecordError, RowDetail, Status, Summary, from_json
 from .text import clean
 
@@ -390,21 +390,15 @@ def entries_for_bundle(bundle: Path) -> tuple[list[CheckEntry], dict]:
     """The checks in a bundle (nightly, multi-candidate, or single) and, for a nightly, its tool records."""
     bundle = Path(bundle)
     if (bundle / "nightly.json").exists():
+        refuse_mixed(bundle)
         nightly = read_nightly(bundle)
         entries = [_nightly_entry(bundle, label, rec) for section in (nightly.candidates, nightly.pairs) for label, rec in section.items()]
         tools = {k: v for k, v in (("probe", nightly.probe), ("bench", nightly.bench)) if isinstance(v, dict) and v}
         return entries, tools
-    if (bundle / "summary.json").exists():
-        summary = open_check(bundle).summary
-        return [CheckEntry(summary.label, bundle, summary)], {}
-    folders = sorted(p.parent for p in bundle.glob("*/summary.json"))
-    if not folders:
+    checks = find_checks(bundle)  # the one reader: refuses a folder whose bundles are of different runs
+    if not checks:
         raise BundleError(f"{bundle} holds no nightly.json or summary.json: not a report bundle")
-    entries = []
-    for folder in folders:
-        summary = open_check(folder).summary
-        entries.append(CheckEntry(summary.label, folder, summary))
-    return entries, {}
+    return [CheckEntry(label, found.folder, found.summary) for label, found in checks.items()], {}
 
 
 def build_junit(entries: list[CheckEntry], tools: dict | None = None, *, name: str = "router-contracts") -> ET.ElementTree:

@@ -7,9 +7,9 @@ nowhere else.
 from __future__ import annotations
 
 from .schema import CheckResult, RowDetail, Status
-from .text import clean
+from .text import CELLS_NOTE, clean, tie_group_matters, ulp_meaning
 
-__all__ = ["md_table", "render_markdown", "side_by_side"]
+__all__ = ["md_table", "option_rows", "render_markdown", "side_by_side"]
 
 
 def md_table(rows: list[dict]) -> str:
@@ -21,6 +21,16 @@ def md_table(rows: list[dict]) -> str:
     for row in rows:
         lines.append("| " + " | ".join(clean(row[c]).replace("|", "\\|") for c in cols) + " |")
     return "\n".join(lines) + "\n"
+
+
+def option_rows(s) -> list[dict]:
+    """``Summary.by_option`` as table rows: each option's values, their rows and unexpected mismatches by clause."""
+    return [
+        {"option": option, "value": value, "rows": f"{c.rows:,}", "mismatched": f"{c.mismatched_rows:,}",
+         "clauses": ", ".join(f"{k}: {v:,}" for k, v in c.clauses.items() if v)}
+        for option, values in s.by_option.items()
+        for value, c in values.items()
+    ]  # fmt: skip
 
 
 def _fmt(value) -> str:
@@ -38,13 +48,16 @@ def side_by_side(d: RowDetail) -> str:
     lines = [f"{'col':>4} {'exp id':>7} {'act id':>7} {'exp weight':>15} {'act weight':>15}"]
     for j in range(max(len(e), len(a))):
         differs = j >= len(e) or j >= len(a) or e[j] != a[j]
-        lines.append(f"{j:>4} {at(e, j):>7} {at(a, j):>7} {at(we, j):>15} {at(wa, j):>15}{'  <-' if differs else ''}")
+        mark = ("  ~ near tie" if d.verdict == "near_tie" else "  <-") if differs else ""
+        if j == len(e) - 1:
+            mark += "  (cutoff: slot topk-1)"
+        lines.append(f"{j:>4} {at(e, j):>7} {at(a, j):>7} {at(we, j):>15} {at(wa, j):>15}{mark}")
     return "```\n" + "\n".join(lines) + "\n```\n"
 
 
 def _detail_line(d: RowDetail) -> str:
     facts = [f"{clean(d.reason)}."]
-    if d.tie_group_size is not None:
+    if d.tie_group_size is not None and tie_group_matters(d.clause, d.verdict):
         facts.append(f"Tie group at the cutoff: {d.tie_group_size} expert{'s' if d.tie_group_size != 1 else ''}"
                      + (" (straddles the cutoff)" if d.straddles_cutoff else "") + ";")  # fmt: skip
     if d.nan_count is not None:
@@ -78,7 +91,7 @@ def render_markdown(result: CheckResult) -> str:
         f"- unexpected mismatched rows: **{s.mismatched_rows:,}**; near ties (not failures, docs/contracts.md): {s.near_tie_rows:,}; "
         f"declared deviations seen: {s.expected_deviation_rows:,}\n"
         f"- weights: {s.exact_rows:,} rows bit-exact, {s.within_tolerance_rows:,} within tolerance; "
-        f"max weight distance on equal ids {s.max_weight_ulp:g} ULP\n"
+        f"max weight distance on equal ids {s.max_weight_ulp:g} fp32 ULP: {ulp_meaning(s.max_weight_ulp)}\n"
         f"- device: {s.device} ({(s.environment or {}).get('device_name', '')}); seed {s.seed}\n"
     )
     skips = {}
@@ -102,7 +115,7 @@ def render_markdown(result: CheckResult) -> str:
         out.append(f"\n- determinism: {how}; {verdict}\n")
     for note in s.notes:
         out.append(f"\n- note: {clean(note)}\n")
-    if s.cells_capped and not any(note.startswith("mismatch cells:") for note in s.notes):  # the tally's note says it already
+    if s.cells_capped and not any(note.startswith(CELLS_NOTE) for note in s.notes):  # the tally's note says it already
         out.append(f"\n- mismatch cells: {s.cells_recorded:,} of {s.cells_total:,} recorded (capped; the first of every family and clause are kept; counts above are exact)\n")
     if s.error:
         out.append(f"\nFirst error ({s.error.kind}), in case `{s.error.case}`:\n\n```\n{clean(s.error.traceback or s.error.message, keep_newlines=True)}\n```\n")
@@ -124,6 +137,9 @@ def render_markdown(result: CheckResult) -> str:
             {"clause": k, "rows": _declared_rows(v), "observed": "yes" if v.observed else "NO (no longer happens?)", "why": v.reason}
             for k, v in s.expected_deviations.items()
         ]))  # fmt: skip
+    if s.by_option:
+        out.append("\n## Mismatched rows by call option (exact counts)\n")
+        out.append(md_table(option_rows(s)))
     if s.expert_load:
         from ..run.expert_load import load_rows
 

@@ -23,12 +23,14 @@ from pathlib import Path
 from .bundle import BundleError, open_check, write_check_bundle, write_index
 from .cells import CellKeeper
 from .schema import (
+    INT64_MAX,
     CELL_COLUMNS,
     AgainstSides,
     CheckResult,
     DeclaredDeviation,
     Determinism,
     FamilyCounts,
+    OptionCounts,
     RowDetail,
     Status,
     Summary,
@@ -138,6 +140,17 @@ def sum_summaries(parts: list[Summary], base: Summary) -> Summary:
                 for name, n in getattr(f, key).items():
                     _add(getattr(into, key), name, n)
     merged.clauses, merged.clauses_broken, merged.families = clauses, broken, families
+    by_option: dict[str, dict[str, OptionCounts]] = {}
+    for s in parts:
+        for option, values in s.by_option.items():
+            for value, c in values.items():
+                into = by_option.setdefault(option, {}).setdefault(value, OptionCounts())
+                into.rows += c.rows
+                into.mismatched_rows += c.mismatched_rows
+                for clause, n in c.clauses.items():
+                    _add(into.clauses, clause, n)
+    # a part that checked rows without counting them by option (an older bundle): the split would be short, so none
+    merged.by_option = {} if any(s.rows_checked and not s.by_option for s in parts) else by_option
     deviations: dict[str, DeclaredDeviation] = {}
     for s in parts:
         for clause, d in s.expected_deviations.items():
@@ -184,6 +197,9 @@ def merge_summaries(summaries: list[Summary], *, sources: list[str] | None = Non
         return dataclasses.replace(first, shard=None, merged_shards=None, command=unsharded_command(first.command))
     merged_shards = _check_shards(ran, [src for src, s in zip(sources, summaries) if s in ran], allow_partial)
     merged = sum_summaries(ran, ran[0])
+    for key in _SUMMED:
+        if getattr(merged, key) > INT64_MAX:
+            raise MergeError(f"the shards' {key} add up to {getattr(merged, key):,}, past the largest count a bundle holds ({INT64_MAX:,})")
     merged.shard = None
     merged.reason = None
     merged.command = unsharded_command(first.command)

@@ -26,6 +26,7 @@ from typing import Any, Union
 
 __all__ = [
     "CELL_COLUMNS",
+    "INT64_MAX",
     "READABLE_SCHEMA_VERSIONS",
     "SCHEMA_VERSION",
     "AgainstSides",
@@ -38,6 +39,7 @@ __all__ = [
     "MatrixPair",
     "MatrixReport",
     "NightlyEnvelope",
+    "OptionCounts",
     "PairExample",
     "PairFamily",
     "RecordError",
@@ -53,6 +55,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 2
+# Every integer of a record fits a signed 64-bit integer (what pandas, parquet and JUnit tools hold); counts are >= 0.
+INT64_MAX = 2**63 - 1
 READABLE_SCHEMA_VERSIONS = (1, 2)
 
 # One row per mismatched cell (mismatches.csv / .parquet), in this column order.
@@ -134,6 +138,16 @@ class FamilyCounts:
     expected_clauses: dict[str, int] = field(default_factory=dict)
     skip_reasons: dict[str, int] = field(default_factory=dict)
     rows_raised: int = 0  # v2: rows of cases on which the candidate raised
+
+
+@dataclass
+class OptionCounts:
+    """The rows of one value of one call option (``Summary.by_option``): checked, and unexpectedly mismatched by
+    primary clause. Exact at any ``--rows``: counted case by case, while the mismatch cells are a capped sample."""
+
+    rows: int = 0
+    mismatched_rows: int = 0
+    clauses: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -234,6 +248,8 @@ class Summary:
     diagnosis: list[dict] | None = None
     files: dict[str, str] = field(default_factory=dict)  # bundle file -> sha256, written with the bundle
     replay_target: ReplayTarget | None = None  # v2: how replay lines name the candidates (display names may be unknown to the registry)
+    # v2: option (renormalize, routed_scaling_factor, dtypes, batch_size) -> its value as text -> counts
+    by_option: dict[str, dict[str, OptionCounts]] = field(default_factory=dict)
     expert_load: dict | None = None  # captured logits (--logits): per layer, the oracle's expert counts and the candidate's difference
 
     @property
@@ -252,9 +268,27 @@ class Summary:
                 raise RecordError(f"{source}: status {self.status.value!r} needs field {name!r}")
         if self.status is Status.PASS and self.mismatched_rows:
             raise RecordError(f"{source}: status 'pass' with mismatched_rows={self.mismatched_rows}")
+        for name in _SUMMARY_COUNTS:
+            if getattr(self, name) < 0:
+                raise RecordError(f"{source}: {name}={getattr(self, name)} is negative; counts are from 0 to {INT64_MAX:,}")
+        counters = {"clauses": self.clauses, "clauses_broken": self.clauses_broken,
+                    **{f"families.{k}.{c}": getattr(f, c) for k, f in self.families.items() for c in ("clauses", "clauses_broken", "expected_clauses", "skip_reasons")},
+                    **{f"by_option.{o}.{v}.clauses": c.clauses for o, vs in self.by_option.items() for v, c in vs.items()}}  # fmt: skip
+        for where, counter in counters.items():
+            for key, n in counter.items():
+                if n < 0:
+                    raise RecordError(f"{source}: {where}.{key}={n} is negative; counts are from 0 to {INT64_MAX:,}")
+        for name, f in self.families.items():
+            for key in ("rows", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_rows", "rows_raised"):
+                if getattr(f, key) < 0:
+                    raise RecordError(f"{source}: families.{name}.{key}={getattr(f, key)} is negative; counts are from 0 to {INT64_MAX:,}")
         if self.rows_checked < 0 or self.mismatched_rows < 0 or self.mismatched_rows > max(self.rows_checked, 0):
             raise RecordError(f"{source}: mismatched_rows={self.mismatched_rows} does not fit rows_checked={self.rows_checked}")
         return self
+
+
+_SUMMARY_COUNTS = ("rows_checked", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_deviation_rows", "exact_rows",
+                   "within_tolerance_rows", "cells_recorded", "cells_total", "raised_rows")  # fmt: skip
 
 
 @dataclass
@@ -538,17 +572,31 @@ def _convert(tp, value, where: str):
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise RecordError(f"field {where}: expected an integer, got {value!r}")
+            raise RecordError(f"field {where}: expected an integer, got {_short(value)}")
+        if not -INT64_MAX - 1 <= value <= INT64_MAX:
+            raise RecordError(f"field {where}: {_short(value)} is out of range; integers here are from {-INT64_MAX - 1:,} to {INT64_MAX:,}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise RecordError(f"field {where}: expected a number, got {value!r}")
-        return float(value)
+            raise RecordError(f"field {where}: expected a number, got {_short(value)}")
+        try:
+            return float(value)
+        except OverflowError:
+            raise RecordError(f"field {where}: {_short(value)} is out of range for a number (at most about 1.8e308)") from None
     if tp is str:
         if not isinstance(value, str):
             raise RecordError(f"field {where}: expected a string, got {value!r}")
         return value
     raise RecordError(f"field {where}: no rule for type {_type_name(tp)}")
+
+
+def _short(value) -> str:
+    """``repr(value)``, with an integer of many digits shown by its first digits and its length."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 128:
+        digits = str(abs(value)) if abs(value).bit_length() < 14000 else None
+        return f"{'-' if value < 0 else ''}{digits[:12]}... ({len(digits)} digits)" if digits else "an integer of over 4,000 digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 _HINTS: dict[type, dict] = {}

@@ -34,23 +34,50 @@ def note_for(s: Summary) -> str:
     return ", ".join(parts)
 
 
-def verdict_table(summaries: list[Summary]) -> str:
-    import pandas as pd
+NOTE_WIDTH = 110  # notes wrap below their row: the table stays readable at 100-120 columns
+NAME_WIDTH = 32  # a longer candidate name gets a line of its own
 
-    rows = [
-        {
-            "candidate": clean(s.label),
-            "contract": s.contract,
-            "device": s.device,
-            "status": s.status.word,
-            "rows": s.rows_checked,
-            "skipped": s.rows_skipped,
-            "mismatched": s.mismatched_rows,
-            "near ties": s.near_tie_rows,
-            "declared": s.expected_deviation_rows,
-            "rows/s": f"{s.rows_per_s:,.0f}" if s.rows_per_s else "-",
-            "note": note_for(s),
-        }
-        for s in summaries
-    ]
-    return pd.DataFrame(rows).to_string(index=False)
+
+def _cells(s: Summary) -> dict[str, str]:
+    return {
+        "candidate": clean(s.label),
+        "contract": s.contract,
+        "device": s.device,
+        "status": s.status.word,
+        "rows": f"{s.rows_checked:,}",
+        "skipped": f"{s.rows_skipped:,}",
+        "mismatched": f"{s.mismatched_rows:,}",
+        "near ties": f"{s.near_tie_rows:,}",
+        "declared": f"{s.expected_deviation_rows:,}",
+        "rows/s": f"{s.rows_per_s:,.0f}" if s.rows_per_s else "-",
+    }
+
+
+_LEFT = ("candidate", "contract", "device", "status")
+
+
+def verdict_table(summaries: list[Summary], *, links: dict[str, str] | None = None) -> str:
+    """One line per check (text left-aligned, numbers right-aligned), each check's note wrapped below its line;
+    ``links``: candidate label -> its report, listed after the table (index.md)."""
+    import textwrap
+
+    rows = [_cells(s) for s in summaries]
+    columns = list(rows[0]) if rows else list(_cells(Summary(candidate="", status=Status.PASS)))
+    width = {c: max([len(c)] + [len(r[c]) for r in rows if c != "candidate" or len(r[c]) <= NAME_WIDTH]) for c in columns}
+
+    def line(values: dict[str, str]) -> str:
+        return "  ".join(values[c].ljust(width[c]) if c in _LEFT else values[c].rjust(width[c]) for c in columns).rstrip()
+
+    out = [line({c: c for c in columns})]
+    for s, r in zip(summaries, rows):
+        if len(r["candidate"]) > width["candidate"]:  # a long name on a line of its own, its figures below it
+            out.append(r["candidate"])
+            r = {**r, "candidate": ""}
+        out.append(line(r))
+        note = note_for(s)
+        if note:
+            out += textwrap.wrap(note, NOTE_WIDTH, initial_indent="    note: ", subsequent_indent="          ", break_on_hyphens=False)
+    if links:
+        out.append("")
+        out += [f"{label}: {target}" for label, target in links.items()]
+    return "\n".join(out)

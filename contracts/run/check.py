@@ -85,7 +85,7 @@ def check_candidate(
     tally = Tally(
         candidate=candidate.name, contract=oracle.contract_label(c), clause_names=tuple(map(str, c.clause_names)), device=device,
         deviations={} if against is not None else candidate.deviations(contract), replay=replay,
-        against=against_name, exact=exact, repeat=repeat, max_cells=max_cells,
+        against=against_name, exact=exact, repeat=repeat, max_cells=max_cells, call_rows=call_rows,
     )  # fmt: skip
     step = _Step(candidate, against, c, contract, device, exact, tally, should_stop, call_rows)
     loop = _pipelined if worker is not None else _in_process
@@ -100,7 +100,7 @@ def check_candidate(
     result.summary.replay_target = target
     result.summary.expert_load = step.load.record()  # captured logits only; None otherwise
     if result.summary.mismatched_rows and not tally.interrupted:
-        result.summary.diagnosis = tally.diagnosis(c)
+        result.summary.diagnosis = tally.diagnosis(c, command)
     return result
 
 

@@ -272,6 +272,10 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         c = oracle.get_contract(contract or cand.contract)
     except (ValueError, OSError) as exc:
         raise OptionError(f"--contract {contract or cand.contract}: {exc}") from None
+    # a plain callable claims no contract: say which one it was checked under, in the summary and so on the terminal
+    assumed = None if contract else (f"no --contract given: checked under {c.name}, the default for a plain callable; "
+                                     f"pass --contract NAME ({', '.join(oracle.BUILTIN_CONTRACTS)} or a .toml file) for another"
+                                     if cand.description == f"user callable {cand.origin}" else None)  # fmt: skip
     contract = contract or cand.contract  # the name, or the .toml path a worker loads again
     shape = plan.shaped(c)
     device = device_for(cand, device)
@@ -323,9 +327,11 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
             command=command, progress=bar, repeat=repeat, worker=worker, should_stop=stop, options=options, call_rows=call_rows,
             lookup=target.lookup, against_lookup=against.lookup if against else None,
         )  # fmt: skip
-        bar.close(result.summary.status.word)
+        bar.close(result.summary.status.word, summary=result.summary)
     if shape.dropped:
         result.summary.notes.append(f"families that do not apply to contract {c.name} were left out: {', '.join(shape.dropped)}")
+    if assumed:
+        result.summary.notes.insert(0, assumed)
     if plan.captured is not None:
         from ..cases.captured import describe
 

@@ -15,10 +15,11 @@ import importlib.util
 import os
 import shlex
 import sys
+from dataclasses import dataclass
 
 from ..cases import CaseSpec
 
-__all__ = ["candidate_lookup", "module_root", "replay_command", "replay_pythonpath"]
+__all__ = ["RowReplay", "candidate_lookup", "command_line", "module_root", "replay_command", "replay_pythonpath", "replay_row"]
 
 
 def candidate_lookup(candidate) -> str:
@@ -117,5 +118,67 @@ def replay_command(
     parts += ["--replay", spec.replay_id]
     if row is not None:
         parts += ["--row", str(row)]
+    return command_line(parts, pythonpath, comment)
+
+
+def command_line(parts: list[str], pythonpath: str | None = None, comment: str = "") -> str:
+    """The one builder of every printed replay line (check, search): the words quoted (and a trailing comment, e.g. a
+    captured row's token), led by the PYTHONPATH the run needed (``replay_pythonpath``) so that the line replays
+    when pasted anywhere."""
     line = shlex.join(parts) + comment
     return f"PYTHONPATH={shlex.quote(pythonpath)} {line}" if pythonpath else line
+
+
+@dataclass
+class RowReplay:
+    """One row of a case routed again: what ``check --replay ID --row N`` prints."""
+
+    detail: object  # a RowDetail: expected and actual side by side, the clause and verdict
+    failed: bool  # an unexpected mismatch (not a near tie or a declared deviation)
+
+
+def replay_row(candidate, contract: str, device: str, spec: CaseSpec, row: int) -> RowReplay:
+    """Route the case of ``spec`` once as the check did (one call of all its rows: a kernel may depend on the batch size),
+    then compare only ``row`` with the oracle: no other row is checked and no bundle is written.
+
+    The call runs in this process (a replay is the step after the check found the row); an exception of the candidate
+    is returned as a validity row saying what it raised."""
+    import oracle
+
+    from ..candidates.calling import CaseRunner
+    from ..cases.build import Case, build_case
+    from ..compare.expected import expected_for
+    from ..compare.verdicts import compare_case
+    from ..reports.schema import RowDetail
+
+    c = oracle.get_contract(contract)
+    case = build_case(spec, device)
+    if not 0 <= row < spec.rows:
+        raise ValueError(f"--row {row} is outside the case {spec.replay_id} (rows 0..{spec.rows - 1})")
+    call = CaseRunner(candidate.route_under(contract)).run(case)
+    if call.fatal or call.traceback is not None or isinstance(call.actual, str):
+        message = call.fatal["message"] if call.fatal else str(call.actual)
+        return RowReplay(RowDetail(row=row, clause="validity", verdict="mismatch", reason=message, family=spec.family, case=spec.replay_id), True)
+    one = [row]
+    import torch
+
+    pick = torch.tensor(one, device=case.scores.device)
+    sub_spec = spec.__class__(**{**spec.__dict__, "rows": 1})
+    sub = Case(sub_spec, case.scores.index_select(0, pick), case.bias, case.renormalize, case.routed_scaling_factor)
+    w, ids = call.actual
+    actual = (w.index_select(0, pick), ids.index_select(0, pick))
+    exp = expected_for(sub, c)
+    outcome = compare_case(sub, exp, actual, c, deviations=candidate.deviations(contract))
+    counts = outcome.verdict_counts
+    base = dict(row=row, family=spec.family, case_seed=spec.case_seed, case=spec.replay_id, renormalize=case.renormalize,
+                routed_scaling_factor=case.routed_scaling_factor)  # fmt: skip
+    if outcome.rows_detail:
+        d = outcome.rows_detail[0]
+        fields = {k: v for k, v in d.items() if k in RowDetail.__dataclass_fields__ and k not in base}
+        detail = RowDetail(**base, **fields)
+    else:
+        verdict = "exact" if counts.get("exact") else "within_tolerance"
+        detail = RowDetail(**base, clause="", verdict=verdict, reason="matches the oracle",
+                           expected_ids=exp.ids[0].tolist(), actual_ids=actual[1][0].tolist(),
+                           expected_weights=exp.weights[0].tolist(), actual_weights=actual[0][0].tolist())  # fmt: skip
+    return RowReplay(detail, bool(counts.get("mismatch")))

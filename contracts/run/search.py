@@ -318,12 +318,14 @@ def _finding_dict(f: Finding, candidate: str, contract: str, device: str) -> dic
 
 
 def replay_command(path: Path, candidate: str, contract: str | None = None, device: str | None = None) -> str:
+    from .replay import command_line, replay_pythonpath
+
     parts = ["python", "-m", "contracts", "search", "--replay", str(path), "--candidate", candidate]
     if contract:
         parts += ["--contract", contract]
     if device and device != "cpu":
         parts += ["--device", device]
-    return shlex.join(parts)
+    return command_line(parts, replay_pythonpath(candidate))  # check's lines and these: one builder, the PYTHONPATH kept
 
 
 def _fmt(v: float) -> str:

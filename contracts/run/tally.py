@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..cases import Case, CaseSpec
+from ..cases.plan import call_size
 from ..compare import CaseOutcome
 from ..reports.cells import CellKeeper
 from ..reports.schema import (
@@ -25,15 +26,39 @@ from ..reports.schema import (
     Determinism,
     ErrorRecord,
     FamilyCounts,
+    OptionCounts,
     RowDetail,
     Summary,
     decide_status,
 )
 
-__all__ = ["DETAILS_PER_CLAUSE", "DETERMINISM_EXAMPLES", "Tally"]
+__all__ = ["DETAILS_PER_CLAUSE", "DETERMINISM_EXAMPLES", "OPTIONS", "Tally", "batch_size_class", "call_options"]
 
 DETAILS_PER_CLAUSE = 5
 DETERMINISM_EXAMPLES = 5
+# The call options a verdict is split by (``Summary.by_option``), in the order reports show them.
+OPTIONS = ("renormalize", "routed_scaling_factor", "dtypes", "batch_size")
+
+
+def batch_size_class(rows: int) -> str:
+    """The power-of-two class of a call's rows: ``1``, ``2``, ``3-4``, ``5-8``, ... ``1025-2048``: every launch-shape
+    boundary a kernel switches at (a power of two, or one past it) falls between two classes or at a class's edge."""
+    if rows <= 2:
+        return str(max(rows, 0))
+    top = 1 << (rows - 1).bit_length()
+    return f"{top // 2 + 1}-{top}"
+
+
+def call_options(case: Case, call_rows: int | None = None) -> dict[str, str]:
+    """The options of the candidate's calls on ``case``, as the text ``Summary.by_option`` keys them by: every row
+    of a case shares them, so counting a case's rows under them is exact."""
+    bias = "none" if case.bias is None else str(case.bias.dtype).removeprefix("torch.")
+    return {
+        "renormalize": str(bool(case.renormalize)),
+        "routed_scaling_factor": f"{float(case.routed_scaling_factor):g}",
+        "dtypes": f"{str(case.scores.dtype).removeprefix('torch.')} logits, {bias} bias",
+        "batch_size": batch_size_class(call_size(case.spec, call_rows)),
+    }
 
 
 @dataclass
@@ -48,8 +73,10 @@ class Tally:
     exact: bool = False
     repeat: int = 1
     max_cells: int = 100_000
+    call_rows: int | None = None  # a bulk case's largest call (its batch-size class)
 
     families: dict[str, FamilyCounts] = field(default_factory=dict)
+    by_option: dict[str, dict[str, OptionCounts]] = field(default_factory=dict)
     verdicts: dict[str, int] = field(default_factory=dict)
     cells_total: int = 0
     details: dict[str, list[dict]] = field(default_factory=dict)
@@ -120,13 +147,16 @@ class Tally:
         f.rows += case.spec.rows
         f.rows_raised += case.spec.rows
         self.raised_rows += case.spec.rows
+        self._count_options(case, None)
 
     def compared(self, case: Case, outcome: CaseOutcome, *, oracle_side=None, message: str | None = None, actual=None) -> None:
         spec = case.spec
         if actual is not None and outcome.mismatched is not None and not self.sample.full and not isinstance(actual, str):
-            self.sample.add(case, outcome.mismatched, actual[0], actual[1], outcome.mismatched_primary)
+            key = (spec.family, *call_options(case, self.call_rows).values())  # the sample spreads over these
+            self.sample.add(case, outcome.mismatched, actual[0], actual[1], outcome.mismatched_primary, key)
         f = self.family(spec)
         f.rows += spec.rows
+        self._count_options(case, outcome)
         for verdict, n in outcome.verdict_counts.items():
             self.verdicts[verdict] = self.verdicts.get(verdict, 0) + n
         f.mismatched_rows += outcome.verdict_counts.get("mismatch", 0)
@@ -160,6 +190,18 @@ class Tally:
             elif label or oracle_side is not None:
                 d["oracle_agrees_with"] = "both"
             self._keep_detail(d["clause"] if d["verdict"] != "near_tie" else "near_tie", d, meta, case)
+
+    def _count_options(self, case: Case, outcome: CaseOutcome | None) -> None:
+        """The case's rows, and its unexpected mismatches by primary clause, under each of its call options' values."""
+        for option, value in call_options(case, self.call_rows).items():
+            counts = self.by_option.setdefault(option, {}).setdefault(value, OptionCounts())
+            counts.rows += case.spec.rows
+            if outcome is None:
+                continue
+            counts.mismatched_rows += outcome.verdict_counts.get("mismatch", 0)
+            for clause, n in outcome.clause_rows.items():
+                if n:
+                    counts.clauses[clause] = counts.clauses.get(clause, 0) + n
 
     def _keep_cells(self, spec: CaseSpec, frame) -> None:
         frame = frame.copy()
@@ -236,14 +278,15 @@ class Tally:
         self.determinism.notes.extend(n for n in notes if n not in self.determinism.notes)
 
     # ---------------------------------------------------------------- the record
-    def diagnosis(self, contract) -> list[dict] | None:
-        """Which single-field variants of the contract explain the mismatched rows (None when nothing mismatched)."""
+    def diagnosis(self, contract, command: str = "") -> list[dict] | None:
+        """Which single-field variants of the contract explain the mismatched rows (None when nothing mismatched);
+        declared deviations left out; ``command``: the check's, for the line that checks a better built-in contract."""
         from ..compare.diagnosis import diagnose
 
         if not self.sample.rows or self.against is not None:
             return None
         with self.timed("diagnosis", self.sample.rows):
-            return diagnose(self.sample, contract)
+            return diagnose(self.sample, contract, declared=frozenset(self.deviations), command=command)
 
     def result(self, *, seed: int, command: str, isolated: bool, options: dict | None = None) -> CheckResult:
         elapsed = time.perf_counter() - self.started
@@ -287,6 +330,7 @@ class Tally:
             clauses_broken=self.clauses_broken,
             raised_rows=self.raised_rows,
             families=self.families,
+            by_option={o: dict(sorted(self.by_option[o].items(), key=_value_order)) for o in OPTIONS if o in self.by_option},
             expected_deviations=deviations,
             bit_exact=self.exact,
             error=self.error,
@@ -310,3 +354,13 @@ class Tally:
         if note:
             summary.notes.append(note)
         return CheckResult(summary, cells, details)
+
+
+def _value_order(item: tuple[str, OptionCounts]):
+    """Batch-size classes by size, numbers by value, other values as text."""
+    text = item[0]
+    head = text.split("-", 1)[0]
+    try:
+        return (0, float(head), text)
+    except ValueError:
+        return (1, 0.0, text)

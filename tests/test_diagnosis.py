@@ -1,0 +1,103 @@
+"""Issue 34 item 6 and issue 33: the diagnosis names what the rows really show.
+
+Before: it kept the first 2,048 mismatched rows (one family's could drown
+another defect), counted declared deviations, offered aiter's wave64 lane
+order under softmax contracts and "a softmax over the k chosen logits" for a
+Mixtral router that renormalizes against renormalize=False (the same thing
+there), offered "computed in bf16" for an fp32 router whose blame merely
+moved, and never said that a lowest-index router is the serial contract.
+"""
+
+import pytest
+import torch
+
+import oracle
+from contracts.cases import build_case
+from contracts.cases.plan import iter_plan
+from contracts.candidates.registry import get_candidate
+from contracts.check import main as check_main
+from contracts.compare.diagnosis import MAX_SAMPLE_ROWS, DiagnosisSample, _offered
+from contracts.run.check import check_candidate
+
+
+def renormalizes_always(scores, bias, topk, renormalize, routed_scaling_factor):
+    """A Mixtral router that renormalizes whatever the flag says."""
+    return oracle.route(scores, bias, topk, renormalize=True, routed_scaling_factor=routed_scaling_factor, contract="mixtral")
+
+
+def _diagnosis(candidate, contract, families, rows, experts=896, topk=16):
+    specs = list(iter_plan(families, rows, 0, experts, topk, bias=oracle.get_contract(contract).bias != "none"))
+    result = check_candidate(get_candidate(candidate), specs, contract=contract, device="cpu", command="python -m contracts check --candidate X")
+    return result.summary
+
+
+def test_variants_offered_exist_for_the_contracts_scoring():
+    softmax = [(v.field, v.value) for v in _offered(oracle.get_contract("mixtral"), torch.float32)]
+    assert ("tie_rule", "aiter") not in softmax
+    assert ("tie_rule", "aiter") in [(v.field, v.value) for v in _offered(oracle.get_contract("serial"), torch.float32)]
+
+
+def test_the_sample_spreads_over_families_and_call_options():
+    sample = DiagnosisSample()
+    big = [build_case(s) for s in iter_plan(["random_fp32"], 6000, 0, 896, 16)]
+    small = build_case(next(iter(iter_plan(["all_equal"], 40, 1, 896, 16))))
+    for case in big:  # thousands of rows of one defect first, as a check meets them
+        n = case.spec.rows
+        sample.add(case, torch.arange(n), torch.zeros(n, 16), torch.zeros(n, 16, dtype=torch.int32), torch.zeros(n, dtype=torch.long),
+                   ("random_fp32", str(case.renormalize), case.spec.rows))  # fmt: skip
+    n = small.spec.rows
+    sample.add(small, torch.arange(n), torch.zeros(n, 16), torch.zeros(n, 16, dtype=torch.int32), torch.ones(n, dtype=torch.long), ("all_equal",))
+    chosen = sample.selected()
+    assert sum(p.ids.shape[0] for p in chosen) <= MAX_SAMPLE_ROWS
+    assert sum(p.ids.shape[0] for p in chosen if p.case.family == "all_equal") == n  # the late, small group is all there
+    families = {p.case.family for p in chosen}
+    assert families == {"random_fp32", "all_equal"}
+
+
+@pytest.mark.slow  # a failing check and its diagnosis (each variant routes the sample): ~10 s on a loaded 2-core machine
+def test_a_lowest_index_router_is_told_the_serial_contract_and_the_assumed_contract(tmp_path, capsys):
+    code = check_main(["--candidate", "tests.broken_candidates:wrong_tie_order", "--families", "all_equal", "--rows", "200",
+                       "--out", str(tmp_path / "b"), "--quiet", "--no-isolate"])  # fmt: skip
+    assert code == 1
+    out = capsys.readouterr().out
+    assert "note: tests.broken_candidates:wrong_tie_order: no --contract given: checked under aiter" in out
+    hint = next(line for line in out.splitlines() if line.startswith("hint: "))
+    assert "built-in contract serial on 100%" in hint and "--contract serial" in hint and "--out" not in hint
+
+
+@pytest.mark.slow  # a failing check and its diagnosis: ~10 s
+def test_an_fp32_router_with_the_bias_in_its_weights_is_not_offered_bf16():
+    s = _diagnosis("tests.broken_candidates:bias_in_weights", "aiter", ["random_bf16", "random_fp32"], 300)
+    fields = [d.get("field") for d in s.diagnosis if d["kind"] == "variant"]
+    assert fields == ["bias"], [d["text"] for d in s.diagnosis]
+
+
+@pytest.mark.slow  # a failing check under mixtral and its diagnosis: ~10 s
+def test_mixtral_renormalizing_against_the_flag_is_named_as_such():
+    s = _diagnosis("tests.test_diagnosis:renormalizes_always", "mixtral", ["random_fp32"], 400, experts=8, topk=2)
+    assert s.mismatched_rows and s.by_option["renormalize"]["True"].mismatched_rows == 0
+    texts = [d["text"] for d in s.diagnosis]
+    assert any("renormalized over the k chosen although renormalize=False" in t for t in texts), texts
+    assert not any(t.startswith("with the softmax taken over the k chosen logits only") for t in texts), texts
+    assert not any("wave64" in t for t in texts)
+
+
+def test_variants_giving_the_same_answer_on_every_row_seen_are_said_to_be_indistinguishable():
+    from contracts.compare.diagnosis import _Part, _Scored, _variant_entry
+    from contracts.compare.expected import expected_for
+
+    case = build_case(next(iter(iter_plan(["random_fp32"], 20, 3, 896, 16))))  # no NaN: the NaN rules cannot differ
+    c = oracle.get_contract("aiter")
+    by_field = {(v.field, v.value): v for v in oracle.variants(c, logits_dtype=torch.float32)}
+    first, never, lowest = by_field[("nan_rule", "first")], by_field[("nan_rule", "never")], by_field[("tie_rule", "lowest")]
+    rows = case.spec.rows
+    mask = torch.ones(rows, dtype=torch.bool)
+    part = _Part(case, torch.zeros(rows, 16), torch.zeros(rows, 16, dtype=torch.int32), torch.zeros(rows, dtype=torch.long))
+
+    def scored(v, explained=rows):
+        return _Scored(v, explained, explained, mask, [expected_for(case, v.contract)])
+
+    a, b, other = scored(first), scored(never), scored(lowest, explained=rows - 1)
+    entry = _variant_entry(a, [a, b, other], [part], [expected_for(case, c)], rows)
+    assert entry["indistinguishable_from"] == [never.label]
+    assert "cannot tell it apart from: " + never.label in entry["text"]
