@@ -39,6 +39,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # bad input: one line names the argument and the fix
     UNAVAILABLE = 3  # a candidate asked for by name cannot run on this host
     UPLOAD = 4  # the nightly's upload failed
+    NOT_COVERED = 5  # a check ran but checked no row (or no row of a family it ran): no evidence, no PASS
     SIGINT = 130  # interrupted (128 + signal number); the bundle keeps what ran
     SIGTERM = 143
 
@@ -46,6 +47,7 @@ class ExitCode(enum.IntEnum):
 EXIT_CODES_HELP = (
     "exit codes: 0 ok; 1 unexpected mismatches, a candidate error or a regression; 2 usage error; "
     "3 a candidate asked for by name is unavailable here; 4 upload failed (nightly); "
+    "5 not covered: a check checked no row, or no row of a family (--allow-not-covered accepts it); "
     "130 / 143 interrupted by SIGINT / SIGTERM (the bundle keeps what ran)"
 )
 

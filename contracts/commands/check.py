@@ -66,6 +66,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
                     help=f"isolated runs: seconds one call may take before the worker is killed (default {DEFAULT_TIMEOUT_S:g})")  # fmt: skip
     ap.add_argument("--repeat", type=positive_int("--repeat 3"), default=1, metavar="N",
                     help="call the candidate N times per case (and once from a CUDA graph on GPUs); differences fail the run")  # fmt: skip
+    ap.add_argument("--allow-not-covered", action="store_true",
+                    help="exit 0 although a check checked no row of a family (status not_covered; default: exit 5)")  # fmt: skip
     ap.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
     return add_engine_path(ap)
 
@@ -187,7 +189,13 @@ def _report(args: argparse.Namespace, checked, stop) -> int:
     if not checked.results:  # nothing was checked and no bundle was written: never a success
         print("error: no check ran; no bundle was written", file=sys.stderr)
         return ExitCode.FAILED
-    return ExitCode.FAILED if checked.failed else ExitCode.OK
+    if checked.failed:
+        return ExitCode.FAILED
+    if checked.not_covered:
+        print(f"not covered: {', '.join(checked.not_covered)}: no row of some family was checked, so no PASS"
+              + ("; accepted by --allow-not-covered" if args.allow_not_covered else " (exit 5; --allow-not-covered accepts it)"), file=sys.stderr)  # fmt: skip
+        return ExitCode.OK if args.allow_not_covered else ExitCode.NOT_COVERED
+    return ExitCode.OK
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

@@ -59,6 +59,11 @@ class CheckRun:
     def failed(self) -> bool:
         return any(s.status in (Status.FAIL, Status.ERROR) for s in self.summaries)
 
+    @property
+    def not_covered(self) -> list[str]:
+        """The candidates whose check checked no row, or no row of a family it ran (status ``not_covered``)."""
+        return [s.label for s in self.summaries if s.status is Status.NOT_COVERED]
+
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
