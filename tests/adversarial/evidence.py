@@ -48,8 +48,8 @@ def wrong_above_16384_rows(scores, bias, topk, renormalize, rsf):
 
 
 def wrong_in_1025_to_2048_rows(scores, bias, topk, renormalize, rsf):
-    """Wrong output order in calls of 1,026..2,048 rows (the old plan made these only from about --rows 10000)."""
-    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), 1026 <= scores.shape[0] <= 2048)
+    """Wrong output order in calls of 1,025..2,048 rows (the old plan made these only from about --rows 10000)."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), 1025 <= scores.shape[0] <= 2048)
 
 
 def wrong_on_fp32_logits_bf16_bias(scores, bias, topk, renormalize, rsf):
