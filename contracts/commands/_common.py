@@ -170,6 +170,7 @@ def run_main(build_parser: Callable[[], argparse.ArgumentParser], run: Callable[
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     args.command_line = command_line(parser.prog, argv)
+    args.argv = argv  # as given: an in-process command runs it again under its supervisor (contracts.run.supervisor)
     try:
         _apply_engine_path(args)
         return int(run(args))

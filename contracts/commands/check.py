@@ -131,6 +131,15 @@ def _print_row(results, row: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..run.options import OptionError, parse_case_choice, parse_families, parse_shard
+    from ..run.supervisor import mark_completed, run_supervised, supervising
+
+    if args.isolate is False and not args.plan and supervising():  # in process: a candidate's _exit must not look like success
+        return run_supervised("check", args.argv)
+    return mark_completed(_run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..run.options import OptionError, parse_case_choice, parse_families, parse_shard
 
     names = _names(args.candidate)
     try:
