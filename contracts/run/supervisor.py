@@ -72,7 +72,20 @@ def run_supervised(command: str, argv: list[str]) -> int:
     if recorded == str(code):
         return code
     how = f"signal {-code}" if code < 0 else f"exit status {code}"
-    print(f"error: {command} --no-isolate ended without finishing ({how}, no completion record): the candidate, run in the "
-          "harness's process, ended it (sys.exit, os._exit, posix._exit or libc _exit, or a crash); the run is not a success. "
-          "Run without --no-isolate to get a bundle that says what happened.", file=sys.stderr)  # fmt: skip
+    hint = " Run without --no-isolate to get a bundle that says what happened." if "--no-isolate" in argv else ""
+    print(f"error: {command} ended without finishing ({how}, no completion record): the candidate, run in the harness's "
+          f"process, ended it (sys.exit, os._exit, posix._exit or libc _exit, or a crash); the run is not a success.{hint}", file=sys.stderr)  # fmt: skip
     return _INCOMPLETE if code in (0, None) or code < 0 else (code if code != 0 else _INCOMPLETE)
+
+
+def supervised(command: str, run, *, when=lambda args: True):
+    """``run(args)`` of a command, run in a supervised child when ``when(args)`` (an in-process run of a candidate):
+    the wrapped function is what the command's ``main`` calls."""
+
+    def wrapped(args) -> int:
+        if when(args) and supervising():
+            return run_supervised(command, args.argv)
+        return mark_completed(run(args))
+
+    wrapped.__doc__ = run.__doc__
+    return wrapped
