@@ -160,6 +160,10 @@ def run_main(build_parser: Callable[[], argparse.ArgumentParser], run: Callable[
     from ..run.distributed import WorldError
     from ..run.options import OptionError
 
+    if argv is None:  # started as a command: an in-process run of a candidate is supervised (contracts.run.supervisor)
+        from ..run import supervisor
+
+        supervisor.ENTRY = True
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:

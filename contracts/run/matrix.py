@@ -232,6 +232,7 @@ def run_matrix(
     progress: bool = True,
     command: str = "",
     stop: Callable[[], object] | None = None,
+    max_batch: int | None = None,
 ) -> MatrixRun:
     """Run ``names`` (and the two sides of ``split``) on the same cases and write the matrix bundle under ``out``.
 
@@ -240,7 +241,8 @@ def run_matrix(
     not given), groups, bias and families, as ``check`` does. ``device``: one
     for all (default cuda when torch sees a GPU). ``replay``: ``FAMILY:SEED:ROWS``,
     that one case only; ``show_row`` keeps every answer's row of it
-    (``MatrixRun.row_answers``).
+    (``MatrixRun.row_answers``). ``max_batch``: the pinned batch-size sweep's
+    largest batch, as in ``check`` (default: the device's).
     """
     import torch
 
@@ -268,7 +270,7 @@ def run_matrix(
             c = oracle.get_contract(contract)
         except (ValueError, OSError) as exc:
             raise OptionError(f"--contract {contract}: {exc}") from None
-        shape = _Plan(families, rows, seed, experts, topk, None, replay).shaped(c)
+        shape = _Plan(families, rows, seed, experts, topk, None, replay, max_batch=max_batch).shaped(c)
         if not shape.families:
             raise OptionError(f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}; choose others with --families")
         label = "matrix-" + ("+".join(m.name for m in members) if members else f"split-{split[0]}-{split[1]}-{split[2]}")
@@ -279,7 +281,7 @@ def run_matrix(
             if stop():
                 break
             m.open(contract=contract, device=device, shape=shape, isolate=isolate, timeout=timeout, stop=stop)
-        specs, total = shape.specs(plan_bulk_rows(device))  # the same cases for all; each answers bulk ones in calls it serves
+        specs, total = shape.specs(plan_bulk_rows(device), device)  # the same cases for all; each answers bulk ones in calls it serves
         report = MatrixReport(
             contract=c.name, device=device, rows=total, seed=seed, families=list(shape.families), experts=shape.experts,
             topk=shape.topk, weight_rtol=c.weight_rtol, weight_atol=c.weight_atol, command=command,

@@ -27,9 +27,14 @@ COMPLETION_ENV = "ROUTER_CONTRACTS_COMPLETION"
 _INCOMPLETE = 1  # ExitCode.FAILED (kept literal: contracts.commands imports this module)
 
 
+# Set by the command line's entry (``contracts.commands.main`` or ``run_main`` reading ``sys.argv``): only a process
+# started as a command supervises itself; a library or test calling ``main([...])`` runs in its own process as it asked.
+ENTRY = False
+
+
 def supervising() -> bool:
-    """Whether this process should supervise (not itself the supervised child, and not a torchrun rank)."""
-    return not os.environ.get(COMPLETION_ENV) and int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1
+    """Whether this process should supervise: started as a command, not itself the supervised child, not a torchrun rank."""
+    return ENTRY and not os.environ.get(COMPLETION_ENV) and int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1
 
 
 def mark_completed(code: int) -> int:
