@@ -134,13 +134,15 @@ def test_isolation_defaults():
         isolate = None
 
     oracle_c = get_candidate("oracle")
-    third = Candidate(name="x", route=lambda *a: None, third_party=True)
+    third = Candidate(name="x", route=lambda *a: None, third_party=True, origin="mypkg.router:route")
     gpu_only = get_candidate("radix4")
     assert should_isolate(Args.isolate, oracle_c, "cpu", None)  # every candidate runs in a worker by default (issue 32)
     assert should_isolate(Args.isolate, oracle_c, "cuda", None)
     assert should_isolate(Args.isolate, third, "cpu", None)
     assert should_isolate(Args.isolate, gpu_only, "cuda", None)
     assert should_isolate(Args.isolate, oracle_c, "cpu", third)  # the --against candidate runs in the worker too
+    # registered at run time with nothing to import: a worker cannot find it, so it runs where it was registered
+    assert not should_isolate(None, Candidate(name="made-here", route=lambda *a: None), "cpu", None)
     Args.isolate = False
     assert not should_isolate(Args.isolate, third, "cuda", None)
     assert not should_isolate(Args.isolate, oracle_c, "cpu", None)

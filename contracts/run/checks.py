@@ -96,8 +96,12 @@ def device_for(candidate: Candidate, requested: str | None) -> str:
 def should_isolate(isolate: bool | None, candidate: Candidate, device: str, against: Candidate | None) -> bool:
     """``isolate`` if given; else True: every call of a candidate runs in a worker process by default, so that
     no exit, crash or hang of it (``sys.exit``, ``os._exit``, libc ``_exit``, a segfault) can end the harness
-    or pass for a success. In-process only on request (``--no-isolate``; ``docs/robustness.md``)."""
-    return True if isolate is None else isolate
+    or pass for a success. In-process only on request (``--no-isolate``; ``docs/robustness.md``), or for a
+    candidate a worker cannot find: one a program registered at run time with no ``origin`` to import (a
+    library caller's own object; the command line only names built-ins, entry points and ``module:attr``)."""
+    if isolate is not None:
+        return isolate
+    return all(c.origin for c in (candidate, against) if c is not None)
 
 
 def _contract_name(contract: str) -> str:
