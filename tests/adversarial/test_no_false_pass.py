@@ -126,7 +126,8 @@ RUNNERS = {
     "probe": lambda router, tmp_path: _cli("probe", "--candidate", f"{ADV}:{router}", "--no-verify", "--out", str(tmp_path / "p")),
     "search": lambda router, tmp_path: _cli("search", "--candidate", f"{ADV}:{router}", "--examples", "3", "--no-database",
                                             "--out", str(tmp_path / "s")),  # fmt: skip
-    "nightly": lambda router, tmp_path: _cli("nightly", "--candidate", f"{ADV}:{router}", "--rows", "20", "--out", str(tmp_path / "n")),
+    "nightly": lambda router, tmp_path: _cli("nightly", "--candidate", f"{ADV}:{router}", "--rows", "20", "--fail-on", "failure",
+                                             "--out", str(tmp_path / "n")),  # fmt: skip
     "pytest plugin": _plugin,
     "pytest plugin --no-isolate": lambda router, tmp_path: _plugin(router, tmp_path, "--no-isolate"),
 }
