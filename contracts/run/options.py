@@ -65,8 +65,8 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
             pinned = None
             break
     if len(parts) < 3 or pinned is None or len(pinned) != len(tags):
-        raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS, optionally with :bulk, :bias-bf16|fp32 or :offset-N, "
-                          "as printed in a report's replay line")  # fmt: skip
+        raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk (a pinned case adds :bias-bf16, "
+                          ":bias-fp32 or :offset-N), as printed in a report's replay line")  # fmt: skip
     family, seed_text, rows_text = parts[:3]
     if family not in FAMILY_NAMES:
         raise OptionError(f"{option} family {family!r} is unknown; known: {', '.join(FAMILY_NAMES)}")
