@@ -94,6 +94,8 @@ def pytest_addoption(parser):
                     help="run the candidate in a worker process (default: on, as in check)")  # fmt: skip
     group.addoption("--allow-not-covered", action="store_true", default=False,
                     help="skip, not fail, the tests of a family the candidate serves no case of")  # fmt: skip
+    group.addoption("--logits", metavar="FILE", help="check on captured router logits (check --logits): the file's layers are the families")
+    group.addoption("--logits-bias", metavar="FILE", help="with --logits: the correction bias (check --bias)")
 
 
 class ConformanceSession:
@@ -106,6 +108,7 @@ class ConformanceSession:
         self.seed = config.getoption("--conformance-seed")
         self.isolate = config.getoption("--isolate")
         self.allow_not_covered = config.getoption("--allow-not-covered")
+        self.logits, self.logits_bias = config.getoption("--logits"), config.getoption("--logits-bias")
         self.out_root = out_root
         self.candidate = None
         self.contract = config.getoption("--contract") or "aiter"
@@ -132,6 +135,20 @@ class ConformanceSession:
 
         return oracle.get_contract(self.contract).clause_names
 
+    def families(self, contract) -> list[str]:
+        """The families the tests run: the contract's, or with --logits the captured file's layers."""
+        if self.logits:
+            from .cases.captured import CapturedError, open_logits
+
+            try:
+                f = open_logits(self.logits, self.logits_bias)
+            except CapturedError as exc:
+                raise pytest.UsageError(f"--logits: {exc}") from None
+            return [f.family(layer) for layer in range(f.layer_count)]
+        from .cases.families import families_for
+
+        return families_for(contract)
+
     def run(self) -> dict:
         """The session's one check of the candidate (run on first use); the summary, the bundle and the log."""
         if self._run is None:
@@ -139,16 +156,18 @@ class ConformanceSession:
 
             out = self.out_root / "check"
             log = io.StringIO()
-            command = (f"python -m contracts check --candidate {self.spec} --contract {self.contract} --device {self.device} "
-                       f"--rows {self.rows} --seed {self.seed} --out {out}" + (f" --max-batch {self.max_batch}" if self.max_batch else "")
-                       + (" --no-isolate" if self.isolate is False else ""))  # fmt: skip
+            source = (f"--logits {self.logits}" + (f" --bias {self.logits_bias}" if self.logits_bias else "") if self.logits
+                      else f"--rows {self.rows} --seed {self.seed}" + (f" --max-batch {self.max_batch}" if self.max_batch else ""))
+            command = (f"python -m contracts check --candidate {self.spec} --contract {self.contract} --device {self.device} {source} "
+                       f"--out {out}" + (" --no-isolate" if self.isolate is False else ""))  # fmt: skip
             if self.isolate is False:  # in process, but not pytest's: a supervised check command (its _exit cannot end pytest)
                 summary, error = self._run_command(out, log)
             else:
                 with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
                     try:
                         checked = run_checks([self.spec], contract=self.contract, device=self.device, rows=self.rows, seed=self.seed,
-                                             isolate=self.isolate, out=out, progress=False, command=command, max_batch=self.max_batch)  # fmt: skip
+                                             isolate=self.isolate, out=out, progress=False, command=command, max_batch=self.max_batch,
+                                             logits=self.logits, logits_bias=self.logits_bias)  # fmt: skip
                         summary, error = checked.results[0].summary, None
                     except Exception as exc:  # noqa: BLE001 -- the test says what went wrong
                         summary, error = None, f"{type(exc).__name__}: {exc}"
@@ -166,6 +185,8 @@ class ConformanceSession:
                 "--rows", str(self.rows), "--seed", str(self.seed), "--out", str(out), "--no-isolate", "--quiet"]  # fmt: skip
         if self.max_batch:
             argv += ["--max-batch", str(self.max_batch)]
+        if self.logits:
+            argv += ["--logits", str(self.logits)] + (["--bias", str(self.logits_bias)] if self.logits_bias else [])
         done = subprocess.run(argv, capture_output=True, text=True)
         log.write(done.stdout + done.stderr)
         if (out / "summary.json").exists():
@@ -273,7 +294,8 @@ def pytest_generate_tests(metafunc):
 
     session = getattr(metafunc.config, "_router_contracts", None)
     contract = oracle.get_contract(session.contract if session is not None else "aiter")
-    names = families_for(contract)  # the families that mean something under the contract checked
+    # the families that mean something under the contract checked (with --logits: the captured file's layers)
+    names = session.families(contract) if session is not None else families_for(contract)
     metafunc.parametrize("contract_family", names, ids=names)
 
 

@@ -37,8 +37,8 @@ from typing import Iterable, Iterator
 
 from .families import FAMILIES
 
-__all__ = ["CPU_MAX_BATCH", "GPU_MAX_BATCH", "CaseSpec", "bulk_rows_for", "call_size", "coverage_of", "default_max_batch", "iter_plan",
-           "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
+__all__ = ["CPU_MAX_BATCH", "GPU_MAX_BATCH", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "coverage_of", "default_max_batch",
+           "iter_plan", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,11 @@ class CaseSpec:
     bias_dtype: str | None = None  # pinned: "bf16" or "fp32" (None: drawn from the seed, fp32 or the logits' dtype)
     offset: int | None = None  # pinned storage offset of a strided family's rows (None: drawn, 1..63)
 
+    # The call options the contract admits (``oracle.Contract.admitted_options``): build_case draws only these.
+    renormalize_options: tuple[bool, ...] = (True, False)
+    scaling_options: tuple[float, ...] | None = None  # None: any (the usual factors are drawn)
+    source: str = ""  # captured logits: the file and layer the rows come from (``contracts.cases.captured``); "" = a family's maker
+
     @property
     def tags(self) -> tuple[str, ...]:
         """What the spec pins, as replay-id parts: ``bulk``, ``bias-bf16``, ``offset-0``."""
@@ -64,6 +69,18 @@ class CaseSpec:
     @property
     def replay_id(self) -> str:
         return ":".join([self.family, str(self.case_seed), str(self.rows), *self.tags])
+
+
+def admitted_fields(admitted: dict | None) -> dict:
+    """The ``CaseSpec`` fields for a contract's ``admitted_options()`` (``{}`` when it admits every option)."""
+    if not admitted:
+        return {}
+    out = {}
+    if tuple(admitted["renormalize"]) != (True, False):
+        out["renormalize_options"] = tuple(admitted["renormalize"])
+    if admitted["routed_scaling_factor"] is not None:
+        out["scaling_options"] = tuple(admitted["routed_scaling_factor"])
+    return out
 
 
 def _seed(*parts) -> int:
@@ -217,13 +234,14 @@ def _coverage_rows(name: str) -> int:
 
 
 def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int, *, bulk_rows: int | None = DEFAULT_BULK_ROWS,
-              n_group: int = 1, topk_group: int = 1, bias: bool = True, max_batch: int | None = None,
+              n_group: int = 1, topk_group: int = 1, bias: bool = True, admitted: dict | None = None, max_batch: int | None = None,
               points: tuple[int, ...] | None = None) -> Iterator[CaseSpec]:  # fmt: skip
     """Spread ``total_rows`` over ``families`` by share, one spec at a time; deterministic in ``seed``.
 
     Coverage cases first (see the module docstring), then bulk cases of
     ``bulk_rows`` (``None``: no bulk cases, the sizes cycle as in earlier
     releases). An iterator, so a billion rows run in constant memory.
+    ``admitted``: the contract's ``admitted_options()``; cases draw only those call options.
     ``max_batch``: also run each family's pinned cases (``pinned_specs``),
     at every ``total_rows``; ``points``: the switch points (default: read
     from the kernel packages).
@@ -232,6 +250,7 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
 
     shape = dict(experts=experts, topk=topk, n_group=n_group, topk_group=topk_group)
     extra = {} if bias else {"bias": False}
+    extra.update(admitted_fields(admitted))
     for name, budget in _budgets(families, total_rows).items():
         family = FAMILIES[name]
         sizes = family.sizes

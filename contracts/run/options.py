@@ -141,6 +141,10 @@ class CheckOptions:
     command: str = ""
     max_batch: int | None = None
     allow_not_covered: bool = False
+    # captured logits (``check --logits``): the rows of a file instead of the families (``contracts.cases.captured``)
+    logits: str | Path | None = None
+    logits_bias: str | Path | None = None
+    logits_sha256: str | None = None
 
     def __post_init__(self):
         if self.families is not None:
