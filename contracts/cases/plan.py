@@ -125,7 +125,10 @@ def switch_points() -> tuple[int, ...]:
             module = importlib.import_module(name)
         except Exception:  # noqa: BLE001 -- an engine not installed here publishes nothing; the powers of two still run
             continue
-        for point in getattr(module, "BATCH_SWITCH_POINTS", ()) or ():
+        published = getattr(module, "BATCH_SWITCH_POINTS", ()) or ()
+        if isinstance(published, dict):  # per (experts, topk) shape, as kernels.radix4 publishes them: every shape's points
+            published = [p for value in published.values() for p in (value if isinstance(value, (tuple, list)) else (value,))]
+        for point in published:
             if isinstance(point, int) and point >= 1:
                 points.add(point)
     return tuple(sorted(points))
