@@ -11,28 +11,39 @@ Options (group "router-contracts"):
   routing callable or a ``contracts.Candidate``). Without it the conformance
   tests skip, saying how to pass one.
 - ``--contract NAME``: the contract to hold it to (default: the one it claims).
-- ``--rows N``: rows per case family (default 2,000).
+- ``--rows N``: rows of the one check the session runs (default 20,000), on top
+  of the plan's pinned cases (every batch-size class up to ``--max-batch``,
+  each bias dtype, strided rows at offset 0: ``docs/robustness.md``).
+- ``--max-batch M``: the largest batch of that sweep (default: check's).
 - ``--device cpu|cuda``: where to run it (default: cuda when the candidate runs
   there and torch sees a GPU, else cpu).
 - ``--conformance-seed S``: the case seed (default 0).
-- ``--isolate`` / ``--no-isolate``: run the candidate in a worker process, so
-  that a crash is reported instead of ending pytest (default: what
-  ``contracts.check`` does by default; a worker costs a few seconds per family).
+- ``--isolate`` / ``--no-isolate``: run the candidate in a worker process (the
+  default, as in ``contracts.check``), so that a crash or an exit is reported
+  instead of ending pytest or passing for a success.
+- ``--allow-not-covered``: a family the candidate serves no case of skips its
+  tests instead of failing them.
 
-The suite (``contracts.conformance``) has one test function per contract
-clause (``test_tie_order``, ``test_nan_last``...), grouped in modules by
-clause group and parametrized over the case families, so a test id reads
-``test_tie_order[all_equal]``. Each family runs once per session, through
-the library's ``run_checks`` (a bundle per family under pytest's temporary
-folder), and every clause test of that family reads its verdict from it:
+The suite (``contracts.conformance``) has one test function per clause of the
+contract checked, generated from the contract's clause list
+(``test_tie_order``, ``test_group_selection``, ...), parametrized over the
+case families, so a test id reads ``test_tie_order[all_equal]``; and one
+``test_check_verdict``. **One check per pytest session**, through the
+library's ``run_checks`` (one bundle under pytest's temporary folder, shared
+by every test through a session-scoped fixture), whichever tests ``-k``
+selects; every test reads its verdict from it:
 
-- pass: no unexpected mismatch attributed to the clause in the family;
-- fail: the message says how many rows, the clause, the first mismatch (ids
-  and weights side by side) and the ``contracts.check`` command that replays it;
+- ``test_check_verdict`` has the check's verdict: it fails on ``fail``,
+  ``error`` (the candidate raised, crashed or exited), ``not_covered`` and
+  ``interrupted``;
+- a clause test fails when the check did not complete (``error``,
+  ``interrupted``: its rows are not all checked), when the family had no row
+  checked (``not_covered``, unless ``--allow-not-covered``), or when rows of
+  the family break the clause unexpectedly (the message gives the rows, the
+  first mismatch side by side and the replay command);
 - xfail: the candidate declares this clause as a known deviation and the
   family shows it;
-- skip: the candidate is unavailable here, or does not serve the family's
-  shapes, or the clause is not part of the contract.
+- skip: no candidate was given, or it is unavailable here.
 """
 
 from __future__ import annotations
@@ -48,47 +59,69 @@ from .reports.schema import to_json
 
 __all__ = ["ConformanceSession", "DEFAULT_ROWS"]
 
-DEFAULT_ROWS = 2_000
+DEFAULT_ROWS = 20_000
 _NO_CANDIDATE = (
     "no router to test: pass --candidate NAME or --candidate package.module:attr, e.g. "
     "pytest -p contracts.pytest_plugin --pyargs contracts.conformance --candidate mypkg.router:route"
 )
 _SUITE_PACKAGE = "contracts.conformance"
+_INCOMPLETE = ("error", "interrupted")  # the check ended early: no clause of any family has its verdict
+_ACTIVE: list = []  # the session of the running pytest (the conformance module reads its contract's clauses)
+
+
+def clause_names_under_test() -> tuple[str, ...]:
+    """The clauses the suite makes a test for: the checked contract's, or every built-in contract's clause
+    (without a session, e.g. a bare collection)."""
+    import oracle
+
+    if _ACTIVE and _ACTIVE[-1].spec:
+        return tuple(map(str, _ACTIVE[-1].clause_names))
+    names: list[str] = []
+    for name in oracle.BUILTIN_CONTRACTS:
+        names += [str(c) for c in oracle.get_contract(name).clause_names if str(c) not in names]
+    return tuple(names)
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("router-contracts", "router contract conformance (pytest --pyargs contracts.conformance)")
     group.addoption("--candidate", metavar="NAME", help="router under test: a registered name or package.module:attr")
     group.addoption("--contract", help="contract to check (default: the one the candidate claims)")
-    group.addoption("--rows", type=int, default=DEFAULT_ROWS, metavar="N", help=f"rows per case family (default {DEFAULT_ROWS:,})")
+    group.addoption("--rows", type=int, default=DEFAULT_ROWS, metavar="N", help=f"rows of the session's check (default {DEFAULT_ROWS:,})")
+    group.addoption("--max-batch", type=int, default=None, metavar="M", help="largest batch of the batch-size sweep (default: check's)")
     group.addoption("--device", choices=("cpu", "cuda"), help="device (default: cuda when the candidate runs there and a GPU is present)")
     group.addoption("--conformance-seed", type=int, default=0, metavar="S", help="case seed (default 0)")
     group.addoption("--isolate", action=argparse.BooleanOptionalAction, default=None,
-                    help="run the candidate in a worker process (check --isolate; default: check's own default)")  # fmt: skip
+                    help="run the candidate in a worker process (default: on, as in check)")  # fmt: skip
+    group.addoption("--allow-not-covered", action="store_true", default=False,
+                    help="skip, not fail, the tests of a family the candidate serves no case of")  # fmt: skip
     group.addoption("--logits", metavar="FILE", help="check on captured router logits (check --logits): the file's layers are the families")
     group.addoption("--logits-bias", metavar="FILE", help="with --logits: the correction bias (check --bias)")
 
 
 class ConformanceSession:
-    """The candidate under test and its per-family check bundles (one run per family, cached)."""
+    """The candidate under test and its one check (run once, on first use, shared by every test)."""
 
     def __init__(self, config, out_root: Path | None):
         self.spec = config.getoption("--candidate")
         self.rows = config.getoption("--rows")
+        self.max_batch = config.getoption("--max-batch")
         self.seed = config.getoption("--conformance-seed")
         self.isolate = config.getoption("--isolate")
+        self.allow_not_covered = config.getoption("--allow-not-covered")
         self.logits, self.logits_bias = config.getoption("--logits"), config.getoption("--logits-bias")
         self.out_root = out_root
         self.candidate = None
         self.contract = config.getoption("--contract") or "aiter"
         self.device = config.getoption("--device") or "cpu"
-        self._runs: dict[str, dict] = {}
+        self._run: dict | None = None
         if self.spec:
             from .candidates import CandidateLoadError, DuplicateCandidateError, get_candidate
             from .run.checks import device_for
 
             if self.rows < 1:
                 raise pytest.UsageError(f"--rows must be >= 1, got {self.rows}")
+            if self.max_batch is not None and self.max_batch < 1:
+                raise pytest.UsageError(f"--max-batch must be >= 1, got {self.max_batch}")
             try:
                 self.candidate = get_candidate(self.spec)
             except (CandidateLoadError, DuplicateCandidateError) as exc:
@@ -116,65 +149,97 @@ class ConformanceSession:
 
         return families_for(contract)
 
-    def run(self, family: str) -> dict:
-        """Check the candidate over one family (once per session); the summary, the bundle and the log.
-        With --logits one check covers every layer of the file; each layer's test reads its family."""
+    def run(self) -> dict:
+        """The session's one check of the candidate (run on first use); the summary, the bundle and the log."""
+        if self._run is None:
+            from .run.checks import run_checks
+
+            out = self.out_root / "check"
+            log = io.StringIO()
+            source = (f"--logits {self.logits}" + (f" --bias {self.logits_bias}" if self.logits_bias else "") if self.logits
+                      else f"--rows {self.rows} --seed {self.seed}" + (f" --max-batch {self.max_batch}" if self.max_batch else ""))
+            command = (f"python -m contracts check --candidate {self.spec} --contract {self.contract} --device {self.device} {source} "
+                       f"--out {out}" + (" --no-isolate" if self.isolate is False else ""))  # fmt: skip
+            if self.isolate is False:  # in process, but not pytest's: a supervised check command (its _exit cannot end pytest)
+                summary, error = self._run_command(out, log)
+            else:
+                with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                    try:
+                        checked = run_checks([self.spec], contract=self.contract, device=self.device, rows=self.rows, seed=self.seed,
+                                             isolate=self.isolate, out=out, progress=False, command=command, max_batch=self.max_batch,
+                                             logits=self.logits, logits_bias=self.logits_bias)  # fmt: skip
+                        summary, error = checked.results[0].summary, None
+                    except Exception as exc:  # noqa: BLE001 -- the test says what went wrong
+                        summary, error = None, f"{type(exc).__name__}: {exc}"
+            self._run = {"summary": summary, "bundle": out, "log": log.getvalue(), "error": error, "command": command}
+        return self._run
+
+    def _run_command(self, out: Path, log: io.StringIO):
+        """``--no-isolate``: ``python -m contracts check --no-isolate`` as a child (under its supervisor), its bundle read back."""
+        import subprocess
+        import sys
+
+        from .reports.bundle import read_summary
+
+        argv = [sys.executable, "-m", "contracts", "check", "--candidate", self.spec, "--contract", self.contract, "--device", self.device,
+                "--rows", str(self.rows), "--seed", str(self.seed), "--out", str(out), "--no-isolate", "--quiet"]  # fmt: skip
+        if self.max_batch:
+            argv += ["--max-batch", str(self.max_batch)]
         if self.logits:
-            return self._run_captured()
-        if family not in self._runs:
-            from .run.checks import run_checks
+            argv += ["--logits", str(self.logits)] + (["--bias", str(self.logits_bias)] if self.logits_bias else [])
+        done = subprocess.run(argv, capture_output=True, text=True)
+        log.write(done.stdout + done.stderr)
+        if (out / "summary.json").exists():
+            return read_summary(out / "summary.json"), None
+        return None, f"the check ended without a bundle (exit {done.returncode}): {(done.stdout + done.stderr).strip()[-2000:]}"
 
-            out = self.out_root / family
-            log = io.StringIO()
-            command = (f"python -m contracts check --candidate {self.spec} --contract {self.contract} --device {self.device} "
-                       f"--families {family} --rows {self.rows} --seed {self.seed} --out {out}")  # fmt: skip
-            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-                try:
-                    checked = run_checks([self.spec], contract=self.contract, device=self.device, families=[family], rows=self.rows,
-                                         seed=self.seed, isolate=self.isolate, out=out, progress=False, command=command)  # fmt: skip
-                    summary, error = checked.results[0].summary, None
-                except Exception as exc:  # noqa: BLE001 -- the test says what went wrong
-                    summary, error = None, f"{type(exc).__name__}: {exc}"
-            self._runs[family] = {"summary": summary, "bundle": out, "log": log.getvalue(), "error": error}
-        return self._runs[family]
-
-    def _run_captured(self) -> dict:
-        if "captured" not in self._runs:
-            from .run.checks import run_checks
-
-            out = self.out_root / "captured"
-            log = io.StringIO()
-            bias = f" --bias {self.logits_bias}" if self.logits_bias else ""
-            command = (f"python -m contracts check --candidate {self.spec} --contract {self.contract} --device {self.device} "
-                       f"--logits {self.logits}{bias} --out {out}")  # fmt: skip
-            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-                try:
-                    checked = run_checks([self.spec], contract=self.contract, device=self.device, logits=self.logits, logits_bias=self.logits_bias,
-                                         isolate=self.isolate, out=out, progress=False, command=command)  # fmt: skip
-                    summary, error = checked.results[0].summary, None
-                except Exception as exc:  # noqa: BLE001 -- the test says what went wrong
-                    summary, error = None, f"{type(exc).__name__}: {exc}"
-            self._runs["captured"] = {"summary": summary, "bundle": out, "log": log.getvalue(), "error": error}
-        return self._runs["captured"]
-
-    def assert_clause(self, family: str, clause: str) -> None:
-        """Fail if any row of ``family`` breaks ``clause`` unexpectedly (see the module docstring)."""
-        import oracle
-
+    def _summary(self):
         if self.candidate is None:
             pytest.skip(_NO_CANDIDATE)
-        if clause not in self.clause_names:
-            pytest.skip(f"clause {clause} is not part of contract {self.contract}")
-        run = self.run(family)
+        run = self.run()
         summary = run["summary"]
         if summary is None:
-            pytest.fail(f"the check of family {family} did not run: {run['error']}\n{run['log']}", pytrace=False)
+            pytest.fail(f"the check did not run: {run['error']}\n{run['log']}", pytrace=False)
         if summary.status.value == "unavailable":
             pytest.skip(f"{summary.candidate} is unavailable on {summary.device}: {summary.reason or ''}")
+        return run, summary
+
+    @staticmethod
+    def _what_ended(summary) -> str:
+        if summary.status.value == "interrupted":
+            return f"interrupted ({summary.interrupted})"
+        e = summary.error
+        return f"{e.kind}: {e.message}" + (f" (case {e.case})" if e.case else "") + (f"\nreplay: {e.replay}" if e.replay else "")
+
+    def assert_verdict(self) -> None:
+        """Fail unless the check's status is pass (``not_covered`` passes only with ``--allow-not-covered``)."""
+        run, summary = self._summary()
+        status = summary.status.value
+        if status == "pass" or (status == "not_covered" and self.allow_not_covered):
+            return
+        detail = {"not_covered": summary.reason or "", "fail": f"{summary.mismatched_rows:,} rows mismatch: {summary.clauses_broken or summary.clauses}"}
+        what = self._what_ended(summary) if status in _INCOMPLETE else detail.get(status, "")
+        pytest.fail(f"the check of {summary.candidate} under contract {summary.contract} ended {status.upper()}: {what}\n"
+                    f"bundle: {run['bundle']}\nrerun: {run['command']}", pytrace=False)  # fmt: skip
+
+    def assert_clause(self, family: str, clause: str) -> None:
+        """Fail if the check did not complete, or ``family`` was not checked, or a row of it breaks ``clause`` unexpectedly."""
+        import oracle
+
+        run, summary = self._summary()
+        if clause not in self.clause_names:
+            pytest.skip(f"clause {clause} is not part of contract {self.contract}")
+        if summary.status.value in _INCOMPLETE:
+            pytest.fail(f"the check of {summary.candidate} ended {summary.status.value.upper()} before it was whole, so no clause "
+                        f"has a verdict: {self._what_ended(summary)}\nbundle: {run['bundle']}", pytrace=False)  # fmt: skip
         fam = summary.families.get(family)
         if fam is None or not fam.rows:
             skipped = fam.rows_skipped if fam else 0
-            pytest.skip(f"{summary.candidate} does not serve the shapes of family {family} ({skipped:,} rows skipped)")
+            why = "; ".join(fam.skip_reasons) if fam and fam.skip_reasons else "no case of it ran"
+            message = f"{summary.candidate}: no row of family {family} was checked ({skipped:,} rows skipped: {why})"
+            if self.allow_not_covered:
+                pytest.skip(message + " (--allow-not-covered)")
+            pytest.fail(message + "; not covered is no pass (--allow-not-covered skips instead)", pytrace=False)
         bad = fam.clauses_broken.get(clause, fam.clauses.get(clause, 0))
         if bad:
             from .reports.junit import first_mismatch
@@ -195,6 +260,13 @@ class ConformanceSession:
 
 def pytest_configure(config):
     config._router_contracts = ConformanceSession(config, None)
+    _ACTIVE.append(config._router_contracts)
+
+
+def pytest_unconfigure(config):
+    session = getattr(config, "_router_contracts", None)
+    if session in _ACTIVE:
+        _ACTIVE.remove(session)
 
 
 def pytest_report_header(config):
@@ -208,7 +280,8 @@ def pytest_report_header(config):
     gpu = torch.cuda.get_device_name() if session.device.startswith("cuda") and torch.cuda.is_available() else None
     return [
         f"router-contracts: candidate {session.candidate.name}, contract {contract}",
-        f"router-contracts: device {session.device}{f' ({gpu})' if gpu else ''}, {session.rows:,} rows per family, seed {session.seed}",
+        f"router-contracts: device {session.device}{f' ({gpu})' if gpu else ''}, one check of {session.rows:,} rows "
+        f"and the pinned cases, seed {session.seed}",
     ]
 
 
@@ -228,7 +301,7 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session")
 def conformance(request, tmp_path_factory) -> ConformanceSession:
-    """The session's candidate and its cached per-family runs."""
+    """The session's candidate and its one check, shared by every test of the session."""
     session = request.config._router_contracts
     if session.out_root is None:
         session.out_root = tmp_path_factory.mktemp("router-contracts")

@@ -17,8 +17,11 @@ from contracts.reports.schema import Status
 ROWS = 40_000  # random_fp32's coverage cases, then bulk cases of 16,384 rows
 
 
-def _check(name, tmp_path, **kw):
-    done = run_checks([f"tests.standins.small_batches:{name}"], families=["random_fp32"], rows=ROWS, device="cpu",
+PINNED = 128  # random_fp32's two pinned bias-dtype cases of 64 rows (contracts.cases.plan.pinned_specs)
+
+
+def _check(name, tmp_path, family="random_fp32", **kw):
+    done = run_checks([f"tests.standins.small_batches:{name}"], families=[family], rows=ROWS, device="cpu",
                       out=tmp_path / name, progress=False, **kw)  # fmt: skip
     return done.results[0].summary
 
@@ -27,7 +30,7 @@ def _check(name, tmp_path, **kw):
 def test_a_capped_candidate_gets_bulk_cases_in_slices_and_every_row_is_checked(tmp_path, isolate):
     s = _check("capped", tmp_path, isolate=isolate)
     assert s.status is Status.PASS, s.error
-    assert s.rows_checked == ROWS and s.mismatched_rows == 0
+    assert s.rows_checked == ROWS + PINNED and s.mismatched_rows == 0
     assert s.options["bulk_rows"] == 16_384 and s.options["call_rows"] == 1000
     assert any(f.rows > 16_000 for f in s.families.values())
 
@@ -48,7 +51,7 @@ def test_mismatches_at_slice_ends_are_found_and_their_bulk_replay_line_reruns_th
 
 
 def test_a_malformed_slice_is_a_validity_mismatch_naming_the_slice(tmp_path):
-    s = _check("ragged", tmp_path)
+    s = _check("ragged", tmp_path, family="inf_logits")  # a family without pinned cases: the first calls are the sliced bulk ones
     assert s.status is Status.FAIL and s.clauses.get("validity", 0) > 0
     details = json.loads((tmp_path / "ragged" / "details.json").read_text())
     reasons = [d["reason"] for d in details if d["clause"] == "validity"]

@@ -139,7 +139,7 @@ def test_a_keyboard_interrupt_raised_by_the_candidate_is_its_error_not_a_stop(tm
     s = json.loads((Path(index["tests.adversarial.process:raises_keyboard_interrupt"]["bundle"]) / "summary.json").read_text())
     assert code == 1 and index["oracle"]["status"] == "pass"
     assert s["status"] == "error" and s["error"]["kind"] == "exception" and "KeyboardInterrupt" in s["error"]["message"]
-    assert s["rows_checked"] == 100 and s["raised_rows"] == 100  # every case ran
+    assert s["rows_checked"] == 100 + 128 and s["raised_rows"] == 100 + 128  # every case ran, the two pinned bias-dtype cases too
 
 
 def test_a_thread_writing_into_the_outputs_does_not_abort_the_process(tmp_path):
@@ -150,7 +150,7 @@ def test_a_thread_writing_into_the_outputs_does_not_abort_the_process(tmp_path):
                  "--rows", "100", "--out", str(out)])  # fmt: skip
     s = json.loads((out / "summary.json").read_text())
     assert done.returncode == (0 if s["status"] == "pass" else 1), done.stderr
-    assert s["rows_checked"] == 100 and "terminate called" not in done.stderr
+    assert s["rows_checked"] == 100 + 128 and "terminate called" not in done.stderr  # with the two pinned cases of 64
 
 
 # ---------------------------------------------------------------- item 15: torch.compile falling back to eager

@@ -18,7 +18,7 @@ from contracts.candidates.worker import _decode_tensor, _encode_tensor
 from contracts.candidates import Candidate, get_candidate
 
 PLANTED = ["segfault", "hang", "abort", "oom", "exits", "wrong_device", "healthy"]
-ROWS = 300  # random_bf16 plans cases of 1, 64 and 235 rows
+ROWS = 300  # random_bf16 plans cases of 1, 64 and 235 rows, then its two pinned bias-dtype cases of 64
 
 
 def _bundle_name(module):
@@ -50,7 +50,9 @@ def test_one_command_with_a_crash_a_hang_and_healthy_candidates_completes_and_ex
     assert status["tests.planted.segfault:route"] == "error"
     assert status["tests.planted.hang:route"] == "error"
     assert status["oracle"] == "pass" and status["tests.planted.healthy:route"] == "pass"
-    assert summaries["oracle"]["rows_checked"] == ROWS  # every planned row
+    from contracts.cases.plan import planned_rows
+
+    assert summaries["oracle"]["rows_checked"] == planned_rows(["random_bf16"], ROWS, max_batch=16_385)  # every planned row, pinned ones too
     assert summaries["tests.planted.healthy:route"]["rows_checked"] == summaries["oracle"]["rows_checked"]
 
 
@@ -92,14 +94,14 @@ def test_sys_exit_inside_a_candidate_is_an_error(acceptance):
 
 def test_outputs_on_the_wrong_device_are_a_validity_finding(acceptance, tmp_path):
     s = _summary(acceptance, "wrong_device")
-    assert s["status"] == "fail" and s["clauses"]["validity"] == s["rows_checked"] == ROWS
+    assert s["status"] == "fail" and s["clauses"]["validity"] == s["rows_checked"] == ROWS + 128
     report = (acceptance[1] / _bundle_name("wrong_device") / "report.md").read_text()
     assert "outputs on meta/meta; the inputs were on cpu" in report
     # the same finding without a worker
     out = tmp_path / "in-process"
     code = main(["--candidate", "tests.planted.wrong_device:route", "--no-isolate", "--families", "random_bf16", "--rows", "70", "--out", str(out), "--quiet"])
     local = json.loads((out / "summary.json").read_text())
-    assert code == 1 and local["status"] == "fail" and local["clauses"]["validity"] == local["rows_checked"] == 70
+    assert code == 1 and local["status"] == "fail" and local["clauses"]["validity"] == local["rows_checked"] == 70 + 128  # two pinned bias-dtype cases of 64
     assert not local["isolated"] and s["isolated"]
 
 
@@ -132,15 +134,18 @@ def test_isolation_defaults():
         isolate = None
 
     oracle_c = get_candidate("oracle")
-    third = Candidate(name="x", route=lambda *a: None, third_party=True)
+    third = Candidate(name="x", route=lambda *a: None, third_party=True, origin="mypkg.router:route")
     gpu_only = get_candidate("radix4")
-    assert not should_isolate(Args.isolate, oracle_c, "cpu", None)
+    assert should_isolate(Args.isolate, oracle_c, "cpu", None)  # every candidate runs in a worker by default (issue 32)
     assert should_isolate(Args.isolate, oracle_c, "cuda", None)
     assert should_isolate(Args.isolate, third, "cpu", None)
     assert should_isolate(Args.isolate, gpu_only, "cuda", None)
     assert should_isolate(Args.isolate, oracle_c, "cpu", third)  # the --against candidate runs in the worker too
+    # registered at run time with nothing to import: a worker cannot find it, so it runs where it was registered
+    assert not should_isolate(None, Candidate(name="made-here", route=lambda *a: None), "cpu", None)
     Args.isolate = False
     assert not should_isolate(Args.isolate, third, "cuda", None)
+    assert not should_isolate(Args.isolate, oracle_c, "cpu", None)
     Args.isolate = True
     assert should_isolate(Args.isolate, oracle_c, "cpu", None)
 

@@ -53,28 +53,32 @@ def test_every_clause_has_a_conformance_test():
         if info.name.startswith("test_"):
             module = importlib.import_module(f"contracts.conformance.{info.name}")
             names |= {n[len("test_") :] for n in dir(module) if n.startswith("test_")}
-    assert names == set(oracle.CLAUSE_NAMES)
+    # generated from the contracts' clause lists (the grouped contracts' group_* clauses included), plus the verdict
+    every = {str(c) for name in oracle.BUILTIN_CONTRACTS for c in oracle.get_contract(name).clause_names}
+    assert names == every | {"check_verdict"}
+    assert any(n.startswith("group_") for n in names)
 
 
 def test_the_oracle_conforms_and_the_header_names_it(tmp_path):
-    code, out = _pytest(tmp_path, *SUITE, "--candidate", "oracle", "--rows", "8")
+    code, out = _pytest(tmp_path, *SUITE, "--candidate", "oracle", "--rows", "8", "--max-batch", "2")
     assert code == 0, out
     assert "router-contracts: candidate oracle, contract aiter" in out
     assert "router-contracts: device cpu" in out or "router-contracts: device cuda" in out
-    # every aiter clause x every family of the aiter contract passes; sentinel_fallback (serial's) skips once per family
+    # every aiter clause x every family of the aiter contract passes, and the verdict; nothing skips
     from contracts.cases.families import families_for
 
     families, clauses = len(families_for(oracle.get_contract("aiter"))), len(oracle.get_contract("aiter").clauses)
-    assert re.search(rf"\b{clauses * families} passed, {families} skipped\b", out), out
+    assert re.search(rf"\b{clauses * families + 1} passed in\b", out), out
 
 
 def test_a_broken_tie_order_fails_the_tie_order_tests_only(tmp_path):
     (tmp_path / "broken_router.py").write_text(textwrap.dedent(BROKEN))
     fast = ["--no-isolate"] if _check_has_option("--isolate") else []
-    code, out = _pytest(tmp_path, *SUITE, "--candidate", "broken_router:route", "--rows", "16", *fast, "-q", "-rf")
+    code, out = _pytest(tmp_path, *SUITE, "--candidate", "broken_router:route", "--rows", "16", "--max-batch", "2", *fast, "-q", "-rf")
     assert code == 1, out
     failed = re.findall(r"^FAILED (\S+)", out, flags=re.M)
-    assert failed and all("test_tie_order[" in f for f in failed), failed
+    assert failed and all("test_tie_order[" in f or "test_check_verdict" in f for f in failed), failed
+    assert any("test_check_verdict" in f for f in failed), failed
     assert "test_tie_order[all_equal]" in " ".join(failed)
     assert "first mismatch: case all_equal:" in out
     assert "replay: python -m contracts.check --candidate broken_router:route --contract aiter" in out
@@ -89,6 +93,23 @@ def test_k_selects_the_tie_order_tests(tmp_path):
 
     # the oracle is checked under aiter: the grouped families do not apply there
     assert len(ids) == len(families_for(oracle.get_contract("aiter"))) and all("test_tie_order[" in i for i in ids)
+
+
+def test_one_check_serves_every_test_and_its_verdict_is_the_checks(tmp_path):
+    """A router that raises on every call fails its tests (it used to get "10 passed"); one check ran for all of them."""
+    (tmp_path / "raising_router.py").write_text("def route(*args, **kwargs):\n    raise RuntimeError('no')\n")
+    code, out = _pytest(tmp_path, *SUITE, "--candidate", "raising_router:route", "--rows", "16", "--max-batch", "2", "--no-isolate",
+                        "-q", "-rf", "-k", "verdict or tie_order or selection", "--basetemp", str(tmp_path / "t"))  # fmt: skip
+    assert code == 1, out
+    assert re.search(r"\b\d+ failed\b", out) and " passed" not in out, out
+    assert "ended ERROR" in out, out
+    assert len(list((tmp_path / "t").rglob("summary.json"))) == 1  # one check for the whole session
+
+
+def test_a_grouped_contract_gets_its_group_tests(tmp_path):
+    code, out = _pytest(tmp_path, *SUITE, "--candidate", "oracle", "--contract", "deepseek-v3", "-k", "group_", "--collect-only", "-q")
+    assert code == 0, out
+    assert "test_group_" in out, out
 
 
 def test_without_a_candidate_the_suite_skips_saying_how(tmp_path):

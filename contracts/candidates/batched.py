@@ -12,7 +12,9 @@ pair comparison:
 - ``B@M>=M0``: B sees only batches of at least ``M0`` rows. A smaller case
   is tiled (its own rows repeated, so the call options and the bias stay
   the case's) up to ``M0`` rows, and the answers of its first rows kept.
-  The tiled batch is contiguous.
+  The tiled batch keeps the case's layout (``_tile``): rows further apart
+  than E stay so, at the case's storage offset, with the same padding
+  between them, so that a router wrong on strided rows is wrong here too.
 
 Both answer every row of every case, so ``A@M<M0`` against ``B@M>=M0``
 counts the tokens whose routing changes across the split. The names are
@@ -74,13 +76,40 @@ def _below(route, m0: int):
     return call
 
 
+def _tile(scores, m0: int):
+    """``scores``' rows repeated to ``m0`` rows, in the layout of ``scores``: the same row stride, column stride
+    and storage offset, the padding between rows copied from the case (a contiguous tile would hide a layout bug)."""
+    import torch
+
+    rows, experts = scores.shape
+    tiled = scores.repeat(math.ceil(m0 / rows), 1)[:m0]
+    row_stride, col_stride = scores.stride()
+    if scores.is_contiguous() and scores.storage_offset() == 0:
+        return tiled
+    if col_stride != 1:  # column-major (or other) layouts: the same order of strides
+        return tiled.t().contiguous().t() if row_stride < col_stride else tiled.contiguous()
+    offset, width = scores.storage_offset(), max(row_stride, experts)
+    storage = torch.empty(0, dtype=scores.dtype, device=scores.device).set_(scores.untyped_storage())
+    backing = torch.empty(offset + m0 * width, dtype=scores.dtype, device=scores.device)
+    source = storage.as_strided((rows, width), (row_stride, 1), offset) if storage.numel() >= offset + rows * width else None
+    whole = backing.as_strided((m0, width), (width, 1), offset)
+    if source is not None:  # the case's own padding too, so a router that reads past a row sees what it saw there
+        whole.copy_(source.repeat(math.ceil(m0 / rows), 1)[:m0])
+    else:
+        whole.fill_(9.0)
+    if offset:
+        backing[:offset] = storage[:offset] if storage.numel() >= offset else 9.0
+    view = backing.as_strided((m0, experts), (width, 1), offset)
+    view.copy_(tiled)
+    return view
+
+
 def _at_least(route, m0: int):
     def call(scores, bias, topk, renormalize, routed_scaling_factor, **groups):
         rows = scores.shape[0]
         if rows >= m0 or rows == 0:
             return route(scores, bias, topk, renormalize, routed_scaling_factor, **groups)
-        tiled = scores.repeat(math.ceil(m0 / rows), 1)[:m0]
-        answer = route(tiled, bias, topk, renormalize, routed_scaling_factor, **groups)
+        answer = route(_tile(scores, m0), bias, topk, renormalize, routed_scaling_factor, **groups)
         if isinstance(answer, (tuple, list)) and len(answer) == 2 and all(hasattr(t, "shape") and t.dim() == 2 for t in answer):
             return answer[0][:rows], answer[1][:rows]
         return answer

@@ -9,6 +9,7 @@ generator, then moved to the device.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -16,7 +17,10 @@ import torch
 from .families import FAMILIES
 from .plan import CaseSpec
 
-__all__ = ["SCALING_FACTORS", "Case", "build_case"]
+__all__ = ["SCALING_FACTORS", "Case", "build_case", "logits_dtype_name"]
+
+_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+_NAMES = {v: k for k, v in _DTYPES.items()}
 
 SCALING_FACTORS = (1.0, 2.5, 2.827)
 
@@ -77,10 +81,25 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     backing, offset = scores, 0
     if family.strided:
         offset = int(torch.randint(1, 64, (1,), **on))
+        # A pinned offset (0: rows further apart than E that start the storage) after the draw, so the other draws stay put.
+        offset = offset if spec.offset is None else spec.offset
         backing = torch.full((spec.rows, offset + spec.experts + 37), 9.0, dtype=dtype, device=gen.device)
         backing[:, offset : offset + spec.experts] = scores
     bias = bias.to(dtype) if bias_in_logits_dtype else bias.float()
+    if spec.bias_dtype is not None:  # pinned (fp32 logits with a bf16 bias exists only this way)
+        bias = bias.to(_DTYPES[spec.bias_dtype])
     # Move the whole backing buffer, so strided rows keep their row stride on the device.
     scores = backing.to(device)[:, offset : offset + spec.experts]
     bias = bias.to(device) if spec.bias else None  # a contract without a correction bias: the candidate gets None
     return Case(spec, scores, bias, renormalize, rsf)
+
+
+@functools.lru_cache(maxsize=None)
+def _family_dtype(family: str, experts: int, topk: int, n_group: int, topk_group: int) -> str:
+    spec = CaseSpec(family, 0, 1, experts, topk, n_group=n_group, topk_group=topk_group)
+    return _NAMES.get(build_case(spec).scores.dtype, str(build_case(spec).scores.dtype))
+
+
+def logits_dtype_name(spec: CaseSpec) -> str:
+    """The logits dtype of ``spec``'s family ("bf16", "fp32"), from a one-row case of it."""
+    return _family_dtype(spec.family, spec.experts, spec.topk, spec.n_group, spec.topk_group)

@@ -16,17 +16,29 @@ candidate that serves smaller batches answers a bulk case in calls of its
 largest batch (``bulk_rows_for``; ``contracts.candidates.calling.in_slices``),
 so generation, the oracle and the comparison still run 65,536 rows at a time. ``shard`` takes every N-th spec of the plan (``--shard I/N``,
 and the ranks of a torchrun).
+
+**Coverage by construction.** Given a ``max_batch``, every family also runs
+its **pinned cases**, at every ``--rows`` and on top of its budget: the
+``batch_sizes`` family one case of every batch-size class from 1 to
+``max_batch`` (the first size past each power of two, ``max_batch`` itself,
+and each side of every launch-shape boundary the kernel packages publish as
+``BATCH_SWITCH_POINTS``); ``random_bf16`` and ``random_fp32`` one case of each
+bias dtype (fp32 logits with a bf16 bias included); ``strided`` one case at
+storage offset 0. A pinned case names what it pins in its replay id
+(``strided:SEED:64:offset-0``, ``random_fp32:SEED:64:bias-bf16``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from .families import FAMILIES
 
-__all__ = ["CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "iter_plan", "plan", "plan_bulk_rows", "planned_rows", "shard"]
+__all__ = ["CPU_MAX_BATCH", "GPU_MAX_BATCH", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "coverage_of", "default_max_batch",
+           "iter_plan", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
 
 
 @dataclass(frozen=True)
@@ -40,14 +52,23 @@ class CaseSpec:
     topk_group: int = 1
     bulk: bool = False  # drawn on the candidate's device by the family's vectorized maker
     bias: bool = True  # the contract has a correction bias (else the candidate gets ``bias=None``)
+    bias_dtype: str | None = None  # pinned: "bf16" or "fp32" (None: drawn from the seed, fp32 or the logits' dtype)
+    offset: int | None = None  # pinned storage offset of a strided family's rows (None: drawn, 1..63)
+
     # The call options the contract admits (``oracle.Contract.admitted_options``): build_case draws only these.
     renormalize_options: tuple[bool, ...] = (True, False)
     scaling_options: tuple[float, ...] | None = None  # None: any (the usual factors are drawn)
     source: str = ""  # captured logits: the file and layer the rows come from (``contracts.cases.captured``); "" = a family's maker
 
     @property
+    def tags(self) -> tuple[str, ...]:
+        """What the spec pins, as replay-id parts: ``bulk``, ``bias-bf16``, ``offset-0``."""
+        return (("bulk",) if self.bulk else ()) + ((f"bias-{self.bias_dtype}",) if self.bias_dtype else ()) + (
+            (f"offset-{self.offset}",) if self.offset is not None else ())  # fmt: skip
+
+    @property
     def replay_id(self) -> str:
-        return f"{self.family}:{self.case_seed}:{self.rows}" + (":bulk" if self.bulk else "")
+        return ":".join([self.family, str(self.case_seed), str(self.rows), *self.tags])
 
 
 def admitted_fields(admitted: dict | None) -> dict:
@@ -79,9 +100,100 @@ def _budgets(families: list[str], total_rows: int) -> dict[str, int]:
     return {name: max(1, rows) for name, rows in budgets.items()}
 
 
-def planned_rows(families: list[str], total_rows: int) -> int:
-    """Rows ``iter_plan`` yields in all (each family's budget, at least 1)."""
-    return sum(_budgets(families, total_rows).values())
+def planned_rows(families: list[str], total_rows: int, *, max_batch: int | None = None, bias: bool = True) -> int:
+    """Rows ``iter_plan`` yields in all (each family's budget, at least 1, and its pinned cases)."""
+    pinned = sum(rows for name in families for rows, _ in pinned_specs(name, max_batch, bias=bias))
+    return sum(_budgets(families, total_rows).values()) + pinned
+
+
+GPU_MAX_BATCH = 65_536  # the largest batch the plan makes on a GPU by default (--max-batch)
+CPU_MAX_BATCH = 16_385  # on a CPU: one case above 16,384 (what a CPU's bulk cases stop at)
+# The kernel packages that may publish ``BATCH_SWITCH_POINTS`` (the first M of each new launch shape).
+_KERNEL_PACKAGES = ("kernels.radix4", "kernels.serial", "kernels.adapters.aiter", "kernels.engines.sglang_radix",
+                    "kernels.engines.sglang_triton", "kernels.engines.flashinfer_noaux", "kernels.engines.vllm_torch")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1)
+def switch_points() -> tuple[int, ...]:
+    """The batch sizes at which a known kernel switches launch shape, read as data from the kernel packages
+    (``BATCH_SWITCH_POINTS``; a package without it, or one that does not import here, adds none)."""
+    import importlib
+
+    points: set[int] = set()
+    for name in _KERNEL_PACKAGES:
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 -- an engine not installed here publishes nothing; the powers of two still run
+            continue
+        published = getattr(module, "BATCH_SWITCH_POINTS", ()) or ()
+        if isinstance(published, dict):  # per (experts, topk) shape, as kernels.radix4 publishes them: every shape's points
+            published = [p for value in published.values() for p in (value if isinstance(value, (tuple, list)) else (value,))]
+        for point in published:
+            if isinstance(point, int) and point >= 1:
+                points.add(point)
+    return tuple(sorted(points))
+
+
+def default_max_batch(device: str, points: tuple[int, ...] = ()) -> int:
+    """``--max-batch`` when none is given: 65,536 on a GPU; on a CPU 16,385 (one case above 16,384), or past
+    the largest switch point of a known kernel when that is larger."""
+    top = GPU_MAX_BATCH if device.startswith("cuda") else CPU_MAX_BATCH
+    return max([top, *(p + 1 for p in points)])
+
+
+def sweep_sizes(max_batch: int, points: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """One batch size of every class from 1 to ``max_batch``: 1, the first size past each power of two
+    (2, 3, 5, 9, ... 1025, 2049, ...), ``max_batch`` itself, and both sides of every switch point."""
+    sizes = {1, max_batch}
+    power = 1
+    while power < max_batch:
+        sizes.add(power + 1)
+        power *= 2
+    for point in points:
+        sizes.update({point - 1, point})
+    return tuple(sorted(n for n in sizes if 1 <= n <= max_batch))
+
+
+PINNED_ROWS = 64  # the rows of a pinned dtype or layout case
+
+
+def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points: tuple[int, ...] | None = None) -> list[tuple[int, dict]]:
+    """The pinned cases of family ``name`` as ``(rows, fields)`` (see the module docstring); none without ``max_batch``."""
+    if max_batch is None:
+        return []
+    if name == "batch_sizes":
+        return [(n, {}) for n in sweep_sizes(max_batch, switch_points() if points is None else points)]
+    if name in ("random_bf16", "random_fp32") and bias:
+        return [(PINNED_ROWS, {"bias_dtype": "bf16"}), (PINNED_ROWS, {"bias_dtype": "fp32"})]
+    if FAMILIES[name].strided:
+        return [(PINNED_ROWS, {"offset": 0})]
+    return []
+
+
+def coverage_of(specs: Iterable["CaseSpec"]) -> dict:
+    """What a plan covers: its batch sizes, its (logits, bias) dtype pairs, its layouts, for ``check --plan`` and
+    the summary. Dtype pairs are read off the built cases' makers without building them (the logits dtype is the
+    family's; a drawn bias dtype may be either)."""
+    from .build import logits_dtype_name
+
+    specs = list(specs)
+    sizes: set[int] = set()
+    pairs: set[str] = set()
+    layouts: set[str] = set()
+    for spec in specs:
+        sizes.add(spec.rows)
+        logits = logits_dtype_name(spec)
+        if not spec.bias:
+            pairs.add(f"{logits}/none")
+        elif spec.bias_dtype:
+            pairs.add(f"{logits}/{spec.bias_dtype}")
+        else:
+            pairs.update({f"{logits}/{logits}", f"{logits}/fp32"})
+        if FAMILIES[spec.family].strided:
+            layouts.add("strided at offset 0" if spec.offset == 0 else "strided at an offset")
+        else:
+            layouts.add("contiguous")
+    return {"batch_sizes": sorted(sizes), "dtype_pairs": sorted(pairs), "layouts": sorted(layouts)}
 
 
 COVERAGE_PASSES = 2
@@ -125,13 +237,17 @@ def _coverage_rows(name: str) -> int:
 
 
 def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int, *, bulk_rows: int | None = DEFAULT_BULK_ROWS,
-              n_group: int = 1, topk_group: int = 1, bias: bool = True, admitted: dict | None = None) -> Iterator[CaseSpec]:  # fmt: skip
+              n_group: int = 1, topk_group: int = 1, bias: bool = True, admitted: dict | None = None, max_batch: int | None = None,
+              points: tuple[int, ...] | None = None) -> Iterator[CaseSpec]:  # fmt: skip
     """Spread ``total_rows`` over ``families`` by share, one spec at a time; deterministic in ``seed``.
 
     Coverage cases first (see the module docstring), then bulk cases of
     ``bulk_rows`` (``None``: no bulk cases, the sizes cycle as in earlier
     releases). An iterator, so a billion rows run in constant memory.
     ``admitted``: the contract's ``admitted_options()``; cases draw only those call options.
+    ``max_batch``: also run each family's pinned cases (``pinned_specs``),
+    at every ``total_rows``; ``points``: the switch points (default: read
+    from the kernel packages).
     """
     import torch  # here, not at import: the plan's names and specs load no torch
 
@@ -158,6 +274,8 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
             yield CaseSpec(name, _seed(seed, name, index), rows, **shape, **extra)
             used += rows
             index += 1
+        for position, (rows, pinned) in enumerate(pinned_specs(name, max_batch, bias=bias, points=points)):
+            yield CaseSpec(name, _seed(seed, name, "pinned", position), rows, **shape, **extra, **pinned)
         while used < budget:
             rows = min(bulk_rows, budget - used)
             yield CaseSpec(name, _seed(seed, name, index), rows, **shape, bulk=True, **extra)

@@ -39,6 +39,10 @@ def _usage(prog: str) -> str:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    if argv is None:  # started as a command: an in-process run of a candidate is supervised (contracts.run.supervisor)
+        from ..run import supervisor
+
+        supervisor.ENTRY = True
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or ("router-contracts" if sys.argv and sys.argv[0].endswith("router-contracts") else "python -m contracts")
     if not argv or argv[0] in ("-h", "--help"):

@@ -41,6 +41,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # bad input: one line names the argument and the fix
     UNAVAILABLE = 3  # a candidate asked for by name cannot run on this host
     UPLOAD = 4  # the nightly's upload failed
+    NOT_COVERED = 5  # a check ran but checked no row (or no row of a family it ran): no evidence, no PASS
     SIGINT = 130  # interrupted (128 + signal number); the bundle keeps what ran
     SIGTERM = 143
 
@@ -48,6 +49,7 @@ class ExitCode(enum.IntEnum):
 EXIT_CODES_HELP = (
     "exit codes: 0 ok; 1 unexpected mismatches, a candidate error or a regression; 2 usage error; "
     "3 a candidate asked for by name is unavailable here; 4 upload failed (nightly); "
+    "5 not covered: a check checked no row, or no row of a family (--allow-not-covered accepts it); "
     "130 / 143 interrupted by SIGINT / SIGTERM (the bundle keeps what ran)"
 )
 
@@ -224,6 +226,10 @@ def run_main(build_parser: Callable[[], argparse.ArgumentParser], run: Callable[
     from ..run.distributed import WorldError
     from ..run.options import OptionError
 
+    if argv is None:  # started as a command: an in-process run of a candidate is supervised (contracts.run.supervisor)
+        from ..run import supervisor
+
+        supervisor.ENTRY = True
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
@@ -234,6 +240,7 @@ def run_main(build_parser: Callable[[], argparse.ArgumentParser], run: Callable[
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     args.command_line = command_line(parser.prog, argv)
+    args.argv = argv  # as given: an in-process command runs it again under its supervisor (contracts.run.supervisor)
     try:
         refuse_missing_out_parent(args)
         _apply_engine_path(args)

@@ -39,8 +39,7 @@ from ._common import (
 __all__ = ["add_arguments", "build_parser", "main", "run"]
 
 PROG = "python -m contracts.check"
-DEFAULT_ROWS = 250_000
-DEFAULT_TIMEOUT_S = 60.0
+from ..run.options import DEFAULT_ROWS, DEFAULT_TIMEOUT_S  # noqa: E402 -- light: no torch
 
 
 def _candidates_epilog() -> str:
@@ -78,6 +77,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
                     help=f"isolated runs: seconds one call may take before the worker is killed (default {DEFAULT_TIMEOUT_S:g})")  # fmt: skip
     ap.add_argument("--repeat", type=positive_int("--repeat 3"), default=1, metavar="N",
                     help="call the candidate N times per case (and once from a CUDA graph on GPUs); differences fail the run")  # fmt: skip
+    ap.add_argument("--max-batch", type=positive_int("--max-batch 65536"), metavar="M",
+                    help="the largest batch of the batch-size sweep that runs at every --rows (default 65,536 on a GPU, 16,385 on a CPU)")  # fmt: skip
+    ap.add_argument("--plan", action="store_true", help="print the batch sizes, dtype pairs and layouts the run covers, and exit without running")
+    ap.add_argument("--allow-not-covered", action="store_true",
+                    help="exit 0 although a check checked no row of a family (status not_covered; default: exit 5)")  # fmt: skip
     ap.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
     add_logits_arguments(ap)
     return add_engine_path(ap)
@@ -148,6 +152,15 @@ def _print_row(results, row: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..run.options import OptionError, parse_case_choice, parse_families, parse_shard
+    from ..run.supervisor import mark_completed, run_supervised, supervising
+
+    if args.isolate is False and not args.plan and supervising():  # in process: a candidate's _exit must not look like success
+        return run_supervised("check", args.argv)
+    return mark_completed(_run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..run.options import OptionError, parse_case_choice, parse_families, parse_shard
 
     names = _names(args.candidate)
     refuse_unknown_candidates(names)  # before the torch-heavy imports below: a typo is answered at once
@@ -167,21 +180,25 @@ def run(args: argparse.Namespace) -> int:
     from ..reports.bundle import BundleError
     from ..run.checks import run_checks
     from ..run.distributed import ranked
+    from ..run.options import CheckOptions
     from ..run.signals import StopSignals
 
+    if args.plan:
+        return _print_plan(args, names, families)
     if args.replay and args.row is not None and not args.against and args.logits is None:
         return _replay_one_row(args, names)  # one row of a generated case: routed and compared alone, no bundle
 
     def check(world) -> int:  # once, or on every rank of a torchrun world (rank 0 writes and prints)
         device = _check_device(args.device, world.world_size)
         try:
-            checked = run_checks(
-                names, contract=args.contract, against=args.against, exact=args.exact, rows=args.rows, seed=args.seed,
+            options = CheckOptions(
+                contract=args.contract, against=args.against, exact=args.exact, rows=args.rows, seed=args.seed,
                 families=families, device=device, experts=args.experts, topk=args.topk, shard=shard, replay=args.replay,
                 isolate=args.isolate, timeout=args.timeout, repeat=args.repeat, out=args.out, force=args.force,
-                progress=not args.quiet and world.writer, command=args.command_line, stop=world.stop, world=world,
-                logits=args.logits, logits_bias=args.bias, logits_sha256=args.logits_sha256,
+                progress=not args.quiet and world.writer, command=args.command_line, max_batch=args.max_batch,
+                allow_not_covered=args.allow_not_covered, logits=args.logits, logits_bias=args.bias, logits_sha256=args.logits_sha256,
             )  # fmt: skip
+            checked = run_checks(names, options, stop=world.stop, world=world)
         except (OptionError, BundleError) as exc:
             raise UsageError(str(exc)) from None
         except (Interrupted, KeyboardInterrupt):  # before any candidate ran: nothing to write
@@ -235,6 +252,38 @@ def _replay_one_row(args: argparse.Namespace, names: list[str]) -> int:
     return ExitCode.FAILED if done.failed else ExitCode.OK
 
 
+def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
+    """``check --plan``: what the run would cover, per contract, without running a candidate."""
+    import oracle
+
+    from ..cases.families import families_for
+    from ..cases.plan import coverage_of, default_max_batch, iter_plan, switch_points
+
+    device = _check_device(args.device) or "cpu"
+    contract = args.contract
+    if contract is None:
+        from ..candidates import all_candidates
+
+        known = all_candidates()
+        contract = known[names[0]].contract if names[0] in known else "aiter"
+    c = oracle.get_contract(contract)
+    experts, topk = args.experts or c.experts, args.topk or c.topk
+    chosen = [f for f in (families or families_for(c)) if f in families_for(c)]
+    points = switch_points()
+    max_batch = args.max_batch or default_max_batch(device, points)
+    groups = dict(n_group=c.n_group, topk_group=c.topk_group) if c.is_grouped else {}
+    specs = list(iter_plan(chosen, args.rows, args.seed, experts, topk, max_batch=max_batch, bias=c.has_bias, **groups))
+    covers = coverage_of(specs)
+    print(f"plan: contract {c.name}, E={experts}, k={topk}, device {device}, {args.rows:,} rows and the pinned cases: "
+          f"{len(specs):,} cases, {sum(s.rows for s in specs):,} rows")  # fmt: skip
+    print(f"families: {', '.join(chosen)}")
+    print(f"batch sizes (max batch {max_batch:,}; switch points {', '.join(map(str, points)) or 'none published'}): "
+          + ", ".join(f"{n:,}" for n in covers["batch_sizes"]))
+    print(f"dtype pairs (logits/bias): {', '.join(covers['dtype_pairs'])}")
+    print(f"layouts: {', '.join(covers['layouts'])}")
+    return ExitCode.OK
+
+
 def _report(args: argparse.Namespace, checked, stop) -> int:
     from ..reports.terminal import verdict_table
     from ..reports.text import clean
@@ -261,7 +310,13 @@ def _report(args: argparse.Namespace, checked, stop) -> int:
     if not checked.results:  # nothing was checked and no bundle was written: never a success
         print("error: no check ran; no bundle was written", file=sys.stderr)
         return ExitCode.FAILED
-    return ExitCode.FAILED if checked.failed else ExitCode.OK
+    if checked.failed:
+        return ExitCode.FAILED
+    if checked.not_covered:
+        print(f"not covered: {', '.join(checked.not_covered)}: no row of some family was checked, so no PASS"
+              + ("; accepted by --allow-not-covered" if args.allow_not_covered else " (exit 5; --allow-not-covered accepts it)"), file=sys.stderr)  # fmt: skip
+        return ExitCode.OK if args.allow_not_covered else ExitCode.NOT_COVERED
+    return ExitCode.OK
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

@@ -55,6 +55,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                     help="contract of the comparisons and of the oracle column: a built-in name or a contract file (default: the one most candidates claim)")  # fmt: skip
     ap.add_argument("--rows", type=row_count, default=DEFAULT_ROWS, help=f"rows over all families (default {DEFAULT_ROWS:,})")
     ap.add_argument("--families", help="comma-separated subset of the families")
+    ap.add_argument("--max-batch", type=positive_int("--max-batch 65536"), metavar="M",
+                    help="the largest batch of the batch-size sweep that runs at every --rows (default 65,536 on a GPU, 16,385 on a CPU)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", help="cpu or cuda, one for all candidates (default: cuda when torch sees a GPU)")
     ap.add_argument("--experts", type=positive_int("--experts 896"), help="experts E (default: the contract's, 896 for aiter)")
@@ -64,7 +66,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, help="bundle directory (default reports/<UTC time>-matrix-<candidates>); must be empty unless --force")
     ap.add_argument("--force", action="store_true", help="replace the bundle already in --out, whole")
     ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
-                    help="run each candidate in a worker process (default: on for GPU runs and third-party candidates, engines included)")  # fmt: skip
+                    help="run each candidate in a worker process (default: on; --no-isolate runs them in this process, under a supervisor)")  # fmt: skip
     ap.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S",
                     help="isolated runs: seconds one call may take before the worker is killed (default 60)")  # fmt: skip
     ap.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             done = run_matrix(
                 names, contract=args.contract, split=split, rows=args.rows, seed=args.seed, families=families, device=device,
-                experts=args.experts, topk=args.topk, replay=args.replay, show_row=args.row, isolate=args.isolate,
+                experts=args.experts, topk=args.topk, replay=args.replay, show_row=args.row, isolate=args.isolate, max_batch=args.max_batch,
                 timeout=args.timeout, out=args.out, force=args.force, progress=not args.quiet, command=args.command_line, stop=stop,
                 logits=args.logits, logits_bias=args.bias, logits_sha256=args.logits_sha256,
             )  # fmt: skip
@@ -148,4 +150,7 @@ def _exit_code(done) -> int:
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_main(lambda: build_parser(prog), run, argv)
+    from ..run.supervisor import supervised  # light: no torch
+
+    # --no-isolate runs the candidates in this process: a supervisor turns their exits (os._exit(0) and the like) into exit 1.
+    return run_main(lambda: build_parser(prog), supervised("matrix", run, when=lambda args: args.isolate is False), argv)

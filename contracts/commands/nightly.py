@@ -94,4 +94,7 @@ def _report(args: argparse.Namespace, done, stop) -> int:
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_main(lambda: build_parser(prog), run, argv)
+    from ..run.supervisor import supervised  # light: no torch
+
+    # The candidate runs in this command's process: a supervisor turns its exits (os._exit(0) and the like) into exit 1.
+    return run_main(lambda: build_parser(prog), supervised("nightly", run), argv)

@@ -8,8 +8,9 @@ them in any environment where router-contracts is installed::
 
     pytest -p contracts.pytest_plugin --pyargs contracts.conformance --candidate mypkg.router:route
 
-One test function per contract clause, in modules by clause group
-(selection, ties, NaN and sentinels, weights), each parametrized over the
-case families: ``test_tie_order[all_equal]``. ``contracts.pytest_plugin``
+A package of pytest files that the plugin (``contracts.pytest_plugin``)
+runs: one test function per clause of the contract checked, generated from
+the contract's clause list and parametrized over the case families
+(``test_tie_order[all_equal]``), and ``test_check_verdict``. ``contracts.pytest_plugin``
 documents the options and what pass, fail, xfail and skip mean.
 """

@@ -78,19 +78,20 @@ class Status(str, enum.Enum):
     ERROR = "error"
     UNAVAILABLE = "unavailable"
     INTERRUPTED = "interrupted"
+    NOT_COVERED = "not_covered"  # it ran, but checked no row of the run, or of a family asked for: no evidence for a PASS
 
     def __str__(self) -> str:
         return self.value
 
     @property
     def word(self) -> str:
-        """The headline word of reports: PASS, FAIL, ERROR, UNAVAILABLE, INTERRUPTED."""
-        return self.value.upper()
+        """The headline word of reports: PASS, FAIL, ERROR, UNAVAILABLE, INTERRUPTED, NOT COVERED."""
+        return self.value.upper().replace("_", " ")
 
     @property
     def failed(self) -> bool:
         """Whether this status makes a run's exit code non-zero."""
-        return self in (Status.FAIL, Status.ERROR, Status.INTERRUPTED)
+        return self in (Status.FAIL, Status.ERROR, Status.INTERRUPTED, Status.NOT_COVERED)
 
 
 def decide_status(*, interrupted: bool, fatal: bool, mismatched_rows: int, nondeterministic: bool, raised: bool, rows_checked: int) -> Status:
@@ -110,7 +111,7 @@ def decide_status(*, interrupted: bool, fatal: bool, mismatched_rows: int, nonde
     return Status.PASS
 
 
-_SEVERITY = (Status.UNAVAILABLE, Status.PASS, Status.FAIL, Status.ERROR, Status.INTERRUPTED)
+_SEVERITY = (Status.UNAVAILABLE, Status.PASS, Status.NOT_COVERED, Status.FAIL, Status.ERROR, Status.INTERRUPTED)
 
 
 def worst_status(statuses) -> Status:
@@ -262,6 +263,7 @@ class Summary:
             Status.UNAVAILABLE: ("reason",),
             Status.ERROR: ("error",),
             Status.INTERRUPTED: ("interrupted",),
+            Status.NOT_COVERED: ("reason",),
         }.get(self.status, ())
         for name in need:
             if getattr(self, name) in (None, ""):

@@ -29,12 +29,12 @@ from ..cases import CaseSpec, build_case
 from ..cases.memory import reuse_freed_memory
 from ..cases.plan import call_size
 from ..compare import agrees, compare_case, expected_for
-from ..reports.schema import CheckResult, ReplayTarget
+from ..reports.schema import CheckResult, ReplayTarget, Status, Summary
 from .expert_load import ExpertLoad
 from .replay import candidate_lookup, replay_command, replay_pythonpath
 from .tally import Tally
 
-__all__ = ["check_candidate"]
+__all__ = ["check_candidate", "require_evidence", "uncovered_families"]
 
 PIPELINE_DEPTH = 2  # cases in flight in a worker: the one it runs and the next
 
@@ -99,6 +99,7 @@ def check_candidate(
     result.summary.notes += [n for n in tally.run_notes if n not in result.summary.notes]
     result.summary.replay_target = target
     result.summary.expert_load = step.load.record()  # captured logits only; None otherwise
+    require_evidence(result.summary)
     if result.summary.mismatched_rows and not tally.interrupted:
         result.summary.diagnosis = tally.diagnosis(c, command)
     return result
@@ -241,3 +242,31 @@ def _run_pipelined(specs, step: _Step, worker: Worker, progress) -> None:
             step.finish(step.build(spec), call)
         if progress:
             progress.update(spec.rows, spec.family)
+
+
+def uncovered_families(summary: Summary) -> list[str]:
+    """The families of the run of which no row was checked (every case skipped: the gate served none)."""
+    return [name for name, f in summary.families.items() if f.rows == 0]
+
+
+def require_evidence(summary: Summary) -> Summary:
+    """A PASS rests on checked rows: a check that checked no row, or no row of a family it ran, is ``not_covered``.
+
+    Only a PASS is demoted (a FAIL, ERROR or INTERRUPTED already says more).
+    The reason names each family left unchecked, with its rows skipped and
+    why, so the terminal's note column and the reports say what is missing.
+    """
+    if summary.status is not Status.PASS:
+        return summary
+    missing = uncovered_families(summary)
+    if summary.rows_checked and not missing:
+        return summary
+    if not summary.families:
+        summary.reason = "no case ran: the plan was empty"
+    else:
+        why = sorted({r for name in missing for r in summary.families[name].skip_reasons}) or ["not covered"]
+        skipped = sum(summary.families[name].rows_skipped for name in missing)
+        summary.reason = (f"0 rows checked of famil{'y' if len(missing) == 1 else 'ies'} {', '.join(missing)} "
+                          f"({skipped:,} rows skipped: {'; '.join(why)}); {summary.rows_checked:,} rows checked in all")  # fmt: skip
+    summary.status = Status.NOT_COVERED
+    return summary

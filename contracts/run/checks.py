@@ -1,8 +1,8 @@
 """Check several candidates in one run: resolve them, decide isolation, write each bundle as it finishes.
 
 ``run_checks`` is the library behind ``python -m contracts check``, the
-nightly and the pytest plugin; it takes explicit keyword options and
-returns a ``CheckRun`` (the results, what was unavailable, what was not
+nightly and the pytest plugin; it takes one ``CheckOptions`` record (or its
+fields as keywords) and returns a ``CheckRun`` (the results, what was unavailable, what was not
 started). It never prints except through the progress lines it is asked for.
 """
 
@@ -20,20 +20,16 @@ from ..candidates import Candidate, CandidateLoadError, all_candidates, get_cand
 from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_message
 from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
 from ..cases.families import families_for
-from ..cases.plan import admitted_fields, bulk_rows_for, plan_bulk_rows
+from ..cases.plan import admitted_fields, bulk_rows_for, coverage_of, default_max_batch, plan_bulk_rows, switch_points
 from ..reports.bundle import prepare_out, write_check_bundle, write_index
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
 from .check import check_candidate
 from .distributed import ONE_PROCESS
-from .options import OptionError, parse_replay
+from .options import DEFAULT_ROWS, DEFAULT_TIMEOUT_S, CheckOptions, OptionError, parse_replay
 from .progress import Progress
 
-__all__ = ["DEFAULT_ROWS", "DEFAULT_TIMEOUT_S", "CheckRun", "Target", "bundle_dirname", "device_for", "run_checks", "should_isolate"]
-
-DEFAULT_ROWS = 250_000
-DEFAULT_TIMEOUT_S = 60.0
-
+__all__ = ["DEFAULT_ROWS", "DEFAULT_TIMEOUT_S", "CheckOptions", "CheckRun", "Target", "bundle_dirname", "device_for", "run_checks", "should_isolate"]
 
 @dataclass
 class Target:
@@ -58,6 +54,11 @@ class CheckRun:
     @property
     def failed(self) -> bool:
         return any(s.status in (Status.FAIL, Status.ERROR) for s in self.summaries)
+
+    @property
+    def not_covered(self) -> list[str]:
+        """The candidates whose check checked no row, or no row of a family it ran (status ``not_covered``)."""
+        return [s.label for s in self.summaries if s.status is Status.NOT_COVERED]
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -93,14 +94,14 @@ def device_for(candidate: Candidate, requested: str | None) -> str:
 
 
 def should_isolate(isolate: bool | None, candidate: Candidate, device: str, against: Candidate | None) -> bool:
-    """``isolate`` if given; else isolate GPU runs and third-party or GPU-only candidates."""
+    """``isolate`` if given; else True: every call of a candidate runs in a worker process by default, so that
+    no exit, crash or hang of it (``sys.exit``, ``os._exit``, libc ``_exit``, a segfault) can end the harness
+    or pass for a success. In-process only on request (``--no-isolate``; ``docs/robustness.md``), or for a
+    candidate a worker cannot find: one a program registered at run time with no ``origin`` to import (a
+    library caller's own object; the command line only names built-ins, entry points and ``module:attr``)."""
     if isolate is not None:
         return isolate
-
-    def risky(c):
-        return c.third_party or "cpu" not in c.devices
-
-    return device.startswith("cuda") or risky(candidate) or (against is not None and risky(against))
+    return all(c.origin for c in (candidate, against) if c is not None)
 
 
 def _contract_name(contract: str) -> str:
@@ -157,6 +158,7 @@ class _Plan:
     shard: tuple[int, int] | None
     replay: str | None
     replay_here: bool = True  # under torchrun only rank 0 runs a replayed case
+    max_batch: int | None = None  # the pinned sweep's largest batch (None: the device's default)
     captured: object = None  # a contracts.cases.captured.LogitsFile: its rows are the cases (--logits)
 
     def shaped(self, c) -> "_Shape":
@@ -202,10 +204,14 @@ class _Shape:
     admitted: dict | None = None  # the contract's admitted call options: the only ones cases draw
     contract: object = None  # captured logits: the contract whose call options (renormalize, scaling) the cases use
 
-    def specs(self, bulk_rows: int | None):
+    def max_batch(self, device: str) -> int:
+        return self.plan.max_batch or default_max_batch(device, switch_points())
+
+    def specs(self, bulk_rows: int | None, device: str = "cpu"):
         p = self.plan
         if p.captured is not None:
             return self._captured_specs(bulk_rows)
+        max_batch = self.max_batch(device)
         if p.replay is not None:
             spec = parse_replay(p.replay, self.experts, self.topk)
             spec = dataclasses.replace(spec, n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias,
@@ -214,10 +220,11 @@ class _Shape:
 
         def full():
             return iter_plan(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows,
-                             n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias, admitted=self.admitted)  # fmt: skip
+                             n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias, admitted=self.admitted,
+                             max_batch=max_batch)  # fmt: skip
 
         if p.shard is None:
-            return full(), planned_rows(self.families, p.rows)
+            return full(), planned_rows(self.families, p.rows, max_batch=max_batch, bias=self.bias)
         return shard_of(full(), *p.shard), sum(s.rows for s in shard_of(full(), *p.shard))
 
     def _captured_specs(self, bulk_rows: int | None):
@@ -260,12 +267,13 @@ def _open_captured(logits, bias, sha256: str | None, families):
     return opened
 
 
-def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract: str | None, device: str | None, exact: bool,
-               isolate: bool | None, timeout: float, repeat: int, progress: bool, command: str, stop, options: dict) -> tuple[CheckResult, str | None]:  # fmt: skip
+def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan: _Plan, stop) -> tuple[CheckResult, str | None]:
     """Check one candidate; ``(result, unavailable reason or None)``."""
     import torch
 
     import oracle
+
+    contract, device, exact, isolate, timeout, repeat, command = o.contract, o.device, o.exact, o.isolate, o.timeout, o.repeat, o.command
 
     cand = target.candidate
     try:
@@ -317,11 +325,13 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         why = f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}"
         return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
     bulk = plan_bulk_rows(device)
-    specs, total = shape.specs(bulk)
-    options = {**options, "bulk_rows": bulk, "call_rows": call_rows, "families": shape.families, "experts": shape.experts, "topk": shape.topk,
-               "groups": list(shape.groups), "contract_source": contract if str(contract).endswith(".toml") else None}  # fmt: skip
+    specs, total = shape.specs(bulk, device)
+    # a second, lazy pass over the specs (no tensors); a captured file's rows are what they are
+    covers = coverage_of(shape.specs(bulk, device)[0]) if plan.captured is None else None
+    options = {**o.recorded, "bulk_rows": bulk, "max_batch": shape.max_batch(device), "call_rows": call_rows, "families": shape.families, "experts": shape.experts, "topk": shape.topk,
+               "groups": list(shape.groups), "contract_source": contract if str(contract).endswith(".toml") else None, "coverage": covers}  # fmt: skip
     label = cand.name + (f" vs {against_c.name}" if against_c else "")
-    with Progress(label, total, enabled=progress) as bar:
+    with Progress(label, total, enabled=o.progress) as bar:
         result = check_candidate(
             cand, specs, contract=contract, device=device, against=against_c, exact=exact, seed=plan.seed,
             command=command, progress=bar, repeat=repeat, worker=worker, should_stop=stop, options=options, call_rows=call_rows,
@@ -343,34 +353,17 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
 
 def run_checks(
     names: list[str],
+    options: CheckOptions | None = None,
     *,
-    contract: str | None = None,
-    against: str | None = None,
-    exact: bool = False,
-    rows: int = DEFAULT_ROWS,
-    seed: int = 0,
-    families: list[str] | None = None,
-    device: str | None = None,
-    experts: int | None = None,
-    topk: int | None = None,
-    shard: tuple[int, int] | None = None,
-    replay: str | None = None,
-    isolate: bool | None = None,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    repeat: int = 1,
-    out: Path | None = None,
-    force: bool = False,
-    progress: bool = True,
-    command: str = "",
     stop: Callable[[], object] | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
     world=ONE_PROCESS,
-    logits: str | Path | None = None,
-    logits_bias: str | Path | None = None,
-    logits_sha256: str | None = None,
+    **fields,
 ) -> CheckRun:
-    """Check ``names`` (registered names, ``module:attr`` specs, or ``["all"]``) and write their bundles under ``out``.
+    """Check ``names`` (registered names, ``module:attr`` specs, or ``["all"]``) and write their bundles under ``options.out``.
 
+    ``options``: a ``CheckOptions`` record; or give its fields as keywords
+    (``rows=2000, device="cpu"``), or both (the keywords replace fields).
     One name writes its bundle at ``out``; several write one folder each
     (``bundle_dirname``) plus ``index.json``. Each bundle is written as soon
     as its check finishes. ``stop()`` turning true ends the run after the
@@ -385,15 +378,19 @@ def run_checks(
     every layer, ``rows``/``families`` do not apply. ``logits_sha256``: refuse
     a file whose digest does not start with it (a replay line's check).
     """
+    try:
+        o = dataclasses.replace(options or CheckOptions(), **fields)
+    except TypeError as exc:
+        raise OptionError(f"run_checks: {exc}; the options are the fields of contracts.run.options.CheckOptions") from None
     stop = stop or (lambda: None)
     everything = names == ["all"]
+    contract, isolate, timeout, out = o.contract, o.isolate, o.timeout, o.out
     if not everything and "all" in names:
         raise OptionError("--candidate all cannot be combined with other names")
-    if topk and experts and topk > experts:
-        raise OptionError(f"--topk {topk} is larger than --experts {experts}; choose --topk <= {experts}")
-    plan = _Plan(list(families) if families else None, rows, seed, experts, topk, world.shard(shard), replay, world.runs_replay(),
-                 captured=_open_captured(logits, logits_bias, logits_sha256, families))  # fmt: skip
-    options = {"rows": rows, "families": families, "experts": experts, "topk": topk, "repeat": repeat, "exact": exact}
+    if o.topk and o.experts and o.topk > o.experts:
+        raise OptionError(f"--topk {o.topk} is larger than --experts {o.experts}; choose --topk <= {o.experts}")
+    plan = _Plan(list(o.families) if o.families else None, o.rows, o.seed, o.experts, o.topk, world.shard(o.shard), o.replay,
+                 world.runs_replay(), o.max_batch, captured=_open_captured(o.logits, o.logits_bias, o.logits_sha256, o.families))  # fmt: skip
     targets: list[Target] = []
     against_t: Target | None = None
     try:
@@ -402,18 +399,16 @@ def run_checks(
                        if (c.in_all and contract is None) or (contract is not None and c.serves(_contract_name(contract)))]
         else:
             targets = [resolve(n, role="--candidate", isolate=isolate, timeout=timeout, stop=stop) for n in names]
-        if against:
-            against_t = resolve(against, role="--against", isolate=isolate, timeout=timeout, stop=stop)
+        if o.against:
+            against_t = resolve(o.against, role="--against", isolate=isolate, timeout=timeout, stop=stop)
             if against_t.worker is not None:  # it runs in each candidate's worker; only its name was needed here
                 against_t.worker.close()
                 against_t.worker = None
         several = len(targets) > 1
         label = "all" if everything else ("+".join(t.candidate.name for t in targets) if several else targets[0].candidate.name)
         out = out or default_out(label)
-        run = CheckRun(out=prepare_out(out, force=force) if world.writer else out, several=several)
-        _run_targets(run, targets, against_t, everything=everything, plan=plan, contract=contract, device=device, exact=exact,
-                     isolate=isolate, timeout=timeout, repeat=repeat, progress=progress, command=command, stop=stop,
-                     options=options, shard=shard, on_result=on_result, world=world)  # fmt: skip
+        run = CheckRun(out=prepare_out(out, force=o.force) if world.writer else out, several=several)
+        _run_targets(run, targets, against_t, o, everything=everything, plan=plan, stop=stop, on_result=on_result, world=world)
         return run
     finally:
         for t in targets:
@@ -421,15 +416,15 @@ def run_checks(
                 t.worker.close()
 
 
-def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *, everything: bool, plan: _Plan, shard, on_result, stop, world,
-                 **check) -> None:  # fmt: skip
+def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, o: CheckOptions, *, everything: bool, plan: _Plan,
+                 on_result, stop, world) -> None:  # fmt: skip
     taken: set[str] = set()
     for position, target in enumerate(targets):
         if stop():
             run.not_started = [t.candidate.name for t in targets[position:]]
             break
         try:
-            result, unavailable = _check_one(target, against, plan=plan, stop=stop, **check)
+            result, unavailable = _check_one(target, against, o, plan=plan, stop=stop)
         except Interrupted:
             run.not_started = [t.candidate.name for t in targets[position:]]
             break
@@ -449,7 +444,7 @@ def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *
             run.unavailable.append((s.candidate, unavailable))
         if unavailable is None:
             s.environment = environment(s.device)
-            s.shard = f"{shard[0]}/{shard[1]}" if shard else None
+            s.shard = f"{o.shard[0]}/{o.shard[1]}" if o.shard else None
         folder = run.out
         if run.several:
             name = bundle_dirname(s.candidate)
@@ -470,4 +465,4 @@ def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, *
     if stop():
         run.interrupted = run.interrupted or str(stop())
     if run.several and world.writer:
-        write_index(run.out, run.summaries, command=check["command"], interrupted=run.interrupted, not_started=run.not_started)
+        write_index(run.out, run.summaries, command=o.command, interrupted=run.interrupted, not_started=run.not_started)

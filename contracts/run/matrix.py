@@ -232,6 +232,7 @@ def run_matrix(
     progress: bool = True,
     command: str = "",
     stop: Callable[[], object] | None = None,
+    max_batch: int | None = None,
     logits: str | Path | None = None,
     logits_bias: str | Path | None = None,
     logits_sha256: str | None = None,
@@ -245,6 +246,7 @@ def run_matrix(
     that one case only; ``show_row`` keeps every answer's row of it
     (``MatrixRun.row_answers``). ``logits`` (``logits_bias``, ``logits_sha256``):
     the rows of a captured logits file instead of the families, as ``check --logits``.
+    ``max_batch``: the pinned batch-size sweep's largest batch, as in ``check`` (default: the device's).
     """
     import torch
 
@@ -272,7 +274,8 @@ def run_matrix(
             c = oracle.get_contract(contract)
         except (ValueError, OSError) as exc:
             raise OptionError(f"--contract {contract}: {exc}") from None
-        shape = _Plan(families, rows, seed, experts, topk, None, replay, captured=_open_captured(logits, logits_bias, logits_sha256, families)).shaped(c)
+        shape = _Plan(families, rows, seed, experts, topk, None, replay, max_batch=max_batch,
+                      captured=_open_captured(logits, logits_bias, logits_sha256, families)).shaped(c)
         if not shape.families:
             raise OptionError(f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}; choose others with --families")
         label = "matrix-" + ("+".join(m.name for m in members) if members else f"split-{split[0]}-{split[1]}-{split[2]}")
@@ -283,7 +286,7 @@ def run_matrix(
             if stop():
                 break
             m.open(contract=contract, device=device, shape=shape, isolate=isolate, timeout=timeout, stop=stop)
-        specs, total = shape.specs(plan_bulk_rows(device))  # the same cases for all; each answers bulk ones in calls it serves
+        specs, total = shape.specs(plan_bulk_rows(device), device)  # the same cases for all; each answers bulk ones in calls it serves
         report = MatrixReport(
             contract=c.name, device=device, rows=total, seed=seed, families=list(shape.families), experts=shape.experts,
             topk=shape.topk, weight_rtol=c.weight_rtol, weight_atol=c.weight_atol, command=command,

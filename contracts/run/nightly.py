@@ -439,7 +439,7 @@ def _finish(envelope: NightlyEnvelope, bundle: Path, clock: float, stop, *, uplo
     from ..reports.junit import entries_for_bundle, write_junit
 
     statuses = [r.get("status") for r in (*envelope.candidates.values(), *envelope.pairs.values())]
-    envelope.totals = {s: statuses.count(s) for s in ("pass", "fail", "error", "interrupted", "unavailable", "skipped")}
+    envelope.totals = {s: statuses.count(s) for s in ("pass", "fail", "error", "interrupted", "not_covered", "unavailable", "skipped")}
     envelope.interrupted = str(stop()) if stop() else None
     write_json(bundle / "nightly.json", to_json(envelope))  # the diff and JUnit read it; rewritten below
     entries, tools = entries_for_bundle(bundle)
@@ -462,5 +462,5 @@ def _finish(envelope: NightlyEnvelope, bundle: Path, clock: float, stop, *, uplo
         except UploadError as exc:
             upload_error = str(exc)
     regressed = (envelope.comparison or {}).get("status") == "regression"
-    failed = any(s in ("fail", "error", "interrupted") for s in statuses)
+    failed = any(s in ("fail", "error", "interrupted", "not_covered") for s in statuses)  # no rows checked is no pass
     return NightlyRun(bundle, envelope, regressed, failed, envelope.interrupted, upload_error)

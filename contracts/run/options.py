@@ -6,8 +6,13 @@ these before anything heavy loads.
 
 from __future__ import annotations
 
-__all__ = ["MAX_REPLAY_ROWS", "OptionError", "parse_families", "parse_replay", "parse_shard", "parse_split"]
+from dataclasses import dataclass
+from pathlib import Path
 
+__all__ = ["DEFAULT_ROWS", "DEFAULT_TIMEOUT_S", "MAX_REPLAY_ROWS", "CheckOptions", "OptionError", "parse_families", "parse_replay", "parse_shard", "parse_split"]
+
+DEFAULT_ROWS = 250_000
+DEFAULT_TIMEOUT_S = 60.0
 MAX_REPLAY_ROWS = 1 << 20  # a replayed case is one case: the largest the plan makes is far below this
 
 
@@ -46,9 +51,22 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
     from ..cases.plan import CaseSpec
 
     parts = text.split(":")
-    bulk = len(parts) == 4 and parts[3] == "bulk"  # drawn on the device by the family's vectorized maker
-    if len(parts) != 3 and not bulk:
-        raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk, as printed in a report's replay line")
+    tags = parts[3:]  # what the case pins: bulk (drawn on the device), bias-bf16 / bias-fp32, offset-N
+    pinned: dict = {}
+    for tag in tags:
+        kind, _, value = tag.partition("-")
+        if tag == "bulk":
+            pinned["bulk"] = True
+        elif kind == "bias" and value in ("bf16", "fp32"):
+            pinned["bias_dtype"] = value
+        elif kind == "offset" and value.isdigit() and int(value) < 64:
+            pinned["offset"] = int(value)
+        else:
+            pinned = None
+            break
+    if len(parts) < 3 or pinned is None or len(pinned) != len(tags):
+        raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk (a pinned case adds :bias-bf16, "
+                          ":bias-fp32 or :offset-N), as printed in a report's replay line")  # fmt: skip
     family, seed_text, rows_text = parts[:3]
     if family not in FAMILY_NAMES:
         raise OptionError(f"{option} family {family!r} is unknown; known: {', '.join(FAMILY_NAMES)}")
@@ -60,7 +78,7 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
         raise OptionError(f"{option} seed {seed} is out of range: case seeds are 0..2^31-1 (copy the replay line of a report)")
     if not 1 <= rows <= MAX_REPLAY_ROWS:
         raise OptionError(f"{option} rows must be 1..{MAX_REPLAY_ROWS:,} (one case), got {rows:,}")
-    return CaseSpec(family, seed, rows, experts, topk, bulk=bulk)
+    return CaseSpec(family, seed, rows, experts, topk, **pinned)
 
 
 def parse_split(text: str, *, option: str = "--split") -> tuple[str, str, int]:
@@ -89,3 +107,55 @@ def parse_case_choice(replay: str | None, row: int | None, *, experts: int | Non
     if spec is not None and row is not None and not 0 <= row < spec.rows:
         raise OptionError(f"--row {row} is outside the case's {spec.rows} rows (0..{spec.rows - 1})")
     return spec
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What a check run is asked to do: one record that ``run_checks``, the nightly, the bench and the pytest
+    plugin build once and pass whole (``dataclasses.replace`` makes a variant, e.g. one per nightly pair).
+
+    ``isolate``: None is the default, a worker process for every candidate
+    (``--no-isolate`` asks for False). ``max_batch``: the largest batch of the
+    pinned batch-size sweep (None: ``contracts.cases.plan.default_max_batch``
+    of the device). ``allow_not_covered``: a ``not_covered`` check does not
+    make the run fail (the status stays, the exit code does not).
+    """
+
+    contract: str | None = None
+    against: str | None = None
+    exact: bool = False
+    rows: int = DEFAULT_ROWS
+    seed: int = 0
+    families: tuple[str, ...] | None = None
+    device: str | None = None
+    experts: int | None = None
+    topk: int | None = None
+    shard: tuple[int, int] | None = None
+    replay: str | None = None
+    isolate: bool | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    repeat: int = 1
+    out: Path | None = None
+    force: bool = False
+    progress: bool = True
+    command: str = ""
+    max_batch: int | None = None
+    allow_not_covered: bool = False
+    # captured logits (``check --logits``): the rows of a file instead of the families (``contracts.cases.captured``)
+    logits: str | Path | None = None
+    logits_bias: str | Path | None = None
+    logits_sha256: str | None = None
+
+    def __post_init__(self):
+        if self.families is not None:
+            object.__setattr__(self, "families", tuple(self.families))
+        if self.out is not None:
+            object.__setattr__(self, "out", Path(self.out))
+        if self.max_batch is not None and not 1 <= self.max_batch <= MAX_REPLAY_ROWS:
+            raise OptionError(f"--max-batch {self.max_batch:,} is out of range; choose 1..{MAX_REPLAY_ROWS:,} (default: 65,536 on a GPU, 16,385 on a CPU)")
+
+    @property
+    def recorded(self) -> dict:
+        """The options a summary records (what shards must share; what a replay needs)."""
+        return {"rows": self.rows, "families": list(self.families) if self.families else None, "experts": self.experts, "topk": self.topk,
+                "repeat": self.repeat, "exact": self.exact}  # fmt: skip

@@ -1,0 +1,105 @@
+"""Routers that try to earn a PASS without evidence, or hide where the plan never looks.
+
+Each is right wherever it answers, so only the harness's coverage can catch it.
+"""
+
+import ctypes
+import os
+import posix
+import sys
+
+import torch
+
+from contracts.candidates import Candidate
+from tests.planted._common import correct
+
+
+def _serves_nothing(**_shape) -> bool:
+    return False
+
+
+def _serves_only_fp32(*, dtype, **_shape) -> bool:
+    return dtype == torch.float32
+
+
+# Serves no shape at all: every case is skipped, 0 rows are checked.
+serves_nothing = Candidate(name="serves-nothing", route=correct, covered=_serves_nothing, coverage="serves no shape")
+# Serves fp32 logits only: the bf16 families are never checked.
+serves_only_fp32 = Candidate(name="serves-only-fp32", route=correct, covered=_serves_only_fp32, coverage="fp32 logits only")
+
+
+def _reverse_first_row(out, where) -> tuple:
+    weights, ids = out
+    if where:
+        weights, ids = weights.clone(), ids.clone()
+        ids[0] = ids[0].flip(0)
+        weights[0] = weights[0].flip(0)
+    return weights, ids
+
+
+def wrong_from_2049_rows(scores, bias, topk, renormalize, rsf):
+    """Wrong output order in calls of 2,049..3,072 rows only (a launch shape the old plan never made)."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), 2049 <= scores.shape[0] <= 3072)
+
+
+def wrong_above_16384_rows(scores, bias, topk, renormalize, rsf):
+    """Wrong output order in calls of more than 16,384 rows only."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), scores.shape[0] > 16_384)
+
+
+def wrong_in_1025_to_2048_rows(scores, bias, topk, renormalize, rsf):
+    """Wrong output order in calls of 1,025..2,048 rows (the old plan made these only from about --rows 10000)."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), 1025 <= scores.shape[0] <= 2048)
+
+
+def wrong_on_fp32_logits_bf16_bias(scores, bias, topk, renormalize, rsf):
+    """Wrong on fp32 logits with a bf16 bias only (a dtype pair the old plan never made)."""
+    pair = scores.dtype == torch.float32 and bias is not None and bias.dtype == torch.bfloat16
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), pair)
+
+
+def wrong_on_strided_offset_0(scores, bias, topk, renormalize, rsf):
+    """Wrong on rows further apart than E at storage offset 0 (the old strided family always had an offset)."""
+    strided = scores.stride(0) > scores.shape[1] and scores.storage_offset() == 0
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), strided and scores.shape[0] > 0)
+
+
+def wrong_on_strided(scores, bias, topk, renormalize, rsf):
+    """Wrong on every strided call (row stride > E): the split view must keep the layout to see it."""
+    strided = scores.stride(0) > scores.shape[1]
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), strided and scores.shape[0] > 0)
+
+
+# Process exits: each ends the process on its first call, reporting success where it can.
+def calls_sys_exit(scores, bias, topk, renormalize, rsf):
+    sys.exit(0)
+
+
+def calls_os_exit(scores, bias, topk, renormalize, rsf):
+    os._exit(0)
+
+
+def calls_posix_exit(scores, bias, topk, renormalize, rsf):
+    posix._exit(0)
+
+
+def calls_libc_exit(scores, bias, topk, renormalize, rsf):
+    ctypes.CDLL(None)._exit(0)
+
+
+def raises(scores, bias, topk, renormalize, rsf):
+    raise RuntimeError("this router raises on every call")
+
+
+def segfaults(scores, bias, topk, renormalize, rsf):
+    ctypes.string_at(0)
+
+
+PROCESS_EXITS = {
+    "sys.exit(0)": "calls_sys_exit",
+    "os._exit(0)": "calls_os_exit",
+    "posix._exit(0)": "calls_posix_exit",
+    "libc _exit(0)": "calls_libc_exit",
+    "raise": "raises",
+    "segfault": "segfaults",
+}

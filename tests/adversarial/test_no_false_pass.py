@@ -1,0 +1,155 @@
+"""The standing adversary corpus of issue 32: routers that must never earn a PASS or an exit 0.
+
+Each class is a router in ``tests/adversarial/evidence.py`` that is right
+wherever the old harness looked; each test here failed on e67c3a4 (PASS and
+exit 0) and must keep failing loudly: FAIL, ERROR or NOT COVERED, non-zero.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from contracts.cases.families import FAMILIES
+from contracts.cases.plan import coverage_of, iter_plan, sweep_sizes
+from contracts.run.checks import run_checks
+from tests.adversarial import evidence
+
+ROOT = Path(__file__).resolve().parents[2]
+ADV = "tests.adversarial.evidence"
+
+
+def _cli(*args, timeout=300):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "contracts", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------- PASS needs evidence
+
+
+def test_a_check_of_zero_rows_is_not_covered_and_exits_5(tmp_path):
+    code, out = _cli("check", "--candidate", f"{ADV}:serves_nothing", "--families", "random_fp32,strided", "--rows", "40",
+                     "--max-batch", "2", "--out", str(tmp_path / "a"), "--quiet")  # fmt: skip
+    assert code == 5, out
+    assert "NOT COVERED" in out and "0 rows checked of families random_fp32, strided" in out, out
+    code, out = _cli("check", "--candidate", f"{ADV}:serves_nothing", "--families", "random_fp32", "--rows", "40", "--max-batch", "2",
+                     "--allow-not-covered", "--out", str(tmp_path / "b"), "--quiet")  # fmt: skip
+    assert code == 0 and "NOT COVERED" in out, out  # accepted on request; the status still says it
+
+
+def test_a_family_with_no_row_checked_is_not_covered(tmp_path):
+    run = run_checks([f"{ADV}:serves_only_fp32"], families=["random_fp32", "random_bf16"], rows=60, max_batch=2, isolate=False,
+                     out=tmp_path / "c", progress=False)  # fmt: skip
+    s = run.summaries[0]
+    assert s.status.value == "not_covered" and s.rows_checked > 0, s
+    assert s.families["random_bf16"].rows == 0 and s.families["random_fp32"].rows > 0
+    assert "random_bf16" in s.reason and "random_fp32" not in s.reason.split(";")[0]
+    assert run.not_covered and not run.failed
+
+
+# ---------------------------------------------------------------- coverage by construction
+
+
+@pytest.mark.parametrize("rows", [1, 300, 2_000, 9_999, 250_000])
+def test_every_batch_class_dtype_pair_and_layout_runs_at_every_rows(rows):
+    names = list(FAMILIES)[:2] + ["strided", "batch_sizes"]
+    specs = list(iter_plan(names, rows, 0, 896, 16, max_batch=16_385, points=(3000,)))
+    sizes = {s.rows for s in specs}
+    for low, high in [(1, 1), (2, 2), (1025, 2048), (2049, 3072), (16_385, 16_385)]:
+        assert any(low <= n <= high for n in sizes), (low, high, sorted(sizes))
+    assert {2999, 3000} <= sizes  # each side of a published switch point
+    covered = coverage_of(specs)
+    assert {"bf16/bf16", "bf16/fp32", "fp32/fp32", "fp32/bf16"} <= set(covered["dtype_pairs"])
+    assert "strided at offset 0" in covered["layouts"]
+
+
+def test_the_sweep_reaches_max_batch_and_reads_switch_points():
+    assert sweep_sizes(65_536)[-1] == 65_536 and 32_769 in sweep_sizes(65_536)
+    assert {4096, 4097} <= set(sweep_sizes(16_385, (4097,)))
+
+
+def test_check_plan_prints_what_a_run_covers_without_running():
+    code, out = _cli("check", "--candidate", f"{ADV}:calls_os_exit", "--plan", "--rows", "100")
+    assert code == 0, out
+    assert "16,385" in out and "fp32/bf16" in out and "strided at offset 0" in out, out
+
+
+@pytest.mark.slow  # routes the pinned sweep (about 33,000 rows, one case of 16,385) once per router: about 10 s each
+@pytest.mark.parametrize("router", ["wrong_from_2049_rows", "wrong_above_16384_rows", "wrong_in_1025_to_2048_rows",
+                                    "wrong_on_fp32_logits_bf16_bias", "wrong_on_strided_offset_0"])  # fmt: skip
+def test_a_router_wrong_only_where_the_old_plan_never_looked_fails(router, tmp_path):
+    run = run_checks([f"{ADV}:{router}"], families=["random_fp32", "strided", "batch_sizes"], rows=200, isolate=False,
+                     out=tmp_path / router, progress=False)  # fmt: skip
+    s = run.summaries[0]
+    assert s.status.value == "fail" and s.mismatched_rows >= 1, s
+    assert s.clauses_broken.get("output_order") or s.clauses.get("output_order"), s.clauses
+
+
+# ---------------------------------------------------------------- the split view keeps the layout
+
+
+def test_the_split_view_sees_a_strided_only_defect(tmp_path):
+    from contracts.run.matrix import run_matrix
+
+    report = run_matrix([], split=("oracle", f"{ADV}:wrong_on_strided", 1024), families=["strided"], rows=100, isolate=False,
+                        out=tmp_path / "m", progress=False, max_batch=2)  # fmt: skip
+    assert report.report.split.pair.rows_differing > 0, report.report.split.pair
+
+
+# ---------------------------------------------------------------- process exits, in every command that calls a candidate
+
+EXITS = list(evidence.PROCESS_EXITS)
+_SMALL = ["--families", "random_fp32", "--rows", "20", "--max-batch", "2"]
+
+
+def _check(router, tmp_path, *extra):
+    return _cli("check", "--candidate", f"{ADV}:{router}", *_SMALL, "--out", str(tmp_path / "b"), "--quiet", *extra)
+
+
+def _plugin(router, tmp_path, *extra):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_ADDOPTS", None)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "contracts.pytest_plugin",
+                           "--pyargs", "contracts.conformance", "--candidate", f"{ADV}:{router}", "--rows", "20", "--max-batch", "2",
+                           "-q", "-k", "verdict or tie_order", *extra],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+RUNNERS = {
+    "check": _check,
+    "check --no-isolate": lambda router, tmp_path: _check(router, tmp_path, "--no-isolate"),
+    "matrix": lambda router, tmp_path: _cli("matrix", "--candidate", f"{ADV}:{router},oracle", *_SMALL, "--out", str(tmp_path / "m")),
+    "probe": lambda router, tmp_path: _cli("probe", "--candidate", f"{ADV}:{router}", "--no-verify", "--out", str(tmp_path / "p")),
+    "search": lambda router, tmp_path: _cli("search", "--candidate", f"{ADV}:{router}", "--examples", "3", "--no-database",
+                                            "--out", str(tmp_path / "s")),  # fmt: skip
+    "nightly": lambda router, tmp_path: _cli("nightly", "--candidate", f"{ADV}:{router}", "--rows", "20", "--fail-on", "failure",
+                                             "--out", str(tmp_path / "n")),  # fmt: skip
+    "pytest plugin": _plugin,
+    "pytest plugin --no-isolate": lambda router, tmp_path: _plugin(router, tmp_path, "--no-isolate"),
+}
+# Every command that calls a candidate. bench times candidates in its own process: its adversary cases are left to its owner.
+COMMANDS_CALLING_A_CANDIDATE = {"check", "matrix", "probe", "search", "nightly", "pytest plugin", "bench"}
+NOT_YET = {"bench"}
+
+
+def test_every_command_that_calls_a_candidate_has_its_process_exit_cases():
+    from contracts.commands import COMMANDS
+
+    calling = {"check", "matrix", "probe", "search", "nightly", "bench"}
+    assert calling <= set(COMMANDS), "a command was renamed: update this list"
+    assert {c.split()[0] if c != "pytest plugin" else c for c in COMMANDS_CALLING_A_CANDIDATE} >= calling
+    covered = {name.replace(" --no-isolate", "") for name in RUNNERS}
+    assert covered | NOT_YET == COMMANDS_CALLING_A_CANDIDATE, covered
+    assert set(EXITS) == {"sys.exit(0)", "os._exit(0)", "posix._exit(0)", "libc _exit(0)", "raise", "segfault"}
+
+
+@pytest.mark.slow  # one command per (command, exit): a fresh process each, 5-20 s
+@pytest.mark.parametrize("exit_kind", EXITS)
+@pytest.mark.parametrize("command", list(RUNNERS))
+def test_a_candidate_that_ends_the_process_never_passes(command, exit_kind, tmp_path):
+    code, out = RUNNERS[command](evidence.PROCESS_EXITS[exit_kind], tmp_path)
+    assert code != 0, f"{command} with a router that does {exit_kind}: exit 0\n{out[-3000:]}"
