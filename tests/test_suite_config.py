@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -35,17 +34,16 @@ def test_the_suite_runs_on_every_core_and_ci_prints_the_slowest_tests():
 
 
 def test_every_slow_mark_says_why():
-    """A slow mark carries a ``#`` comment on its line; a module's alias of it (``x = pytest.mark.slow``) on its own
-    line or the line above, and then its uses need none."""
+    """A slow mark (``@pytest.mark.slow`` or a module's ``x = pytest.mark.slow``) has a ``#`` comment on its line or
+    on the line above; uses of an alias need none."""
     missing = []
     for path in sorted((REPO / "tests").rglob("*.py")):
         if path == Path(__file__).resolve():
             continue
         lines = path.read_text().splitlines()
         for n, line in enumerate(lines):
-            if re.match(r"^\w+ = pytest\.mark\.slow\b", line):
-                if "#" not in line and not (n and lines[n - 1].lstrip().startswith("#")):
-                    missing.append(f"{path.relative_to(REPO)}:{n + 1}")
-            elif "pytest.mark.slow" in line.split("#", 1)[0] and "#" not in line:
+            if "pytest.mark.slow" not in line.split("#", 1)[0]:
+                continue
+            if "#" not in line and not (n and lines[n - 1].lstrip().startswith("#")):
                 missing.append(f"{path.relative_to(REPO)}:{n + 1}")
     assert not missing, f"slow marks without a comment saying why: {missing}"
