@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import oracle
-from contracts import matrix
+from contracts.commands import matrix
 from contracts.candidates import Candidate, all_candidates, register
 from contracts.commands._common import ExitCode
 from contracts.reports.bundle import read_matrix

@@ -109,16 +109,17 @@ def test_options_a_contract_does_not_admit_are_bad_input_not_a_mismatch():
 
 # renormalization and softmax_scope are the verdict engineer's new clauses, and `scaling` for a factor of 1/k
 # too (issue 32's right-clause work): these three fail until that lands.
-@pytest.mark.parametrize("route, contract, clause", [
-    ("renorm_dropped", "qwen3-next", "renormalization"),
-    ("softmax_over_all", "granite-moe", "softmax_scope"),
-    ("bias_in_weight", "glm4-moe", "bias_in_weight"),
-    ("scaled_before_renorm", "dots1", "scaling"),
-    ("divided_by_k", "qwen3-next", "scaling"),
+@pytest.mark.slow  # each check mismatches on nearly every row, and attributing a row costs: 3-40 s each on the CPU
+@pytest.mark.parametrize("route, contract, clause, rows", [
+    ("renorm_dropped", "qwen3-next", "renormalization", 200),
+    ("softmax_over_all", "granite-moe", "softmax_scope", 200),
+    ("bias_in_weight", "glm4-moe", "bias_in_weight", 200),
+    ("scaled_before_renorm", "dots1", "scaling", 600),  # enough cases to draw renormalize on with a factor other than 1
+    ("divided_by_k", "qwen3-next", "scaling", 200),
 ])  # fmt: skip
-def test_planted_defects_in_the_models_routers_fail_with_their_clause(tmp_path, route, contract, clause):
-    # 600 rows: enough cases that some draw renormalize on with a factor other than 1.0
-    code, s = _check(tmp_path, f"{PLANTED}:{route}", "--contract", contract, "--families", "random_fp32,random_bf16", rows=600)
+def test_planted_defects_in_the_models_routers_fail_with_their_clause(tmp_path, route, contract, clause, rows):
+    # fp32 logits: several of these routers cast their weights to bf16 logits' dtype, which is a clause of its own
+    code, s = _check(tmp_path, f"{PLANTED}:{route}", "--contract", contract, "--families", "random_fp32", rows=rows)
     assert code == 1 and s["status"] == "fail", s["clauses"]
     assert max(s["clauses"], key=s["clauses"].get) == clause, s["clauses"]
 

@@ -59,7 +59,7 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     if spec.source:
         from .captured import build_captured
 
-        return build_captured(spec, device)
+        return Case(spec, *build_captured(spec, device))
     family = FAMILIES[spec.family]
     gen = torch.Generator(device=device if spec.bulk else "cpu").manual_seed(spec.case_seed)
     on = {"generator": gen, "device": gen.device}

@@ -385,10 +385,10 @@ def file_row(spec: CaseSpec, row: int) -> int:
     return spec.case_seed + row
 
 
-def build_captured(spec: CaseSpec, device: str = "cpu"):
-    """The case of a captured spec: its rows read from the file, the layer's bias (or a zero bias), the contract's call options."""
-    from .build import Case
-
+def build_captured(spec: CaseSpec, device: str = "cpu") -> tuple:
+    """The inputs of a captured spec, ``(scores, bias, renormalize, routed_scaling_factor)``: its rows read from the
+    file, the layer's bias (or a zero bias), the contract's call options. ``build.build_case`` makes the ``Case`` (this
+    module does not import ``build``, which imports it: no import cycle)."""
     src = json.loads(spec.source)
     f = open_logits(src["logits"], src["bias"])
     scores = f.logits(src["layer"], spec.case_seed, spec.rows).to(device)
@@ -396,7 +396,7 @@ def build_captured(spec: CaseSpec, device: str = "cpu"):
     if spec.bias:
         b = f.bias(src["layer"])
         bias = (torch.zeros(f.experts, dtype=torch.float32) if b is None else b).to(device)
-    return Case(spec, scores, bias, bool(src["renormalize"]), float(src["rsf"]))
+    return scores, bias, bool(src["renormalize"]), float(src["rsf"])
 
 
 def describe(f: LogitsFile, contract) -> tuple[dict, list[str]]:

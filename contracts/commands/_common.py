@@ -145,8 +145,13 @@ def _apply_engine_path(args: argparse.Namespace) -> None:
 
 
 # The built-in contracts' names, so that a misspelled --contract is refused before ``oracle`` (and torch, seconds
-# on a loaded machine) is imported; tests/test_bad_input.py checks that it is oracle.BUILTIN_CONTRACTS' keys.
-BUILTIN_CONTRACT_NAMES = ("aiter", "deepseek-v3", "deepseek-v3-reference", "gpt-oss", "mixtral", "qwen3-moe", "serial")
+# on a loaded machine) is imported. Kept equal to oracle.BUILTIN_CONTRACTS, in its order, by
+# tests/test_first_hour.py: a contract added to the oracle is added here too.
+BUILTIN_CONTRACT_NAMES = (
+    "aiter", "serial", "deepseek-v3", "deepseek-v3-reference", "qwen3-moe", "mixtral", "gpt-oss",
+    "deepseek-v4", "deepseek-v4-flash", "llama4", "glm4-moe", "kimi-k2", "minimax-m2", "qwen3-next", "qwen2-moe", "olmoe",
+    "dbrx", "gemma4", "ernie4.5", "longcat-flash", "mistral4", "deepseek-v2", "hunyuan-moe", "dots1", "jamba", "granite-moe",
+)  # fmt: skip
 
 
 def _nearest(name: str, choices) -> str:
