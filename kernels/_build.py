@@ -13,6 +13,7 @@ lives in ``$ROUTER_KERNEL_CACHE`` or ``~/.cache/router-contracts/kernels``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -82,13 +83,35 @@ def compile_shared(
     target = cache_dir() / f"{Path(main_source).stem}-{key}.so"
     if target.exists():
         return target
-    # Build into a temporary name and rename: two processes building at once
-    # must never load a half-written library.
-    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
-        partial = Path(tmp) / target.name
-        _run_compiler([compiler, *flags, "-o", str(partial), str(main_source)], env=env)
-        os.replace(partial, target)
+    # One build per key on the machine: a second process asking for the same
+    # library (pytest-xdist workers, parallel checks) waits for the first and
+    # loads its result instead of compiling it again.
+    with _locked(target.with_suffix(".lock")):
+        if target.exists():
+            return target
+        # Build into a temporary name and rename: a process that does not
+        # take the lock must never load a half-written library.
+        with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+            partial = Path(tmp) / target.name
+            _run_compiler([compiler, *flags, "-o", str(partial), str(main_source)], env=env)
+            os.replace(partial, target)
     return target
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive advisory lock on ``path`` (created if missing) for the block; none where fcntl is missing."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: builds may repeat, the rename above keeps them safe
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def compile_to_assembly(

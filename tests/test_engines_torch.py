@@ -157,7 +157,7 @@ def test_no_bias_routes_the_sigmoid_alone():
         lmdeploy_torch.route(x, None, 8, True, 1.0)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # torch.compile (inductor) of the published route: about 30 s on 2 cores
 def test_sglang_published_torch_compile_version_runs():
     """route_compiled keeps the published @torch.compile(dynamic=True); about 30 s of inductor on 2 cores."""
     ok, why = sglang_torch.available()

@@ -50,11 +50,13 @@ def test_every_example_contract_file_passes_with_the_oracle(tmp_path, path):
     assert s["options"]["contract_source"] == str(path)
 
 
+@pytest.mark.slow  # a full check of 6,000 rows over every deepseek-v3 family (the grouped families need the rows)
 def test_an_independent_grouped_router_passes_deepseek_v3(tmp_path):
     code, s = _check(tmp_path, f"{ROUTER}:route", "deepseek-v3", rows=6000)
     assert code == 0 and s["status"] == "pass" and s["mismatched_rows"] == 0
 
 
+@pytest.mark.slow  # two checks (6,000 + 2,000 rows), the second failing: attribution and diagnosis run
 def test_the_zero_mask_router_meets_the_reference_code_and_not_the_engines(tmp_path):
     code, s = _check(tmp_path, f"{ROUTER}:route_mask_zero", "deepseek-v3-reference", rows=6000)
     assert code == 0 and s["status"] == "pass"
@@ -65,6 +67,7 @@ def test_the_zero_mask_router_meets_the_reference_code_and_not_the_engines(tmp_p
     assert best["matched_rows"] == best["sampled_rows"]
 
 
+@pytest.mark.slow  # a failing check of 3,000 rows: every mismatch is attributed and the diagnosis re-routes its sample
 @pytest.mark.parametrize(
     "route, clause, field",
     [

@@ -112,11 +112,24 @@ _SELECT_CONTRACTS = [
 _SHAPES = [(896, 16), (384, 8), (224, 16), (256, 8), (128, 4), (8, 2), (17, 16), (16, 16), (1, 1)]
 
 
+# Rows of one route chunk in these tests: the real chunk where it is small
+# (896 experts: 1,024 rows), else 1,024 rows. _select sees whole matrices (it
+# has no chunks; only its probe of _PROBE_ROWS rows cuts them) and route cuts
+# at any chunk size by the same loop, so a chunk of 114,688 rows (8 experts)
+# only made the bit-identity tests route 100x the rows (133-191 s each) to
+# cross the same boundary.
+_TEST_CHUNK_ROWS = 1024
+
+
+def _chunk_rows(experts: int) -> int:
+    return min(max(1, _route._CHUNK_ELEMENTS_CPU // experts), _TEST_CHUNK_ROWS)
+
+
 @pytest.mark.parametrize("c", _SELECT_CONTRACTS, ids=lambda c: f"{c.name}-{c.nan_rule}-{c.floor}-{c.tie_rule}")
 @pytest.mark.parametrize("experts,topk", _SHAPES)
 def test_selection_matches_the_frozen_code(c, experts, topk):
     priority = _route._priority_on(experts, c.tie_rule, torch.device("cpu"))
-    chunk = max(1, _route._CHUNK_ELEMENTS_CPU // experts)
+    chunk = _chunk_rows(experts)
     for seed, (rows, hard_share) in enumerate([(1, 1.0), (31, 0.5), (32, 1.0), (33, 0.2), (200, 0.0), (chunk + 70, 0.6), (700, 0.1), (700, 0.9)]):
         values = _value_rows(seed, rows, experts, topk, hard_share)
         new, old = _route._select(values, topk, priority, c), frozen_oracle.select(values, topk, priority, c)
@@ -180,7 +193,9 @@ def _route_both(monkeypatch, contract, case, scores, renormalize):
 @pytest.mark.parametrize("contract,experts,topk,groups", _ROUTE_CASES, ids=lambda v: str(v))
 def test_route_matches_the_frozen_code_on_every_family(monkeypatch, contract, experts, topk, groups):
     c = oracle.get_contract(contract)
-    bulk_rows = max(1100, _route._CHUNK_ELEMENTS_CPU // experts + 40)  # at least two chunks
+    chunk = _chunk_rows(experts)
+    monkeypatch.setattr(_route, "_CHUNK_ELEMENTS_CPU", chunk * experts)  # both routes below cut here
+    bulk_rows = max(1100, chunk + 40)  # at least two chunks
     for family in families_for(c):
         for seed, rows, bulk in ((11, 1, False), (12, 33, False), (13, 257, False), (14, bulk_rows, True), (15, 96, True)):
             spec = CaseSpec(family, seed, rows, experts, topk, bulk=bulk, bias=c.has_bias, **groups)

@@ -1,7 +1,7 @@
 """CPU tests of the serial-contract radix kernel (kernels/radix4/serial.py, SerialContract).
 
 The kernel template of radix4_router.h under SerialContract, compiled for the
-host with lanes emulated by threads (tests/test_radix4_build.py's emulation),
+host with lanes emulated by fibers (tests/test_radix4_build.py's emulation),
 must give the same bits as the serial scan's host build (kernels.serial.scan on
 the CPU): both call the platform's expf and round every fp32 step the same way,
 so ids and weight bits must agree exactly, in every launch shape (a block of
@@ -32,7 +32,7 @@ import kernels.radix4.serial as radix4_serial
 import kernels.radix4.serial_pdl as radix4_serial_pdl
 from kernels.serial import scan
 from reference import serial_row
-from test_radix4_build import SHAPE_IDS, SHAPE_PARAMS, _build_emulation, emulated_route, emulated_sigmoid
+from test_radix4_build import ONE_PATH_LAUNCHES, SHAPE_IDS, SHAPE_PARAMS, _build_emulation, emulated_route, emulated_sigmoid
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
@@ -45,7 +45,7 @@ def emulation(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=[0, 1024], ids=["radix-rounds-only", "rank-step-only"])
 def emulation_one_path(tmp_path_factory, request):
-    return _build_emulation(tmp_path_factory, rank_max=request.param)
+    return _build_emulation(tmp_path_factory, rank_max=request.param, launches=ONE_PATH_LAUNCHES)
 
 
 def _cases():
@@ -122,6 +122,7 @@ def test_emulated_serial_kernel_is_bit_identical_to_the_serial_scan(emulation, l
         assert_bit_identical(got, scan.route(scores, bias, topk, renormalize, rs), f"renormalize={renormalize}")
 
 
+@pytest.mark.slow  # two emulation builds of its own (one selection path forced each), ~10 s of g++ each when cold
 @needs_gxx
 @pytest.mark.parametrize("lanes,block", [(32, 1), (32, 0), (32, 4), (64, 1)],
                          ids=["warp32-4-warps", "warp32-warp-per-token", "warp32-2-tokens-per-block", "wave64-4-waves"])  # fmt: skip
@@ -212,6 +213,7 @@ def test_without_a_gpu_every_module_says_why_in_one_line():
             assert ok is False and why and "\n" not in why and "GPU" in why
 
 
+@pytest.mark.slow  # compiles the kernel for sm_90 with nvcc (tens of seconds, not cached)
 @needs_nvcc
 def test_serial_cuda_source_builds_for_sm90_and_its_abi_checks_arguments():
     lib = ctypes.CDLL(str(radix4_serial.build(arch="sm_90")))
