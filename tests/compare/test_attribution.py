@@ -332,7 +332,7 @@ PLANTS = [
     Plant("near_tie", "aiter", lambda: (_near_case("aiter"), _swap_cutoff_neighbour), "near_tie", None),
     Plant("flush_to_zero", "aiter", lambda: (_subnormal_case("aiter"), _flushed), "mismatch", "selection", reason="flush-to-zero"),
     Plant("bias_in_weight", "aiter", lambda: (_rows_case("aiter"), _bias_in_weight), "mismatch", "bias_in_weight", reason="sig + bias"),
-    Plant("not_renormalized", "aiter", lambda: (_rows_case("aiter"), _unnormalized), "mismatch", "renorm_guard", reason="not renormalized"),
+    Plant("not_renormalized", "aiter", lambda: (_rows_case("aiter"), _unnormalized), "mismatch", "renormalization", reason="not renormalized"),
     Plant("zero_sum_divided", "aiter", lambda: (_zero_sum_case("aiter"), _divide_by_zero), "mismatch", "renorm_guard", reason="must not divide"),
     Plant("accuracy", "aiter", lambda: (_rows_case("aiter"), _scaled(1.01)), "mismatch", "weight_accuracy"),
     Plant("serial_zero_sum", "serial", lambda: (_zero_sum_case("serial"), _divide_by_zero), "mismatch", "renorm_guard", reason="must not divide"),
