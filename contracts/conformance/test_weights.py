@@ -1,4 +1,4 @@
-"""The weights: clauses bias_in_weight, renorm_guard, scaling, weight_accuracy."""
+"""The weights: clauses bias_in_weight, renorm_guard, renormalization, scaling, weight_accuracy."""
 
 
 def test_bias_in_weight(contract_family, conformance):
@@ -9,6 +9,11 @@ def test_bias_in_weight(contract_family, conformance):
 def test_renorm_guard(contract_family, conformance):
     """Renormalization as the contract guards it (aiter: divide only if the sum > 0; serial: / (den + 1e-20))."""
     conformance.assert_clause(contract_family, "renorm_guard")
+
+
+def test_renormalization(contract_family, conformance):
+    """Weights renormalized exactly when the call asks for it (renormalize=True)."""
+    conformance.assert_clause(contract_family, "renormalization")
 
 
 def test_scaling(contract_family, conformance):
