@@ -66,7 +66,7 @@ R_GROUP_MASK, R_GROUP_SELECTION, R_GROUP_TIE, R_GROUP_MASK_VALUE = 30, 31, 32, 3
 R_TIE_SET, R_TIE_ORDER, R_SIGNED_ZERO, R_NEAR_ULP, R_NEAR_SET, R_NAN_TIE = 40, 41, 42, 44, 45, 46
 R_SELECTION, R_SELECTION_FTZ, R_ORDER, R_ORDER_FTZ, R_NOT_TOP_NUMBERS, R_NOT_TOP_ELIGIBLE = 50, 51, 52, 53, 54, 55
 R_BIAS, R_GUARD_DIVIDED, R_NOT_RENORMALIZED, R_SCALING, R_ACCURACY = 60, 61, 62, 63, 64
-R_RENORMALIZED, R_SOFTMAX_OF_CHOSEN, R_SOFTMAX_OF_ALL, R_FACTOR = 65, 66, 67, 68
+R_RENORMALIZED, R_SOFTMAX_OF_CHOSEN, R_SOFTMAX_OF_ALL, R_FACTOR, R_EPS_MISSING = 65, 66, 67, 68, 69
 
 
 @dataclass
@@ -592,6 +592,8 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
                                   logits_dtype=case.scores.dtype)  # fmt: skip
         unguarded = ~(total > 0) & close_to(raw) & ~weights_close(raw, reference, c).all(1)
         assign(unguarded, "renorm_guard", R_GUARD_DIVIDED)
+        # the raw sum where the contract adds its epsilon (a tiny sum): the division rule, not a factor
+        assign(close_to(raw) & differs(raw) & torch.isfinite(raw).all(1), "renorm_guard", R_EPS_MISSING)
         assign(~(total > 0) & ~torch.isfinite(r.w).all(1) & torch.isfinite(reference).all(1), "renorm_guard", R_GUARD_DIVIDED)
     if c.has_bias:
         with_bias = formula(_gather(r.ranking, r.a))
@@ -634,12 +636,11 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
 
 
 def _fallback_too_early(r: _Rows, c, a_raw: torch.Tensor) -> torch.Tensor:
-    """bool [B]: more expert-0 fallback slots than the row has slots no eligible expert can fill."""
+    """bool [B]: expert 0 repeated in more slots than the row has slots no eligible expert can fill."""
     if not c.has_fallback:
         return torch.zeros(a_raw.shape[0], dtype=torch.bool, device=a_raw.device)
-    zeros = (a_raw == 0).sum(1)
-    real_zero = _eligible(r, c)[:, 0].long()  # expert 0 chosen on its own merit takes no fallback slot
-    return (zeros - real_zero) > (a_raw.shape[1] - r.valid)
+    repeats = ((a_raw == 0).sum(1) - 1).clamp(min=0)  # a single expert 0 is a choice, for the ids aspect to judge
+    return repeats > (a_raw.shape[1] - r.valid)
 
 
 def attribute(case, exp, values, w_act: torch.Tensor, ids_act: torch.Tensor, rows: torch.Tensor, c, *, out_of_range, twice, ids_equal) -> Blame:
