@@ -18,6 +18,11 @@ from contracts.check import main
 
 ADV = "tests.adversarial.verdicts"
 
+# Each test here runs the check command end to end (cases built, oracle routed, bundle written) on a few
+# hundred to two thousand rows, often twice (both column orders): 10-60 s each on the 2-core machine, so the
+# file is in the slow tier; tests/compare/test_attribution.py keeps fast unit plants of the same classes.
+pytestmark = pytest.mark.slow
+
 
 def _check(tmp_path, candidate, contract, *extra, rows=1500, name="bundle"):
     out = tmp_path / name
