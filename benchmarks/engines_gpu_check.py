@@ -2,7 +2,7 @@
 
     python benchmarks/engines_gpu_check.py [--out engines_gpu_check.json] [--rows 1,1024,4096] [--quick]
 
-Run by ``benchmarks/h200_engines.sh`` on a host whose engine files are in
+Run by ``benchmarks/gpu_all.sh engines`` on a host whose engine files are in
 ``.engines/`` (``ROUTER_ENGINE_PATH``). For every adapter variant it prints
 one line: available or why not, then the check (a few rows per shape:
 random fp32 and bf16 rows, an all-equal row, a row with NaN, a zero-sum

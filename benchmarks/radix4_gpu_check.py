@@ -2,7 +2,7 @@
 
 1. Builds the library for the device (and, for timing, the builds that
    VARIANTS names).
-2. The branch-free reciprocal of the CUDA sigmoid (radix4_sigmoid_exhaustive.cu)
+2. The branch-free reciprocal of the CUDA sigmoid (kernels/radix4/lab/radix4_sigmoid_exhaustive.cu)
    equals IEEE division for every denominator and every fp32 input.
 3. Correctness against a plain torch reference of contract ``aiter`` that
    does the kernel's arithmetic on the same device (exp2 sigmoid, IEEE
@@ -295,7 +295,7 @@ def run_determinism(device) -> tuple[bool, dict]:
 
 def time_graph(fn, launches=LAUNCHES_PER_GRAPH, replays=REPLAYS) -> float:
     """Median us per launch of ``fn`` captured ``launches`` times in one CUDA graph (contracts.bench's timer)."""
-    from contracts.bench import time_cuda
+    from contracts.run.bench import time_cuda
 
     return statistics.median(time_cuda(fn, launches, replays, warmup=1).samples_us)
 
@@ -394,7 +394,7 @@ def ptxas_report(arch: str) -> str:
 
 def run_sigmoid_exhaustive(arch: str) -> tuple[bool, str]:
     """Build and run radix4_sigmoid_exhaustive.cu: the branch-free reciprocal and sigmoid, bit for bit."""
-    src = Path(__file__).with_name("radix4_sigmoid_exhaustive.cu")
+    src = Path(__file__).resolve().parents[1] / "kernels" / "radix4" / "lab" / "radix4_sigmoid_exhaustive.cu"
     flags = [f for f in radix4.CUDA_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "sigmoid_exhaustive"

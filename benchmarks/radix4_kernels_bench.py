@@ -6,7 +6,7 @@ Needs a CUDA GPU (sm_90 for the PDL columns) and nvcc. One run does:
    kernels (kernels/serial), the tuning VARIANTS (compile-time defines), and,
    with ``--prev DIR``, an earlier radix4 kernel's sources (DIR/radix4.cu and
    its headers) to compare against.
-2. The exhaustive sigmoid check (benchmarks/radix4_sigmoid_exhaustive.cu: both
+2. The exhaustive sigmoid check (kernels/radix4/lab/radix4_sigmoid_exhaustive.cu: both
    contracts' sigmoids against their formulas for all 2^32 inputs), once per
    distinct set of sigmoid defines.
 3. Bit identity, ids and every weight bit, on ``--rows`` rows per comparison
@@ -158,7 +158,7 @@ def build_everything(arch: str, prev: Path | None, variants: dict) -> dict:
         headers = [p for p in prev.iterdir() if p.suffix in (".h", ".cuh")]
         jobs["prev"] = lambda: compile_shared(prev / "radix4.cu", compiler="nvcc", flags=[*radix4.CUDA_FLAGS, f"-arch={arch}"],
                                               depends=headers)  # fmt: skip
-    exhaustive = Path(__file__).with_name("radix4_sigmoid_exhaustive.cu")
+    exhaustive = Path(__file__).resolve().parents[1] / "kernels" / "radix4" / "lab" / "radix4_sigmoid_exhaustive.cu"
     flags = [f for f in radix4.CUDA_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
     for k, defines in enumerate(SIGMOID_DEFINES):
         exe = tmp / f"sigmoid_exhaustive_{k}"

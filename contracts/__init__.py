@@ -13,8 +13,8 @@ Public surface for users who plug in their own router::
 
     from contracts import Candidate, register
 
-(``contracts.check``, ``contracts.probe`` and the other module names of
-earlier releases remain as entry points: replay lines in old bundles use them.)
+(``python -m contracts.check``, the spelling of earlier releases, remains:
+the replay lines of reports use it.)
 """
 
 from .candidates import Candidate, all_candidates, get_candidate, register

@@ -65,6 +65,8 @@ def pytest_addoption(parser):
     group.addoption("--conformance-seed", type=int, default=0, metavar="S", help="case seed (default 0)")
     group.addoption("--isolate", action=argparse.BooleanOptionalAction, default=None,
                     help="run the candidate in a worker process (check --isolate; default: check's own default)")  # fmt: skip
+    group.addoption("--logits", metavar="FILE", help="check on captured router logits (check --logits): the file's layers are the families")
+    group.addoption("--logits-bias", metavar="FILE", help="with --logits: the correction bias (check --bias)")
 
 
 class ConformanceSession:
@@ -75,6 +77,7 @@ class ConformanceSession:
         self.rows = config.getoption("--rows")
         self.seed = config.getoption("--conformance-seed")
         self.isolate = config.getoption("--isolate")
+        self.logits, self.logits_bias = config.getoption("--logits"), config.getoption("--logits-bias")
         self.out_root = out_root
         self.candidate = None
         self.contract = config.getoption("--contract") or "aiter"
@@ -99,8 +102,25 @@ class ConformanceSession:
 
         return oracle.get_contract(self.contract).clause_names
 
+    def families(self, contract) -> list[str]:
+        """The families the tests run: the contract's, or with --logits the captured file's layers."""
+        if self.logits:
+            from .cases.captured import CapturedError, open_logits
+
+            try:
+                f = open_logits(self.logits, self.logits_bias)
+            except CapturedError as exc:
+                raise pytest.UsageError(f"--logits: {exc}") from None
+            return [f.family(layer) for layer in range(f.layer_count)]
+        from .cases.families import families_for
+
+        return families_for(contract)
+
     def run(self, family: str) -> dict:
-        """Check the candidate over one family (once per session); the summary, the bundle and the log."""
+        """Check the candidate over one family (once per session); the summary, the bundle and the log.
+        With --logits one check covers every layer of the file; each layer's test reads its family."""
+        if self.logits:
+            return self._run_captured()
         if family not in self._runs:
             from .run.checks import run_checks
 
@@ -117,6 +137,25 @@ class ConformanceSession:
                     summary, error = None, f"{type(exc).__name__}: {exc}"
             self._runs[family] = {"summary": summary, "bundle": out, "log": log.getvalue(), "error": error}
         return self._runs[family]
+
+    def _run_captured(self) -> dict:
+        if "captured" not in self._runs:
+            from .run.checks import run_checks
+
+            out = self.out_root / "captured"
+            log = io.StringIO()
+            bias = f" --bias {self.logits_bias}" if self.logits_bias else ""
+            command = (f"python -m contracts check --candidate {self.spec} --contract {self.contract} --device {self.device} "
+                       f"--logits {self.logits}{bias} --out {out}")  # fmt: skip
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                try:
+                    checked = run_checks([self.spec], contract=self.contract, device=self.device, logits=self.logits, logits_bias=self.logits_bias,
+                                         isolate=self.isolate, out=out, progress=False, command=command)  # fmt: skip
+                    summary, error = checked.results[0].summary, None
+                except Exception as exc:  # noqa: BLE001 -- the test says what went wrong
+                    summary, error = None, f"{type(exc).__name__}: {exc}"
+            self._runs["captured"] = {"summary": summary, "bundle": out, "log": log.getvalue(), "error": error}
+        return self._runs["captured"]
 
     def assert_clause(self, family: str, clause: str) -> None:
         """Fail if any row of ``family`` breaks ``clause`` unexpectedly (see the module docstring)."""
@@ -182,7 +221,8 @@ def pytest_generate_tests(metafunc):
 
     session = getattr(metafunc.config, "_router_contracts", None)
     contract = oracle.get_contract(session.contract if session is not None else "aiter")
-    names = families_for(contract)  # the families that mean something under the contract checked
+    # the families that mean something under the contract checked (with --logits: the captured file's layers)
+    names = session.families(contract) if session is not None else families_for(contract)
     metafunc.parametrize("contract_family", names, ids=names)
 
 

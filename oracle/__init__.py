@@ -12,7 +12,8 @@ one vectorized ``route`` is driven by those fields. Public surface:
   ``route_trace(...)``: everything, as a ``RouteTrace`` (groups kept, cutoffs)
 - ``Contract`` / ``ContractError`` / ``FIELD_VALUES``; ``BUILTIN_CONTRACTS`` (all
   built-ins), ``CONTRACTS`` (the two the harness checks today: aiter, serial),
-  ``get_contract(name | Contract | path.toml)``, ``load_contract(path)``
+  ``get_contract(name | Contract | path.toml)``, ``load_contract(path)``,
+  ``contract_label(c)`` (a user contract named by its file and digest), ``is_builtin(c)``
 - ``ClauseName`` (the closed clause vocabulary), ``Clause``, ``CLAUSE_NAMES``
   (the clause names of ``CONTRACTS``)
 - ``variants(contract)`` -> ``[Variant(label, field, value, contract)]``: the
@@ -37,6 +38,12 @@ contract               E / k       scoring          bias     groups        mask 
 ``gpt-oss``            128 / 4     softmax of top4  none     --            --      lowest   last      (off)
 =====================  ==========  ===============  =======  ============  ======  =======  ========  ==========
 
+Beside these, one contract per released MoE family (``MODEL_CONTRACTS``:
+deepseek-v4, llama4, glm4-moe, kimi-k2, minimax-m2, qwen3-next, qwen2-moe,
+olmoe, dbrx, gemma4, ernie4.5, longcat-flash, mistral4, deepseek-v2,
+hunyuan-moe, dots1, jamba, granite-moe), each following its transformers
+router class (docs/models.md; ``python -m contracts contracts`` lists them).
+
 Common to all: the ranking add in fp32 (``score_precision="fp32"``), group
 score the top-2 sum, group ties to the lowest group, scaling by
 ``routed_scaling_factor`` after renormalization (2.5 by default for the
@@ -46,9 +53,10 @@ selection order (serial; the same ids), any (DeepSeek: compared as a set).
 ``serial`` alone has the -1e30 floor and the expert-0 fallback.
 """
 
-from ._builtin import BUILTIN_CONTRACTS, CLAUSE_NAMES, CONTRACTS, SERIAL_SENTINEL, get_contract
+from ._builtin import BUILTIN_CONTRACTS, CLAUSE_NAMES, CONTRACTS, MODEL_CONTRACTS, SERIAL_SENTINEL
 from ._clauses import Clause, ClauseName
-from ._contracts import FIELD_NAMES, FIELD_VALUES, Contract, ContractError
+from ._contracts import FIELD_NAMES, FIELD_VALUES, SCALING_FACTORS, Contract, ContractError
+from ._lookup import contract_label, get_contract, is_builtin
 from ._keys import NAN_KEY, rank_keys
 from ._parts import select_ids, weights_from
 from ._route import RouteTrace, ranking_values, route, route_trace, route_with_values, sigmoid
@@ -66,7 +74,9 @@ __all__ = [
     "GROUP_TIE_RULES",
     "LANE_RANK",
     "LOGIT_DTYPES",
+    "MODEL_CONTRACTS",
     "NAN_KEY",
+    "SCALING_FACTORS",
     "SERIAL_SENTINEL",
     "TIE_RULES",
     "Clause",
@@ -77,8 +87,10 @@ __all__ = [
     "RoutingArgumentError",
     "Variant",
     "contract_from_mapping",
+    "contract_label",
     "get_contract",
     "group_tie_priority",
+    "is_builtin",
     "load_contract",
     "rank_keys",
     "ranking_values",

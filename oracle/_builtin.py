@@ -1,4 +1,4 @@
-"""The built-in contracts and the lookup by name, contract or TOML path.
+"""The built-in contracts (the lookup by name, contract or TOML path is ``_lookup``).
 
 Choices the model code leaves open (it ranks with ``torch.topk``, whose tie
 order is unspecified and which ranks NaN first) are fixed here the way the
@@ -9,12 +9,10 @@ number's slot. ``docs/contracts_as_data.md`` says why for each.
 
 from __future__ import annotations
 
-import os
-
 from ._clauses import ClauseName
 from ._contracts import Contract
 
-__all__ = ["BUILTIN_CONTRACTS", "CLAUSE_NAMES", "CONTRACTS", "SERIAL_SENTINEL", "get_contract"]
+__all__ = ["BUILTIN_CONTRACTS", "CLAUSE_NAMES", "CONTRACTS", "MODEL_CONTRACTS", "SERIAL_SENTINEL"]
 
 SERIAL_SENTINEL = -1e30
 
@@ -88,8 +86,137 @@ GPT_OSS = Contract(
     experts=128, topk=4, routed_scaling_factor=1.0, default_renormalize=False,
 )  # fmt: skip
 
+# ---------------------------------------------------------------- released model families
+# Each follows the router class of the installed transformers (5.24) named in its source; shape defaults are
+# the released checkpoint's (E / k / groups / routed_scaling_factor). The model's options decide what a call
+# may pass: admitted_renormalize="default" where the code always (or never) renormalizes, admitted_scaling=
+# "default" where it has no routed_scaling_factor (1.0 only). Ties and NaN as above (lowest, last).
+_TF = "transformers 5.24"
+
+
+def _model(name: str, summary: str, source: str, **fields) -> Contract:
+    common = dict(tie_rule="lowest", nan_rule="last", floor=None, score_precision="fp32", sigmoid_formula="correctly_rounded",
+                  weight_rtol=1e-5, weight_atol=1e-6, near_tie_ulp=4, near_tie_x_ulp=1.0)  # fmt: skip
+    return Contract(name=name, summary=summary, source=f"{_TF} {source}", **{**common, **fields})
+
+
+def _sigmoid_bias(name, summary, source, **fields) -> Contract:
+    """DeepSeek-V3-style noaux_tc: sig(x) + bias ranks, sig weights, / (sum + 1e-20), * rsf."""
+    base = dict(scoring="sigmoid", bias="ranks_only", renormalize="eps", renorm_eps=1e-20, output_order="any")
+    return _model(name, summary, source, **{**base, **fields})
+
+
+def _softmax_topk(name, summary, source, **fields) -> Contract:
+    """Qwen-style: softmax(x) in fp32 ranks and weighs, optionally / sum; no scaling factor."""
+    base = dict(scoring="softmax", bias="none", renormalize="raw", output_order="rank", admitted_scaling="default")
+    return _model(name, summary, source, **{**base, **fields})
+
+
+DEEPSEEK_V4 = _sigmoid_bias(
+    "deepseek-v4", "DeepSeek-V4 (Flash shape) routing: sqrt(softplus(x)) + bias ranks, ungrouped, / (sum + 1e-20) * 1.5.",
+    "models/deepseek_v4/modeling_deepseek_v4.py DeepseekV4TopKRouter (checkpoint deepseek-ai/DeepSeek-V4-Flash-Base: 256 experts, top-6, rsf 1.5)",
+    scoring="sqrt_softplus", near_tie_x_ulp=0.0, experts=256, topk=6, routed_scaling_factor=1.5, admitted_renormalize="default",
+)  # fmt: skip
+DEEPSEEK_V4_FLASH = DEEPSEEK_V4.replace(name="deepseek-v4-flash", summary="DeepSeek-V4-Flash: the deepseek-v4 contract at its shape, 256 experts, top-6, rsf 1.5.")
+LLAMA4 = _model(
+    "llama4", "Llama 4 routing: top-1 of the raw logits, weight sigmoid(chosen logit), no renormalization, no scaling.",
+    "models/llama4/modeling_llama4.py Llama4Router (Llama 4 Scout: 16 experts, top-1; Maverick: 128, top-1)",
+    scoring="sigmoid_of_topk", bias="none", renormalize="raw", output_order="rank", near_tie_ulp=0, near_tie_x_ulp=0.0,
+    experts=16, topk=1, default_renormalize=False, admitted_renormalize="default", admitted_scaling="default",
+)  # fmt: skip
+GLM4_MOE = _sigmoid_bias(
+    "glm4-moe", "GLM-4.5 (glm4_moe) routing: sigmoid + bias, 160 experts, top-8, ungrouped, / (sum + 1e-20) * 2.5.",
+    "models/glm4_moe/modeling_glm4_moe.py Glm4MoeTopkRouter (GLM-4.5: 160 experts, top-8, 1 / 1 groups, rsf 2.5, norm_topk_prob)",
+    experts=160, topk=8, routed_scaling_factor=2.5,
+)  # fmt: skip
+KIMI_K2 = _sigmoid_bias(
+    "kimi-k2", "Kimi-K2 routing (the DeepSeek-V3 router): sigmoid + bias, 384 experts, top-8, ungrouped, rsf 2.827.",
+    "models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3TopkRouter (Kimi-K2 config: 384 experts, top-8, 1 / 1 groups, rsf 2.827)",
+    experts=384, topk=8, routed_scaling_factor=2.827,
+)  # fmt: skip
+MINIMAX_M2 = _sigmoid_bias(
+    "minimax-m2", "MiniMax-M2 routing: sigmoid + bias, 256 experts, top-8, always divided by the raw sum, no scaling.",
+    "models/minimax_m2/modeling_minimax_m2.py MiniMaxM2TopKRouter (256 experts, top-8)",
+    renormalize="raw", experts=256, topk=8, admitted_renormalize="default", admitted_scaling="default",
+)  # fmt: skip
+QWEN3_NEXT = _softmax_topk(
+    "qwen3-next", "Qwen3-Next routing: fp32 softmax over 512 experts, top-10, normalized (norm_topk_prob).",
+    "models/qwen3_next/modeling_qwen3_next.py Qwen3NextTopKRouter (512 experts, top-10, norm_topk_prob; weights cast to the logits' dtype)",
+    experts=512, topk=10,
+)  # fmt: skip
+QWEN2_MOE = _softmax_topk(
+    "qwen2-moe", "Qwen1.5/2-MoE routing: fp32 softmax over 60 experts, top-4, not normalized by default (norm_topk_prob).",
+    "models/qwen2_moe/modeling_qwen2_moe.py Qwen2MoeTopKRouter (Qwen1.5-MoE-A2.7B: 60 experts, top-4, norm_topk_prob false)",
+    experts=60, topk=4, default_renormalize=False,
+)  # fmt: skip
+OLMOE = _softmax_topk(
+    "olmoe", "OLMoE routing: fp32 softmax over 64 experts, top-8, not normalized by default (norm_topk_prob).",
+    "models/olmoe/modeling_olmoe.py OlmoeTopKRouter (OLMoE-1B-7B: 64 experts, top-8, norm_topk_prob false)",
+    experts=64, topk=8, default_renormalize=False,
+)  # fmt: skip
+DBRX = _softmax_topk(
+    "dbrx", "DBRX routing: softmax over 16 experts, top-4, weights divided by their L_p norm (p = 1).",
+    "models/dbrx/modeling_dbrx.py DbrxFFN.route_tokens_to_experts (DBRX: 16 experts, top-4, moe_normalize_expert_weights 1; the softmax in the logits' dtype)",
+    renormalize="lp", renorm_p=1.0, experts=16, topk=4,
+)  # fmt: skip
+GEMMA4 = _softmax_topk(
+    "gemma4", "Gemma 4 MoE routing: fp32 softmax, top-8 of 128, normalized, then times a per-expert scale.",
+    "models/gemma4/modeling_gemma4.py Gemma4TextRouter (128 experts, top-8: the MoE checkpoint's config; per_expert_scale)",
+    weight_scale="per_expert", experts=128, topk=8, admitted_renormalize="default",
+)  # fmt: skip
+ERNIE4_5 = _softmax_topk(
+    "ernie4.5", "ERNIE 4.5 MoE routing: fp32 softmax + a correction bias ranks (moe_statics), softmax weights / sum, 64 experts, top-6.",
+    "models/ernie4_5_moe/modeling_ernie4_5_moe.py Ernie4_5_MoeTopKRouter (ERNIE-4.5-21B-A3B: 64 experts, top-6; sum clamped at moe_norm_min 1e-12)",
+    bias="ranks_only", experts=64, topk=6, admitted_renormalize="default",
+)  # fmt: skip
+LONGCAT_FLASH = _model(
+    "longcat-flash", "LongCat-Flash routing: softmax + bias over 512 routed and 256 zero-computation experts, top-12, no renormalization, * 6.",
+    "models/longcat_flash/modeling_longcat_flash.py LongcatFlashTopkRouter (512 routed + 256 zero experts, top-12, rsf 6.0)",
+    scoring="softmax", bias="ranks_only", renormalize="raw", output_order="any", experts=768, topk=12, zero_experts=256,
+    routed_scaling_factor=6.0, default_renormalize=False, admitted_renormalize="default",
+)  # fmt: skip
+MISTRAL4 = _model(
+    "mistral4", "Mistral 4 routing: grouped softmax (top-2 sum per group, dropped groups masked with 0.0), / (sum + 1e-20) * rsf.",
+    "models/mistral4/modeling_mistral4.py Mistral4TopkRouter (128 experts, top-4; group shape 4 / 2 here to exercise the 0.0 mask: the config default is 1 / 1)",
+    scoring="softmax", bias="none", n_group=4, topk_group=2, group_score="top2_sum", group_mask=0.0, renormalize="eps",
+    renorm_eps=1e-20, output_order="any", experts=128, topk=4,
+)  # fmt: skip
+DEEPSEEK_V2 = _model(
+    "deepseek-v2", "DeepSeek-V2 routing: softmax, group score the max, dropped groups masked with 0.0, no renormalization, * 16.",
+    "models/deepseek_v2/modeling_deepseek_v2.py DeepseekV2TopkRouter, topk_method group_limited_greedy (DeepSeek-V2: 160 experts, top-6, 8 / 3 groups, rsf 16)",
+    scoring="softmax", bias="none", n_group=8, topk_group=3, group_score="max", group_mask=0.0, renormalize="raw",
+    output_order="any", experts=160, topk=6, routed_scaling_factor=16.0, default_renormalize=False, admitted_renormalize="default",
+)  # fmt: skip
+HUNYUAN_MOE = _softmax_topk(
+    "hunyuan-moe", "Hunyuan-A13B (hunyuan_v1_moe) routing: fp32 softmax over 64 experts, top-8, always divided by the sum.",
+    "models/hunyuan_v1_moe/modeling_hunyuan_v1_moe.py HunYuanMoEV1Gate (Hunyuan-A13B: 64 experts, top-8)",
+    experts=64, topk=8, admitted_renormalize="default",
+)  # fmt: skip
+DOTS1 = _sigmoid_bias(
+    "dots1", "dots.llm1 routing: sigmoid + bias, 128 experts, top-6, ungrouped, / (sum + 1e-20) * 2.5.",
+    "models/dots1/modeling_dots1.py Dots1TopkRouter (dots.llm1: 128 experts, top-6, 1 / 1 groups, rsf 2.5, norm_topk_prob)",
+    experts=128, topk=6, routed_scaling_factor=2.5,
+)  # fmt: skip
+JAMBA = _softmax_topk(
+    "jamba", "Jamba routing: fp32 softmax over 16 experts, top-2, never normalized.",
+    "models/jamba/modeling_jamba.py JambaTopKRouter (16 experts, top-2; weights cast to the hidden states' dtype)",
+    experts=16, topk=2, default_renormalize=False, admitted_renormalize="default",
+)  # fmt: skip
+GRANITE_MOE = _model(
+    "granite-moe", "Granite MoE routing: top-8 of the raw logits over 32 experts, softmax over the 8 chosen.",
+    "models/granitemoe/modeling_granitemoe.py GraniteMoeTopKRouter (granite-3.0-1b-a400m: 32 experts, top-8; weights cast to the hidden states' dtype)",
+    scoring="softmax_of_topk", bias="none", renormalize="raw", output_order="rank", near_tie_ulp=0, near_tie_x_ulp=0.0,
+    experts=32, topk=8, default_renormalize=False, admitted_renormalize="default", admitted_scaling="default",
+)  # fmt: skip
+
+# The model families above, in the order `python -m contracts contracts` lists them.
+MODEL_CONTRACTS: tuple[Contract, ...] = (
+    DEEPSEEK_V4, DEEPSEEK_V4_FLASH, LLAMA4, GLM4_MOE, KIMI_K2, MINIMAX_M2, QWEN3_NEXT, QWEN2_MOE, OLMOE, DBRX, GEMMA4,
+    ERNIE4_5, LONGCAT_FLASH, MISTRAL4, DEEPSEEK_V2, HUNYUAN_MOE, DOTS1, JAMBA, GRANITE_MOE,
+)  # fmt: skip
+
 BUILTIN_CONTRACTS: dict[str, Contract] = {
-    c.name: c for c in (AITER, SERIAL, DEEPSEEK_V3, DEEPSEEK_V3_REFERENCE, QWEN3_MOE, MIXTRAL, GPT_OSS)
+    c.name: c for c in (AITER, SERIAL, DEEPSEEK_V3, DEEPSEEK_V3_REFERENCE, QWEN3_MOE, MIXTRAL, GPT_OSS, *MODEL_CONTRACTS)
 }
 
 # The contracts the harness checks today: its --contract choices and clause
@@ -97,19 +224,3 @@ BUILTIN_CONTRACTS: dict[str, Contract] = {
 CONTRACTS: dict[str, Contract] = {name: BUILTIN_CONTRACTS[name] for name in ("aiter", "serial")}
 
 CLAUSE_NAMES: tuple[ClauseName, ...] = tuple(dict.fromkeys(n for c in CONTRACTS.values() for n in c.clause_names))
-
-
-def get_contract(contract: str | os.PathLike | Contract) -> Contract:
-    """A ``Contract`` as is, a built-in by name, or a user contract from a ``.toml`` path."""
-    if isinstance(contract, Contract):
-        return contract
-    if isinstance(contract, os.PathLike) or (isinstance(contract, str) and contract.endswith(".toml")):
-        from ._toml import load_contract
-
-        return load_contract(contract)
-    try:
-        return BUILTIN_CONTRACTS[contract]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"contract={contract!r} is not a known contract; use one of {sorted(BUILTIN_CONTRACTS)} or a .toml path"
-        ) from None

@@ -14,12 +14,13 @@ import math
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ._tie_priority import tie_order
 
-if TYPE_CHECKING:
-    from ._contracts import Contract
+# The statements read a contract's fields; ._contracts imports this module (Contract.clauses),
+# so the Contract type is not imported here (no import cycle).
+Contract = Any
 
 __all__ = ["Clause", "ClauseName", "clauses_for"]
 
@@ -64,7 +65,8 @@ def _number(v: float) -> str:
 
 
 def _ranking_text(c: Contract) -> str:
-    score = {"sigmoid": "sig(x)", "softmax": "p = softmax(x)", "softmax_of_topk": "the logit x"}[c.scoring]
+    score = {"sigmoid": "sig(x)", "softmax": "p = softmax(x)", "softmax_of_topk": "the logit x", "sigmoid_of_topk": "the logit x",
+             "sqrt_softplus": "s = sqrt(softplus(x))", "softcap_sigmoid": f"sig(tanh(x / {_number(c.softcap)}) * {_number(c.softcap)})"}[c.scoring]
     return f"{score} + bias" if c.bias != "none" else score
 
 
@@ -108,7 +110,9 @@ def _output_order(c: Contract) -> str:
 def _weights_from(c: Contract) -> str:
     if c.scoring == "softmax_of_topk":
         return "Weights are softmax over the k chosen logits (fp32)"
-    return "Weights are built from sig(x)" if c.scoring == "sigmoid" else "Weights are built from p = softmax(x)"
+    if c.scoring == "sigmoid_of_topk":
+        return "Weights are sig(x) of the k chosen logits (fp32)"
+    return f"Weights are built from {_ranking_text(c.replace(bias='none'))}"
 
 
 def _renorm(c: Contract) -> str:
@@ -118,6 +122,8 @@ def _renorm(c: Contract) -> str:
     if c.renormalize == "eps":
         rs = " * rs" if c.scaling == "after" else ""
         return f"With renormalize, weight = (w / (den + {_number(c.renorm_eps)}f)){rs}, den summed {order}."
+    if c.renormalize == "lp":
+        return f"With renormalize, weights are divided by their L_{_number(c.renorm_p)} norm (no guard: a zero norm gives NaN)."
     return "With renormalize, weights are divided by their raw sum (no guard: a zero sum gives NaN)."
 
 
@@ -134,7 +140,8 @@ def _softmax_scope(c: Contract) -> str:
 def _scaling(c: Contract) -> str:
     if c.scaling == "fused":
         return "Weights are scaled as w * (routed_scaling_factor / sum): the factor is folded into the renormalization."
-    return "Weights are multiplied by routed_scaling_factor exactly once, after renormalization."
+    per_expert = ", then by the chosen expert's weight scale" if c.weight_scale == "per_expert" else ""
+    return f"Weights are multiplied by routed_scaling_factor exactly once, after renormalization{per_expert}."
 
 
 def _weight_accuracy(c: Contract) -> str:

@@ -14,14 +14,15 @@ import math
 from dataclasses import dataclass
 
 from ._clauses import Clause, ClauseName, clauses_for
+from ._validate import FIELD_RANGES
 
-__all__ = ["FIELD_VALUES", "Contract", "ContractError"]
+__all__ = ["FIELD_VALUES", "SCALING_FACTORS", "Contract", "ContractError"]
 
 _NEG_INF = -math.inf
 
 # Allowed values of the enumerated fields, in the order the docs give them.
 FIELD_VALUES: dict[str, tuple] = {
-    "scoring": ("sigmoid", "softmax", "softmax_of_topk"),
+    "scoring": ("sigmoid", "softmax", "softmax_of_topk", "sqrt_softplus", "sigmoid_of_topk", "softcap_sigmoid"),
     "sigmoid_formula": ("correctly_rounded", "expf"),
     "score_precision": ("fp32", "input"),
     "bias": ("none", "ranks_only", "in_weight"),
@@ -30,11 +31,19 @@ FIELD_VALUES: dict[str, tuple] = {
     "group_tie_rule": ("lowest", "highest"),
     "tie_rule": ("aiter", "lowest"),
     "nan_rule": ("last", "never", "first"),
-    "renormalize": ("guard", "eps", "raw"),
+    "renormalize": ("guard", "eps", "raw", "lp"),
     "sum_order": ("sequential",),
     "scaling": ("after", "fused"),
     "output_order": ("rank", "selection", "any"),
+    "weight_scale": ("none", "per_expert"),
+    "shared_expert_slot": ("none", "last"),
+    "admitted_renormalize": ("any", "default"),
+    "admitted_scaling": ("any", "default"),
 }
+
+# The routed_scaling_factor values a case draws when a contract admits any (the contract's own default is
+# added): 1.0, DeepSeek-V3's 2.5 and Kimi-K2's 2.827.
+SCALING_FACTORS: tuple[float, ...] = (1.0, 2.5, 2.827)
 
 
 class ContractError(ValueError):
@@ -62,6 +71,7 @@ class Contract:
     source: str = ""
     # scores: what ranks and what the weights are made of
     scoring: str
+    softcap: float = 0.0  # softcap_sigmoid's cap c: sig(tanh(x / c) * c); 0 for every other scoring
     sigmoid_formula: str = "correctly_rounded"
     score_precision: str = "fp32"
     bias: str = "none"
@@ -78,9 +88,13 @@ class Contract:
     # weights
     renormalize: str = "guard"
     renorm_eps: float = 1e-20
+    renorm_p: float = 1.0  # renormalize="lp": weights divided by their L_p norm (DBRX's moe_normalize_expert_weights)
     sum_order: str = "sequential"
     scaling: str = "after"
     output_order: str = "rank"
+    weight_scale: str = "none"  # per_expert: weights times a per-expert scale vector (Gemma 4), after renormalization
+    shared_expert_slot: str = "none"  # last: one more output column, the shared expert (id E), weight sum / rsf
+    zero_experts: int = 0  # the last zero_experts ids are zero-computation experts (LongCat-Flash); they route as any
     # tolerances
     weight_rtol: float = 1e-5
     weight_atol: float = 1e-6
@@ -91,6 +105,10 @@ class Contract:
     topk: int
     routed_scaling_factor: float = 1.0
     default_renormalize: bool = True
+    # the call options the model's router can be called with: "any" (the harness draws both renormalize
+    # values / the usual scaling factors) or "default" (only default_renormalize / routed_scaling_factor)
+    admitted_renormalize: str = "any"
+    admitted_scaling: str = "any"
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -130,6 +148,31 @@ class Contract:
             if c.name == key:
                 return c
         raise KeyError(f"contract {self.name!r} has no clause {key.value!r}; it has {[n.value for n in self.clause_names]}")
+
+    @property
+    def admitted_renormalize_values(self) -> tuple[bool, ...]:
+        """The renormalize values a call under this contract may pass."""
+        return (True, False) if self.admitted_renormalize == "any" else (self.default_renormalize,)
+
+    @property
+    def admitted_scaling_factors(self) -> tuple[float, ...] | None:
+        """The routed_scaling_factor values a call may pass (None: any finite value; cases draw ``SCALING_FACTORS``)."""
+        return None if self.admitted_scaling == "any" else (self.routed_scaling_factor,)
+
+    def admitted_options(self) -> dict:
+        """What the case plan may draw: ``{"renormalize": (bools), "routed_scaling_factor": (floats) or None}``."""
+        return {"renormalize": self.admitted_renormalize_values, "routed_scaling_factor": self.admitted_scaling_factors}
+
+    def admits(self, *, renormalize: bool, routed_scaling_factor: float) -> str | None:
+        """None when the call options are ones this contract's router can be called with, else why not (one line)."""
+        if renormalize not in self.admitted_renormalize_values:
+            return (f"renormalize={renormalize} is not an option of contract {self.name!r}: its router always "
+                    f"{'renormalizes' if self.default_renormalize else 'leaves the weights unnormalized'}; pass renormalize={self.default_renormalize}")
+        factors = self.admitted_scaling_factors
+        if factors is not None and float(routed_scaling_factor) not in factors:
+            return (f"routed_scaling_factor={routed_scaling_factor} is not an option of contract {self.name!r}: its router "
+                    f"scales by {self.routed_scaling_factor:g} only; pass routed_scaling_factor={self.routed_scaling_factor:g}")
+        return None
 
     def replace(self, **changes) -> Contract:
         """A copy with ``changes`` applied (validated like a new contract)."""
@@ -185,14 +228,29 @@ def _check_real(c, field: str, *, minimum: float | None = 0.0, optional: bool = 
         bound = f" >= {minimum:g}" if minimum is not None else ""
         _fail(c, field, value, f"use a finite number{bound}" + (" or leave it unset (none)" if optional else ""))
     object.__setattr__(c, field, float(value))
+    _check_range(c, field)
+
+
+def _check_range(c, field: str) -> None:
+    value = getattr(c, field)
+    low, high = FIELD_RANGES[field]
+    if value is not None and not low <= value <= high:
+        _fail(c, field, value, f"it must lie in [{_bound(low)}, {_bound(high)}]")
+
+
+def _bound(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e9 else f"{v:g}"
 
 
 def _check_shape(c) -> None:
-    for field in ("experts", "topk", "n_group", "topk_group", "near_tie_ulp"):
+    for field in ("experts", "topk", "n_group", "topk_group", "near_tie_ulp", "zero_experts"):
         value = getattr(c, field)
-        low = 0 if field == "near_tie_ulp" else 1
+        low = 0 if field in ("near_tie_ulp", "zero_experts") else 1
         if not _is_int(value) or value < low:
             _fail(c, field, value, f"use an int >= {low}")
+        _check_range(c, field)
+    if c.zero_experts >= c.experts:
+        _fail(c, "zero_experts", c.zero_experts, f"it must be < experts={c.experts} (the zero-computation experts are the last ids)")
     if c.topk > c.experts:
         _fail(c, "topk", c.topk, f"it must satisfy 1 <= topk <= experts={c.experts}")
     if c.topk_group > c.n_group:
@@ -214,8 +272,14 @@ def _validate(c: Contract) -> None:
         _check_choice(c, field)
     object.__setattr__(c, "group_mask", float(c.group_mask))
     _check_real(c, "floor", minimum=None, optional=True)
-    for field in ("renorm_eps", "weight_rtol", "weight_atol", "near_tie_x_ulp"):
+    for field in ("renorm_eps", "weight_rtol", "weight_atol", "near_tie_x_ulp", "softcap", "renorm_p"):
         _check_real(c, field)
+    if (c.scoring == "softcap_sigmoid") != (c.softcap > 0):
+        _fail(c, "softcap", c.softcap, "softcap_sigmoid needs a cap > 0, and no other scoring takes one (leave it 0)")
+    if c.renormalize == "lp" and c.renorm_p < 1:
+        _fail(c, "renorm_p", c.renorm_p, "renormalize='lp' needs p >= 1 (an L_p norm)")
+    if c.scoring in ("softmax_of_topk", "sigmoid_of_topk") and c.bias != "none":
+        _fail(c, "bias", c.bias, f"scoring {c.scoring!r} ranks the raw logits; a correction bias has nothing to rank (use 'none')")
     _check_real(c, "routed_scaling_factor", minimum=None)
     if not isinstance(c.default_renormalize, bool):
         _fail(c, "default_renormalize", c.default_renormalize, "use true or false")

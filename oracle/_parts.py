@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ._builtin import get_contract
+from ._lookup import get_contract
 from ._contracts import Contract
 from ._route import _Plan, _priority_on, _select, _weights
 

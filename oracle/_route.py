@@ -36,12 +36,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ._builtin import SERIAL_SENTINEL, get_contract
+from ._builtin import SERIAL_SENTINEL
+from ._lookup import get_contract
 from ._contracts import Contract
 from ._keys import NAN_KEY, ordered_keys, rank_keys
 from ._scores import expert_scores, ranking_dtype, ranking_from, sigmoid_of, softmax_rows
 from ._tie_priority import group_tie_priority, tie_priority
-from ._validate import check_route_args, resolve_groups
+from ._validate import RoutingArgumentError, check_expert_scale, check_route_args, resolve_groups
 
 __all__ = ["SERIAL_SENTINEL", "RouteTrace", "ranking_values", "route", "route_trace", "route_with_values", "sigmoid"]
 
@@ -142,6 +143,7 @@ def route(
     contract: str | Contract = "aiter",
     num_expert_group: int | None = None,
     topk_group: int | None = None,
+    expert_scale: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Route ``scores`` ``[M, E]`` under ``contract``; returns ``(weights fp32, ids int32)``, each ``[M, topk]``.
 
@@ -151,9 +153,15 @@ def route(
     ``None`` for a contract without a correction bias (one given is ignored).
     Inputs are never modified. Works on any device torch supports, for
     bf16/fp16/fp32 logits, row-strided inputs (column stride 1), any
-    ``1 <= topk <= E``.
+    ``1 <= topk <= E``. ``renormalize`` and ``routed_scaling_factor`` must be
+    options the contract admits (``Contract.admits``; else a
+    ``RoutingArgumentError``). ``expert_scale``: the ``[E]`` per-expert weight
+    scale of a ``weight_scale="per_expert"`` contract (default all ones, the
+    model's initial value). A ``shared_expert_slot="last"`` contract returns
+    ``topk + 1`` columns, the last one the shared expert (id E).
     """
-    return _route(scores, bias, topk, renormalize, routed_scaling_factor, contract, num_expert_group, topk_group, keep=False)
+    return _route(scores, bias, topk, renormalize, routed_scaling_factor, contract, num_expert_group, topk_group,
+                  expert_scale, keep=False)
 
 
 def route_with_values(
@@ -166,10 +174,12 @@ def route_with_values(
     contract: str | Contract = "aiter",
     num_expert_group: int | None = None,
     topk_group: int | None = None,
+    expert_scale: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``route`` plus the fp32 expert scores (``sig``) and ``ranking`` ``[M, E]`` it ranked with."""
     t = route_trace(scores, bias, topk, renormalize=renormalize, routed_scaling_factor=routed_scaling_factor,
-                    contract=contract, num_expert_group=num_expert_group, topk_group=topk_group)  # fmt: skip
+                    contract=contract, num_expert_group=num_expert_group, topk_group=topk_group,
+                    expert_scale=expert_scale)  # fmt: skip
     return t.weights, t.ids, t.expert_scores, t.ranking
 
 
@@ -183,9 +193,11 @@ def route_trace(
     contract: str | Contract = "aiter",
     num_expert_group: int | None = None,
     topk_group: int | None = None,
+    expert_scale: torch.Tensor | None = None,
 ) -> RouteTrace:
     """``route`` with everything it computed on the way, as a ``RouteTrace``."""
-    return _route(scores, bias, topk, renormalize, routed_scaling_factor, contract, num_expert_group, topk_group, keep=True)
+    return _route(scores, bias, topk, renormalize, routed_scaling_factor, contract, num_expert_group, topk_group,
+                  expert_scale, keep=True)
 
 
 @dataclass(frozen=True)
@@ -201,20 +213,25 @@ class _Plan:
     priority: torch.Tensor
     group_priority: torch.Tensor
     low_precision: torch.dtype | None  # score_precision="input": the 16-bit dtype ranking values are rounded to
+    expert_scale: torch.Tensor | None = None  # weight_scale="per_expert": the [E] scale, else None
 
 
-def _route(scores, bias, topk, renormalize, rsf, contract, num_expert_group, topk_group, *, keep):
+def _route(scores, bias, topk, renormalize, rsf, contract, num_expert_group, topk_group, expert_scale, *, keep):
     c = get_contract(contract)
     renormalize = c.default_renormalize if renormalize is None else renormalize
     rsf = c.routed_scaling_factor if rsf is None else rsf
     check_route_args(scores, bias, topk, renormalize, rsf, bias_required=c.has_bias)
+    refused = c.admits(renormalize=renormalize, routed_scaling_factor=rsf)
+    if refused:
+        raise RoutingArgumentError(refused)
+    expert_scale = check_expert_scale(expert_scale, c, scores)
     rows, experts = scores.shape
     n_group, n_kept = resolve_groups(c, experts, num_expert_group, topk_group)
     device = scores.device
     bias = bias if c.has_bias else None
     plan = _Plan(c, topk, n_group, n_kept, renormalize, float(rsf), _priority_on(experts, c.tie_rule, device),
                  _group_priority_on(n_group, c.group_tie_rule, device),
-                 ranking_dtype(c, scores.dtype, bias.dtype if bias is not None else None))  # fmt: skip
+                 ranking_dtype(c, scores.dtype, bias.dtype if bias is not None else None), expert_scale)  # fmt: skip
     out = _Outputs(rows, experts, plan, device, keep)
     chunk = max(1, _CHUNK_ELEMENTS_CPU // experts) if device.type == "cpu" else _CHUNK_ROWS_GPU
     for start in range(0, rows, chunk):
@@ -250,12 +267,23 @@ class _Outputs:
             self.valid[start:stop] = chunk.valid
 
     def result(self, c, plan):
+        if c.shared_expert_slot == "last":
+            self.weights, self.ids = _with_shared_slot(self.weights, self.ids, plan)
         if not self.keep:
             return self.weights, self.ids
         ranking, selection = self.values[1], self.values[-1]
         groups = self.groups or (None, None)
         return RouteTrace(c, self.weights, self.ids, self.values[0], ranking, selection,
                           groups[0], groups[1], self.valid, plan.n_group, plan.topk_group, plan.renormalize, plan.rsf)  # fmt: skip
+
+
+def _with_shared_slot(weights: torch.Tensor, ids: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    """One more column: the shared expert, numbered E after the routed ones, weighted by the routed weights'
+    sum (in output order) divided by routed_scaling_factor (SGLang's fused shared expert)."""
+    experts = plan.priority.shape[0]
+    shared_w = (_sequential_sum(weights) / plan.rsf).unsqueeze(1)
+    shared_id = torch.full((ids.shape[0], 1), experts, dtype=ids.dtype, device=ids.device)
+    return torch.cat((weights, shared_w), dim=1), torch.cat((ids, shared_id), dim=1)
 
 
 @dataclass
@@ -435,8 +463,12 @@ def _weights(scores, ranking, ids, plan: _Plan, dtype: torch.dtype) -> torch.Ten
         w = softmax_rows(w)
         if c.score_precision == "input" and dtype in (torch.bfloat16, torch.float16):
             w = w.to(dtype).float()
+    elif c.scoring == "sigmoid_of_topk":
+        w = sigmoid_of(w, c.sigmoid_formula)  # the chosen logits, exactly as given (fp32)
     if not plan.renormalize:
-        return w * plan.rsf
+        return _scaled_per_expert(w * plan.rsf, ids, plan)
+    if c.renormalize == "lp":
+        return _scaled_per_expert(_lp_normalized(w, c.renorm_p) * plan.rsf, ids, plan)
     total = _sequential_sum(w)
     if c.renormalize == "guard":
         denom = torch.where(total > 0, total, torch.ones_like(total))
@@ -445,5 +477,19 @@ def _weights(scores, ranking, ids, plan: _Plan, dtype: torch.dtype) -> torch.Ten
     else:
         denom = total
     if c.scaling == "fused":
-        return w * (torch.full_like(denom, plan.rsf) / denom).unsqueeze(1)
-    return (w / denom.unsqueeze(1)) * plan.rsf
+        return _scaled_per_expert(w * (torch.full_like(denom, plan.rsf) / denom).unsqueeze(1), ids, plan)
+    return _scaled_per_expert((w / denom.unsqueeze(1)) * plan.rsf, ids, plan)
+
+
+def _lp_normalized(w: torch.Tensor, p: float) -> torch.Tensor:
+    """``w / ||w||_p`` per row, through float64 and rounded once (a zero norm gives NaN, as torch's division)."""
+    w64 = w.double()
+    norm = w64.abs().pow(p).sum(dim=1, keepdim=True).pow(1.0 / p)
+    return (w64 / norm).float()
+
+
+def _scaled_per_expert(w: torch.Tensor, ids: torch.Tensor, plan: _Plan) -> torch.Tensor:
+    # weight_scale="per_expert": the last step, w * scale[id] (Gemma 4 multiplies after renormalizing)
+    if plan.expert_scale is None:
+        return w
+    return w * plan.expert_scale.to(w.device).float()[ids]

@@ -14,7 +14,7 @@ import torch
 
 from ._contracts import Contract
 
-__all__ = ["expert_scores", "ranking_dtype", "ranking_from", "sigmoid_of", "softmax_rows"]
+__all__ = ["expert_scores", "ranking_dtype", "ranking_from", "sigmoid_of", "softcap_sigmoid_rows", "softmax_rows", "sqrt_softplus_rows"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 # The midpoint between the largest fp32 number and 2**128: float64 values from here up round to fp32 inf.
@@ -78,6 +78,25 @@ def softmax_rows(x: torch.Tensor) -> torch.Tensor:
     return (e / e.sum(dim=1, keepdim=True)).float()
 
 
+def sqrt_softplus_rows(x: torch.Tensor) -> torch.Tensor:
+    """fp32 ``sqrt(softplus(x))`` (DeepSeek-V4's scores) through float64, rounded once.
+
+    softplus(x) = max(x, 0) + log1p(exp(-|x|)): no overflow for large x, and
+    +inf at +inf, 0 at -inf, NaN at NaN, as the model's fp32 code gives.
+    """
+    x64 = x.double()
+    soft = x64.clamp(min=0) + torch.log1p(torch.exp(-x64.abs()))
+    soft = torch.where(torch.isposinf(x64), x64, soft)
+    return soft.sqrt_().float()
+
+
+def softcap_sigmoid_rows(x: torch.Tensor, cap: float, formula: str) -> torch.Tensor:
+    """fp32 ``sigmoid(tanh(x / cap) * cap)`` (Laguna's soft-capped scores): the capped logit through
+    float64 rounded to fp32 once (the model's fp32 tanh), then the contract's fp32 sigmoid of it."""
+    capped = (torch.tanh(x.double() / cap) * cap).float()
+    return sigmoid_of(capped, formula)
+
+
 def _in_precision(values: torch.Tensor, c: Contract, dtype: torch.dtype) -> torch.Tensor:
     if c.score_precision == "input" and dtype in _LOW_PRECISION:
         return values.to(dtype).float()
@@ -85,11 +104,16 @@ def _in_precision(values: torch.Tensor, c: Contract, dtype: torch.dtype) -> torc
 
 
 def expert_scores(x: torch.Tensor, c: Contract) -> torch.Tensor:
-    """fp32 [M, E]: sig(x), softmax(x), or x itself (softmax_of_topk), in the contract's precision."""
+    """fp32 [M, E]: sig(x), softmax(x), sqrt(softplus(x)), sig(softcap(x)), or x itself (the *_of_topk
+    scorings rank the logits), in the contract's precision."""
     if c.scoring == "sigmoid":
         return sigmoid_of(x, c.sigmoid_formula, rounded_to_input=c.score_precision == "input")
     if c.scoring == "softmax":
         return _in_precision(softmax_rows(x), c, x.dtype)
+    if c.scoring == "sqrt_softplus":
+        return _in_precision(sqrt_softplus_rows(x), c, x.dtype)
+    if c.scoring == "softcap_sigmoid":
+        return _in_precision(softcap_sigmoid_rows(x, c.softcap, c.sigmoid_formula), c, x.dtype)
     return x.float()
 
 

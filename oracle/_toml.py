@@ -13,12 +13,17 @@ is allowed (unknown keys too).
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 from pathlib import Path
 
+from ._builtin import BUILTIN_CONTRACTS
 from ._contracts import FIELD_NAMES, FIELD_VALUES, Contract, ContractError
 
-__all__ = ["contract_from_mapping", "load_contract"]
+__all__ = ["USER_DIGEST_CHARS", "contract_from_mapping", "load_contract"]
+
+# A user contract is named in reports by its file and this many hex digits of the file's sha256.
+USER_DIGEST_CHARS = 12
 
 _REQUIRED_WITHOUT_BASE = ("scoring", "experts", "topk")
 
@@ -36,12 +41,16 @@ def load_contract(path: str | os.PathLike) -> Contract:
     path = Path(path)
     toml = _toml_module()
     try:
-        data = toml.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        data = toml.loads(raw.decode("utf-8"))
     except OSError as exc:
         raise ContractError(f"{path}: cannot read the contract file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ContractError(f"{path}: not a UTF-8 text file; a contract file is TOML text") from None
     except toml.TOMLDecodeError as exc:
         raise ContractError(f"{path}: not valid TOML: {exc}") from None
-    return contract_from_mapping(data, where=str(path), default_name=path.stem)
+    digest = hashlib.sha256(raw).hexdigest()[:USER_DIGEST_CHARS]
+    return contract_from_mapping(data, where=str(path), default_name=path.stem, source=f"{path} sha256:{digest}")
 
 
 def _unknown_key(where: str, key) -> ContractError:
@@ -50,10 +59,14 @@ def _unknown_key(where: str, key) -> ContractError:
     return ContractError(f"{where}: unknown field {key!r}{hint}; the fields are base, {', '.join(FIELD_NAMES)}")
 
 
-def contract_from_mapping(data: dict, *, where: str = "contract", default_name: str | None = None) -> Contract:
-    """A contract from a mapping of field values (what ``load_contract`` reads), validated."""
-    from ._builtin import BUILTIN_CONTRACTS
+def contract_from_mapping(data: dict, *, where: str = "contract", default_name: str | None = None, source: str | None = None) -> Contract:
+    """A contract from a mapping of field values (what ``load_contract`` reads), validated.
 
+    ``source``: what the contract's ``source`` field records (``load_contract``
+    gives the file and its digest, followed by the file's own ``source`` text).
+    A user contract may not take a built-in contract's name (one that writes
+    a built-in out field for field is that built-in).
+    """
     fields = dict(data)
     for key, value in fields.items():
         if isinstance(value, (dict, list)):
@@ -76,8 +89,23 @@ def contract_from_mapping(data: dict, *, where: str = "contract", default_name: 
                 raise ContractError(f"{where}: field {key!r} is required when there is no base; {allowed}")
     fields.setdefault("name", default_name or "user-contract")
     fields.setdefault("summary", f"user contract {fields['name']}" + (f", based on {base_name}" if base_name else ""))
+    if source is not None:  # the file and its digest first: reports name a user contract by them
+        fields["source"] = source + (f" ({fields['source']})" if fields.get("source") else "")
     fields.setdefault("source", where)
     try:
-        return Contract(**fields)
+        contract = Contract(**fields)
     except ContractError as exc:
         raise ContractError(f"{where}: {exc}") from None
+    return _not_posing_as_a_builtin(contract, where=where, named="name" in data)
+
+
+def _not_posing_as_a_builtin(contract: Contract, *, where: str, named: bool) -> Contract:
+    """A file may take a built-in's name only by writing that built-in out (it then *is* the built-in)."""
+    builtin = BUILTIN_CONTRACTS.get(contract.name)
+    if builtin is None:
+        return contract
+    if contract.replace(summary=builtin.summary, source=builtin.source) == builtin:
+        return builtin
+    how = "set name = \"...\" to a name of your own" if named else "rename the file or set name = \"...\""
+    raise ContractError(f"{where}: name={contract.name!r} is a built-in contract's name, and the file changes its fields; "
+                        f"a user contract needs its own name ({how})")

@@ -7,7 +7,27 @@ import math
 
 import torch
 
-__all__ = ["LOGIT_DTYPES", "RoutingArgumentError", "check_route_args", "resolve_groups"]
+__all__ = ["FIELD_RANGES", "LOGIT_DTYPES", "RoutingArgumentError", "check_expert_scale", "check_route_args", "resolve_groups"]
+
+# Sane ranges of a contract's numeric fields (inclusive), so that a contract file's number is refused in
+# one line instead of failing later (experts = 10**12: a MemoryError building the tie table; near_tie_ulp =
+# 10**29: an OverflowError at the first mismatch). Why each bound:
+FIELD_RANGES: dict[str, tuple[float, float]] = {
+    "experts": (1, 65_536),  # the largest router of a released model has 512; tie tables are built per E
+    "topk": (1, 65_536),  # and <= experts
+    "n_group": (1, 65_536),  # and divides experts
+    "topk_group": (1, 65_536),  # and <= n_group
+    "near_tie_ulp": (0, 2**23),  # 2**23 ULP spans a whole binade: any larger bound excuses every value
+    "near_tie_x_ulp": (0.0, 2.0**23),
+    "weight_rtol": (0.0, 1.0),  # a relative tolerance of 100 % accepts any weight of the right sign
+    "weight_atol": (0.0, 1.0),
+    "renorm_eps": (0.0, 1.0),
+    "routed_scaling_factor": (-1e6, 1e6),
+    "floor": (-3.4e38, 3.4e38),  # finite fp32
+    "softcap": (0.0, 1e6),
+    "renorm_p": (0.0, 1e3),  # L_p norms beyond p = 1000 are the max norm to fp32 precision
+    "zero_experts": (0, 65_535),
+}
 
 LOGIT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -66,6 +86,21 @@ def _check_options(topk, renormalize, routed_scaling_factor, experts) -> None:
         _fail(f"routed_scaling_factor={routed_scaling_factor!r} must be a float")
     if not math.isfinite(routed_scaling_factor):
         _fail(f"routed_scaling_factor={routed_scaling_factor!r} must be finite")
+
+
+def check_expert_scale(expert_scale, contract, scores):
+    """The ``[E]`` per-expert weight scale of a call: as given, all ones when omitted, None when the contract has none."""
+    experts = scores.shape[1]
+    if contract.weight_scale == "none":
+        if expert_scale is not None:
+            _fail(f"expert_scale is given but contract {contract.name!r} has no per-expert weight scale; leave it out")
+        return None
+    if expert_scale is None:
+        return torch.ones(experts, dtype=torch.float32, device=scores.device)
+    if not isinstance(expert_scale, torch.Tensor) or expert_scale.shape != (experts,):
+        shape = tuple(expert_scale.shape) if isinstance(expert_scale, torch.Tensor) else type(expert_scale).__name__
+        _fail(f"expert_scale={shape} must be a tensor of shape [{experts}] (one weight scale per expert)")
+    return expert_scale
 
 
 def resolve_groups(contract, experts: int, num_expert_group, topk_group) -> tuple[int, int]:

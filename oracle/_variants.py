@@ -80,9 +80,9 @@ def _candidates(c: Contract, dtype_name: str | None):
         other = "expf" if c.sigmoid_formula == "correctly_rounded" else "correctly_rounded"
         text = "1 / (1 + expf(-x)) in fp32" if other == "expf" else "correctly rounded"
         yield "sigmoid_formula", other, f"the sigmoid computed as {text}"
-    elif c.scoring == "softmax":
+    elif c.scoring == "softmax" and c.bias == "none":  # softmax_of_topk ranks the logits: no bias to rank with
         yield "scoring", "softmax_of_topk", "the softmax taken over the k chosen logits only"
-    else:
+    elif c.scoring == "softmax_of_topk":
         yield "scoring", "softmax", "the softmax taken over all experts before the top-k"
     if c.output_order != "any":
         yield "output_order", "any", "the output in any order (ids compared as a set)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The serving engines' wheels for the engine adapters (kernels/engines), never with their dependencies.
 #   bash scripts/engines.sh download       # the pinned wheels (requirements/engines.txt) into the wheel cache
-#   bash scripts/engines.sh install        # pip install --no-deps from the cache; fails if torch changed
+#   bash scripts/engines.sh install        # download what the cache lacks, then pip install --no-deps from the
+#                                          # cache; fails if torch changed
 #   bash scripts/engines.sh extract [DIR]  # only the files the adapters read, into DIR (default .engines)
 # Wheel cache: $ROUTER_WHEEL_CACHE or ~/.cache/router-contracts/wheels. Sizes: vllm 336 MB,
 # lmdeploy 107 MB, flashinfer-python 65 MB, sglang 39 MB, apache-tvm-ffi 3 MB.
@@ -12,19 +13,28 @@ PINS=requirements/engines.txt
 mkdir -p "$WHEELS"
 pins() { grep -v '^\s*#' "$PINS" | grep -v '^\s*$'; }
 
-case "${1:-}" in
-download)
+# The pinned wheels the cache lacks, fetched (a wheel already there is not fetched again).
+download() {
     for pin in $(pins); do
         name=${pin%%==*}; version=${pin##*==}
         if ls "$WHEELS"/"${name//-/_}"-"$version"-*.whl >/dev/null 2>&1; then
             echo "cached: $pin"
-        else
-            python -m pip download -q --no-deps --only-binary=:all: "$pin" -d "$WHEELS"
+        elif python -m pip download -q --no-deps --only-binary=:all: "$pin" -d "$WHEELS"; then
             echo "downloaded: $pin"
+        else
+            echo "could not download $pin (above); on a host without the package index, copy the wheels into $WHEELS" \
+                 "(or set ROUTER_WHEEL_CACHE) from a machine that ran: bash scripts/engines.sh download" >&2
+            exit 1
         fi
     done
+}
+
+case "${1:-}" in
+download)
+    download
     ;;
 install)
+    download  # a fresh machine has an empty cache: pip --no-index would fail with "No matching distribution"
     before=$(python -c "import torch; print(torch.__version__)" 2>/dev/null || echo none)
     # --no-index: only the cached wheels; --no-deps: never an engine's own torch or CUDA stack.
     python -m pip install -q --no-deps --no-index --find-links "$WHEELS" -r "$PINS"
@@ -39,7 +49,7 @@ extract)
     python -m kernels.engines.extract --wheels "$WHEELS" --to "${2:-.engines}"
     ;;
 *)
-    sed -n '2,7p' "$0"
+    sed -n '2,8p' "$0"
     exit 2
     ;;
 esac

@@ -1,21 +1,34 @@
 #!/usr/bin/env bash
 # One-step set-up for a fresh machine, from the committed lock.
-#   bash scripts/setup.sh              # the harness (keeps an existing torch, e.g. a CUDA or ROCm build)
-#   bash scripts/setup.sh --ci-tools   # plus the compilers and browser the CPU-only test suite uses
+#   bash scripts/setup.sh              # the harness and its runtime dependencies only (keeps an existing torch,
+#                                      # e.g. a CUDA or ROCm build)
+#   bash scripts/setup.sh --ci-tools   # plus the test extras (test,parquet,upload,models: pytest, moto, selenium,
+#                                      # pyarrow, s3fs, transformers, ...) and the compilers and browser the tests use
 # Installs into the active Python (a virtualenv if one is active). Prints one
 # line per step. requirements/lock.txt pins every package but torch; README's
-# "Updating dependencies" says how to regenerate it.
+# "Updating dependencies" says how to regenerate it. A second run installs
+# nothing when everything is already at its locked version (scripts/installed.py
+# checks, in about a second, before pip is called).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 LOCK=requirements/lock.txt
-EXTRAS=test,parquet,upload
+CI_TOOLS=
+case "${1:-}" in
+    "") ;;
+    --ci-tools) CI_TOOLS=1 ;;
+    *) echo "setup.sh: unknown option '$1'; use no option (the harness) or --ci-tools (plus the test tools)" >&2; exit 2 ;;
+esac
+# The main job needs the runtime dependencies only; the tests need the extras too. (pip only warns about an
+# extra pyproject.toml does not define yet.)
+EXTRAS=
+[[ -n "$CI_TOOLS" ]] && EXTRAS=test,parquet,upload,models
 # -qq: errors only (pip's notes about a machine's extra indexes are noise here).
 PIP=(python -m pip install -qq --no-input -c "$LOCK")
 step() { printf 'setup: %s\n' "$*"; }
 since() { echo "$(( SECONDS - $1 )) s"; }
 
-if [[ "${1:-}" == "--ci-tools" ]]; then
+if [[ -n "$CI_TOOLS" ]]; then
     # hipcc (HIP 5.2) and clang-19 compile the HIP back end without an AMD GPU;
     # chromium and chromium-driver render report.html in the browser test. Debian packages.
     t=$SECONDS
@@ -41,7 +54,7 @@ fi
 # take the CPU build, which is small. The lock never names torch, so the next
 # step cannot replace it.
 t=$SECONDS
-if version=$(python -c "import torch; print(torch.__version__)" 2>/dev/null); then
+if version=$(python -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null); then  # metadata: no torch import (seconds)
     step "torch: $version already installed, kept"
 else
     "${PIP[@]}" torch==2.13.0
@@ -49,5 +62,11 @@ else
 fi
 
 t=$SECONDS
-"${PIP[@]}" -e ".[$EXTRAS]"
-step "router-contracts[$EXTRAS]: installed (editable) from $LOCK with $(python -m pip --version | cut -d' ' -f1-2) into $(python -c 'import sys; print(sys.prefix)') ($(since $t))"
+what=router-contracts${EXTRAS:+[$EXTRAS]}
+if reason=$(python scripts/installed.py "$EXTRAS"); then
+    step "$what: already installed here at the locked versions, nothing to do ($(since $t))"
+else
+    step "$what: installing ($reason)"
+    "${PIP[@]}" -e ".${EXTRAS:+[$EXTRAS]}"
+    step "$what: installed (editable) from $LOCK with $(python -m pip --version | cut -d' ' -f1-2) into $(python -c 'import sys; print(sys.prefix)') ($(since $t))"
+fi

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from contracts.bench import main as bench_main
+from contracts.commands.bench import main as bench_main
 from contracts.commands._common import ExitCode
 from contracts.run import bench
 from contracts.candidates import Candidate, all_candidates, register
@@ -322,3 +322,63 @@ def test_on_cuda_a_kernel_with_a_pdl_launch_gets_its_pdl_column_next_to_it():
     note = pdl_note(with_pdl_columns(chosen, "cuda"), "cuda")
     assert "radix4-pdl, radix4-serial-pdl" in note and "timed without PDL, having no PDL launch: torch-native" in note
     assert pdl_note(chosen, "cpu") is None
+
+
+def test_an_engine_is_timed_through_its_bench_path_prepared_outside_the_timed_region(monkeypatch):
+    """What the engine does at load (here: the bias widened) happens once per buffer, before any capture, replay or
+    event; the graph captures only the launch, never the adapter's route (which would redo the preparation)."""
+    fake = _FakeCuda(elapsed_ms=0.1)
+    fake.install(monkeypatch)
+    log = []
+
+    def route(scores, bias, topk, renormalize, routed_scaling_factor):  # the adapter's route: prepares on every call
+        raise AssertionError("the bench path must not call route")
+
+    def prepare(scores, bias, topk, renormalize, routed_scaling_factor):
+        log.append(("prepare", fake.capturing, fake.replays))
+        widened = bias.float()
+        return lambda: log.append(("launch", fake.capturing, widened.dtype))
+
+    cand = Candidate(name="test-bench-engine", route=route, prepare_launch=prepare)
+    args = bench.BenchOptions(launches=10, replays=3, warmup=2, rotate=2)
+    inputs = bench.make_inputs(4, experts=896, dtype=torch.bfloat16, bias_dtype=torch.bfloat16, device="cpu", seed=0, rotate=2)
+    point = bench.bench_point(cand, cand.route, 4, inputs, args, "cuda")
+    assert point["status"] == "timed" and point["path"] == "engine launch" and point["timer"] == "cuda-graph"
+    prepares = [e for e in log if e[0] == "prepare"]
+    assert prepares == [("prepare", False, 0)] * 2  # once per rotated buffer, before any capture or replay
+    first_capture = next(i for i, e in enumerate(log) if e[:2] == ("launch", True))
+    assert all(e[0] == "launch" for e in log[first_capture:]) and log.index(prepares[-1]) < first_capture
+    assert sum(e[:2] == ("launch", True) for e in log) >= args.launches and {e[2] for e in log if e[0] == "launch"} == {torch.float32}
+    assert "launched" not in point  # counted by count_launched, after every timing
+    launchers = []
+    monkeypatch.setattr(bench, "count_kernels", lambda fn, graph: {"kernels": 1, "copies": 0, "graph": graph})
+    again = bench.bench_point(cand, cand.route, 4, inputs, args, "cuda", launchers)
+    assert "launched" not in again and launchers[0][0] is again  # the profiler does not run between timings
+    bench.count_launched(launchers)
+    assert again["launched"] == {"kernels": 1, "copies": 0, "graph": True}
+    # Without a bench path the same candidate is timed through route, and says so.
+    plain = bench.bench_point(all_candidates()["torch-native"], all_candidates()["torch-native"].route, 4, inputs, args, "cuda")
+    assert plain["path"] == "route"
+
+
+def test_every_engine_candidate_has_a_bench_path():
+    from contracts.candidates.engines import ADAPTERS
+
+    for name in ADAPTERS:
+        assert all_candidates()[name].prepare_launch is not None, name
+
+
+def test_the_summary_prints_what_each_timed_call_launched(tmp_path, capsys):
+    from contracts.commands.bench import print_summary
+
+    def point(m, kernels, copies=0):
+        return {"m": m, "status": "timed", "timer": "cuda-graph", "median_us": 2.0, "path": "engine launch",
+                "spread": {"min": 1.9, "p90": 2.1, "max": 2.2}, "launched": {"kernels": kernels, "copies": copies}}  # fmt: skip
+
+    report = {"device": "cuda", "m": [1, 64], "baseline": "a", "crossovers": [], "method": {"timer": bench.GRAPH_LABEL},
+              "candidates": [{"name": "a", "status": "ok", "results": [point(1, 1), point(64, 1)]},
+                             {"name": "b", "status": "ok", "results": [point(1, 2, 1), point(64, 2, 1)]}]}  # fmt: skip
+    print_summary(report, tmp_path)
+    out = capsys.readouterr().out
+    assert "launched: a: 1 kernel per call (engine launch)" in out
+    assert "launched: b: 2 kernels + 1 copies/memsets per call (engine launch)" in out

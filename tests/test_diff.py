@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from contracts import diff
+from contracts.commands import diff
 
 
 def _summary(candidate="radix4", status="pass", families=None, deviations=None, against=None):

@@ -8,6 +8,7 @@ split, the gather and the failure paths are the same as with workers.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,8 @@ import pytest
 from contracts import check
 from contracts.cases import iter_plan, shard
 from contracts.reports.schema import CheckResult, ErrorRecord, FamilyCounts, Status, Summary
-from contracts.run.distributed import LOST_AFTER_S, Part, World, WorldError, combine_checks
+from contracts.run.distributed import LOST_AFTER_S, World, WorldError
+from contracts.run.rank_merge import Part, combine_checks
 
 REPO = Path(__file__).resolve().parent.parent
 FAMILIES = "all_equal,nan_dense,tie_pool_straddle,random_bf16"  # ties and NaN: torch-native's declared deviations show
@@ -118,6 +120,50 @@ def test_ranks_that_planned_differently_are_an_error_not_a_sum():
     assert combined.status is Status.ERROR and combined.error.kind == "rank_plan_differs" and "bulk_rows=16384" in combined.error.message
 
 
+def test_the_verdict_options_are_every_option_but_where_results_go(tmp_path):
+    from contracts.commands._common import verdict_options
+    from contracts.commands.check import build_parser
+
+    def options(*extra):
+        return verdict_options(build_parser().parse_args(["--candidate", "oracle", *extra]))
+
+    assert options("--out", str(tmp_path / "a"), "--quiet") == options("--out", str(tmp_path / "b"), "--force")
+    base = options()
+    for extra, flag in ((["--seed", "9"], "--seed"), (["--contract", "serial"], "--contract"), (["--exact"], "--exact"),
+                        (["--rows", "7"], "--rows"), (["--no-isolate"], "--isolate")):  # fmt: skip
+        changed = options(*extra)
+        assert [k for k in base if base[k] != changed[k]] == [flag], extra
+
+
+class _Beating:  # a heartbeat whose peers are never silent
+    store_gone = None
+
+    def silent_for(self, rank):
+        return 0.0
+
+
+def _group_with(options_by_rank):
+    """Rank 0's RankGroup over an in-memory store holding each rank's published info, as after the join."""
+    import torch.distributed as dist
+
+    from contracts.run.distributed import RankGroup, _put
+
+    store = dist.HashStore()
+    for rank, options in enumerate(options_by_rank):
+        _put(store, f"info/{rank}", {"host": f"h{rank}", "pid": rank, "gpu": None, "options": options})
+    world = World.from_env({"WORLD_SIZE": str(len(options_by_rank)), "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "x", "MASTER_PORT": "1"})
+    return RankGroup(world, store, _Beating(), stop=lambda: None, gpu=None)
+
+
+def test_ranks_whose_verdict_options_differ_are_named_each_option_and_rank():
+    same = {"--seed": 0, "--contract": None, "--exact": False}
+    assert _group_with([same, dict(same), dict(same)]).differing_options() is None
+    message = _group_with([same, dict(same), {**same, "--seed": 9, "--exact": True}]).differing_options()
+    assert "--seed is 9 on rank 2 (host h2) but 0 on rank 0" in message and "--exact is True on rank 2" in message
+    assert "rank 1" not in message and "nothing was checked" in message
+    assert "--contract is not given on rank 1" in _group_with([same, {"--seed": 0, "--exact": False}]).differing_options()
+
+
 def test_counts_sum_and_the_slowest_rank_sets_the_rate():
     combined = combine_checks([Part(0, "a", "cpu", _result(100)), Part(1, "b", "cpu", _result(300, Status.FAIL, mismatched=2))]).summary
     assert (combined.status, combined.rows_checked, combined.mismatched_rows, combined.clauses) == (Status.FAIL, 400, 2, {"selection": 2})
@@ -202,6 +248,24 @@ def test_interrupting_rank_0_leaves_an_interrupted_bundle_with_both_ranks_rows(t
 
 
 @torchrun
+def test_ranks_started_with_a_different_seed_contract_or_exact_stop_with_one_error_and_no_bundle(tmp_path, cwd):
+    out = tmp_path / "bundle"
+    code, output = _torchrun(
+        ["tests.planted.rank_argv", "check", "--candidate", "oracle", "--against", "oracle", "--families", "random_bf16",
+         "--rows", "300", "--no-isolate", "--out", str(out), "--quiet"],
+        cwd, env={"PLANTED_ARGV_RANK": "1", "PLANTED_ARGV": "--seed 9 --contract serial --exact"},
+    )  # fmt: skip
+    assert code != 0, output
+    errors = [line for line in output.splitlines() if "error:" in line and "Traceback" not in line]
+    assert len(errors) == 1 and "the torchrun ranks were started with different options" in errors[0], output
+    for named in ("--seed is 9 on rank 1", "--contract is 'serial' on rank 1", "--exact is True on rank 1"):
+        assert named in errors[0], errors[0]
+    # torchrun prints its own traceback (ChildFailedError) for a rank that exits non-zero; none may come from ours.
+    assert not re.search(r'File "[^"]*/(contracts|oracle|kernels)/', output), output
+    assert not out.exists()  # nothing was merged, nothing was written
+
+
+@torchrun
 def test_a_nightly_under_torchrun_writes_one_nightly_bundle(tmp_path, cwd):
     code, output = _torchrun(["contracts", "nightly", "--candidates", "oracle", "--rows", "400", "--no-probe", "--out", str(tmp_path / "n")], cwd)
     assert code == 0, output
@@ -215,7 +279,7 @@ def test_a_nightly_under_torchrun_writes_one_nightly_bundle(tmp_path, cwd):
 @torchrun
 def test_a_search_under_torchrun_splits_the_examples_and_writes_one_bundle(tmp_path, cwd):
     out = tmp_path / "search"
-    code, output = _torchrun(["contracts.search", "--candidate", "tests.broken_candidates:wrong_tie_order", "--examples", "6",
+    code, output = _torchrun(["contracts", "search", "--candidate", "tests.broken_candidates:wrong_tie_order", "--examples", "6",
                               "--no-database", "--out", str(out)], cwd)  # fmt: skip
     assert code != 0, output  # a failure was found: exit 1
     doc = json.loads((out / "search.json").read_text())

@@ -9,10 +9,14 @@
 - Every ``python -m contracts ...`` command named in README.md and docs/*.md
   parses: ``--help`` of each distinct subcommand and module exits 0.
 - docs/contracts.md's tie table and clause order are the code's.
+- Every ``reports/baselines/...``, ``benchmarks/...`` and ``kernels/radix4/lab/...`` path named in README.md
+  and docs/*.md exists (globs and ``{a,b}`` lists expanded); in README.md and docs/figures.md, which name
+  baselines by their folder under ``reports/baselines/``, so does every ``h200-...`` / ``cpu-...`` name.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import subprocess
@@ -210,3 +214,50 @@ def test_contracts_doc_names_every_clause_in_attribution_order():
     m = re.search(r"```\n(validity, [^`]*?)\n```", text)
     assert m, "docs/contracts.md does not print the primary-clause order"
     assert tuple(re.findall(r"\w+", m.group(1))) == CLAUSE_ORDER
+
+
+# ---------------------------------------------------------------- cited files
+
+_CITED_PATH = re.compile(r"(?<![\w/.-])((?:reports/baselines|benchmarks|kernels/radix4/lab)/[\w.*{},/-]*)")
+_BASELINE_NAME = re.compile(r"`((?:h200|cpu)-[\w.*{},-]*(?:/[\w.*{},-]*)*)`")
+# Files that name baselines by their folder under reports/baselines/ ("bundle under reports/baselines/: h200-radix4/").
+_NAMES_BASELINES = ("README.md", "docs/figures.md")
+
+
+def _expand(path: str) -> list[str]:
+    """``a{1,2}.log`` -> ``a1.log``, ``a2.log`` (one level, as the docs write them)."""
+    m = re.search(r"\{([^{}]*)\}", path)
+    if not m:
+        return [path]
+    return [x for part in m.group(1).split(",") for x in _expand(path[: m.start()] + part + path[m.end() :])]
+
+
+def _exists(relative: str) -> bool:
+    relative = relative.rstrip(".,;:)")
+    return all(glob.glob(str(ROOT / p)) if "*" in p else (ROOT / p).exists() for p in _expand(relative))
+
+
+def _cited_paths():
+    for doc in DOCS:
+        name = doc.relative_to(ROOT).as_posix()
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for path in _CITED_PATH.findall(line):
+                if path.rstrip("/.,;:)") not in ("reports/baselines", "benchmarks", "kernels/radix4/lab"):
+                    yield name, number, path
+            if name in _NAMES_BASELINES:
+                for path in _BASELINE_NAME.findall(line):
+                    yield name, number, "reports/baselines/" + path
+
+
+def test_every_cited_file_exists():
+    cited = list(_cited_paths())
+    assert len(cited) > 20, f"only {len(cited)} cited paths found: the extractor is broken"
+    assert any(p.startswith("benchmarks/") for _, _, p in cited) and any(p.startswith("reports/baselines/h200-") for _, _, p in cited)
+    missing = [f"{doc}:{number}: {path}" for doc, number, path in cited if not _exists(path)]
+    assert not missing, (f"{len(missing)} cited path(s) do not exist; fix the citation, or say the files are in git history "
+                         "without a path the docs present as current:\n" + "\n".join(missing))
+
+
+def test_the_cited_file_check_catches_a_missing_file():
+    assert _exists("benchmarks/gpu_all.sh") and _exists("reports/baselines/h200-probe-*/")
+    assert not _exists("benchmarks/h200_final.sh") and not _exists("reports/baselines/h200-radix4-{packed-rank,nope}/")

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from contracts.check import main as check_main
-from contracts.diff import main as diff_main
-from contracts.merge import main as merge_main
+from contracts.commands.diff import main as diff_main
+from contracts.commands.merge import main as merge_main
 from contracts.commands.report import main as report_main
 from contracts.reports.bundle import BundleError, open_check
 from contracts.reports.markdown import _detail_line

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import oracle
-from contracts import matrix
+from contracts.commands import matrix
 from contracts.candidates import Candidate, all_candidates, register
 from contracts.commands._common import ExitCode
 from contracts.reports.bundle import read_matrix
@@ -80,7 +80,9 @@ def bundle(tmp_path_factory) -> Path:
     names = ["oracle", "torch-native", "aiter-model", *ENGINE_CANDIDATES, "sglang-radix", HOSTILE]
     code, stdout, stderr = _quiet(matrix.main, ["--candidate", ",".join(names), "--rows", "480", "--families", FAMILIES,
                                                 "--device", "cpu", "--out", str(out), "--quiet"])  # fmt: skip
-    assert code == ExitCode.OK, stderr
+    # torch.topk under the hostile name declares nothing, so it FAILs against the oracle: the matrix exits 1, as a check would.
+    assert code == ExitCode.FAILED and "matrix: against the oracle," in stderr and "fail" in stderr, stderr
+    assert read_matrix(out).member(HOSTILE).status.value == "fail"
     assert "bundle:" in stdout and "oracle (aiter)" in stdout
     return out
 
@@ -193,6 +195,7 @@ def test_grouped_matrix_shows_the_engines_group_masks(tmp_path):
 def test_split_counts_the_tokens_whose_routing_changes_across_the_split(tmp_path):
     code, stdout, _ = _quiet(matrix.main, ["--split", "batch-dependent:batch-dependent@64", "--rows", "400", "--families", FAMILIES,
                                            "--device", "cpu", "--out", str(tmp_path / "a"), "--quiet"])  # fmt: skip
+    # A split-only matrix compares the two sides with each other; no member is checked against the oracle, none FAILs.
     assert code == ExitCode.OK
     split = read_matrix(tmp_path / "a").split
     assert (split.below, split.above, split.split) == ("batch-dependent", "batch-dependent", 64)
@@ -216,7 +219,8 @@ def test_split_replay_line_reruns_the_row(tmp_path):
     family_seed_rows = ex.case
     code, stdout, _ = _quiet(matrix.main, ["--candidate", "batch-dependent@M<64,batch-dependent@M>=64", "--replay", family_seed_rows,
                                            "--row", str(ex.row), "--device", "cpu", "--out", str(tmp_path / "r"), "--quiet"])  # fmt: skip
-    assert code == ExitCode.OK
+    statuses = {m.name: m.status.value for m in read_matrix(tmp_path / "r").candidates}
+    assert code == (ExitCode.FAILED if "fail" in statuses.values() else ExitCode.OK), statuses
     below = [line for line in stdout.splitlines() if line.startswith("  batch-dependent@M<64 ")]
     above = [line for line in stdout.splitlines() if line.startswith("  batch-dependent@M>=64 ")]
     assert str(ex.a_ids) in below[0] and str(ex.b_ids) in above[0], "ids first, then weights"
@@ -229,6 +233,7 @@ def test_split_replay_line_reruns_the_row(tmp_path):
     (["--split", "oracle@64"], "must be A:B@M0"),
     (["--split", "oracle:oracle@1"], "at least 2"),
     (["--candidate", "oracle,torch-native", "--contract", "nope"], "not a known contract"),
+    (["--candidate", "oracle,torch-natve"], "did you mean 'torch-native'"),
     (["--candidate", "oracle,torch-native", "--row", "2"], "--row needs --replay"),
 ])  # fmt: skip
 def test_usage_errors_are_one_line(args, needle, tmp_path):

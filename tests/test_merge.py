@@ -5,7 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from contracts import check, merge
+from contracts import check
+from contracts.commands import merge
 
 ROWS, SEED = 900, 3
 COUNTS = ("status", "rows_checked", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_deviation_rows",

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from contracts import diff, nightly
+from contracts.commands import diff, nightly
 from contracts.run import nightly as nightly_lib
 
 ROWS = "300"

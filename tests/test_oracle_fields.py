@@ -101,7 +101,11 @@ def _reference_row(c, x, bias, topk, n_group, topk_group, renormalize, rsf, bf16
         s = [_sigmoid(v, c.sigmoid_formula) for v in x]
     elif c.scoring == "softmax":
         s = _softmax(x)
-    else:
+    elif c.scoring == "sqrt_softplus":
+        s = [F32(math.sqrt(max(v, 0.0) + math.log1p(math.exp(-abs(v))))) if not math.isnan(v) else F32(v) for v in x]
+    elif c.scoring == "softcap_sigmoid":
+        s = [_sigmoid(float(F32(math.tanh(v / c.softcap) * c.softcap)), c.sigmoid_formula) for v in x]
+    else:  # softmax_of_topk, sigmoid_of_topk: the logits rank
         s = [F32(v) for v in x]
     if low:
         s = [_bf16(v) for v in s]
@@ -141,8 +145,24 @@ def _reference_row(c, x, bias, topk, n_group, topk_group, renormalize, rsf, bf16
         w = _softmax([float(v) for v in w])
         if low:
             w = [_bf16(v) for v in w]
+    elif c.scoring == "sigmoid_of_topk":
+        w = [_sigmoid(float(v), c.sigmoid_formula) for v in w]
+    w, ids = _reference_weights(c, w, ids, renormalize, rsf)
+    if c.shared_expert_slot == "last":
+        total = F32(0)
+        for v in w:
+            total = F32(total + v)
+        w, ids = [*w, F32(total / F32(rsf))], [*ids, experts]
+    return w, ids
+
+
+def _reference_weights(c, w, ids, renormalize, rsf):
+    # weight_scale="per_expert" with the default scale (all ones) leaves every weight as it is
     if not renormalize:
         return [F32(v * F32(rsf)) for v in w], ids
+    if c.renormalize == "lp":
+        norm = sum(abs(float(v)) ** c.renorm_p for v in w) ** (1.0 / c.renorm_p)
+        return [F32(F32(float(v) / norm) * F32(rsf)) if norm else F32(math.nan) for v in w], ids
     total = F32(0)
     for v in w:
         total = F32(total + v)
@@ -192,8 +212,15 @@ def contracts(draw, scoring=None):
     size = draw(st.integers(2 if n_group > 1 and group_score == "top2_sum" else 1, 10))
     experts = n_group * size
     fields = {name: draw(st.sampled_from(values)) for name, values in _FIELDS.items()}
+    fields["scoring"] = scoring or fields["scoring"]
+    if fields["scoring"] == "softcap_sigmoid":
+        fields["softcap"] = draw(st.sampled_from([1.0, 5.0, 30.0]))
+    if fields["scoring"] in ("softmax_of_topk", "sigmoid_of_topk"):
+        fields["bias"] = "none"  # they rank the raw logits
     fields.update(
-        scoring=scoring or fields["scoring"], group_score=group_score, experts=experts, n_group=n_group,
+        renorm_p=draw(st.sampled_from([1.0, 2.0, 3.5])), zero_experts=draw(st.integers(0, experts - 1)),
+        routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])), default_renormalize=draw(st.booleans()),
+        group_score=group_score, experts=experts, n_group=n_group,
         topk=draw(st.integers(1, experts)), topk_group=draw(st.integers(1, n_group)),
         floor=draw(st.sampled_from([None, None, None, -1e30, -0.5, 0.0, 0.25])),
         renorm_eps=draw(st.sampled_from([1e-20, 1e-6, 0.0])),
@@ -225,7 +252,9 @@ def routing_problems(draw, scoring=None):
         bias = bias.bfloat16()
     if c.bias == "none" and draw(st.booleans()):
         bias = None
-    return c, scores, bias, draw(st.booleans()), draw(st.sampled_from([1.0, 2.5, 2.827]))
+    options = c.admitted_options()  # only the calls the contract admits (others are refused: test_admitted_options)
+    rsf = draw(st.sampled_from(options["routed_scaling_factor"] or [1.0, 2.5, 2.827]))
+    return c, scores, bias, draw(st.sampled_from(options["renormalize"])), rsf
 
 
 @given(routing_problems())
@@ -262,7 +291,8 @@ def test_every_builtin_equals_reference_on_random_and_tied_rows(name):
     scores = torch.cat(rows)
     bias = (torch.randn(c.experts, generator=gen) * 0.1) if c.has_bias else None
     for dtype in (torch.float32, torch.bfloat16):
-        assert_matches_reference(c, scores.to(dtype), bias, c.topk, rsf=c.routed_scaling_factor, pass_groups=False)
+        assert_matches_reference(c, scores.to(dtype), bias, c.topk, renormalize=c.default_renormalize, rsf=c.routed_scaling_factor,
+                                 pass_groups=False)  # fmt: skip
 
 
 # ---------------------------------------------------------------- grouped routing, named cases

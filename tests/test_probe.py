@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import oracle
-from contracts.probe import main
+from contracts.commands.probe import main
 from contracts.run.probe import lane_table, match_rules
 
 SPEC = "tests.test_probe:"

@@ -150,12 +150,12 @@ def test_the_switch_order_check_sees_a_use_above_its_default():
 
 @needs_nvcc
 def test_lab_build_exports_its_step_clocks():
-    """benchmarks/radix4_lab.py loads a RADIX4_LAB build and calls these two."""
+    """kernels/radix4/lab/radix4_lab.py loads a RADIX4_LAB build and calls these two."""
     lib = ctypes.CDLL(str(radix4.build(arch="sm_90", defines=("RADIX4_LAB",))))
     assert hasattr(lib, "radix4_lab_clocks") and hasattr(lib, "radix4_lab_reset")
     plain = ctypes.CDLL(str(radix4.build(arch="sm_90")))
     assert not hasattr(plain, "radix4_lab_clocks"), "the shipped build must not carry the step clocks"
-    # benchmarks/radix4_token_lab.py: every token's clocks, from a build of its own.
+    # kernels/radix4/lab/radix4_token_lab.py: every token's clocks, from a build of its own.
     tokens = ctypes.CDLL(str(radix4.build(arch="sm_90", defines=("RADIX4_LAB_TOKENS",))))
     assert all(hasattr(tokens, f) for f in ("radix4_lab_tokens", "radix4_lab_tokens_reset", "radix4_lab_token_words"))
     assert tokens.radix4_lab_token_words() == 10
@@ -164,8 +164,8 @@ def test_lab_build_exports_its_step_clocks():
 
 @needs_nvcc
 def test_exhaustive_sigmoid_check_compiles(tmp_path):
-    """benchmarks/radix4_sigmoid_exhaustive.cu (run on a GPU by radix4_gpu_check.py) still builds."""
-    src = Path(radix4.__file__).resolve().parents[2] / "benchmarks" / "radix4_sigmoid_exhaustive.cu"
+    """kernels/radix4/lab/radix4_sigmoid_exhaustive.cu (run on a GPU by radix4_gpu_check.py) still builds."""
+    src = Path(radix4.__file__).resolve().parent / "lab" / "radix4_sigmoid_exhaustive.cu"
     flags = [f for f in radix4.CUDA_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
     subprocess.run(["nvcc", *flags, "-arch=sm_90", f"-I{HERE}", str(src), "-o", str(tmp_path / "exe")], check=True)
     assert (tmp_path / "exe").exists()

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import oracle
 from contracts.cases import strategies as strat
-from contracts.search import main
+from contracts.commands.search import main
 
 SPEC = "tests.test_search:"
 
@@ -57,7 +57,7 @@ def test_search_finds_and_shrinks_a_planted_straddle_tie_bug(tmp_path, capsys):
     cutoff = ranking[minimal["row"], ids[minimal["row"], -1].long()]
     assert int((ranking[minimal["row"]] == cutoff).sum()) > int((ranking[minimal["row"], ids[minimal["row"]].long()] == cutoff).sum())
     md = (out / "search.md").read_text()
-    replay = f"python -m contracts.search --replay {out / 'minimal.pt'} --candidate {SPEC}straddle_lowest"
+    replay = f"python -m contracts search --replay {out / 'minimal.pt'} --candidate {SPEC}straddle_lowest"
     assert replay in md and "expected" in md and "tie_order" in md
     assert any(p.is_file() for p in db.rglob("*")), "the failing input should be saved in the example database"
 

@@ -12,7 +12,9 @@ and path settings: standard library only); each adapter module
 imported inside the gates and the route, on first use. The gates are the
 adapter's own: ``supported_hardware()`` (the engine's files are found; a GPU
 of the right architecture), ``build()`` (load the torch functions, compile
-a CUDA shim), ``covered(**shape)``.
+a CUDA shim), ``covered(**shape)``. ``bench`` times each through the adapter's bench path
+(``prepare_launch``): the engine's launches per forward, prepared as the
+engine prepares them at load (docs/engines.md, "What bench times").
 
 Every engine candidate runs another project's code, so it is
 ``third_party``: ``check`` and ``matrix`` run it in a worker process by
@@ -27,7 +29,7 @@ declared, none that it did not see, and never ``validity`` (an answer with a
 repeated or out-of-range expert id is broken, whoever returns it: FlashInfer's
 noaux_tc under ``deepseek-v3`` does, on the ``few_valid`` family, and fails
 there). The CUDA and Triton adapters declare what the H200 runs of
-``benchmarks/h200_matrix.sh`` measured (``reports/baselines/h200-final``:
+``benchmarks/gpu_all.sh matrix`` measured (``reports/baselines/h200-final``:
 ``matrix-k3``, ``matrix-k2``, ``matrix-dsv3``, ``engine-checks``, 20,000 rows
 each).
 """
@@ -123,7 +125,7 @@ ENGINE_DEVIATIONS: dict[str, dict[str, dict[str, str]]] = {
             "renorm_guard": "grouped_topk divides by the raw sum: a zero sum gives NaN weights (families zero_sum, subnormal)",
         },
     },
-    # Measured on the H200 (reports/baselines/h200-final/matrix-k3: benchmarks/h200_matrix.sh k3 20000, each
+    # Measured on the H200 (reports/baselines/h200-final/matrix-k3: benchmarks/gpu_all.sh matrix, 20,000 rows, each
     # candidate against the oracle under aiter at 896/16). sglang-radix stopped at a strided case with a CUDA
     # "misaligned address" error (16,534 rows answered); that error stays an error, it is not declared.
     "sglang-radix": {
@@ -237,6 +239,7 @@ def engine_candidate(adapter: Adapter) -> Candidate:
         origin=adapter.module,
         coverage=COVERAGE.get(adapter.name, ""),
         contracts=CONTRACTS[adapter.name],
+        prepare_launch=_lazy(adapter.module, adapter.bench),
     )
 
 

@@ -108,6 +108,13 @@ class Candidate:
     pdl_variant: str = ""
     # The contracts it serves ("*": any; empty: only ``contract``). ``--candidate all --contract X`` checks those that serve X.
     contracts: tuple[str, ...] = ()
+    # False: ``--candidate all`` checks it only when ``--contract`` names a contract it serves (the models' own
+    # routers, hf-*: eighteen more full checks would swamp the main job on a host with transformers installed)
+    in_all: bool = True
+    # ``bench``'s path: ``prepare_launch(scores, bias, topk, renormalize, routed_scaling_factor) -> launch``, where
+    # ``launch()`` makes exactly the launches its engine makes per forward and the call did, once and untimed, what
+    # the engine does at load (bias dtype, layouts, outputs, workspaces). None: ``bench`` times ``route``.
+    prepare_launch: Callable[..., Callable[[], object]] | None = None
 
     def __post_init__(self):
         # validity (ids in range, no repeat but the allowed fallback, the outputs' kind) is no router's freedom

@@ -1,7 +1,8 @@
 """A case's tensors, rebuilt from its spec: identical on every machine.
 
-Each case also draws its call options from its seed: renormalize on or off
-(3 in 4 on, as models do), routed_scaling_factor 1.0 / 2.5 / 2.827, bias in
+Each case also draws its call options from its seed, among those its
+contract admits (``CaseSpec.renormalize_options`` / ``scaling_options``):
+renormalize on or off (3 in 4 on, as models do), routed_scaling_factor 1.0 / 2.5 / 2.827, bias in
 fp32 or in the logits dtype. Tensors are drawn on the CPU from a seeded
 generator, then moved to the device.
 """
@@ -53,12 +54,22 @@ class Case:
 
 def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     """The inputs of ``spec`` placed on ``device``: a coverage case is drawn on the CPU (the same bits on
-    every machine), a bulk case on ``device`` itself (the same bits on every machine of that device kind)."""
+    every machine), a bulk case on ``device`` itself (the same bits on every machine of that device kind).
+    A captured case (``spec.source``) reads its rows from the logits file."""
+    if spec.source:
+        from .captured import build_captured
+
+        return Case(spec, *build_captured(spec, device))
     family = FAMILIES[spec.family]
     gen = torch.Generator(device=device if spec.bulk else "cpu").manual_seed(spec.case_seed)
     on = {"generator": gen, "device": gen.device}
     renormalize = bool(torch.randint(0, 4, (1,), **on))  # 3 in 4 renormalize, as models do
     rsf = SCALING_FACTORS[int(torch.randint(0, len(SCALING_FACTORS), (1,), **on))]
+    # Only the options the contract admits (the same draws, so a contract admitting all keeps its cases)
+    if renormalize not in spec.renormalize_options:
+        renormalize = spec.renormalize_options[0]
+    if spec.scaling_options is not None and rsf not in spec.scaling_options:
+        rsf = spec.scaling_options[0]
     bias_in_logits_dtype = bool(torch.randint(0, 2, (1,), **on))
     groups = {"n_group": spec.n_group, "topk_group": spec.topk_group} if family.grouped else {}
     x, bias, dtype = family.make_for(spec.bulk)(gen, spec.rows, spec.experts, spec.topk, **groups)

@@ -26,7 +26,7 @@ from typing import Iterable, Iterator
 
 from .families import FAMILIES
 
-__all__ = ["CaseSpec", "bulk_rows_for", "call_size", "iter_plan", "plan", "plan_bulk_rows", "planned_rows", "shard"]
+__all__ = ["CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "iter_plan", "plan", "plan_bulk_rows", "planned_rows", "shard"]
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,26 @@ class CaseSpec:
     topk_group: int = 1
     bulk: bool = False  # drawn on the candidate's device by the family's vectorized maker
     bias: bool = True  # the contract has a correction bias (else the candidate gets ``bias=None``)
+    # The call options the contract admits (``oracle.Contract.admitted_options``): build_case draws only these.
+    renormalize_options: tuple[bool, ...] = (True, False)
+    scaling_options: tuple[float, ...] | None = None  # None: any (the usual factors are drawn)
+    source: str = ""  # captured logits: the file and layer the rows come from (``contracts.cases.captured``); "" = a family's maker
 
     @property
     def replay_id(self) -> str:
         return f"{self.family}:{self.case_seed}:{self.rows}" + (":bulk" if self.bulk else "")
+
+
+def admitted_fields(admitted: dict | None) -> dict:
+    """The ``CaseSpec`` fields for a contract's ``admitted_options()`` (``{}`` when it admits every option)."""
+    if not admitted:
+        return {}
+    out = {}
+    if tuple(admitted["renormalize"]) != (True, False):
+        out["renormalize_options"] = tuple(admitted["renormalize"])
+    if admitted["routed_scaling_factor"] is not None:
+        out["scaling_options"] = tuple(admitted["routed_scaling_factor"])
+    return out
 
 
 def _seed(*parts) -> int:
@@ -109,17 +125,19 @@ def _coverage_rows(name: str) -> int:
 
 
 def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int, *, bulk_rows: int | None = DEFAULT_BULK_ROWS,
-              n_group: int = 1, topk_group: int = 1, bias: bool = True) -> Iterator[CaseSpec]:  # fmt: skip
+              n_group: int = 1, topk_group: int = 1, bias: bool = True, admitted: dict | None = None) -> Iterator[CaseSpec]:  # fmt: skip
     """Spread ``total_rows`` over ``families`` by share, one spec at a time; deterministic in ``seed``.
 
     Coverage cases first (see the module docstring), then bulk cases of
     ``bulk_rows`` (``None``: no bulk cases, the sizes cycle as in earlier
     releases). An iterator, so a billion rows run in constant memory.
+    ``admitted``: the contract's ``admitted_options()``; cases draw only those call options.
     """
     import torch  # here, not at import: the plan's names and specs load no torch
 
     shape = dict(experts=experts, topk=topk, n_group=n_group, topk_group=topk_group)
     extra = {} if bias else {"bias": False}
+    extra.update(admitted_fields(admitted))
     for name, budget in _budgets(families, total_rows).items():
         family = FAMILIES[name]
         sizes = family.sizes

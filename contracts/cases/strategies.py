@@ -334,6 +334,7 @@ def routing_examples(
     filtered to what the candidate covers; the first of each is the shrink target."""
     experts, topk = draw(st.sampled_from(shapes))
     dtype, bias_dtype = draw(st.sampled_from(dtypes))
+    admitted = oracle.get_contract(contract).admitted_options()  # only the call options the contract's router takes
     theme = draw(st.sampled_from(tuple(THEMES)))
     logit_palette, bias_palette = THEMES[theme]
     free = theme == "any"  # a theme keeps every value in its palettes
@@ -364,8 +365,8 @@ def routing_examples(
         topk=topk,
         dtype=dtype,
         bias_dtype=bias_dtype,
-        renormalize=draw(st.booleans()),
-        routed_scaling_factor=draw(st.sampled_from(SCALING)),
+        renormalize=draw(st.booleans() if len(admitted["renormalize"]) == 2 else st.just(admitted["renormalize"][0])),
+        routed_scaling_factor=draw(st.sampled_from(admitted["routed_scaling_factor"] or SCALING)),
         rows=described,
         bias=bias,
         bias_ties=ties,

@@ -1,9 +1,8 @@
 """The command line: argument parsing and printing over the library in ``contracts.run`` and ``contracts.reports``.
 
 ``python -m contracts COMMAND ...`` and the console script ``router-contracts
-COMMAND ...`` dispatch here; each command is also reachable as
-``python -m contracts.COMMAND`` (the entry points of earlier releases, which
-replay lines in old bundles use).
+COMMAND ...`` dispatch here; ``python -m contracts.check`` (the spelling of
+earlier releases, which replay lines use) is kept for ``check`` alone.
 """
 
 from __future__ import annotations
@@ -26,6 +25,9 @@ COMMANDS = {
     "diff": ("diff", "what got worse between two bundles"),
     "merge": ("merge", "one bundle from the --shard I/N bundles of a check"),
     "report": ("report", "(re)write report.html or junit.xml of a bundle"),
+    "contracts": ("contracts", "list the routing contracts (every released model family's), or show one"),
+    "capture": ("capture", "record a transformers MoE model's router logits, ids and weights per layer"),
+    "trace-diff": ("trace_diff", "two engines' routing traces of the same tokens: every flip explained by one cause"),
 }
 
 

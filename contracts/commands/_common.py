@@ -11,12 +11,14 @@ contracts COMMAND``, go through ``run_main``: a bad argument or a
 from __future__ import annotations
 
 import argparse
+import difflib
 import enum
 import os
 import re
 import shlex
 import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
 __all__ = [
@@ -142,6 +144,70 @@ def _apply_engine_path(args: argparse.Namespace) -> None:
         raise UsageError(f"--engine-path {spec!r}: {exc}") from None
 
 
+# The built-in contracts' names, so that a misspelled --contract is refused before ``oracle`` (and torch, seconds
+# on a loaded machine) is imported. Kept equal to oracle.BUILTIN_CONTRACTS, in its order, by
+# tests/test_first_hour.py: a contract added to the oracle is added here too.
+BUILTIN_CONTRACT_NAMES = (
+    "aiter", "serial", "deepseek-v3", "deepseek-v3-reference", "qwen3-moe", "mixtral", "gpt-oss",
+    "deepseek-v4", "deepseek-v4-flash", "llama4", "glm4-moe", "kimi-k2", "minimax-m2", "qwen3-next", "qwen2-moe", "olmoe",
+    "dbrx", "gemma4", "ernie4.5", "longcat-flash", "mistral4", "deepseek-v2", "hunyuan-moe", "dots1", "jamba", "granite-moe",
+)  # fmt: skip
+
+
+def _nearest(name: str, choices) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or nothing."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def refuse_unknown_contract(contract: str | None) -> None:
+    """A --contract that is neither a built-in name nor a FILE.toml: a one-line UsageError, before any heavy import."""
+    if contract is None or contract.endswith(".toml") or contract in BUILTIN_CONTRACT_NAMES:
+        return
+    raise UsageError(f"--contract {contract!r} is not a known contract{_nearest(contract, BUILTIN_CONTRACT_NAMES)}; "
+                     f"choose from {', '.join(BUILTIN_CONTRACT_NAMES)}, or give a FILE.toml")  # fmt: skip
+
+
+def refuse_unknown_candidates(names, option: str = "--candidate", *, allow_all: bool = True) -> None:
+    """Names that are neither registered, nor made by a resolver (``radix4@M<1024``), nor ``module:attr``: one line
+    naming ``option`` and the nearest known name. The registry imports no torch, so this answers in well under a second."""
+    from ..candidates.registry import CandidateLoadError, UnknownCandidateError, all_candidates, get_candidate
+
+    known = all_candidates()
+    for name in names:
+        if name in known or ":" in name or (allow_all and name == "all"):
+            continue  # module:attr specs are imported later, where their own errors are reported
+        try:
+            get_candidate(name)
+        except UnknownCandidateError:
+            raise UsageError(f"{option} {name!r} is not a known candidate{_nearest(name, known)}; known: "
+                             f"{', '.join(sorted(known))} (or give package.module:attr)") from None  # fmt: skip
+        except CandidateLoadError as exc:
+            raise UsageError(f"{option} {name!r}: {exc}") from None
+
+
+def refuse_missing_out_parent(args: argparse.Namespace) -> None:
+    """``--out A/B`` whose folder ``A`` does not exist is refused: a typo must not create a whole path silently."""
+    out = vars(args).get("out")
+    if isinstance(out, Path) and not out.parent.exists():
+        raise UsageError(f"--out {out}: the folder {out.parent} does not exist; create it first, or give an --out inside "
+                         "an existing folder")  # fmt: skip
+
+
+# Where a run's results go, not what they say: the only options in which the ranks of one torchrun world may differ
+# (each host may have its own paths; only rank 0 writes).
+NOT_VERDICT_OPTIONS = frozenset({"out", "force", "quiet", "upload", "engine_path", "command_line"})
+
+
+def verdict_options(args: argparse.Namespace) -> dict[str, object]:
+    """The parsed options that change a run's verdict, by flag (``--seed``), for torchrun's ranks to compare."""
+    return {
+        "--" + name.replace("_", "-"): str(value) if isinstance(value, Path) else value
+        for name, value in sorted(vars(args).items())
+        if name not in NOT_VERDICT_OPTIONS and not callable(value)
+    }
+
+
 def command_line(prog: str, argv: list[str]) -> str:
     """The invocation as a shell line, for the report."""
     return shlex.join([*prog.split(), *argv])
@@ -169,6 +235,7 @@ def run_main(build_parser: Callable[[], argparse.ArgumentParser], run: Callable[
         return ExitCode.USAGE
     args.command_line = command_line(parser.prog, argv)
     try:
+        refuse_missing_out_parent(args)
         _apply_engine_path(args)
         return int(run(args))
     except (UsageError, OptionError, CandidateLoadError, DuplicateCandidateError, BundleError, RecordError, WorldError) as exc:

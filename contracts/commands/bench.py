@@ -22,7 +22,7 @@ from ._common import ExitCode, UsageError, add_engine_path, make_parser, positiv
 
 __all__ = ["build_parser", "main", "print_summary", "run"]
 
-PROG = "python -m contracts.bench"
+PROG = "python -m contracts bench"
 DEFAULT_M = (1, 8, 64, 256, 1024, 1536, 4096)
 DTYPE_NAMES = ("bf16", "fp32")
 
@@ -67,7 +67,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 
 def print_summary(report: dict, out: Path) -> None:
-    from ..run.bench import results_table
+    from ..run.bench import launches_by_candidate, results_table
 
     timer = report["method"]["timer"]
     table = results_table(report)
@@ -79,6 +79,9 @@ def print_summary(report: dict, out: Path) -> None:
               "timed the same way (compare two hosts' tables above their floors)")
     if not table.empty:
         print(table.to_string(index=False))
+    if str(report.get("device", "")).startswith("cuda"):  # the CPU timer launches nothing to count
+        for name, launched in launches_by_candidate(report).items():
+            print(f"launched: {name}: {launched}")
     if any(p.get("timer") == "cuda-eager" for c in report["candidates"] for p in c["results"]):
         print("* timed eagerly: the route could not be captured in a CUDA graph (bench.json says why)")
     for c in report["candidates"]:

@@ -22,7 +22,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, positive_seconds, row_count, run_main
+from ._common import (
+    ExitCode,
+    UsageError,
+    add_engine_path,
+    make_parser,
+    positive_int,
+    positive_seconds,
+    refuse_unknown_candidates,
+    refuse_unknown_contract,
+    row_count,
+    run_main,
+    verdict_options,
+)
 
 __all__ = ["add_arguments", "build_parser", "main", "run"]
 
@@ -67,7 +79,18 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ap.add_argument("--repeat", type=positive_int("--repeat 3"), default=1, metavar="N",
                     help="call the candidate N times per case (and once from a CUDA graph on GPUs); differences fail the run")  # fmt: skip
     ap.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+    add_logits_arguments(ap)
     return add_engine_path(ap)
+
+
+def add_logits_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--logits FILE [--bias FILE] [--logits-sha256 D]``: captured router logits as the cases (docs/real-traffic.md)."""
+    ap.add_argument("--logits", type=Path, metavar="FILE",
+                    help="check on captured router logits ([tokens, E] or [layers, tokens, E]; .safetensors, .pt or .npy) "
+                         "instead of the synthetic families: every row of every layer")  # fmt: skip
+    ap.add_argument("--bias", type=Path, metavar="FILE", help="with --logits: the correction bias [E] or [layers, E], when the logits file has none")
+    ap.add_argument("--logits-sha256", metavar="HEX", help="with --logits: refuse a file whose SHA-256 does not start with HEX (replay lines pass it)")
+    return ap
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -83,18 +106,16 @@ def _names(values: list[str]) -> list[str]:
 
 def check_contract(contract: str | None) -> None:
     """A built-in name or a readable contract file; else a one-line UsageError naming --contract and the choices."""
-    if contract is None:
+    refuse_unknown_contract(contract)  # a misspelled name: refused before oracle (and torch) is imported
+    if contract is None or not contract.endswith(".toml"):
         return
     import oracle
 
-    if not contract.endswith(".toml"):
-        if contract not in oracle.BUILTIN_CONTRACTS:
-            raise UsageError(f"--contract {contract!r} is not a known contract; choose from {', '.join(sorted(oracle.BUILTIN_CONTRACTS))}, or give a FILE.toml")
-        return
     try:
         oracle.get_contract(contract)
     except (ValueError, OSError) as exc:
-        raise UsageError(f"--contract {contract}: {exc}") from None
+        message = str(exc)  # the TOML reader's errors name the file already: say it once
+        raise UsageError(f"--contract: {message}" if contract in message else f"--contract {contract}: {message}") from None
 
 
 def _check_device(requested: str | None, world_size: int = 1) -> str | None:
@@ -129,10 +150,16 @@ def run(args: argparse.Namespace) -> int:
     from ..run.options import OptionError, parse_case_choice, parse_families, parse_shard
 
     names = _names(args.candidate)
+    refuse_unknown_candidates(names)  # before the torch-heavy imports below: a typo is answered at once
+    refuse_unknown_candidates([args.against] if args.against else [], "--against", allow_all=False)
+    check_contract(args.contract)
     try:
         families = parse_families(args.families)
         shard = parse_shard(args.shard)
-        parse_case_choice(args.replay, args.row, experts=args.experts, topk=args.topk)  # checked now; shaped by the contract later
+        if args.logits is None:  # a captured case's replay id is checked against its file later
+            parse_case_choice(args.replay, args.row, experts=args.experts, topk=args.topk)  # checked now; shaped by the contract later
+        elif args.row is not None and not args.replay:
+            raise OptionError("--row needs --replay FAMILY:FIRST_ROW:ROWS")
     except OptionError as exc:
         raise UsageError(str(exc)) from None
 
@@ -142,8 +169,6 @@ def run(args: argparse.Namespace) -> int:
     from ..run.distributed import ranked
     from ..run.signals import StopSignals
 
-    check_contract(args.contract)
-
     def check(world) -> int:  # once, or on every rank of a torchrun world (rank 0 writes and prints)
         device = _check_device(args.device, world.world_size)
         try:
@@ -152,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
                 families=families, device=device, experts=args.experts, topk=args.topk, shard=shard, replay=args.replay,
                 isolate=args.isolate, timeout=args.timeout, repeat=args.repeat, out=args.out, force=args.force,
                 progress=not args.quiet and world.writer, command=args.command_line, stop=world.stop, world=world,
+                logits=args.logits, logits_bias=args.bias, logits_sha256=args.logits_sha256,
             )  # fmt: skip
         except (OptionError, BundleError) as exc:
             raise UsageError(str(exc)) from None
@@ -161,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         return _report(args, checked, stop) if world.writer else ExitCode.OK  # the other ranks end with rank 0's code
 
     with StopSignals() as stop:
-        return ranked(check, stop=stop)
+        return ranked(check, stop=stop, options=verdict_options(args))
 
 
 def _report(args: argparse.Namespace, checked, stop) -> int:

@@ -15,7 +15,7 @@ from ._common import ExitCode, make_parser, run_main
 
 __all__ = ["build_parser", "main", "run"]
 
-PROG = "python -m contracts.diff"
+PROG = "python -m contracts diff"
 
 
 def _threshold(text: str) -> float:

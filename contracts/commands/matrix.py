@@ -15,8 +15,10 @@ prefill/decode view: the same rows routed by A in batches of fewer than M0
 rows and by B in batches of M0 or more. The bundle holds matrix.json,
 matrix.png (the heatmap), matrix.html and matrix.txt (the table printed
 here). A candidate that cannot run here is listed with its reason. Exit
-codes here: 0 the matrix was written (differences are its answer, not a
-failure); 1 a candidate crashed, hung or raised.
+codes are the check's: 0 every candidate that ran passes against the
+oracle (differences between two candidates that each pass are the matrix's
+answer, not a failure); 1 a candidate FAILs against the oracle, or crashed,
+hung or raised; 3 a candidate is unavailable here; 2 a usage error.
 """
 
 from __future__ import annotations
@@ -25,11 +27,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, positive_seconds, row_count, run_main
+from ._common import (
+    ExitCode,
+    UsageError,
+    add_engine_path,
+    make_parser,
+    positive_int,
+    positive_seconds,
+    refuse_unknown_candidates,
+    row_count,
+    run_main,
+)
 
 __all__ = ["build_parser", "main", "run"]
 
-PROG = "python -m contracts.matrix"
+PROG = "python -m contracts matrix"
 DEFAULT_ROWS = 20_000  # contracts.run.matrix.DEFAULT_ROWS (not imported here: it loads torch)
 
 
@@ -56,6 +68,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S",
                     help="isolated runs: seconds one call may take before the worker is killed (default 60)")  # fmt: skip
     ap.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+    from .check import add_logits_arguments
+
+    add_logits_arguments(ap)
     return add_engine_path(ap)
 
 
@@ -77,12 +92,15 @@ def run(args: argparse.Namespace) -> int:
     from ..run.options import OptionError, parse_case_choice, parse_families, parse_split
 
     names = _names(args.candidate)
+    refuse_unknown_candidates(names, allow_all=False)  # before the torch-heavy imports: a typo is answered at once
+    check_contract(args.contract)
     try:
         split = parse_split(args.split) if args.split else None
         if not names and split is None:
             raise OptionError("--candidate A,B,... or --split A:B@M0 is required; e.g. --candidate oracle,torch-native")
         families = parse_families(args.families)
-        parse_case_choice(args.replay, args.row, experts=args.experts, topk=args.topk)  # checked now; shaped by the contract later
+        if args.logits is None:  # a captured case's replay id is checked against its file later
+            parse_case_choice(args.replay, args.row, experts=args.experts, topk=args.topk)  # checked now; shaped by the contract later
     except OptionError as exc:
         raise UsageError(str(exc)) from None
     device = _check_device(args.device)
@@ -92,13 +110,13 @@ def run(args: argparse.Namespace) -> int:
     from ..run.matrix import run_matrix
     from ..run.signals import StopSignals
 
-    check_contract(args.contract)
     with StopSignals() as stop:
         try:
             done = run_matrix(
                 names, contract=args.contract, split=split, rows=args.rows, seed=args.seed, families=families, device=device,
                 experts=args.experts, topk=args.topk, replay=args.replay, show_row=args.row, isolate=args.isolate,
                 timeout=args.timeout, out=args.out, force=args.force, progress=not args.quiet, command=args.command_line, stop=stop,
+                logits=args.logits, logits_bias=args.bias, logits_sha256=args.logits_sha256,
             )  # fmt: skip
         except OptionError as exc:
             raise UsageError(str(exc)) from None
@@ -113,7 +131,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"unavailable: {name}: {why}", file=sys.stderr)
     if stop.reason or done.report.interrupted:
         return stop.exit_code
-    return ExitCode.FAILED if done.errored else ExitCode.OK
+    return _exit_code(done)
+
+
+def _exit_code(done) -> int:
+    """The check's rule: a candidate that is not PASS against the oracle (FAIL, error, nothing covered) is exit 1."""
+    from ..reports.schema import Status
+    from ..reports.text import clean
+
+    members = [*done.report.candidates, *(done.report.split.members if done.report.split else ())]
+    bad = [f"{clean(m.name)} {m.status.value}" for m in members if m.status not in (Status.PASS, Status.UNAVAILABLE)]
+    if bad or done.errored:
+        print(f"matrix: against the oracle, {', '.join(bad) or 'a candidate errored'}: exit 1", file=sys.stderr)
+        return ExitCode.FAILED
+    return ExitCode.UNAVAILABLE if done.unavailable else ExitCode.OK
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

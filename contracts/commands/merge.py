@@ -16,7 +16,7 @@ from ._common import ExitCode, UsageError, make_parser, run_main
 
 __all__ = ["build_parser", "main", "run"]
 
-PROG = "python -m contracts.merge"
+PROG = "python -m contracts merge"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:

@@ -19,16 +19,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, make_parser, row_count, run_main
+from ._common import ExitCode, UsageError, make_parser, row_count, run_main, verdict_options
 
 __all__ = ["build_parser", "main", "run"]
 
-PROG = "python -m contracts.nightly"
+PROG = "python -m contracts nightly"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap = make_parser(prog, __doc__.split("\n\n")[0].split(": ", 1)[1], __doc__.split("\n\n", 3)[-1])
     ap.add_argument("--out", type=Path, default=Path("reports"), help="parent folder of the bundle (default reports/)")
+    ap.add_argument("--logits", type=Path, metavar="FILE", help="run every check on captured router logits (check --logits, docs/real-traffic.md)")
+    ap.add_argument("--bias", type=Path, metavar="FILE", help="with --logits: the correction bias [E] or [layers, E]")
     ap.add_argument("--upload", metavar="URL", help="copy the bundle to URL/YYYY/MM/DD/<name>/ (any fsspec URL: file://, s3://, gs://)")
     ap.add_argument("--rows", type=row_count, help="rows per check (default 250,000 with a GPU, 50,000 without)")
     ap.add_argument("--seed", type=int, default=0, help="case seed (default 0: fixed, so that night-to-night diffs compare like with like)")
@@ -49,6 +51,15 @@ def run(args: argparse.Namespace) -> int:
 
     names = [n.strip() for n in args.candidates.split(",") if n.strip()] if args.candidates else None
 
+    if args.logits is not None or args.bias is not None:  # a bad file is one usage error now, not an error in every check
+        from ..run.checks import _open_captured
+        from ..run.options import OptionError
+
+        try:
+            _open_captured(args.logits, args.bias, None, None)
+        except OptionError as exc:
+            raise UsageError(str(exc)) from None
+
     def nightly(world) -> int:  # once, or on every rank of a torchrun world (rank 0 writes and prints)
         import torch
 
@@ -59,13 +70,13 @@ def run(args: argparse.Namespace) -> int:
         done = run_nightly(
             out=args.out, upload=args.upload, rows=args.rows, seed=args.seed, device=args.device, candidates=names,
             compare_previous=args.compare_previous, latency_threshold=args.latency_threshold, probe=args.probe, bench=args.bench,
-            command=args.command_line, stop=world.stop, world=world,
+            command=args.command_line, stop=world.stop, world=world, logits=args.logits, logits_bias=args.bias,
         )  # fmt: skip
         stop.writing = True
         return _report(args, done, stop) if world.writer else ExitCode.OK  # the other ranks end with rank 0's code
 
     with StopSignals() as stop:
-        return ranked(nightly, stop=stop)
+        return ranked(nightly, stop=stop, options=verdict_options(args))
 
 
 def _report(args: argparse.Namespace, done, stop) -> int:

@@ -18,11 +18,11 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, run_main
+from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, refuse_unknown_candidates, run_main
 
 __all__ = ["build_parser", "main", "run"]
 
-PROG = "python -m contracts.probe"
+PROG = "python -m contracts probe"
 
 
 def _batch_sizes(text: str) -> tuple[int, ...]:
@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--topk {args.topk} is larger than --experts {args.experts}")
     if args.topk and args.experts and args.experts < 2 * args.topk - 1:
         raise UsageError(f"--experts {args.experts} is too small for --topk {args.topk}: the probe needs E >= 2k-1 = {2 * args.topk - 1}")
+    refuse_unknown_candidates([args.candidate], allow_all=False)  # before the torch-heavy imports below
     from ..candidates import get_candidate
     from ..run.checks import bundle_dirname, device_for
     from ..run.probe import run_probe

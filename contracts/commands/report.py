@@ -33,7 +33,7 @@ def build_parser(prog: str = PROG, kind: str | None = None) -> argparse.Argument
 
 def run(args: argparse.Namespace) -> int:
     if args.kind == "html":
-        from ..reports.html import write_html
+        from ..reports.bundle import write_html
 
         print(write_html(args.bundle, args.bench))
         return ExitCode.OK
@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     return run_main(lambda: build_parser(prog), run, argv)
 
 
-def html_main(argv: list[str] | None = None, prog: str = "python -m contracts.html_report") -> int:
+def html_main(argv: list[str] | None = None, prog: str = "python -m contracts report html") -> int:
     return run_main(lambda: build_parser(prog, "html"), run, argv)
 
 
-def junit_main(argv: list[str] | None = None, prog: str = "python -m contracts.junit") -> int:
+def junit_main(argv: list[str] | None = None, prog: str = "python -m contracts report junit") -> int:
     return run_main(lambda: build_parser(prog, "junit"), run, argv)

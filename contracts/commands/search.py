@@ -20,11 +20,20 @@ import sys
 import time
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, run_main
+from ._common import (
+    ExitCode,
+    UsageError,
+    add_engine_path,
+    make_parser,
+    positive_int,
+    refuse_unknown_candidates,
+    run_main,
+    verdict_options,
+)
 
 __all__ = ["build_parser", "main", "run"]
 
-PROG = "python -m contracts.search"
+PROG = "python -m contracts search"
 DEFAULT_EXAMPLES = 200
 DEFAULT_DATABASE = Path("reports") / ".hypothesis-db"
 
@@ -48,11 +57,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--replay {args.replay} is not a file; give the minimal.pt of a search bundle")
     if not args.replay and not args.candidate:
         raise UsageError("--candidate NAME is required (or --replay MINIMAL.pt)")
+    if args.candidate:
+        refuse_unknown_candidates([args.candidate], allow_all=False)  # before the torch-heavy imports
+
     from ..run.distributed import ranked
     from .check import check_contract
 
     check_contract(args.contract)
-    return ranked(lambda world: _search(args, world), stop=lambda: None)  # Hypothesis runs to the end; Ctrl-C stops it
+    return ranked(lambda world: _search(args, world), stop=lambda: None, options=verdict_options(args))  # Hypothesis runs to the end; Ctrl-C stops it
 
 
 def _search(args: argparse.Namespace, world) -> int:

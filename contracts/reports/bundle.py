@@ -68,6 +68,7 @@ __all__ = [
     "read_summary",
     "write_check_bundle",
     "write_folder",
+    "write_html",
     "write_index",
     "write_matrix_bundle",
 ]
@@ -360,6 +361,20 @@ def write_check_bundle(target: Path, result: CheckResult, *, bench_dir: Path | N
         write_json(folder / SUMMARY, to_json(summary))  # last: its presence means the bundle is complete
 
     return write_folder(target, fill)
+
+
+def write_html(bundle_dir: Path, bench_dir: Path | None = None) -> Path:
+    """(Re)write ``bundle_dir/report.html`` from the bundle's files; return its path.
+
+    It lives here, not in ``html``, so that ``html`` renders records and never reads bundles (one direction:
+    ``bundle`` -> ``html``; the two importing each other was an import cycle).
+    """
+    from .html import render_bundle_html
+
+    bundle = open_check(Path(bundle_dir))
+    available = bundle.summary.status is not Status.UNAVAILABLE
+    result = CheckResult(bundle.summary, bundle.cells() if available else None, bundle.details() if available else [])
+    return write_text(bundle.folder / "report.html", render_bundle_html(result, bundle_dir=bundle.folder, bench_dir=bench_dir))
 
 
 def write_index(root: Path, summaries: list[Summary], *, command: str, interrupted: str | None = None,

@@ -49,11 +49,10 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from ._atomic import write_text
 from .schema import CheckResult, FamilyCounts, RowDetail, Status, Summary
 from .text import clean
 
-__all__ = ["render_bundle_html", "render_html", "ulp_distance", "write_html"]
+__all__ = ["render_bundle_html", "render_html", "ulp_distance"]
 
 EXAMPLES_OPEN_PER_CLAUSE = 1
 NOT_RECORDED = "not recorded"
@@ -456,7 +455,7 @@ def _environment_items(s: Summary) -> dict:
 
 
 def render_html(result: CheckResult, *, bench: dict | None = None, bench_png: bytes | None = None) -> str:
-    """The page of a check result as a string; ``write_html`` gathers the inputs from a bundle folder."""
+    """The page of a check result as a string; ``bundle.write_html`` gathers the inputs from a bundle folder."""
     s = result.summary
     deviations = deviation_rows(s)
     available = s.status is not Status.UNAVAILABLE
@@ -489,13 +488,3 @@ def render_bundle_html(result: CheckResult, *, bundle_dir: Path | None = None, b
     """The page of a check result (a bench found in ``bench_dir`` or ``bundle_dir`` is shown too)."""
     bench, png = _find_bench(bundle_dir, bench_dir)
     return render_html(result, bench=bench, bench_png=png)
-
-
-def write_html(bundle_dir: Path, bench_dir: Path | None = None) -> Path:
-    """(Re)write ``bundle_dir/report.html`` from the bundle's files (read through ``bundle.open_check``); return its path."""
-    from .bundle import open_check
-
-    bundle = open_check(Path(bundle_dir))
-    available = bundle.summary.status is not Status.UNAVAILABLE
-    result = CheckResult(bundle.summary, bundle.cells() if available else None, bundle.details() if available else [])
-    return write_text(bundle.folder / "report.html", render_bundle_html(result, bundle_dir=bundle.folder, bench_dir=bench_dir))

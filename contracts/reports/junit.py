@@ -123,7 +123,10 @@ def _fallback_replay(s: Summary | dict, case: str, row) -> str:
             experts, topk = int(given.get("--experts", 896)), int(given.get("--topk", 16))
         except ValueError:
             experts, topk = 896, 16
-    spec = SimpleNamespace(replay_id=str(case), experts=int(experts), topk=int(topk))  # what a replay line takes of a CaseSpec
+    from ..cases.captured import source_from_record
+
+    spec = SimpleNamespace(replay_id=str(case), experts=int(experts), topk=int(topk),
+                           source=source_from_record(options.get("logits"), str(case)))  # what a replay line takes of a CaseSpec
     return replay_command(
         (target.candidate if target else None) or s.candidate, options.get("contract_source") or s.contract, s.device, spec, int(row),
         (target.against if target else None) or s.against, s.bit_exact, int(options.get("repeat") or 1),

@@ -124,6 +124,12 @@ def render_markdown(result: CheckResult) -> str:
             {"clause": k, "rows": _declared_rows(v), "observed": "yes" if v.observed else "NO (no longer happens?)", "why": v.reason}
             for k, v in s.expected_deviations.items()
         ]))  # fmt: skip
+    if s.expert_load:
+        from ..run.expert_load import load_rows
+
+        out.append("\n## Expert load (captured logits)\n\nTokens per expert, per layer: the oracle's histogram and the candidate's difference "
+                   "from it (every count is in summary.json, `expert_load`).\n\n")  # fmt: skip
+        out.append(md_table(load_rows(s.expert_load)))
     out.append("\n## Families\n")
     out.append(md_table([
         {

@@ -234,6 +234,7 @@ class Summary:
     diagnosis: list[dict] | None = None
     files: dict[str, str] = field(default_factory=dict)  # bundle file -> sha256, written with the bundle
     replay_target: ReplayTarget | None = None  # v2: how replay lines name the candidates (display names may be unknown to the registry)
+    expert_load: dict | None = None  # captured logits (--logits): per layer, the oracle's expert counts and the candidate's difference
 
     @property
     def label(self) -> str:

@@ -2,8 +2,8 @@
 
 Examples::
 
-    python -m contracts.bench --candidate oracle,torch-native
-    python -m contracts.bench --candidate radix4,torch-native,serial,block-argmax,aiter-model --device cuda --out DIR
+    python -m contracts bench --candidate oracle,torch-native
+    python -m contracts bench --candidate radix4,torch-native,serial,block-argmax,aiter-model --device cuda --out DIR
 
 How a figure is taken (``method`` in bench.json says the same):
 
@@ -25,6 +25,16 @@ given M (seeded ``--seed``; logits ``randn * 2`` in ``--dtype``, bias
 ``randn * 0.05`` in ``--bias-dtype``). Inputs are not rotated by default (one
 buffer, which stays in cache as in a decode step); ``--rotate R`` cycles
 through R distinct buffers instead.
+
+An engine candidate (one with a bench path, ``Candidate.prepare_launch``) is
+timed as its engine serves: what the engine does once at load (the bias
+widened, outputs allocated, the kernel loaded) is done before the timer
+starts, and the timed call makes only the launches the engine makes per
+forward (docs/engines.md says which, per engine). On CUDA every point also
+records ``launched``: how many kernels (and copies) one timed call launches,
+read from torch.profiler's kernel list over a graph replay of one call, in a
+pass after every timing (profiling slows the kernels launched after it). The
+launch floor is timed first, before any candidate.
 
 Each candidate is resolved with the registry, gated with ``available(device)``
 (an unavailable candidate is listed with its reason) and, per M, with
@@ -53,7 +63,8 @@ from ..candidates import Candidate
 from ..reports._atomic import write_atomic, write_json
 from ..reports.environment import environment
 
-__all__ = ["BENCH_SCHEMA_VERSION", "DEFAULT_M", "BenchOptions", "crossovers", "results_table", "run_bench", "write_bench"]
+__all__ = ["BENCH_SCHEMA_VERSION", "DEFAULT_M", "BenchOptions", "count_kernels", "crossovers", "launcher", "launches_by_candidate",
+           "results_table", "run_bench", "write_bench"]  # fmt: skip
 
 BENCH_SCHEMA_VERSION = 1
 DEFAULT_M = (1, 8, 64, 256, 1024, 1536, 4096)
@@ -201,21 +212,85 @@ def make_inputs(M: int, *, experts: int, dtype, bias_dtype, device: str, seed: i
     return scores, bias
 
 
-def _caller(route, scores: list, bias, topk: int):
-    if len(scores) == 1:
-        only = scores[0]
-        return lambda: route(only, bias, topk, RENORMALIZE, ROUTED_SCALING_FACTOR)
+def _cycle(calls: list):
+    if len(calls) == 1:
+        return calls[0]
     state = {"i": 0}
 
     def call():
-        s = scores[state["i"] % len(scores)]
+        fn = calls[state["i"] % len(calls)]
         state["i"] += 1
-        return route(s, bias, topk, RENORMALIZE, ROUTED_SCALING_FACTOR)
+        return fn()
 
     return call
 
 
-def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions, device: str) -> dict:
+def _caller(route, scores: list, bias, topk: int):
+    return _cycle([lambda s=s: route(s, bias, topk, RENORMALIZE, ROUTED_SCALING_FACTOR) for s in scores])
+
+
+def launcher(candidate: Candidate, route, scores: list, bias, topk: int) -> tuple[object, str]:
+    """The zero-argument call the timer times, and which path it is.
+
+    A candidate with a bench path (``prepare_launch``: the engines) is prepared here, once per logits buffer and
+    before any timing, as its engine prepares at load; the call is then only the launches the engine makes per
+    forward ("engine launch"). Otherwise the call is ``route`` itself ("route"). A ``route`` other than the
+    candidate's own (a test's wrapper) is timed as given.
+    """
+    if candidate.prepare_launch is not None and route is candidate.route:
+        prepared = [candidate.prepare_launch(s, bias, topk, RENORMALIZE, ROUTED_SCALING_FACTOR) for s in scores]
+        return _cycle(prepared), "engine launch"
+    return _caller(route, scores, bias, topk), "route"
+
+
+def count_launched(launchers: list) -> None:
+    """Record in each timed point what one call launched (``count_kernels``). Run after all timings: profiling
+    attaches CUPTI to the context, and kernels timed after that were seen to take up to 0.8 us longer on the H200."""
+    for point, fn in launchers:
+        point["launched"] = count_kernels(fn, graph=point.get("timer") == "cuda-graph")
+
+
+def count_kernels(fn, *, graph: bool) -> dict:
+    """The device work one call of ``fn`` launches, read from torch.profiler's kernel list: replaying a graph that
+    captured one call (``graph``), else one eager call. ``{"kernels": n, "copies": n, "names": [...], "counted_by": ...}``,
+    or ``{"kernels": None, "counted_by": why}`` when the profiler saw nothing or failed."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    def events(run) -> list:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+        return [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+    try:
+        if graph:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            g.replay()
+            torch.cuda.synchronize()
+            seen, how = events(g.replay), "torch.profiler over one replay of a graph capturing one call"
+            del g
+        else:
+            seen, how = [], ""
+        if not seen:
+            fn()
+            torch.cuda.synchronize()
+            seen = events(fn)
+            how = "torch.profiler over one eager call" + (" (the graph replay showed no kernel)" if graph else "")
+    except Exception as exc:  # noqa: BLE001 -- counting is a note on the figure, never a failure of the run
+        return {"kernels": None, "counted_by": f"not counted: {_first_line(exc)}"}
+    if not seen:
+        return {"kernels": None, "counted_by": "not counted: the profiler saw no device activity"}
+    copies = [e.name for e in seen if e.name.startswith(("Memcpy", "Memset"))]
+    kernels = [e.name for e in seen if not e.name.startswith(("Memcpy", "Memset"))]
+    return {"kernels": len(kernels), "copies": len(copies), "names": sorted({n[:80] for n in kernels}), "counted_by": how}
+
+
+def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions, device: str, launchers: list | None = None) -> dict:
+    """One candidate at one M: skipped, an error, or timed. With ``launchers``, a timed point's call is appended as
+    ``(point, call)``, for ``count_launched`` to profile after every timing is taken."""
     scores, bias = inputs
     entry: dict = {"m": M}
     shape = dict(rows=M, experts=args.experts, topk=args.topk, dtype=scores[0].dtype, bias_dtype=bias.dtype)
@@ -228,7 +303,12 @@ def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions,
               f"dtype={args.dtype}, bias {_dtype_word(bias.dtype)}"  # fmt: skip
     if not covered:
         return {**entry, "status": "skipped", "reason": why, "median_us": None, "spread": None, "samples": []}
-    fn = _caller(route, scores, bias, args.topk)
+    try:
+        fn, path = launcher(candidate, route, scores, bias, args.topk)
+    except Exception as exc:  # preparing is the candidate's code too: a finding, not a crash
+        tb = traceback.format_exc(limit=2)[-600:]
+        return {**entry, "status": "error", "reason": f"bench path preparation raised {_first_line(exc)}", "traceback": tb,
+                "median_us": None, "spread": None, "samples": []}  # fmt: skip
     try:
         if device.startswith("cuda"):
             timing = time_cuda(fn, args.launches, args.replays, args.warmup)
@@ -247,7 +327,10 @@ def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions,
         "spread": _spread(timing.samples_us),
         "samples": [round(x, 4) for x in timing.samples_us],
         "calls_per_sample": timing.calls_per_sample,
+        "path": path,
     }
+    if launchers is not None:
+        launchers.append((out, fn))
     out["noisy"] = noisy(out)
     if timing.note:
         out["reason"] = timing.note
@@ -270,6 +353,9 @@ def _method(args: BenchOptions, device: str) -> dict:
         "renormalize": RENORMALIZE, "routed_scaling_factor": ROUTED_SCALING_FACTOR, "seed": args.seed,
         "rotate": args.rotate, "inputs": inputs + "; the same tensors for every candidate (logits randn*2, bias randn*0.05)",
         "statistic": "median over samples; spread min/p25/p75/p90/max over the same samples",
+        "path": "an engine candidate is timed through its bench path (path 'engine launch'): prepared once, untimed, "
+                "as the engine prepares at load (bias dtype, layouts, outputs), then only the launches the engine makes "
+                "per forward (docs/engines.md); others through route (path 'route')",
     }  # fmt: skip
     if device.startswith("cuda"):
         return {
@@ -278,7 +364,9 @@ def _method(args: BenchOptions, device: str) -> dict:
             f"{args.warmup} untimed replays, then {args.replays} replays between CUDA events; sample = replay time / "
             f"{args.launches}. A route that cannot be captured is timed eagerly ({args.launches} calls between events "
             "per sample) and its points say timer cuda-eager.",
-            "launches_per_graph": args.launches, "replays": args.replays, "warmup_replays": args.warmup, **common,
+            "launches_per_graph": args.launches, "replays": args.replays, "warmup_replays": args.warmup,
+            "launched": "per point, the kernels (and copies/memsets) one timed call launches, read from torch.profiler's "
+                        "kernel list over one replay of a graph capturing one call", **common,
         }  # fmt: skip
     return {
         "timer": CPU_LABEL,
@@ -321,6 +409,28 @@ def crossovers(baseline: dict, other: dict) -> list[dict]:
             {"baseline": baseline["name"], "candidate": other["name"], "between_m": [m0, m1],
              "m": round(math.exp(lm), 1), "latency_us": round(math.exp(lu), 3), "faster_above": faster_after}
         )  # fmt: skip
+    return found
+
+
+def launches_by_candidate(report: dict) -> dict[str, str]:
+    """Per timed candidate, what one timed call launched: ``"1 kernel"``, ``"2 kernels + 1 copy"``, a range over M
+    (``"1-2 kernels"``), or ``"not counted"``; and the path timed (``engine launch`` / ``route``)."""
+    found = {}
+    for c in report["candidates"]:
+        points = [p for p in c["results"] if p.get("status") == "timed"]
+        if c["status"] != "ok" or not points:
+            continue
+        kernels = sorted({p["launched"]["kernels"] for p in points if (p.get("launched") or {}).get("kernels") is not None})
+        copies = sorted({p["launched"].get("copies", 0) for p in points if (p.get("launched") or {}).get("kernels") is not None})
+        if not kernels:
+            text = "not counted"
+        else:
+            k = f"{kernels[0]}" if len(kernels) == 1 else f"{kernels[0]}-{kernels[-1]}"
+            text = f"{k} kernel{'' if kernels == [1] else 's'}"
+            if copies and copies[-1]:
+                text += f" + {copies[0] if len(copies) == 1 else f'{copies[0]}-{copies[-1]}'} copies/memsets"
+        paths = sorted({p.get("path", "route") for p in points})
+        found[c["name"]] = f"{text} per call ({', '.join(paths)})"
     return found
 
 
@@ -449,15 +559,19 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
         entries.append({"name": cand.name, "contract": cand.contract, "status": "ok" if ok else "unavailable",
                         "reason": None if ok else why, "results": []})  # fmt: skip
     usable = [(c, e) for c, e in zip(candidates, entries) if e["status"] == "ok"]
+    floor = launch_floor(args, device)  # first: nothing run before it can slow it
+    launchers: list | None = [] if device.startswith("cuda") else None
     for M in args.m:
         inputs = make_inputs(M, experts=args.experts, dtype=dtype, bias_dtype=bias_dtype, device=device, seed=args.seed, rotate=args.rotate)
         for cand, entry in usable:
-            point = bench_point(cand, cand.route, M, inputs, args, device)
+            point = bench_point(cand, cand.route, M, inputs, args, device, launchers)
             entry["results"].append(point)
             shown = f"{point['median_us']:.2f} us" if point["status"] == "timed" else point["status"]
             log(f"  {cand.name:>16} M={M:<6} {shown}")
         del inputs
-    floor = launch_floor(args, device)
+    if launchers:
+        count_launched(launchers)  # after every timing (see count_launched)
+        launchers.clear()
     report = {
         "schema_version": BENCH_SCHEMA_VERSION,
         "kind": "bench",

@@ -30,6 +30,7 @@ from ..cases.memory import reuse_freed_memory
 from ..cases.plan import call_size
 from ..compare import agrees, compare_case, expected_for
 from ..reports.schema import CheckResult, ReplayTarget
+from .expert_load import ExpertLoad
 from .replay import candidate_lookup, replay_command, replay_pythonpath
 from .tally import Tally
 
@@ -82,7 +83,7 @@ def check_candidate(
         return replay_command(target.candidate, str(contract), device, spec, row, target.against, exact, repeat, pythonpath=target.pythonpath)
 
     tally = Tally(
-        candidate=candidate.name, contract=c.name, clause_names=tuple(map(str, c.clause_names)), device=device,
+        candidate=candidate.name, contract=oracle.contract_label(c), clause_names=tuple(map(str, c.clause_names)), device=device,
         deviations={} if against is not None else candidate.deviations(contract), replay=replay,
         against=against_name, exact=exact, repeat=repeat, max_cells=max_cells,
     )  # fmt: skip
@@ -97,6 +98,7 @@ def check_candidate(
     result = tally.result(seed=seed, command=command, isolated=worker is not None, options=options)
     result.summary.notes += [n for n in tally.run_notes if n not in result.summary.notes]
     result.summary.replay_target = target
+    result.summary.expert_load = step.load.record()  # captured logits only; None otherwise
     if result.summary.mismatched_rows and not tally.interrupted:
         result.summary.diagnosis = tally.diagnosis(c)
     return result
@@ -109,6 +111,7 @@ class _Step:
         self.candidate, self.against, self.c, self.device, self.exact = candidate, against, c, device, exact
         self.call_rows = call_rows
         self.tally, self.should_stop = tally, should_stop
+        self.load = ExpertLoad()  # per layer of captured logits
         notes = [x.coverage for x in (candidate, against) if x is not None and x.coverage]
         self.skip_reason = "not covered: " + ("; ".join(notes) if notes else "the candidate does not serve this shape or dtype")
         self.runner = CaseRunner(
@@ -164,12 +167,17 @@ class _Step:
             exp = expected_for(case, c)
         with tally.timed("comparison", spec.rows):
             oracle_side = None
+            malformed = isinstance(actual, str)  # it returned something that is not an answer: a validity finding
+            if spec.source and not malformed:  # captured logits: the expert-load histograms, the oracle's and the candidate's
+                try:
+                    self.load.add(spec.family, spec.experts, exp.ids, actual[1])
+                except (TypeError, IndexError, RuntimeError, AttributeError):  # not a pair of tensors: the comparison reports it
+                    pass
             if call.other is not None:
                 # Which side the oracle agrees with, per row: tells a reader which of two
                 # disagreeing routers breaks the contract (the clause names the difference).
                 exp_oracle, exp = exp, exp.replaced(*call.other)
                 oracle_side = (agrees(exp_oracle, actual, c), agrees(exp_oracle, call.other, c), agrees(exp, actual, c))
-            malformed = isinstance(actual, str)  # it returned something that is not an answer: a validity finding
             outcome = compare_case(case, exp, (actual,) if malformed else actual, c, deviations=tally.deviations,
                                    inputs_changed=call.changed, exact=self.exact, quiet=tally.quiet_kinds(spec))  # fmt: skip
             tally.compared(case, outcome, oracle_side=oracle_side, message=actual if malformed else None, actual=None if malformed else actual)

@@ -20,7 +20,7 @@ from ..candidates import Candidate, CandidateLoadError, all_candidates, get_cand
 from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_message
 from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
 from ..cases.families import families_for
-from ..cases.plan import bulk_rows_for, plan_bulk_rows
+from ..cases.plan import admitted_fields, bulk_rows_for, plan_bulk_rows
 from ..reports.bundle import prepare_out, write_check_bundle, write_index
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
@@ -157,9 +157,12 @@ class _Plan:
     shard: tuple[int, int] | None
     replay: str | None
     replay_here: bool = True  # under torchrun only rank 0 runs a replayed case
+    captured: object = None  # a contracts.cases.captured.LogitsFile: its rows are the cases (--logits)
 
     def shaped(self, c) -> "_Shape":
         """The cases of this plan under contract ``c``: its default shape where none was given, its families."""
+        if self.captured is not None:
+            return self._captured_shape(c)
         experts, topk = self.experts or c.experts, self.topk or c.topk
         if topk > experts:
             raise OptionError(f"--topk {topk} is larger than --experts {experts}; choose --topk <= {experts}")
@@ -169,7 +172,22 @@ class _Plan:
         applied = [f for f in chosen if FAMILIES[f].applies_to(c)]
         dropped = [f for f in chosen if f not in applied]
         groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
-        return _Shape(self, experts, topk, groups, c.has_bias, applied, dropped)
+        return _Shape(self, experts, topk, groups, c.has_bias, applied, dropped, c.admitted_options())
+
+    def _captured_shape(self, c) -> "_Shape":
+        f = self.captured
+        experts, topk = f.experts, self.topk or f.topk or c.topk  # a capture's own k before the contract's
+        if self.experts and self.experts != experts:
+            raise OptionError(f"--experts {self.experts}: the logits in {f.path} have {experts} experts; drop --experts")
+        if topk > experts:
+            raise OptionError(f"--topk {topk} is larger than the {experts} experts of {f.path}; pass --topk <= {experts}")
+        if c.is_grouped and experts % c.n_group:
+            raise OptionError(f"--logits {f.path}: its {experts} experts do not split into the {c.n_group} groups of contract {c.name}; choose another --contract")
+        if f.has_bias and not c.has_bias:
+            raise OptionError(f"--logits {f.path}: it carries a correction bias, but contract {c.name} has none; check it against a contract with a bias, or drop the bias")
+        groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
+        families = [f.family(layer) for layer in range(f.layer_count)]
+        return _Shape(self, experts, topk, groups, c.has_bias, families, [], contract=c)
 
 
 @dataclass
@@ -181,21 +199,65 @@ class _Shape:
     bias: bool
     families: list[str]
     dropped: list[str]
+    admitted: dict | None = None  # the contract's admitted call options: the only ones cases draw
+    contract: object = None  # captured logits: the contract whose call options (renormalize, scaling) the cases use
 
     def specs(self, bulk_rows: int | None):
         p = self.plan
+        if p.captured is not None:
+            return self._captured_specs(bulk_rows)
         if p.replay is not None:
             spec = parse_replay(p.replay, self.experts, self.topk)
-            spec = dataclasses.replace(spec, n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias)
+            spec = dataclasses.replace(spec, n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias,
+                                       **admitted_fields(self.admitted))
             return ([spec], spec.rows) if p.replay_here else ([], 0)
 
         def full():
             return iter_plan(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows,
-                             n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias)  # fmt: skip
+                             n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias, admitted=self.admitted)  # fmt: skip
 
         if p.shard is None:
             return full(), planned_rows(self.families, p.rows)
         return shard_of(full(), *p.shard), sum(s.rows for s in shard_of(full(), *p.shard))
+
+    def _captured_specs(self, bulk_rows: int | None):
+        from ..cases.captured import CapturedError, captured_spec, iter_captured_plan
+
+        p, c, f = self.plan, self.contract, self.plan.captured
+        call = dict(renormalize=c.default_renormalize, routed_scaling_factor=c.routed_scaling_factor, contract_bias=c.has_bias,
+                    n_group=self.groups[0], topk_group=self.groups[1])  # fmt: skip
+        if p.replay is not None:
+            try:
+                spec = captured_spec(f, p.replay, self.topk, **call)
+            except CapturedError as exc:
+                raise OptionError(str(exc)) from None
+            return ([spec], spec.rows) if p.replay_here else ([], 0)
+
+        def full():
+            return iter_captured_plan(f, self.topk, bulk_rows=bulk_rows, **call)
+
+        if p.shard is None:
+            return full(), f.rows
+        return shard_of(full(), *p.shard), sum(s.rows for s in shard_of(full(), *p.shard))
+
+
+def _open_captured(logits, bias, sha256: str | None, families):
+    """The opened ``--logits`` file (None without one); ``OptionError`` naming the file and the fix."""
+    if logits is None:
+        if bias is not None or sha256:
+            raise OptionError(f"{'--bias' if bias is not None else '--logits-sha256'} needs --logits FILE (the captured logits it belongs to)")
+        return None
+    from ..cases.captured import CapturedError, check_digest, open_logits
+
+    if families:
+        raise OptionError("--families does not apply to --logits (its layers are the families); drop --families")
+    try:
+        opened = open_logits(str(logits), str(bias) if bias is not None else None)
+        if sha256:
+            check_digest(opened.path, sha256)
+    except (CapturedError, OSError) as exc:
+        raise OptionError(f"--logits: {exc}") from None
+    return opened
 
 
 def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract: str | None, device: str | None, exact: bool,
@@ -217,12 +279,12 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
     against_c = against.candidate if against else None
     if kind not in cand.devices:
         why = f"{cand.name} runs on {'/'.join(cand.devices)}, not on {kind}"
-        return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+        return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
     worker = None
     if should_isolate(isolate, cand, device, against_c):
         if kind == "cuda" and not torch.cuda.is_available():
             why = f"{cand.name} runs on {'/'.join(cand.devices)}, and torch {torch.__version__} sees no GPU on this host"
-            return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+            return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
         worker = target.worker or Worker(target.lookup, timeout=timeout, should_stop=stop)
         target.worker = worker
         try:
@@ -232,7 +294,7 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         except WorkerFailure as failure:
             detail = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
             error = ErrorRecord(kind=failure.kind, case=f"loading {target.lookup}", message=failure.message, traceback=detail)
-            return _not_run(cand, c.name, device, seed=plan.seed, command=command, error=error), None
+            return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, error=error), None
     else:
         ok, why = cand.available(device)
         if ok and against_c is not None:
@@ -246,10 +308,10 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
             caps = [m for m in (cand.max_rows, getattr(against_c, "max_rows", None)) if m]
             call_rows = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=min(caps) if caps else None)
     if not ok:
-        return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+        return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
     if not shape.families:
         why = f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}"
-        return _not_run(cand, c.name, device, seed=plan.seed, command=command, reason=why), why
+        return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
     bulk = plan_bulk_rows(device)
     specs, total = shape.specs(bulk)
     options = {**options, "bulk_rows": bulk, "call_rows": call_rows, "families": shape.families, "experts": shape.experts, "topk": shape.topk,
@@ -264,6 +326,12 @@ def _check_one(target: Target, against: Target | None, *, plan: _Plan, contract:
         bar.close(result.summary.status.word)
     if shape.dropped:
         result.summary.notes.append(f"families that do not apply to contract {c.name} were left out: {', '.join(shape.dropped)}")
+    if plan.captured is not None:
+        from ..cases.captured import describe
+
+        described, notes = describe(plan.captured, c)
+        result.summary.options = {**(result.summary.options or {}), "logits": described}
+        result.summary.notes += notes
     return result, None
 
 
@@ -291,6 +359,9 @@ def run_checks(
     stop: Callable[[], object] | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
     world=ONE_PROCESS,
+    logits: str | Path | None = None,
+    logits_bias: str | Path | None = None,
+    logits_sha256: str | None = None,
 ) -> CheckRun:
     """Check ``names`` (registered names, ``module:attr`` specs, or ``["all"]``) and write their bundles under ``out``.
 
@@ -302,6 +373,11 @@ def run_checks(
     ``world``: a ``contracts.run.distributed`` world (torchrun). Each rank
     checks its shard of the cases; rank 0 writes the bundles, with the
     counts of all ranks; the other ranks write nothing.
+
+    ``logits`` (and ``logits_bias``): check on the rows of a captured logits
+    file instead of the families (``contracts.cases.captured``); every row of
+    every layer, ``rows``/``families`` do not apply. ``logits_sha256``: refuse
+    a file whose digest does not start with it (a replay line's check).
     """
     stop = stop or (lambda: None)
     everything = names == ["all"]
@@ -309,13 +385,15 @@ def run_checks(
         raise OptionError("--candidate all cannot be combined with other names")
     if topk and experts and topk > experts:
         raise OptionError(f"--topk {topk} is larger than --experts {experts}; choose --topk <= {experts}")
-    plan = _Plan(list(families) if families else None, rows, seed, experts, topk, world.shard(shard), replay, world.runs_replay())
+    plan = _Plan(list(families) if families else None, rows, seed, experts, topk, world.shard(shard), replay, world.runs_replay(),
+                 captured=_open_captured(logits, logits_bias, logits_sha256, families))  # fmt: skip
     options = {"rows": rows, "families": families, "experts": experts, "topk": topk, "repeat": repeat, "exact": exact}
     targets: list[Target] = []
     against_t: Target | None = None
     try:
         if everything:
-            targets = [Target(c, name) for name, c in all_candidates().items() if contract is None or c.serves(_contract_name(contract))]
+            targets = [Target(c, name) for name, c in all_candidates().items()
+                       if (c.in_all and contract is None) or (contract is not None and c.serves(_contract_name(contract)))]
         else:
             targets = [resolve(n, role="--candidate", isolate=isolate, timeout=timeout, stop=stop) for n in names]
         if against:

@@ -1,5 +1,8 @@
 """One run over many processes, GPUs or hosts with torchrun: each rank checks its shard, rank 0 writes one bundle.
 
+This module is the plumbing (the world, the store, heartbeats, the gather, stops and exit codes); the
+merge of the ranks' records into one is ``contracts.run.rank_merge``.
+
 ``torchrun --nproc-per-node N -m contracts check ...`` (or ``nightly``,
 ``search``) starts N copies of the command. Each finds its place in the
 world from the environment torchrun sets:
@@ -56,7 +59,6 @@ several.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import os
 import pickle
@@ -68,9 +70,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..reports.cells import CellKeeper
-from ..reports.merge import _cells_in_plan_order, merge_details, sum_summaries
-from ..reports.schema import CELL_COLUMNS, CheckResult, ErrorRecord, Status, Summary, worst_status
+from ..reports.schema import CheckResult, ErrorRecord
+from .rank_merge import Part, combine_checks
 
 __all__ = [
     "HEARTBEAT_S",
@@ -78,12 +79,10 @@ __all__ = [
     "LOST_AFTER_S",
     "ONE_PROCESS",
     "OneProcess",
-    "Part",
     "RankGroup",
     "RankReleased",
     "World",
     "WorldError",
-    "combine_checks",
     "ranked",
 ]
 
@@ -95,8 +94,7 @@ JOIN_TIMEOUT_S = 300.0  # every rank must reach the store and the process group 
 POLL_S = 0.1
 STOP_POLL_S = 0.25  # a stop on another rank is seen within this (the store is not asked once per case)
 CHUNK = 4 << 20  # the store's libuv server refuses values over 8 MiB
-# The options that make the plan: ranks that differ in one (a bulk case size chosen on other hardware) split different plans.
-PLAN_OPTIONS = ("rows", "families", "experts", "topk", "groups", "bulk_rows", "repeat")
+_USAGE = 2  # the commands' exit code for a usage error (commands._common.ExitCode.USAGE; run/ does not import commands/)
 
 
 class WorldError(RuntimeError):
@@ -202,22 +200,6 @@ class OneProcess:
 
 
 ONE_PROCESS = OneProcess()
-
-
-# ---------------------------------------------------------------- what rank 0 collects
-
-
-@dataclass
-class Part:
-    """What one rank sent for one gather: its value, or why there is none (``missing``: lost, raised, stopped, finished, diverged)."""
-
-    rank: int
-    host: str
-    device: str  # cpu, or cuda:N with N the host's GPU index
-    value: Any = None
-    missing: str | None = None
-    error: ErrorRecord | None = None  # for a missing value that is an error (lost, raised, finished, diverged)
-    stopped: str | None = None  # for missing == "stopped": the stop reason
 
 
 def _store_error(exc: BaseException) -> bool:
@@ -343,8 +325,11 @@ class RankGroup:
 
     # -------------------------------------------------------- joining and leaving
     @classmethod
-    def join(cls, world: World, stop: Callable[[], object]) -> "RankGroup":
-        """Pin the GPU, connect to the store, set up the gloo process group, start the heartbeat."""
+    def join(cls, world: World, stop: Callable[[], object], options: Mapping[str, object] | None = None) -> "RankGroup":
+        """Pin the GPU, connect to the store, set up the gloo process group, start the heartbeat.
+
+        ``options``: this rank's verdict options (see ``ranked``), published with its info for the others to compare.
+        """
         import torch
         import torch.distributed as dist
 
@@ -372,7 +357,8 @@ class RankGroup:
         prefix = f"{attempt}/{session}/"
         store = dist.PrefixStore(prefix, base)
         _put(store, f"info/{world.rank}", {"host": platform.node(), "pid": os.getpid(), "local_rank": world.local_rank,
-                                           "node_rank": world.node_rank, "gpu": gpu})  # fmt: skip
+                                           "node_rank": world.node_rank, "gpu": gpu,
+                                           "options": dict(options) if options is not None else None})  # fmt: skip
         if not dist.is_initialized():
             try:  # every rank must arrive: this is the start barrier
                 dist.init_process_group("gloo", store=dist.PrefixStore(prefix + "process_group/", base), rank=world.rank,
@@ -405,6 +391,30 @@ class RankGroup:
     def _where(self, rank: int) -> str:
         info = self.info(rank)
         return f"rank {rank} (host {info['host']}, pid {info['pid']})"
+
+    def differing_options(self) -> str | None:
+        """Why the ranks cannot make one run, when their verdict options differ from rank 0's; None when they agree.
+
+        Every rank reads every rank's options, so each comes to the same answer without a further exchange.
+        """
+        first = self.info(0).get("options") if self._wait(lambda: _has(self._store, "info/0"), 0) == "ready" else None
+        if first is None:
+            return None
+        found = []
+        for r in range(1, self.world_size):
+            if self._wait(lambda r=r: _has(self._store, f"info/{r}"), r) != "ready":
+                continue  # a lost rank is reported where its record is missing
+            other = self.info(r).get("options")
+            if other is None:
+                continue
+            for name in sorted(set(first) | set(other)):
+                if first.get(name, _UNSET) != other.get(name, _UNSET):
+                    found.append(f"{name} is {_shown(other, name)} on rank {r} (host {self.info(r)['host']}) "
+                                 f"but {_shown(first, name)} on rank 0")  # fmt: skip
+        if not found:
+            return None
+        return ("the torchrun ranks were started with different options, so their shards are not slices of one run and "
+                f"nothing was checked: {'; '.join(found)}; start every rank with the same options")  # fmt: skip
 
     # -------------------------------------------------------- the cases of this rank
     def shard(self, user: tuple[int, int] | None) -> tuple[int, int]:
@@ -546,150 +556,14 @@ class RankGroup:
         return exit_code
 
 
-# ---------------------------------------------------------------- combining one check's parts
-
-
-def _rank_entry(part: Part, world: World | None, user_shard: tuple[int, int] | None) -> dict:
-    entry: dict = {"rank": part.rank, "host": part.host, "device": part.device}
-    summary = part.value.summary if part.value is not None else None
-    entry["rows_checked"] = summary.rows_checked if summary else 0
-    entry["status"] = summary.status.value if summary else (Status.INTERRUPTED.value if part.missing == "stopped" else Status.ERROR.value)
-    entry["duration_s"] = summary.duration_s if summary else None
-    if summary and summary.stages:
-        entry["stages"] = summary.stages
-    if world is not None:
-        i, n = world.shard_of(part.rank, user_shard)
-        entry["shard"] = f"{i}/{n}"
-    reason = (summary.reason or summary.interrupted or (summary.error.message if summary.error else None)) if summary else (
-        part.error.message if part.error else part.stopped)  # fmt: skip
-    if reason and entry["status"] != Status.PASS.value:
-        entry["reason"] = reason
-    return entry
-
-
-def combine_checks(parts: list[Part], *, world: World | None = None) -> CheckResult:
-    """The ranks' results of one check as one record, with the counts of a one-process run over the same cases.
-
-    Counts are summed (``reports.merge.sum_summaries``); the cells are the
-    ranks' cells put back in the plan's order and kept by the cell policy
-    of one run (``reports.cells``, as the merge of shards does), so they are
-    the cells a one-process run keeps; details are merged. Stage seconds and rows
-    are summed over the ranks (``ranks[].stages`` has each rank's), ``wall``
-    is the world's. A rank that sent nothing, or could not run the candidate
-    while others did, leaves its share unchecked: that is an ``error`` naming
-    the rank (a rank that was stopped before it started is ``interrupted``).
-    The duration is the slowest rank's, so rows/s is the world's rate.
-    """
-
-    results = [p.value for p in parts if p.value is not None]
-    summaries = [r.summary for r in results]
-    ran = [s for s in summaries if s.status is not Status.UNAVAILABLE]
-    problems: list[tuple[Part, ErrorRecord | None, str | None]] = [(p, p.error, p.stopped) for p in parts if p.value is None]
-    if ran:
-        for p in parts:
-            s = p.value.summary if p.value is not None else None
-            if s is not None and s.status is Status.UNAVAILABLE:
-                message = f"rank {p.rank} (host {p.host}) could not run {s.label}: {s.reason}; its share of the cases is not in these counts"
-                problems.append((p, ErrorRecord("rank_unavailable", f"rank {p.rank}", message), None))
-    problems += _plan_differences(parts, ran)
-    user_shard = _user_shard(summaries)
-    ranks = [_rank_entry(p, world, user_shard) for p in parts]
-    world_size = world.world_size if world is not None else len(parts)
-    if not ran and not problems:  # unavailable on every rank: rank 0's reason says why
-        summary = dataclasses.replace(summaries[0], world_size=world_size, ranks=ranks)
-        return CheckResult(summary)
-    base = ran[0] if ran else summaries[0] if summaries else None
-    if base is None:
-        raise ValueError("no rank sent a record for this check")
-    merged = sum_summaries(ran, base) if ran else dataclasses.replace(base)
-    merged.world_size, merged.ranks = world_size, ranks
-    durations = [s.duration_s for s in ran if s.duration_s]
-    merged.duration_s = round(max(durations), 3) if durations else None
-    merged.rows_per_s = round(merged.rows_checked / merged.duration_s, 1) if merged.duration_s else None
-    rank_errors = [e for _, e, _ in problems if e is not None]
-    first_error = next(((p.rank, p.value.summary.error) for p in parts if p.value is not None and p.value.summary.error), None)
-    if rank_errors:
-        merged.error = rank_errors[0]
-    elif first_error is not None:
-        rank, error = first_error
-        merged.error = dataclasses.replace(error, message=f"rank {rank}: {error.message}")
-    # Each rank's note on its own cell sample gives its own numbers: the note of the whole (below) stands in for them.
-    notes = [n for n in merged.notes if not n.startswith("mismatch cells:")]
-    merged.notes = list(dict.fromkeys([*notes, *(e.message for e in rank_errors[1:]), *(s for _, _, s in problems if s)]))
-    merged.stages = _summed_stages([s.stages for s in ran if s.stages], merged.duration_s)
-    statuses = [s.status for s in ran] + [Status.ERROR if e is not None else Status.INTERRUPTED for _, e, _ in problems]
-    if merged.mismatched_rows:
-        statuses.append(Status.FAIL)
-    merged.status = worst_status(statuses)
-    if any(e is not None and e.kind in ("rank_lost", "rank_exception") for _, e, _ in problems):
-        # torchrun stops the other ranks when one dies: their interruption is the consequence, the death the cause.
-        merged.status = Status.ERROR
-    if merged.status is Status.INTERRUPTED and not merged.interrupted:
-        merged.interrupted = next(s for _, _, s in problems if s)
-    keeper = CellKeeper(int((merged.options or {}).get("max_cells", 100_000)))
-    for frame in _cells_in_plan_order([r.cells for r in results if r.cells is not None and len(r.cells)], merged):
-        keeper.keep(frame)
-    cells = keeper.table(CELL_COLUMNS)
-    merged.cells_recorded, merged.cells_capped = keeper.kept, merged.cells_total > keeper.kept
-    note = keeper.note(merged.cells_total)
-    if note:
-        merged.notes.append(note)
-    details = merge_details([r.details for r in results])
-    return CheckResult(merged.validate("combined ranks"), cells, details)
-
-
-def _plan_differences(parts: list[Part], ran: list[Summary]) -> list[tuple[Part, ErrorRecord, None]]:
-    """Ranks whose plan options differ from the first rank's that ran: their shards are not slices of one plan."""
-    if not ran:
-        return []
-    first = ran[0]
-    first_rank = next(p.rank for p in parts if p.value is not None and p.value.summary is first)
-    out = []
-    for p in parts:
-        s = p.value.summary if p.value is not None else None
-        if s is None or s is first or s.status is Status.UNAVAILABLE:
-            continue
-        a, b = s.options or {}, first.options or {}
-        for key in PLAN_OPTIONS:
-            if key in a and key in b and a[key] != b[key]:
-                message = (f"rank {p.rank} (host {p.host}) planned its cases with {key}={a[key]!r} where rank {first_rank} used "
-                           f"{b[key]!r}: the ranks split different plans, so these counts are not one run's; run every rank on the "
-                           "same kind of device")  # fmt: skip
-                out.append((p, ErrorRecord("rank_plan_differs", f"rank {p.rank}", message), None))
-                break
-    return out
-
-
-def _summed_stages(stages: list[dict], wall: float | None) -> dict | None:
-    """Per stage, the seconds and rows of all ranks (rows/s is then per rank-second); the world's wall time; the largest peak RSS."""
-    if not stages:
-        return None
-    out: dict = {}
-    for ranked_stages in stages:
-        for name, value in ranked_stages.items():
-            if isinstance(value, dict) and "rows" in value:
-                into = out.setdefault(name, {"seconds": 0.0, "rows": 0})
-                into["seconds"] += value.get("seconds") or 0.0
-                into["rows"] += value.get("rows") or 0
-    for value in out.values():
-        value["seconds"] = round(value["seconds"], 3)
-        value["rows_per_s"] = round(value["rows"] / value["seconds"], 1) if value["seconds"] > 0 else None
-    out["wall"] = {"seconds": wall}
-    peaks = [x["peak_rss_mb"] for x in stages if isinstance(x.get("peak_rss_mb"), (int, float))]
-    if peaks:
-        out["peak_rss_mb"] = max(peaks)
-    return out
-
-
-def _user_shard(summaries: list[Summary]) -> tuple[int, int] | None:
-    shard = next((s.shard for s in summaries if s.shard), None)
-    if not shard:
-        return None
-    i, n = (int(x) for x in shard.split("/"))
-    return i, n
-
-
 # ---------------------------------------------------------------- running a command on every rank
+
+
+_UNSET = object()
+
+
+def _shown(options: Mapping[str, object], name: str) -> str:
+    return "not given" if name not in options else repr(options[name])
 
 
 def _ignore_signals(stop) -> None:
@@ -698,18 +572,32 @@ def _ignore_signals(stop) -> None:
         stop.writing = True
 
 
-def ranked(body: Callable[[Any], int], *, stop: Callable[[], object], env: Mapping[str, str] | None = None) -> int:
+def ranked(body: Callable[[Any], int], *, stop: Callable[[], object], env: Mapping[str, str] | None = None,
+           options: Mapping[str, object] | None = None) -> int:
     """Run a command's ``body(world)`` here: once, or as this rank of a torchrun world; the exit code.
 
     ``world`` is ``OneProcess`` without torchrun, else a joined ``RankGroup``
     (``world.stop`` is the shared stop to pass on). Under torchrun, ranks
     other than 0 print nothing to stdout, and every rank returns rank 0's code.
+
+    ``options``: the command's options that change its verdict (flag -> value). Ranks whose options differ
+    from rank 0's (a ``--seed``, ``--contract`` or ``--exact`` of their own) would check slices of different
+    runs: then no rank runs ``body``, rank 0 prints one error line naming each differing option, and every rank
+    returns 2 (a usage error).
     """
     world = World.from_env(env)
     if world is None:
         return body(OneProcess(stop))
-    group = RankGroup.join(world, stop)
+    group = RankGroup.join(world, stop, options)
+    quiet = None
     try:
+        differs = group.differing_options()
+        if differs is not None:
+            _ignore_signals(stop)  # torchrun SIGTERMs rank 0 once another rank has ended: the line is out by then
+            if group.rank == 0:  # printed before the exit code is posted, so before any other rank can end
+                print(f"error: {differs}", file=sys.stderr, flush=True)
+            group.leave(code=_USAGE)
+            return group.outcome(_USAGE)
         quiet = open(os.devnull, "w") if group.rank != 0 else None
         with contextlib.redirect_stdout(quiet) if quiet else contextlib.nullcontext():
             try:
@@ -730,6 +618,6 @@ def ranked(body: Callable[[Any], int], *, stop: Callable[[], object], env: Mappi
             group.leave(code=code)
             return group.outcome(code)
     finally:
-        if group.rank != 0:
+        if quiet is not None:
             quiet.close()
         group.close()

@@ -47,7 +47,7 @@ from ..cases.memory import reuse_freed_memory
 from ..cases.plan import plan_bulk_rows
 from ..reports.bundle import prepare_out, write_matrix_bundle
 from ..reports.schema import AgainstSides, ErrorRecord, MatrixMember, MatrixPair, MatrixReport, PairExample, PairFamily, SplitView, Status
-from .checks import DEFAULT_TIMEOUT_S, Target, _Plan, bundle_dirname, default_out, resolve, should_isolate
+from .checks import DEFAULT_TIMEOUT_S, Target, _open_captured, _Plan, bundle_dirname, default_out, resolve, should_isolate
 from .options import OptionError
 from .progress import Progress
 from .replay import replay_command, replay_pythonpath
@@ -232,6 +232,9 @@ def run_matrix(
     progress: bool = True,
     command: str = "",
     stop: Callable[[], object] | None = None,
+    logits: str | Path | None = None,
+    logits_bias: str | Path | None = None,
+    logits_sha256: str | None = None,
 ) -> MatrixRun:
     """Run ``names`` (and the two sides of ``split``) on the same cases and write the matrix bundle under ``out``.
 
@@ -240,7 +243,8 @@ def run_matrix(
     not given), groups, bias and families, as ``check`` does. ``device``: one
     for all (default cuda when torch sees a GPU). ``replay``: ``FAMILY:SEED:ROWS``,
     that one case only; ``show_row`` keeps every answer's row of it
-    (``MatrixRun.row_answers``).
+    (``MatrixRun.row_answers``). ``logits`` (``logits_bias``, ``logits_sha256``):
+    the rows of a captured logits file instead of the families, as ``check --logits``.
     """
     import torch
 
@@ -268,7 +272,7 @@ def run_matrix(
             c = oracle.get_contract(contract)
         except (ValueError, OSError) as exc:
             raise OptionError(f"--contract {contract}: {exc}") from None
-        shape = _Plan(families, rows, seed, experts, topk, None, replay).shaped(c)
+        shape = _Plan(families, rows, seed, experts, topk, None, replay, captured=_open_captured(logits, logits_bias, logits_sha256, families)).shaped(c)
         if not shape.families:
             raise OptionError(f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}; choose others with --families")
         label = "matrix-" + ("+".join(m.name for m in members) if members else f"split-{split[0]}-{split[1]}-{split[2]}")

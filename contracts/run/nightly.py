@@ -147,7 +147,15 @@ def _tool(module: str, attr: str):
 
 
 def _check_record(label: str, folder: Path, bundle: Path, command: str, run: Callable) -> dict:
-    print(f"\n== check {label} ==", flush=True)
+    """One check of the nightly, and one line saying how it ended (printed after it: the check itself prints nothing here)."""
+    record = _run_check_record(folder, bundle, command, run)
+    rows = (record.get("summary") or {}).get("rows_checked")
+    print(f"check {label}: {record['status']}" + (f", {rows:,} rows" if rows is not None else "")
+          + (f" ({record['reason']})" if record.get("reason") else ""), flush=True)  # fmt: skip
+    return record
+
+
+def _run_check_record(folder: Path, bundle: Path, command: str, run: Callable) -> dict:
     record = {"bundle": folder.relative_to(bundle).as_posix(), "command": command}
     try:
         checked = run()
@@ -360,8 +368,11 @@ def run_nightly(
     command: str = "",
     stop: Callable[[], object] | None = None,
     world=ONE_PROCESS,
+    logits: Path | None = None,
+    logits_bias: Path | None = None,
 ) -> NightlyRun:
-    """Run the nightly (see the module docstring) and write its bundle under ``out``."""
+    """Run the nightly (see the module docstring) and write its bundle under ``out``. ``logits`` (``logits_bias``):
+    every check runs on the rows of a captured logits file instead of the families (``check --logits``)."""
     import torch
 
     stop = stop or (lambda: None)
@@ -380,12 +391,13 @@ def run_nightly(
         print(f"nightly bundle: {bundle} ({target['backend']}, {target['device_model']}; {rows:,} rows per check, seed {seed})")
     else:
         bundle = out / f"rank-{world.rank}"  # never made: only names the checks' folders, which rank 0 writes
-    common = dict(rows=rows, seed=seed, device=device, progress=world.writer, stop=stop, world=world)
+    common = dict(rows=rows, seed=seed, device=device, progress=world.writer, stop=stop, world=world, logits=logits, logits_bias=logits_bias)
+    captured = (f" --logits {logits}" if logits else "") + (f" --bias {logits_bias}" if logits_bias else "")
 
     checked = {}
     for name in names:
         folder = bundle / "candidates" / bundle_dirname(name)
-        line = f"python -m contracts check --candidate {name} --rows {rows} --seed {seed} --out {folder}" + (f" --device {device}" if device else "")
+        line = f"python -m contracts check --candidate {name} --rows {rows} --seed {seed} --out {folder}" + (f" --device {device}" if device else "") + captured
         checked[name] = _check_record(name, folder, bundle, line, lambda name=name, folder=folder, line=line: run_checks([name], out=folder, command=line, **common))
 
     pairs = {}
@@ -398,7 +410,7 @@ def run_nightly(
         folder = bundle / "pairs" / f"{bundle_dirname(pair.candidate)}--vs--{bundle_dirname(pair.against)}"
         pair_device = device or ("cuda" if gpu else "cpu")
         line = (f"python -m contracts check --candidate {pair.candidate} --against {pair.against} --rows {rows} --seed {seed} "
-                f"--device {pair_device} --out {folder}" + (" --exact" if pair.exact else ""))  # fmt: skip
+                f"--device {pair_device} --out {folder}" + (" --exact" if pair.exact else "") + captured)  # fmt: skip
         record = _check_record(pair.label, folder, bundle, line, lambda pair=pair, folder=folder, line=line: run_checks(
             [pair.candidate], against=pair.against, exact=pair.exact, out=folder, command=line, **{**common, "device": pair_device}))  # fmt: skip
         if record.get("status") == "unavailable":

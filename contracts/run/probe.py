@@ -6,9 +6,9 @@ tie order, then checks that what it learned is one consistent total order.
 
 Examples::
 
-    python -m contracts.probe --candidate aiter-model
-    python -m contracts.probe --candidate oracle --contract serial
-    python -m contracts.probe --candidate torch-native --device cuda --out reports/probe-tn-h200
+    python -m contracts probe --candidate aiter-model
+    python -m contracts probe --candidate oracle --contract serial
+    python -m contracts probe --candidate torch-native --device cuda --out reports/probe-tn-h200
 
 The questions (logits; bias zero; renormalize on, routed_scaling_factor 1):
 ``ABOVE`` = 3.0 > ``TIE`` = 1.0 > ``BELOW`` = -3.0, exact in bf16 and with

@@ -108,8 +108,14 @@ def replay_command(
         parts += ["--experts", str(spec.experts), "--topk", str(spec.topk)]
     if repeat > 1:
         parts += ["--repeat", str(repeat)]
+    comment = ""
+    if getattr(spec, "source", ""):  # captured logits: the file, its digest, and (in a comment) the token the row is
+        from ..cases.captured import replay_args
+
+        extra, comment = replay_args(spec, row)
+        parts += extra
     parts += ["--replay", spec.replay_id]
     if row is not None:
         parts += ["--row", str(row)]
-    line = shlex.join(parts)
+    line = shlex.join(parts) + comment
     return f"PYTHONPATH={shlex.quote(pythonpath)} {line}" if pythonpath else line

@@ -9,9 +9,9 @@ Hypothesis, one minimal input per contract clause that broke.
 
 Examples::
 
-    python -m contracts.search --candidate radix4 --examples 2000 --device cuda
-    python -m contracts.search --candidate mypkg.router:route --contract serial --seed 3
-    python -m contracts.search --replay reports/<run>/minimal.pt --candidate radix4
+    python -m contracts search --candidate radix4 --examples 2000 --device cuda
+    python -m contracts search --candidate mypkg.router:route --contract serial --seed 3
+    python -m contracts search --replay reports/<run>/minimal.pt --candidate radix4
 
 The bundle (``--out``, default ``reports/<UTC time>-search-<candidate>``):
 
@@ -257,7 +257,7 @@ def rank_share(examples: int, rank: int, world_size: int) -> tuple[int, int]:
 
 
 def merge_searches(parts) -> tuple[SearchResult, list[dict]]:
-    """The ranks' searches (``contracts.run.distributed.Part`` values) as one result, and a record per rank.
+    """The ranks' searches (``contracts.run.rank_merge.Part`` values) as one result, and a record per rank.
 
     Examples are summed; per clause the first rank's minimal input is kept
     (each is minimal for its own search); flaky if any rank's was.
@@ -318,7 +318,7 @@ def _finding_dict(f: Finding, candidate: str, contract: str, device: str) -> dic
 
 
 def replay_command(path: Path, candidate: str, contract: str | None = None, device: str | None = None) -> str:
-    parts = ["python", "-m", "contracts.search", "--replay", str(path), "--candidate", candidate]
+    parts = ["python", "-m", "contracts", "search", "--replay", str(path), "--candidate", candidate]
     if contract:
         parts += ["--contract", contract]
     if device and device != "cpu":

@@ -23,7 +23,10 @@ flashinfer-noaux       flashinfer_noaux: route,            flashinfer-python 0.7
 
 Each module has ``supported_hardware()``, ``build()`` (CUDA ones: ``build(arch=)``),
 ``available() -> (ok, why)`` (never raises; the reason names the missing
-package, version or file and the fix) and ``covered(rows=, experts=, topk=,
+package, version or file and the fix), ``bench_launch(...)`` (``route``'s
+arguments; returns the launch ``contracts bench`` times: what the engine runs
+per forward, with what it prepares at load done once in the call; see
+docs/engines.md, "What bench times") and ``covered(rows=, experts=, topk=,
 dtype=, bias_dtype=, num_expert_group=1, topk_group=1, ...)``. Every route
 is ``fn(scores, bias, topk, renormalize, routed_scaling_factor, *,
 num_expert_group=None, topk_group=None) -> (weights fp32 [M, k], ids int32 [M, k])``;
@@ -49,6 +52,9 @@ class Adapter:
     route: str  # the route function in that module
     packages: tuple[str, ...]  # PACKAGES keys whose files it reads
     devices: tuple[str, ...]
+    # The module's bench path: ``bench(scores, bias, topk, renormalize, rsf) -> launch``, the call preparing once
+    # what the engine prepares at load, ``launch()`` making the launches the engine makes per forward.
+    bench: str = "bench_launch"
 
 
 ADAPTERS: dict[str, Adapter] = {
@@ -58,7 +64,8 @@ ADAPTERS: dict[str, Adapter] = {
         Adapter("vllm-torch", "kernels.engines.vllm_torch", "route", ("vllm",), ("cpu", "cuda")),
         Adapter("lmdeploy-torch", "kernels.engines.lmdeploy_torch", "route", ("lmdeploy",), ("cpu", "cuda")),
         Adapter("sglang-radix", "kernels.engines.sglang_radix", "route", ("sglang", "tvm-ffi"), ("cuda",)),
-        Adapter("sglang-radix-unsorted", "kernels.engines.sglang_radix", "route_unsorted", ("sglang", "tvm-ffi"), ("cuda",)),
+        Adapter("sglang-radix-unsorted", "kernels.engines.sglang_radix", "route_unsorted", ("sglang", "tvm-ffi"), ("cuda",),
+                "bench_launch_unsorted"),
         Adapter("sglang-triton", "kernels.engines.sglang_triton", "route", ("sglang",), ("cuda",)),
         Adapter("flashinfer-noaux", "kernels.engines.flashinfer_noaux", "route", ("flashinfer", "tvm-ffi"), ("cuda",)),
     )

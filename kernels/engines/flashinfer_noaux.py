@@ -53,7 +53,7 @@ from ._common import check_args, dtype_name
 from ._cuda import HERE, arch_flags, build_arch, build_shim, cublas_include_flags, shim_gates
 from ._locate import locate
 
-__all__ = ["available", "build", "covered", "route", "route_native_dtype", "sources", "supported_hardware"]
+__all__ = ["available", "bench_launch", "build", "covered", "route", "route_native_dtype", "sources", "supported_hardware"]
 
 MIN_SM = 89
 SHIM = HERE / "flashinfer_noaux_shim.cu"
@@ -148,7 +148,10 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert
     )
 
 
-def _launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group, *, pdl):
+def _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group, *, pdl, widen):
+    """Checks and what a server does once at load (the bias made dense, the outputs allocated); returns the launch:
+    with ``widen``, ``scores.to(torch.float32)`` (SGLang's FlashInfer branch does it every forward: a second kernel
+    for bf16 logits) then the kernel, on the current stream; ``(weights in the logits' launch dtype, ids)``."""
     import torch
 
     M, E, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor,
@@ -162,31 +165,49 @@ def _launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_g
     if scores.device.type != "cuda":
         raise ValueError(f"scores.device={scores.device} is not a CUDA device; flashinfer-noaux runs on an NVIDIA GPU")
     scores = scores.contiguous()  # FlashInfer requires dense tensors (its check raises on strided views)
+    launch_dtype = torch.float32 if widen else scores.dtype
     bias = torch.zeros(E, dtype=torch.float32, device=scores.device) if bias is None else bias.contiguous()
-    weights = torch.empty((M, topk), dtype=scores.dtype, device=scores.device)
+    weights = torch.empty((M, topk), dtype=launch_dtype, device=scores.device)
     ids = torch.empty((M, topk), dtype=torch.int32, device=scores.device)
     if M == 0:
-        return weights.float(), ids
+        return lambda: (weights, ids)
     with torch.cuda.device(scores.device):
         lib = library()
-        stream = torch.cuda.current_stream(scores.device).cuda_stream
-        rc = lib.rc_flashinfer_noaux_route(scores.data_ptr(), _DTYPES[dtype_name(scores.dtype)], bias.data_ptr(),
-                                           _DTYPES[dtype_name(bias.dtype)], M, E, groups, kept, topk,
-                                           float(routed_scaling_factor), 1 if pdl is None or pdl else 0,
-                                           weights.data_ptr(), ids.data_ptr(), stream)  # fmt: skip
-    if rc != 0:
-        detail = lib.rc_flashinfer_noaux_error().decode(errors="replace") if rc in (1, 4) else ""
-        raise RuntimeError(f"rc_flashinfer_noaux_route returned {rc} ({_STATUS.get(rc, 'unknown')}) {detail}".strip())
-    return weights.float(), ids
+    device, code = scores.device, _DTYPES[dtype_name(launch_dtype)]
+    tail = (bias.data_ptr(), _DTYPES[dtype_name(bias.dtype)], M, E, groups, kept, topk, float(routed_scaling_factor),
+            1 if pdl is None or pdl else 0, weights.data_ptr(), ids.data_ptr())  # fmt: skip
+
+    def launch():
+        logits = scores.to(torch.float32) if widen else scores
+        rc = lib.rc_flashinfer_noaux_route(logits.data_ptr(), code, *tail, torch.cuda.current_stream(device).cuda_stream)
+        if rc != 0:
+            detail = lib.rc_flashinfer_noaux_error().decode(errors="replace") if rc in (1, 4) else ""
+            raise RuntimeError(f"rc_flashinfer_noaux_route returned {rc} ({_STATUS.get(rc, 'unknown')}) {detail}".strip())
+        return weights, ids
+
+    launch.keep = (scores, bias)  # the tensors the launch reads stay alive as long as it does
+    return launch
+
+
+def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
+                 topk_group=None, pdl=None):  # fmt: skip
+    """``route`` as a launch prepared once: each call is what SGLang's FlashInfer branch launches per forward
+    (``gating_output.to(torch.float32)``, a kernel for bf16 logits, then ``fused_topk_deepseek``'s kernel)."""
+    return _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group, pdl=pdl,
+                    widen=True)  # fmt: skip
 
 
 def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None,
           pdl=None):  # fmt: skip
     """As SGLang calls FlashInfer: fp32 logits (widened here), the bias as given, PDL on."""
-    return _launch(scores.float(), bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group, pdl=pdl)
+    weights, ids = bench_launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group=num_expert_group,
+                                topk_group=topk_group, pdl=pdl)()  # fmt: skip
+    return weights.float(), ids
 
 
 def route_native_dtype(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
                        topk_group=None, pdl=None):  # fmt: skip
     """The logits in their own dtype: bf16 logits give bf16 weights (returned widened to fp32)."""
-    return _launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group, pdl=pdl)
+    weights, ids = _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group,
+                            pdl=pdl, widen=False)()  # fmt: skip
+    return weights.float(), ids

@@ -35,7 +35,7 @@ from ._common import check_args, empty_result, torch_router_gates
 from ._load import load_definitions
 from ._locate import locate
 
-__all__ = ["FILES", "available", "build", "covered", "load", "route", "supported_hardware"]
+__all__ = ["FILES", "available", "bench_launch", "build", "covered", "load", "route", "supported_hardware"]
 
 ENGINE = "lmdeploy"
 FILES = {"impl": "lmdeploy/pytorch/backends/default/moe_router.py", "base": "lmdeploy/pytorch/backends/moe_router.py"}
@@ -64,15 +64,30 @@ def covered(*, bias_dtype="unknown", **_shape) -> bool:
     return bias_dtype is not None
 
 
+def _impl(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group):
+    M, E, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor, bias_required=True,
+                                    num_expert_group=num_expert_group, topk_group=topk_group)  # fmt: skip
+    impl = load()(scoring_func="sigmoid", top_k=int(topk), n_group=groups, topk_group=kept, n_routed_experts=E,
+                  routed_scaling_factor=float(routed_scaling_factor), renormalize=renormalize, router_n_groups=-1)  # fmt: skip
+    return M, impl
+
+
+def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
+                 topk_group=None):  # fmt: skip
+    """What lmdeploy runs per forward, as a launch: the router object built once (lmdeploy builds it with the model),
+    then ``impl.forward(logits, bias)``; without ``route``'s widening of its outputs to fp32 / int32 for the harness."""
+    _, impl = _impl(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group)
+    return lambda: impl.forward(scores, bias)
+
+
 def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None):
     """lmdeploy's default noaux_tc router on the logits and bias as given; ``(weights fp32, ids int32)``."""
     import torch
 
-    M, E, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor, bias_required=True,
-                                    num_expert_group=num_expert_group, topk_group=topk_group)  # fmt: skip
+    M, *_ = check_args(scores, bias, topk, renormalize, routed_scaling_factor, bias_required=True,
+                       num_expert_group=num_expert_group, topk_group=topk_group)  # fmt: skip
     if M == 0:
         return empty_result(topk, scores.device)
-    impl = load()(scoring_func="sigmoid", top_k=int(topk), n_group=groups, topk_group=kept, n_routed_experts=E,
-                  routed_scaling_factor=float(routed_scaling_factor), renormalize=renormalize, router_n_groups=-1)  # fmt: skip
+    _, impl = _impl(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group)
     weights, ids = impl.forward(scores, bias)
     return weights.to(torch.float32), ids.to(torch.int32)

@@ -45,7 +45,7 @@ from ._common import check_args, dtype_name
 from ._cuda import HERE, arch_flags, build_arch, build_shim, shim_gates
 from ._locate import locate
 
-__all__ = ["EXPERTS", "TOPK", "available", "build", "covered", "route", "route_unsorted", "sources", "supported_hardware"]
+__all__ = ["EXPERTS", "TOPK", "available", "bench_launch", "bench_launch_unsorted", "build", "covered", "route", "route_unsorted", "sources", "supported_hardware"]
 
 EXPERTS, TOPK = 896, 16
 MIN_SM = 90
@@ -120,7 +120,9 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert
     )
 
 
-def _launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group, *, sorted_output, pdl):
+def _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group, *, sorted_output, pdl):
+    """Checks, then what SGLang does before serving (the bias widened to fp32 once, the outputs allocated); returns
+    the launch: one call of the kernel on the current stream, ``(weights, ids)``."""
     import torch
 
     M, E, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor, dtypes=tuple(_DTYPES),
@@ -137,20 +139,45 @@ def _launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_g
     weights = torch.empty((M, topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((M, topk), dtype=torch.int32, device=scores.device)
     if M == 0:
-        return weights, ids
+        return lambda: (weights, ids)
     if pdl is None:
         pdl = torch.cuda.get_device_capability(scores.device)[0] >= 9
     flags = _APPLY_SCALE | (_RENORMALIZE if renormalize else 0) | (_SORTED if sorted_output else 0) | (_PDL if pdl else 0)
     with torch.cuda.device(scores.device):
         lib = library()
-        stream = torch.cuda.current_stream(scores.device).cuda_stream
-        rc = lib.rc_sglang_radix_route(scores.data_ptr(), _DTYPES[dtype_name(scores.dtype)], row_stride, bias32.data_ptr(),
-                                       M, float(routed_scaling_factor), flags, weights.data_ptr(), ids.data_ptr(),
-                                       stream)  # fmt: skip
-    if rc != 0:
-        detail = lib.rc_sglang_radix_error().decode(errors="replace") if rc == 4 else ""
-        raise RuntimeError(f"rc_sglang_radix_route returned {rc} ({_STATUS.get(rc, 'unknown')}) {detail}".strip())
-    return weights, ids
+    args = (scores.data_ptr(), _DTYPES[dtype_name(scores.dtype)], row_stride, bias32.data_ptr(), M,
+            float(routed_scaling_factor), flags, weights.data_ptr(), ids.data_ptr())  # fmt: skip
+    device = scores.device
+
+    def launch():
+        rc = lib.rc_sglang_radix_route(*args, torch.cuda.current_stream(device).cuda_stream)
+        if rc != 0:
+            detail = lib.rc_sglang_radix_error().decode(errors="replace") if rc == 4 else ""
+            raise RuntimeError(f"rc_sglang_radix_route returned {rc} ({_STATUS.get(rc, 'unknown')}) {detail}".strip())
+        return weights, ids
+
+    launch.keep = (scores, bias32)  # the tensors the launch reads stay alive as long as it does
+    return launch
+
+
+def _launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group, *, sorted_output, pdl):
+    return _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group,
+                    sorted_output=sorted_output, pdl=pdl)()  # fmt: skip
+
+
+def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
+                 topk_group=None, pdl=None):  # fmt: skip
+    """``route``'s kernel as a launch prepared once (SGLang's load: ``correction_bias.to(torch.float32)``); each
+    call of the returned function is the one launch SGLang makes per forward (``sorted=True``)."""
+    return _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group,
+                    sorted_output=True, pdl=pdl)  # fmt: skip
+
+
+def bench_launch_unsorted(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
+                          topk_group=None, pdl=None):  # fmt: skip
+    """As ``bench_launch``, with ``sorted=False``: the launch SGLang's ``moe_fused_gate`` makes per forward."""
+    return _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group,
+                    sorted_output=False, pdl=pdl)  # fmt: skip
 
 
 def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None,

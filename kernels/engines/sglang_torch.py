@@ -54,7 +54,7 @@ from ._common import check_args, empty_result, torch_router_gates
 from ._load import load_definitions
 from ._locate import locate
 
-__all__ = ["FILE", "available", "build", "covered", "load", "route", "route_as_served", "route_compiled",
+__all__ = ["FILE", "available", "bench_launch", "build", "covered", "load", "route", "route_as_served", "route_compiled",
            "supported_hardware"]  # fmt: skip
 
 ENGINE = "sglang"
@@ -99,6 +99,14 @@ def _route(ns, scores, bias, topk, renormalize, routed_scaling_factor, num_exper
     return ns["biased_grouped_topk_impl"](scores, scores, bias, topk, renormalize, groups, kept,
                                           num_fused_shared_experts=0, routed_scaling_factor=rs,
                                           apply_routed_scaling_factor_on_output=True)  # fmt: skip
+
+
+def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
+                 topk_group=None):  # fmt: skip
+    """What SGLang runs per forward, as a launch: its eager router (``route``) on the logits and bias as given;
+    nothing is prepared at load (the torch router reads the bias as the model keeps it)."""
+    ns = load()
+    return lambda: _route(ns, scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group)
 
 
 def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None):

@@ -39,7 +39,7 @@ from ._common import check_args, describe_roots, gate
 from ._load import load_definitions, stand_in
 from ._locate import locate
 
-__all__ = ["FILE", "available", "build", "covered", "load", "route", "source", "supported_hardware"]
+__all__ = ["FILE", "available", "bench_launch", "build", "covered", "load", "route", "source", "supported_hardware"]
 
 ENGINE = "sglang"
 FILE = "sglang/kernels/ops/moe/moe_fused_gate.py"
@@ -105,9 +105,11 @@ def covered(*, rows: int, experts: int, topk: int, num_expert_group=1, topk_grou
     return rows >= 0 and 1 <= topk <= experts and experts % (num_expert_group or 1) == 0
 
 
-def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None,
-          pdl=True):  # fmt: skip
-    """SGLang's Triton router; ``(weights fp32, ids int32)``; PDL on sm_90+ unless ``pdl=False``."""
+def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
+                 topk_group=None, pdl=True):  # fmt: skip
+    """``route`` split as SGLang serves it: the bias widened to fp32 once (``correction_bias.to(torch.float32)``
+    before serving) and the kernel loaded; each call of the returned function is ``moe_fused_gate``, the one Triton
+    launch SGLang makes per forward."""
     import torch
 
     _, E, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor,
@@ -116,8 +118,18 @@ def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, nu
         raise ValueError(f"scores.device={scores.device} is not a CUDA device; sglang-triton runs on an NVIDIA GPU "
                          f"(or on the CPU under Triton's interpreter, TRITON_INTERPRET=1, for tests)")
     bias32 = torch.zeros(E, dtype=torch.float32, device=scores.device) if bias is None else bias.to(torch.float32)
-    return load(pdl=bool(pdl))["moe_fused_gate"](
-        scores, bias32, topk, scoring_func="sigmoid", num_fused_shared_experts=0, renormalize=renormalize,
-        routed_scaling_factor=float(routed_scaling_factor), apply_routed_scaling_factor_on_output=True,
-        num_expert_group=groups, topk_group=kept,
-    )  # fmt: skip
+    gate = load(pdl=bool(pdl))["moe_fused_gate"]
+
+    def launch():
+        return gate(scores, bias32, topk, scoring_func="sigmoid", num_fused_shared_experts=0, renormalize=renormalize,
+                    routed_scaling_factor=float(routed_scaling_factor), apply_routed_scaling_factor_on_output=True,
+                    num_expert_group=groups, topk_group=kept)  # fmt: skip
+
+    return launch
+
+
+def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None,
+          pdl=True):  # fmt: skip
+    """SGLang's Triton router; ``(weights fp32, ids int32)``; PDL on sm_90+ unless ``pdl=False``."""
+    return bench_launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group=num_expert_group,
+                        topk_group=topk_group, pdl=pdl)()  # fmt: skip

@@ -53,7 +53,7 @@ from ._common import check_args, empty_result, torch_router_gates
 from ._load import load_definitions, stand_in
 from ._locate import locate
 
-__all__ = ["FILES", "available", "build", "covered", "load", "route", "route_compiled", "supported_hardware"]
+__all__ = ["FILES", "available", "bench_launch", "build", "covered", "load", "route", "route_compiled", "supported_hardware"]
 
 ENGINE = "vllm"
 ROUTER = "vllm/model_executor/layers/fused_moe/router"
@@ -123,6 +123,14 @@ def _route(fns, scores, bias, topk, renormalize, routed_scaling_factor, num_expe
         return fns["fused_topk_bias"](scores, scores, "sigmoid", bias, topk, renormalize, routed_scaling_factor=rs)
     return fns["grouped_topk"](scores, scores, topk, renormalize, num_expert_group=groups, topk_group=kept,
                                scoring_func="sigmoid", routed_scaling_factor=rs, e_score_correction_bias=bias)  # fmt: skip
+
+
+def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
+                 topk_group=None):  # fmt: skip
+    """What vLLM runs per forward, as a launch: its eager router (``route``) on the logits and bias as given;
+    nothing is prepared at load."""
+    fns = load()
+    return lambda: _route(fns, scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group)
 
 
 def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None):

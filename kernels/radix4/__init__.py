@@ -27,10 +27,12 @@ Inputs: ``scores`` ``[M, E]`` bf16 or fp32, column stride 1, row stride >= E;
         -> (weights, ids)
 
 ``arch`` is ``'sm_90'`` (nvcc) or ``'gfx942'`` (hipcc) and lets a machine without
-a GPU compile the library. Launch shape: a block of 4 warps per token up to 256
-rows (lowest latency), a warp per token above (least work per token), with
-registers capped for more warps per SM above 1,536 rows; the measurements
-behind the choice are in docs/radix4_tuning.md. ``route`` launches
+a GPU compile the library. Launch shape: a block of 4 warps per token for small
+batches (lowest latency), a warp per token above (least work per token), with
+registers capped for more warps per SM for the largest; ``BATCH_SWITCH_POINTS``
+holds the batch sizes where each shape starts, per (experts, topk)
+(``launch_shape_for(rows, experts, topk)`` names the one taken); the
+measurements behind them are in docs/radix4_tuning.md. ``route`` launches
 on ``torch.cuda.current_stream``, so a CUDA graph captures it, and never modifies
 its inputs. ``pdl=True`` (CUDA, compute capability 9.0+; ValueError elsewhere)
 launches with programmatic dependent launch: the kernel may start while the
@@ -61,7 +63,9 @@ from .._args import check_route_args
 from .._build import BuildError, compile_shared, load_library
 
 __all__ = [
+    "BATCH_SWITCH_POINTS",
     "CONTRACTS",
+    "LAUNCH_SHAPES",
     "MAX_ROWS",
     "NAME",
     "SHAPES",
@@ -71,6 +75,7 @@ __all__ = [
     "cuda_source",
     "headers",
     "hip_source",
+    "launch_shape_for",
     "route",
     "supported_hardware",
 ]
@@ -87,6 +92,22 @@ CONTRACTS = {
 # routing at every batch measured up to 4096 rows (benchmarks/radix4_gpu_check.py);
 # beyond that a library router may take over.
 MAX_ROWS = 4096
+# The launch shapes in the order the batch size walks through them: a block of
+# warps per token, a warp per token, the register-capped (dense) warp per token.
+LAUNCH_SHAPES = ("block", "warp", "dense")
+# (experts, topk) -> the first batch size (rows) of each launch shape after the
+# first: (first M of "warp", first M of "dense"). M < first_warp takes a block
+# per token, first_warp <= M < first_dense a warp, M >= first_dense the dense
+# kernel; equal points skip "warp", a point above MAX_ROWS is never reached.
+# Both contracts (aiter, serial) use the same points. Chosen by measurement on
+# the H200 (python -m kernels.radix4.shape_sweep: every M in 1..4096, each shape,
+# both contracts; reports/baselines/h200-radix4-shapes/, docs/radix4_tuning.md); mirrors radix4_entry.h's
+# RADIX4_FIRST_*_ROWS_<E>_<K> (tests/test_radix4_switch_points.py keeps them equal).
+BATCH_SWITCH_POINTS: dict[tuple[int, int], tuple[int, int]] = {
+    (896, 16): (61, 1585),
+    (384, 8): (1, 3465),  # a warp per token wins from M = 1 (1.92 vs 1.96 us at M = 1)
+    (224, 16): (1, 2677),  # 1.98 vs 2.16 us at M = 1
+}
 
 CUDA_COMPILER = "nvcc"
 HIP_COMPILER = "hipcc"
@@ -243,6 +264,12 @@ def available(*, contract: str = "aiter", cuda_only: bool = False, min_cuda_arch
 
 def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def launch_shape_for(rows: int, experts: int, topk: int) -> str:
+    """The launch shape ``route`` takes by default for a batch of ``rows`` (one of LAUNCH_SHAPES)."""
+    first_warp, first_dense = BATCH_SWITCH_POINTS[(experts, topk)]
+    return "dense" if rows >= first_dense else "warp" if rows >= first_warp else "block"
 
 
 def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bool:

@@ -142,7 +142,7 @@ struct Warp32 {
 
     // 1 / y rounded to nearest, for 1 <= y < 2^126: the approximate
     // reciprocal and one Newton step with fused multiply-adds. `1.0f / y`
-    // gives the same bits (benchmarks/radix4_sigmoid_exhaustive.cu checks
+    // gives the same bits (kernels/radix4/lab/radix4_sigmoid_exhaustive.cu checks
     // every y) but branches to a slow path per value, which keeps the
     // compiler from overlapping a thread's sigmoids. Larger y (a subnormal
     // result) and NaN are the caller's to redo with `1.0f / y`.

@@ -5,7 +5,8 @@
 // scores plus a correction bias, aiter's tie order, NaN last) and their
 // weights: see radix4_router.h for the contract as plain torch and the
 // algorithm. Launch shape: a block of RADIX4_WARPS_PER_TOKEN waves per token
-// up to RADIX4_BLOCK_PER_TOKEN_MAX_ROWS rows, else one 64-lane wave per
+// below the shape's first switch point (radix4_entry.h's switch_points,
+// measured on the H200, not yet on gfx942), else one 64-lane wave per
 // token, RADIX4_TOKENS_PER_BLOCK waves per block; cross-lane sums are DPP
 // prefix sums (lanes_hip.h). C ABI: radix4_entry.h (no programmatic
 // dependent launch here: that flag returns status 5).

@@ -14,10 +14,10 @@
 //   dtypes   RADIX4_FLOAT32 = 0, RADIX4_BFLOAT16 = 1 (any pairing)
 //   flags    RADIX4_RENORMALIZE = 1; RADIX4_BLOCK_PER_TOKEN = 2,
 //            RADIX4_WARP_PER_TOKEN = 4 and RADIX4_DENSE_WARP_PER_TOKEN = 16
-//            force a launch shape (benchmarks); by default rows <=
-//            RADIX4_BLOCK_PER_TOKEN_MAX_ROWS take a block per token, rows >
-//            RADIX4_DENSE_MIN_ROWS the dense warp-per-token kernel, the
-//            batches between the plain one.
+//            force a launch shape (benchmarks); by default the batch
+//            size picks it at the shape's switch points (switch_points:
+//            a block per token below the first, the dense warp-per-token
+//            kernel from the second, the plain one between).
 //            RADIX4_PROGRAMMATIC_LAUNCH = 8: programmatic dependent launch
 //            (CUDA, compute capability 9.0+; status 5 elsewhere): the
 //            kernel may start while the previous kernel in the stream
@@ -48,14 +48,48 @@
 #ifndef RADIX4_TOKENS_PER_BLOCK
 #define RADIX4_TOKENS_PER_BLOCK 4
 #endif
-// The largest batch that takes a block per token.
-#ifndef RADIX4_BLOCK_PER_TOKEN_MAX_ROWS
-#define RADIX4_BLOCK_PER_TOKEN_MAX_ROWS 256
+// Launch-shape switch points per (experts, topk): the first batch (rows) that
+// takes the warp-per-token shape, and the first that takes the dense one;
+// smaller batches take a block per token. Chosen by measurement on the H200
+// (docs/radix4_tuning.md); kernels/radix4/__init__.py's BATCH_SWITCH_POINTS
+// mirrors these (tests/test_radix4_switch_points.py keeps the two equal).
+// Equal points skip the warp shape; a point above every batch never switches.
+#ifndef RADIX4_FIRST_WARP_ROWS_896_16
+#define RADIX4_FIRST_WARP_ROWS_896_16 61
 #endif
-// Batches above this many rows take the dense warp-per-token kernel (the
-// uncapped one fits 12 warps per H200 SM for E = 896: 1,584 tokens a wave).
-#ifndef RADIX4_DENSE_MIN_ROWS
-#define RADIX4_DENSE_MIN_ROWS 1536
+#ifndef RADIX4_FIRST_DENSE_ROWS_896_16
+#define RADIX4_FIRST_DENSE_ROWS_896_16 1585
+#endif
+#ifndef RADIX4_FIRST_WARP_ROWS_384_8
+#define RADIX4_FIRST_WARP_ROWS_384_8 1
+#endif
+#ifndef RADIX4_FIRST_DENSE_ROWS_384_8
+#define RADIX4_FIRST_DENSE_ROWS_384_8 3465
+#endif
+#ifndef RADIX4_FIRST_WARP_ROWS_224_16
+#define RADIX4_FIRST_WARP_ROWS_224_16 1
+#endif
+#ifndef RADIX4_FIRST_DENSE_ROWS_224_16
+#define RADIX4_FIRST_DENSE_ROWS_224_16 2677
+#endif
+// Lab overrides for every shape at once (benchmarks/radix4_kernels_bench.py's
+// variants): the largest batch that takes a block per token, and the batches
+// above RADIX4_DENSE_MIN_ROWS take the dense kernel.
+#ifdef RADIX4_BLOCK_PER_TOKEN_MAX_ROWS
+#undef RADIX4_FIRST_WARP_ROWS_896_16
+#undef RADIX4_FIRST_WARP_ROWS_384_8
+#undef RADIX4_FIRST_WARP_ROWS_224_16
+#define RADIX4_FIRST_WARP_ROWS_896_16 (RADIX4_BLOCK_PER_TOKEN_MAX_ROWS + 1)
+#define RADIX4_FIRST_WARP_ROWS_384_8 (RADIX4_BLOCK_PER_TOKEN_MAX_ROWS + 1)
+#define RADIX4_FIRST_WARP_ROWS_224_16 (RADIX4_BLOCK_PER_TOKEN_MAX_ROWS + 1)
+#endif
+#ifdef RADIX4_DENSE_MIN_ROWS
+#undef RADIX4_FIRST_DENSE_ROWS_896_16
+#undef RADIX4_FIRST_DENSE_ROWS_384_8
+#undef RADIX4_FIRST_DENSE_ROWS_224_16
+#define RADIX4_FIRST_DENSE_ROWS_896_16 (RADIX4_DENSE_MIN_ROWS + 1)
+#define RADIX4_FIRST_DENSE_ROWS_384_8 (RADIX4_DENSE_MIN_ROWS + 1)
+#define RADIX4_FIRST_DENSE_ROWS_224_16 (RADIX4_DENSE_MIN_ROWS + 1)
 #endif
 // The dense kernel's minimum blocks per SM (register cap; 4 x 128 threads:
 // 128 registers).
@@ -84,8 +118,17 @@ enum class LaunchShape { kBlockPerToken, kWarpPerToken, kDenseWarpPerToken };
 
 constexpr int kTokensPerBlock = RADIX4_TOKENS_PER_BLOCK;
 static_assert(kTokensPerBlock >= 1 && kTokensPerBlock <= 16, "RADIX4_TOKENS_PER_BLOCK must be 1..16");
-constexpr int64_t kBlockPerTokenMaxRows = RADIX4_BLOCK_PER_TOKEN_MAX_ROWS;
-constexpr int64_t kDenseMinRows = RADIX4_DENSE_MIN_ROWS;
+
+// The first rows of the warp-per-token and of the dense launch shape, for one (experts, topk).
+struct SwitchPoints {
+    int64_t first_warp;
+    int64_t first_dense;
+};
+inline SwitchPoints switch_points(int experts, int topk) {
+    if (experts == 384 && topk == 8) return {RADIX4_FIRST_WARP_ROWS_384_8, RADIX4_FIRST_DENSE_ROWS_384_8};
+    if (experts == 224 && topk == 16) return {RADIX4_FIRST_WARP_ROWS_224_16, RADIX4_FIRST_DENSE_ROWS_224_16};
+    return {RADIX4_FIRST_WARP_ROWS_896_16, RADIX4_FIRST_DENSE_ROWS_896_16};
+}
 static_assert(RADIX4_DENSE_MIN_BLOCKS >= 1 && RADIX4_WARP_MIN_BLOCKS >= 1, "minimum blocks per SM are >= 1");
 
 inline int& last_runtime_error() {
@@ -196,12 +239,13 @@ int route(const void* scores, int scores_dtype, int64_t row_stride, const void* 
     }
     if (rows == 0) return kOk;
     if (scores == nullptr || bias == nullptr || weights == nullptr || ids == nullptr) return kBadArgument;
+    const SwitchPoints at = switch_points(experts, topk);
     const LaunchShape shape = forced == kBlockPerToken       ? LaunchShape::kBlockPerToken
                               : forced == kWarpPerToken      ? LaunchShape::kWarpPerToken
                               : forced == kDenseWarpPerToken ? LaunchShape::kDenseWarpPerToken
-                              : rows <= kBlockPerTokenMaxRows ? LaunchShape::kBlockPerToken
-                              : rows > kDenseMinRows         ? LaunchShape::kDenseWarpPerToken
-                                                             : LaunchShape::kWarpPerToken;
+                              : rows >= at.first_dense       ? LaunchShape::kDenseWarpPerToken
+                              : rows >= at.first_warp        ? LaunchShape::kWarpPerToken
+                                                             : LaunchShape::kBlockPerToken;
     const Args a{scores, row_stride, bias, static_cast<int>(rows), flags & kRenormalize, shape, programmatic,
                  routed_scaling_factor, weights, ids, static_cast<Runtime::Stream>(stream)};
     if (k3) return launch_dtypes<C, 896, 16>(a, scores_dtype, bias_dtype);

@@ -34,7 +34,7 @@
 // steps): the lane maxima of the keys give a lower bound `lo` that at least
 // k keys reach (in each lane group, the k-th largest lane maximum: k lanes
 // hold a key at least that large); for sigmoid scores only a few dozen
-// keys reach it (benchmarks/radix4_bound_sim.py; docs/radix4_tuning.md).
+// keys reach it (kernels/radix4/lab/radix4_bound_sim.py; docs/radix4_tuning.md).
 // Those keys are copied to shared memory, where each is ranked by counting
 // the larger composites. The rank is the output position.
 //
@@ -59,7 +59,7 @@
 // kTokensPerBlock bytes. No fast math anywhere: the sigmoid must round like
 // the contract's so that ids stay comparable (on CUDA its reciprocal is a
 // branch-free sequence that is exact below 2^126, checked for every input by
-// benchmarks/radix4_sigmoid_exhaustive.cu).
+// kernels/radix4/lab/radix4_sigmoid_exhaustive.cu).
 //
 // Programmatic dependent launch (CUDA sm_90+, radix4_entry.h): the kernel
 // lets its dependents launch at entry and waits for the grids before it
@@ -240,7 +240,7 @@ struct AiterContract {
     // RADIX4_EX2_FTZ, L::exp2_flushed (ftz) instead: it differs from exp2f
     // only where exp2f is below 2^-126, and 1 + such a value is 1 either way,
     // so the denominator has the same bits (checked for every x by
-    // benchmarks/radix4_sigmoid_exhaustive.cu) for fewer instructions.
+    // kernels/radix4/lab/radix4_sigmoid_exhaustive.cu) for fewer instructions.
     template <class L>
     static __device__ __forceinline__ float denominator(float x) {
         constexpr float kNegLog2e = -1.44269504088896340736f;
@@ -386,9 +386,9 @@ __device__ __forceinline__ Pick pick_bin(const uint32_t total[8], uint32_t neede
 
 // ---- step clocks ----
 
-// For benchmarks/radix4_lab.py: a RADIX4_LAB build records the SM clock of
+// For kernels/radix4/lab/radix4_lab.py: a RADIX4_LAB build records the SM clock of
 // block 0, thread 0 at each step; other builds compile nothing.
-// A RADIX4_LAB_TOKENS build (CUDA only; benchmarks/radix4_token_lab.py)
+// A RADIX4_LAB_TOKENS build (CUDA only; kernels/radix4/lab/radix4_token_lab.py)
 // records the same six clocks for every token of a launch, from the token's
 // thread 0, and its SM and the global timer (ns, comparable across SMs) at
 // entry and at the end: where a batch's time goes beyond one token's.

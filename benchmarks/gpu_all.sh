@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Every measurement of this repository on a CUDA GPU, one phase per call (each phase fits a
+# 10-minute call on an H200). Run from the repository root:
+#
+#   OUT=/tmp/out bash benchmarks/gpu_all.sh [PHASE ...]      (no PHASE: all of them, in this order)
+#
+#   build     every CUDA library once (radix4, radix4-serial, serial scan, block argmax), so the
+#             parallel steps below do not race on the kernel cache
+#   kernels   benchmarks/radix4_kernels_bench.py (exhaustive sigmoid, bit identity on >= 1,000,000
+#             rows, PDL in graphs, the side-by-side table; PREV=DIR adds an earlier kernel's sources,
+#             VARIANTS=all|none|a,b the tuning variants), benchmarks/radix4_gpu_check.py and
+#             benchmarks/serial_gpu_check.py
+#   checks    python -m contracts check: radix4, radix4-pdl, radix4-serial over $ROWS rows each,
+#             radix4-serial --against block-argmax --exact, the edge families, --repeat 10 (graph replay)
+#   tools     probe of each GPU candidate, a hypothesis search of radix4, a short nightly
+#   bench     python -m contracts bench of the GPU candidates (with the launch floor)
+#   harness   benchmarks/harness_speed.py over $SPEED_ROWS rows (in-process and isolated) and
+#             benchmarks/oracle_speed.py
+#   engines   benchmarks/engines_gpu_check.py and the adapters' tests (needs .engines/, see below)
+#   matrix    python -m contracts matrix at 896/16, 384/8 and under deepseek-v3, and each CUDA engine
+#             candidate checked under aiter (needs .engines/; MATRIX_ROWS rows, default 20,000)
+#   lab       the radix4 step clocks (kernels/radix4/lab/radix4_lab.py) and every token's clocks
+#             (radix4_token_lab.py); with PROFILE=1 also ncu's stall sites (radix4_profile.py and
+#             radix4_stall_sites.py)
+#
+# The engine phases need the engines' files, which a GPU host without internet gets as the ignored
+# folder .engines/ (about 1 MB), written beforehand on a machine with the wheels and nvcc:
+#   bash scripts/engines.sh download && python -m kernels.engines.extract --to .engines
+# Each step has its own time limit and its own log, so one slow or failing step does not take the
+# others down; the exit status is 1 when any step failed. Bundles (without their parquet files) are
+# tarred into $OUT/PHASE.tgz; the logs and tables land in $OUT/PHASE/.
+set -u -o pipefail
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+: "${OUT:?set OUT to a directory for the results}"
+ROWS=${ROWS:-1000000}
+SPEED_ROWS=${SPEED_ROWS:-20M}
+MATRIX_ROWS=${MATRIX_ROWS:-20000}
+WORK=${WORK:-/tmp/gpu-all}
+export ROUTER_KERNEL_CACHE=${ROUTER_KERNEL_CACHE:-/tmp/router-kernel-cache}
+if [ -z "${ROUTER_ENGINE_PATH:-}" ] && [ -d .engines ]; then
+    export ROUTER_ENGINE_PATH=$PWD/.engines
+fi
+mkdir -p "$OUT" "$WORK"
+t0=$(date +%s)
+failed=0
+PHASE_DIR=
+
+# run LIMIT LOG CMD...: one step, its output in $PHASE_DIR/LOG, its tail on the terminal
+run() {
+    local limit=$1 log=$2; shift 2
+    timeout "$limit" "$@" > "$PHASE_DIR/$log" 2>&1
+    local rc=$?
+    echo "exit $rc ($log, +$(( $(date +%s) - t0 )) s)"
+    tail -"${TAIL:-6}" "$PHASE_DIR/$log"
+    [ "$rc" -eq 0 ] || failed=1
+}
+check() { local name=$1; shift; run 200 "$name.log" python3 -m contracts check "$@" --out "$WORK/$PHASE/$name" --force --quiet; }
+need_engines() { [ -n "${ROUTER_ENGINE_PATH:-}" ] || { echo "skipped: no .engines/ (see the head of this script)"; return 1; }; }
+
+phase_build() {
+    python3 - <<'EOF' 2>&1 | tee "$PHASE_DIR/build.txt"
+import concurrent.futures as cf
+import kernels.radix4 as r, kernels.radix4.serial as rs, kernels.serial.scan as s, kernels.serial.block_argmax as b
+jobs = {"radix4": r.build, "radix4-serial": rs.build, "serial": lambda: s.build("cuda"), "block-argmax": lambda: b.build("cuda")}
+with cf.ThreadPoolExecutor(len(jobs)) as pool:
+    for name, fut in {n: pool.submit(f) for n, f in jobs.items()}.items():
+        try:
+            print(name, fut.result())
+        except Exception as exc:
+            print(name, "build failed:", type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+EOF
+}
+
+phase_kernels() {
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,utilization.gpu --format=csv > "$PHASE_DIR/gpu.txt"
+    local args=(--out "$PHASE_DIR" --variants "${VARIANTS:-none}")
+    [ -n "${PREV:-}" ] && args+=(--prev "$PREV")
+    TAIL=30 run 400 kernels_bench_log.txt python3 benchmarks/radix4_kernels_bench.py "${args[@]}"
+    TAIL=20 run 200 radix4_gpu_check.txt python3 benchmarks/radix4_gpu_check.py --json "$PHASE_DIR/radix4_gpu_check.json"
+    TAIL=3 run 200 serial_gpu_check.txt python3 benchmarks/serial_gpu_check.py --skip-timing
+}
+
+phase_checks() {
+    check radix4 --candidate radix4 --rows "$ROWS" &
+    check radix4-pdl --candidate radix4-pdl --rows "$ROWS" &
+    wait
+    check radix4-serial --candidate radix4-serial --rows "$ROWS"
+    check radix4-serial-vs-block-argmax --candidate radix4-serial --against block-argmax --exact --rows "$ROWS"
+    check radix4-edge --candidate radix4 --families sigmoid_underflow,saturated,subnormal,zero_sum,signed_zero --rows 60000
+    check radix4-repeat10 --candidate radix4 --repeat 10 --rows 100000
+}
+
+phase_tools() {
+    for c in radix4 radix4-serial block-argmax torch-native aiter-model; do
+        run 120 "probe-$c.log" python3 -m contracts probe --candidate "$c" --device cuda --out "$WORK/$PHASE/probe-$c"
+    done
+    run 200 search-radix4.log python3 -m contracts search --candidate radix4 --examples 300 --no-database --device cuda \
+        --out "$WORK/$PHASE/search-radix4"
+    TAIL=20 run 300 nightly.log python3 -m contracts nightly --out "$WORK/$PHASE/nightly" --rows 20000
+}
+
+phase_bench() {
+    TAIL=20 run 300 bench.log python3 -m contracts bench --candidate radix4,radix4-pdl,radix4-serial,block-argmax,torch-native \
+        --device cuda --out "$WORK/$PHASE/bench"
+}
+
+phase_harness() {
+    TAIL=16 run 300 harness_speed.txt python3 benchmarks/harness_speed.py --device cuda --candidate radix4 --rows "$SPEED_ROWS" \
+        --json "$PHASE_DIR/harness_speed_gpu.json"
+    TAIL=8 run 200 oracle_speed.txt python3 benchmarks/oracle_speed.py --device cuda
+}
+
+phase_engines() {
+    need_engines || return 0
+    TAIL=20 run 300 engines_gpu_check.txt python3 benchmarks/engines_gpu_check.py --out "$PHASE_DIR/engines_gpu_check.json"
+    TAIL=10 run 300 engines_tests.txt python3 -m pytest -q -rs -p no:randomly tests/test_engines_loader.py \
+        tests/test_engines_torch.py tests/test_engines_cuda.py
+}
+
+phase_matrix() {
+    need_engines || return 0
+    local m="python3 -m contracts matrix --device cuda --rows $MATRIX_ROWS --force --quiet"
+    TAIL=20 run 250 matrix-k3.txt $m --out "$WORK/$PHASE/k3" --split radix4:sglang-radix@1024 \
+        --candidate radix4,block-argmax,torch-native,sglang-radix,sglang-triton,sglang-torch,vllm-torch
+    TAIL=20 run 250 matrix-k2.txt $m --out "$WORK/$PHASE/k2" --experts 384 --topk 8 \
+        --candidate radix4,block-argmax,torch-native,sglang-triton,sglang-torch,vllm-torch,flashinfer-noaux
+    TAIL=20 run 250 matrix-dsv3.txt $m --out "$WORK/$PHASE/dsv3" --contract deepseek-v3 \
+        --candidate sglang-triton,flashinfer-noaux,sglang-torch,vllm-torch,lmdeploy-torch
+    # What each CUDA engine candidate breaks under aiter: the clauses its declared deviations
+    # (contracts/candidates/engines.py) rest on.
+    check engines-k3 --candidate sglang-radix,sglang-radix-unsorted,sglang-triton --contract aiter --device cuda --rows "$MATRIX_ROWS"
+    check engines-k2 --candidate flashinfer-noaux,sglang-triton --contract aiter --device cuda --experts 384 --topk 8 --rows "$MATRIX_ROWS"
+}
+
+phase_lab() {
+    local lab=kernels/radix4/lab
+    {
+        python3 $lab/radix4_lab.py --launches 20
+        python3 $lab/radix4_lab.py --launches 20 --pdl
+        python3 $lab/radix4_lab.py --launches 20 --contract serial
+    } > "$PHASE_DIR/lab.txt" 2>&1 || failed=1
+    tail -20 "$PHASE_DIR/lab.txt"
+    TAIL=20 run 300 token_lab.txt python3 $lab/radix4_token_lab.py
+    if [ -n "${PROFILE:-}" ] && command -v ncu > /dev/null; then
+        local configs=${PROFILE_CONFIGS:-1:block:random,1024:warp:random,4096:dense:random}
+        local rep=$WORK/$PHASE/prof
+        run 400 ncu-run.log ncu --profile-from-start off --clock-control none --set full --import-source no -f -o "$rep" \
+            python3 $lab/radix4_profile.py --configs "$configs"
+        local n i
+        n=$(echo "$configs" | tr ',' '\n' | wc -l)
+        mkdir -p "$WORK/$PHASE/source"
+        for i in $(seq 0 $((n - 1))); do
+            ncu -i "$rep.ncu-rep" --page source --print-source sass --csv --launch-skip "$i" --launch-count 1 \
+                > "$WORK/$PHASE/source/source-$i.csv" 2>&1
+        done
+        tar -czf "$PHASE_DIR/ncu-source.tgz" -C "$WORK/$PHASE/source" .
+        TAIL=40 run 120 stall_sites.txt python3 $lab/radix4_stall_sites.py "$PHASE_DIR/ncu-source.tgz"
+    fi
+}
+
+PHASES=("$@")
+[ ${#PHASES[@]} -eq 0 ] && PHASES=(build kernels checks tools bench harness engines matrix lab)
+for PHASE in "${PHASES[@]}"; do
+    if ! declare -F "phase_$PHASE" > /dev/null; then
+        echo "gpu_all.sh: unknown phase '$PHASE'; choose from build kernels checks tools bench harness engines matrix lab" >&2
+        exit 2
+    fi
+done
+for PHASE in "${PHASES[@]}"; do
+    PHASE_DIR=$OUT/$PHASE
+    rm -rf "${WORK:?}/$PHASE" && mkdir -p "$PHASE_DIR" "$WORK/$PHASE"
+    echo "== $PHASE (+$(( $(date +%s) - t0 )) s)"
+    "phase_$PHASE"
+    if [ -n "$(ls -A "$WORK/$PHASE")" ]; then
+        tar -czf "$OUT/$PHASE.tgz" -C "$WORK/$PHASE" --exclude='*.parquet' --exclude='*.ncu-rep' .
+    fi
+done
+echo "done after $(( $(date +%s) - t0 )) s; $([ $failed -eq 0 ] && echo 'every step exited 0' || echo 'a step failed (exit lines above)')"
+exit $failed

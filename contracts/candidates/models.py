@@ -1,0 +1,133 @@
+"""The released models' own routers as candidates ``hf-<family>``: one per router of ``kernels.models.ROUTERS``.
+
+Each runs the model's router class from the installed ``transformers``
+(``pip install '.[models]'``), built from a small config and fed the logits
+unchanged (``kernels.models``: nothing is downloaded), and claims the
+built-in contract of its family (``oracle``'s ``deepseek-v4``, ``llama4``,
+...). Unavailable, with the reason, when transformers is missing or older
+than ``kernels.models.MIN_TRANSFORMERS``. A third party's code: ``check``
+runs it in a worker process by default.
+
+``check --candidate all`` leaves them out (eighteen more full checks on a
+host with transformers); ``--candidate all --contract <family>`` includes
+the family's router.
+
+The declared deviations are what the harness measured (``MEASURED_WITH``),
+each with why; they are the model code's own behaviour, not the adapter's:
+``torch.topk`` breaks exact ties in its own order (not lowest-index: an
+all-zero 128-wide row gives [84, 87, 86, ...] on a CPU) and ranks NaN above
+every number, and several routers cast the weights back to the logits'
+dtype or compute their scores in it. docs/models.md gives the figures.
+"""
+
+from __future__ import annotations
+
+from kernels.models import ROUTERS
+
+from .registry import Candidate, register
+
+__all__ = ["HF_DEVIATIONS", "MEASURED_WITH", "hf_candidate"]
+
+MEASURED_WITH = "python -m contracts check --candidate hf-{family} --rows 4000 --no-isolate"
+
+# Shared by every router that ranks with torch.topk (all of them).
+_TOPK = {
+    "tie_order": "torch.topk breaks exact ties in its own order, not by the lowest expert index",
+    "nan_last": "torch.topk ranks NaN above every number (NaN experts are chosen first)",
+}
+
+_CAST = "the weights are cast back to the logits' dtype: bf16 logits get bf16 weights ({rows} of 4,000 rows, every bf16 family)"
+# torch.topk over group scores: exact ties (all-equal, saturated, zero groups) and NaN go its own way, so experts
+# of groups the contract drops are chosen
+_GROUP_TOPK = {
+    "group_tie_order": "torch.topk breaks exact group-score ties in its own order ({rows} rows)",
+    "group_mask": "torch.topk keeps other groups where group scores tie or are NaN (all_equal, nan_*, inf_logits, "
+                  "saturated, all_zero): experts of groups the contract drops are chosen ({rows} rows)",
+}  # fmt: skip
+
+# family -> {clause: why}, beyond _TOPK: every clause the MEASURED_WITH run (4,000 rows, --no-isolate, CPU,
+# torch 2.13, transformers 5.24) saw broken, with the rows of 4,000; none that it did not see.
+_MEASURED: dict[str, dict[str, str]] = {
+    "deepseek-v4": {
+        "selection": "scores = sqrt(softplus(x)) in the logits' dtype: bf16 logits rank bf16 scores, which choose "
+                     "other experts (393 rows: bf16_near_ties, random_bf16, batch_sizes, strided)",
+        "weight_accuracy": "the weights are those bf16 scores (2,219 rows, every bf16 family)",
+        "renorm_guard": "the division by sum + 1e-20 runs in bf16 (1 row, saturated)",
+    },
+    "llama4": {
+        "weight_accuracy": "sigmoid in fp32, " + _CAST.format(rows="2,674"),
+        "signed_zero": "torch.topk ranks -0.0 and +0.0 apart (3 rows, signed_zero)",
+    },
+    "qwen3-next": {"weight_accuracy": _CAST.format(rows="2,747")},
+    "qwen2-moe": {"weight_accuracy": _CAST.format(rows="2,396")},
+    "olmoe": {"weight_accuracy": _CAST.format(rows="2,507")},
+    "ernie4.5": {"weight_accuracy": _CAST.format(rows="2,648")},
+    "jamba": {"weight_accuracy": _CAST.format(rows="2,593")},
+    "granite-moe": {"weight_accuracy": "softmax over the k chosen in fp32, " + _CAST.format(rows="2,525")},
+    "dbrx": {"weight_accuracy": "the softmax is computed in the logits' dtype (softmax(dtype=logits.dtype)): bf16 "
+                                "weights (2,532 rows, every bf16 family)"},
+    "mistral4": {
+        "weight_accuracy": "the softmax is computed in the logits' dtype: bf16 weights (1,913 rows)",
+        "selection": "bf16 probabilities choose other experts among near-equal ones (1 row, bf16_near_ties)",
+        "group_selection": "group top-2 sums of bf16 probabilities keep other groups (3 rows, bf16 families)",
+        "group_tie_order": _GROUP_TOPK["group_tie_order"].format(rows="28"),
+        "group_mask": _GROUP_TOPK["group_mask"].format(rows="981"),
+    },
+    "deepseek-v2": {
+        "group_tie_order": _GROUP_TOPK["group_tie_order"].format(rows="3"),
+        "group_mask": _GROUP_TOPK["group_mask"].format(rows="1,225"),
+    },
+    # glm4-moe, kimi-k2, minimax-m2, dots1 (logits cast to fp32 first), gemma4, hunyuan-moe, longcat-flash
+    # (fp32 weights): ties and NaN only
+}
+
+# family -> {clause: why}: the declared deviations of hf-<family> under its contract
+HF_DEVIATIONS: dict[str, dict[str, str]] = {family: {**_TOPK, **_MEASURED.get(family, {})} for family in ROUTERS}
+# The grouped two: a NaN row's first difference is the group torch.topk kept (group_mask); nan_last was not seen.
+for _grouped in ("mistral4", "deepseek-v2"):
+    del HF_DEVIATIONS[_grouped]["nan_last"]
+
+
+def _available(family: str):
+    def gate(_device):
+        from kernels.models import available
+
+        ok, why = available(family)
+        return ok, why
+
+    gate.__qualname__ = f"kernels.models.available[{family}]"
+    return gate
+
+
+def _lazy_route(family: str):
+    state = {}
+
+    def route(*args, **kwargs):
+        if "fn" not in state:
+            from kernels.models import route_for
+
+            state["fn"] = route_for(family)
+        return state["fn"](*args, **kwargs)
+
+    route.__qualname__ = f"kernels.models.route_for({family!r})"
+    return route
+
+
+def hf_candidate(family: str) -> Candidate:
+    router = ROUTERS[family]
+    return Candidate(
+        name=f"hf-{family}",
+        route=_lazy_route(family),
+        contract=family,
+        devices=("cpu", "cuda"),
+        description=f"transformers' {router.cls} ({router.module}), fed the logits unchanged",
+        supported_hardware=_available(family),
+        expected_deviations={family: dict(HF_DEVIATIONS[family])},
+        third_party=True,
+        origin="kernels.models",
+        in_all=False,  # `--candidate all --contract <family>` checks it; plain `--candidate all` does not
+    )
+
+
+for _family in ROUTERS:
+    register(hf_candidate(_family))

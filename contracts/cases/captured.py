@@ -1,0 +1,411 @@
+"""Captured router logits as cases: rows a model produced, read from a file a slice at a time.
+
+A logits file is ``.safetensors``, ``.pt`` or ``.npy`` holding ``[tokens, E]``
+or ``[layers, tokens, E]`` logits, as the bare tensor or under the key
+``logits``; a correction bias ``[E]`` or ``[layers, E]`` may sit beside it
+under the key ``bias`` (or come from its own file, ``--bias``). The capture
+command (``contracts.run.capture``) writes such a file, with the layer names
+in its metadata.
+
+Each layer is a family (``captured`` for a file without layers, else
+``captured.L<i>``). A case is a run of consecutive rows, so its replay id
+``captured.L3:START:ROWS`` names the first row and the row count, and the
+plan walks every row once: first in cases of ``CAPTURED_SIZES`` rows (the
+batch sizes that pick a kernel's launch shapes, on real rows), then in bulk
+cases of the plan's bulk size. The spec carries the file (``CaseSpec.source``,
+a JSON string), so a worker process rebuilds the same case from it.
+
+Large files are never loaded whole: ``.safetensors`` and ``.npy`` rows are
+read at their byte offset with ``os.pread`` (the header gives the offset),
+so only the case in hand is in memory; pages of a memory map would count
+toward the process's RSS as they are touched, a read into a fresh buffer does
+not. ``.pt`` files are opened with ``torch.load(mmap=True)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from .plan import CaseSpec
+
+__all__ = ["CAPTURED_SIZES", "CapturedError", "LogitsFile", "build_captured", "family_name", "file_row", "iter_captured_plan",
+           "open_logits", "parse_captured_replay", "sha256_of"]  # fmt: skip
+
+# Case sizes walked first on every layer: odd and power-of-two batch sizes around the launch-shape edges.
+CAPTURED_SIZES = (1, 2, 3, 7, 8, 16, 17, 33, 64, 65, 128, 129, 255, 256, 513, 1024, 1025, 4096)
+FAMILY = "captured"
+SUFFIXES = (".safetensors", ".pt", ".pth", ".npy")
+
+_SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
+_LOGIT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+class CapturedError(ValueError):
+    """A logits or bias file that cannot be used; the message names the file, what is wrong and the fix."""
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """Where a tensor's bytes are: a C-contiguous array at ``offset`` in ``path`` (or an in-memory tensor)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    offset: int = 0
+    tensor: torch.Tensor | None = None  # .pt: the (memory-mapped) tensor itself
+
+
+def _read_safetensors_header(path: Path) -> tuple[dict, int]:
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise CapturedError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+        (n,) = struct.unpack("<Q", head)
+        if n > 100 << 20:
+            raise CapturedError(f"{path}: not a safetensors file (a header of {n} bytes)")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError:
+            raise CapturedError(f"{path}: not a safetensors file (its header is not JSON)") from None
+    return header, 8 + n
+
+
+def _safetensors_entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
+    # The header is parsed here rather than through safe_open: its data offsets are what lets rows be read
+    # by pread (safe_open's slices come from a memory map, whose touched pages stay in the RSS).
+    header, base = _read_safetensors_header(path)
+    meta = header.pop("__metadata__", None) or {}
+    out = {}
+    for key, info in header.items():
+        dtype = _SAFETENSORS_DTYPES.get(info.get("dtype"))
+        if dtype is None:
+            continue  # ids (I32/I64) and other integer tensors of a capture: not logits
+        out[key] = _Tensor(tuple(info["shape"]), dtype, base + info["data_offsets"][0])
+    ints = {k: tuple(info["shape"]) for k, info in header.items() if k not in out}
+    return out, {"metadata": meta, "other_keys": ints}
+
+
+def _npy_entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
+    import numpy as np
+
+    with open(path, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(f)
+        except (ValueError, EOFError) as exc:
+            raise CapturedError(f"{path}: not a .npy array ({exc})") from None
+        offset = f.tell()
+    if fortran and len(shape) > 1:
+        raise CapturedError(f"{path}: a Fortran-ordered array; save it C-ordered (np.save(path, np.ascontiguousarray(a)))")
+    names = {np.dtype("float16"): torch.float16, np.dtype("float32"): torch.float32, np.dtype("float64"): torch.float64}
+    if dtype.newbyteorder("=") not in names or dtype.byteorder == ">":
+        raise CapturedError(f"{path}: dtype {dtype} is not a float type the harness reads; save float32 or float16 (numpy has no bf16: use .safetensors or .pt)")
+    return {"": _Tensor(tuple(shape), names[dtype.newbyteorder("=")], offset)}, {"metadata": {}, "other_keys": {}}
+
+
+def _pt_entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
+    try:
+        obj = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 -- any unreadable file is one line naming it
+        raise CapturedError(f"{path}: torch.load could not read it ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    if isinstance(obj, torch.Tensor):
+        return {"": _Tensor(tuple(obj.shape), obj.dtype, tensor=obj)}, {"metadata": {}, "other_keys": {}}
+    if not isinstance(obj, dict):
+        raise CapturedError(f"{path}: holds a {type(obj).__name__}; save a tensor or a dict with the key 'logits'")
+    out = {k: _Tensor(tuple(v.shape), v.dtype, tensor=v) for k, v in obj.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    meta = {k: v for k, v in obj.items() if not isinstance(v, torch.Tensor)}
+    return out, {"metadata": meta, "other_keys": {k: tuple(v.shape) for k, v in obj.items() if isinstance(v, torch.Tensor) and not v.is_floating_point()}}
+
+
+def _entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
+    if not path.is_file():
+        raise CapturedError(f"{path}: no such file; give the path of a .safetensors, .pt or .npy logits file")
+    suffix = path.suffix.lower()
+    if suffix == ".safetensors":
+        return _safetensors_entries(path)
+    if suffix == ".npy":
+        return _npy_entries(path)
+    if suffix in (".pt", ".pth"):
+        return _pt_entries(path)
+    raise CapturedError(f"{path}: unknown suffix {suffix!r}; logits files are {', '.join(SUFFIXES)}")
+
+
+def _pick(entries: dict[str, _Tensor], key: str, path: Path, *, required: bool) -> _Tensor | None:
+    if key in entries:
+        return entries[key]
+    if "" in entries and key == "logits":
+        return entries[""]
+    if required:
+        raise CapturedError(f"{path}: no tensor under the key {key!r} (it holds {', '.join(sorted(entries)) or 'no float tensor'}); "
+                            f"save the router logits [tokens, E] or [layers, tokens, E] under 'logits'")  # fmt: skip
+    return None
+
+
+def _read_rows(path: Path, t: _Tensor, first: int, count: int, width: int) -> torch.Tensor:
+    """Rows ``first .. first + count`` of a 2-D view ``[*, width]`` of ``t``, as a fresh tensor."""
+    if t.tensor is not None:
+        return t.tensor.reshape(-1, width)[first : first + count].clone()
+    item = torch.empty((), dtype=t.dtype).element_size()
+    n = count * width * item
+    buf = bytearray(n)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        view, done, at = memoryview(buf), 0, t.offset + first * width * item
+        while done < n:
+            got = os.preadv(fd, [view[done:]], at + done)
+            if got <= 0:
+                raise CapturedError(f"{path}: the file ends before row {first + count} (truncated?); capture it again")
+            done += got
+    finally:
+        os.close(fd)
+    return torch.frombuffer(buf, dtype=t.dtype).reshape(count, width)
+
+
+def sha256_of(path: str | Path, chunk: int = 8 << 20) -> str:
+    """The file's SHA-256, read in chunks (a replay line names it; a replay refuses another file)."""
+    h = hashlib.sha256()
+    buf = bytearray(chunk)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class LogitsFile:
+    """An opened logits file: its shape, its layers' names and bias, and its rows on demand."""
+
+    path: Path
+    layers: int  # 0: a [tokens, E] file (no layer dimension)
+    tokens: int
+    experts: int
+    dtype: torch.dtype
+    layer_names: tuple[str, ...]
+    bias_path: Path | None  # --bias, when the bias is not in the logits file
+    topk: int | None  # the k of the model's own ids, when the file holds them (a capture does): the default --topk
+    _logits: _Tensor
+    _bias: _Tensor | None
+    _bias_file: Path
+
+    @property
+    def layer_count(self) -> int:
+        return max(self.layers, 1)
+
+    @property
+    def rows(self) -> int:
+        return self.layer_count * self.tokens
+
+    @property
+    def has_bias(self) -> bool:
+        return self._bias is not None
+
+    def family(self, layer: int) -> str:
+        return family_name(layer if self.layers else None)
+
+    def logits(self, layer: int, first: int, count: int) -> torch.Tensor:
+        """Rows ``first .. first + count`` of ``layer`` (0 for a file without layers), in the stored dtype."""
+        if not (0 <= layer < self.layer_count and 0 <= first and first + count <= self.tokens):
+            raise CapturedError(f"{self.path}: rows {first}..{first + count - 1} of layer {layer} are outside its {self.layer_count} x {self.tokens} rows")
+        return _read_rows(self.path, self._logits, layer * self.tokens + first, count, self.experts)
+
+    def bias(self, layer: int) -> torch.Tensor | None:
+        if self._bias is None:
+            return None
+        b = self._bias
+        rows = _read_rows(self._bias_file, b, 0, b.shape[0] if len(b.shape) == 2 else 1, self.experts)
+        return rows[layer if len(b.shape) == 2 else 0].clone()
+
+
+def _layer_names(info: dict, layers: int) -> tuple[str, ...]:
+    raw = info["metadata"].get("layer_names")
+    names = json.loads(raw) if isinstance(raw, str) else raw
+    if isinstance(names, (list, tuple)) and len(names) == max(layers, 1) and all(isinstance(n, str) for n in names):
+        return tuple(names)
+    return tuple(f"layer {i}" for i in range(max(layers, 1)))
+
+
+@functools.lru_cache(maxsize=8)
+def open_logits(path: str | Path, bias_path: str | Path | None = None) -> LogitsFile:
+    """Open ``path`` (and ``bias_path``): shapes and dtypes checked, nothing read but the headers.
+
+    ``CapturedError`` (one line naming the file and the fix) for a file that does not fit.
+    """
+    path = Path(path)
+    entries, info = _entries(path)
+    t = _pick(entries, "logits", path, required=True)
+    if len(t.shape) not in (2, 3) or 0 in t.shape:
+        raise CapturedError(f"{path}: logits of shape {list(t.shape)}; need [tokens, E] or [layers, tokens, E] with no empty dimension")
+    if t.dtype not in _LOGIT_DTYPES:
+        raise CapturedError(f"{path}: logits in {t.dtype}; the harness checks bf16, fp16 or fp32 logits (cast them before saving)")
+    layers = t.shape[0] if len(t.shape) == 3 else 0
+    tokens, experts = t.shape[-2], t.shape[-1]
+    bias_file = path
+    b = None if bias_path is not None else _pick(entries, "bias", path, required=False)
+    if bias_path is not None:
+        bias_file = Path(bias_path)
+        b_entries, _ = _entries(bias_file)
+        b = _pick(b_entries, "bias", bias_file, required=False) or _pick(b_entries, "logits", bias_file, required=False)
+        if b is None:
+            raise CapturedError(f"{bias_file}: no tensor under the key 'bias'; save the correction bias [E] or [layers, E] as a bare tensor or under 'bias'")
+    if b is not None:
+        ok = (len(b.shape) == 1 and b.shape[0] == experts) or (len(b.shape) == 2 and b.shape == (max(layers, 1), experts))
+        if not ok:
+            raise CapturedError(f"{bias_file}: bias of shape {list(b.shape)} does not fit logits {list(t.shape)}; need [{experts}] or [{max(layers, 1)}, {experts}]")
+    ids = info["other_keys"].get("ids")
+    topk = ids[-1] if ids and tuple(ids[:-1]) == tuple(t.shape[:-1]) else None
+    return LogitsFile(path, layers, tokens, experts, t.dtype, _layer_names(info, layers), Path(bias_path) if bias_path else None, topk,
+                      t, b, bias_file)  # fmt: skip
+
+
+def family_name(layer: int | None) -> str:
+    return FAMILY if layer is None else f"{FAMILY}.L{layer}"
+
+
+def _layer_of(family: str) -> int | None:
+    if family == FAMILY:
+        return None
+    prefix = FAMILY + ".L"
+    if family.startswith(prefix) and family[len(prefix) :].isdigit():
+        return int(family[len(prefix) :])
+    raise CapturedError(f"{family!r} is not a captured family; captured cases are {FAMILY} or {FAMILY}.L<layer>")
+
+
+def _source(f: LogitsFile, layer: int, renormalize: bool, rsf: float, zero_bias: bool) -> str:
+    return json.dumps({"logits": str(f.path), "bias": str(f.bias_path) if f.bias_path else None, "layer": layer,
+                       "renormalize": renormalize, "rsf": rsf, "zero_bias": zero_bias, "sha256": file_digest(f.path)}, sort_keys=True)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    return sha256_of(path)
+
+
+def file_digest(path: str | Path) -> str:
+    """``sha256_of`` once per file version (size and mtime) in this process."""
+    st = os.stat(path)
+    return _digest(str(path), st.st_size, st.st_mtime_ns)
+
+
+DIGEST_CHARS = 16  # of the SHA-256 in a replay line: enough to tell two files apart, short enough to read
+
+
+def check_digest(path: str | Path, expected: str) -> None:
+    """``--logits-sha256``: refuse a file whose digest does not start with ``expected`` (a replay on another file)."""
+    actual = file_digest(path)
+    if not expected or not actual.startswith(expected.lower()):
+        raise CapturedError(f"--logits-sha256 {expected}: {path} has SHA-256 {actual[:DIGEST_CHARS]}...; the replay line was written for another file")
+
+
+def replay_args(spec: CaseSpec, row: int | None) -> tuple[list[str], str]:
+    """The options a replay line of a captured case adds (``--logits FILE --logits-sha256 D [--bias FILE]``), and a
+    shell comment naming the file's row (the token) of ``row``."""
+    src = json.loads(spec.source)
+    args = ["--logits", src["logits"], "--logits-sha256", src["sha256"][:DIGEST_CHARS]]
+    if src["bias"]:
+        args += ["--bias", src["bias"]]
+    family, first = spec.replay_id.split(":")[:2]  # what a spec rebuilt from a summary has, too
+    where = f"layer {src['layer']} " if family != FAMILY else ""
+    return args, (f"  # {where}token {int(first) + row}" if row is not None else "")
+
+
+def source_from_record(record: dict | None, replay_id: str) -> str:
+    """A captured case's ``CaseSpec.source`` rebuilt from a summary's ``options["logits"]`` (for replay lines written
+    from a bundle's files); "" when the summary is not of captured logits."""
+    if not record:
+        return ""
+    try:
+        layer = _layer_of(replay_id.split(":")[0])
+    except CapturedError:
+        return ""
+    bias = record.get("bias")
+    return json.dumps({"logits": record["path"], "bias": None if bias in ("none", "zero", record["path"]) else bias,
+                       "layer": layer or 0, "sha256": record["sha256"]}, sort_keys=True)  # fmt: skip
+
+
+def iter_captured_plan(f: LogitsFile, topk: int, *, bulk_rows: int | None, renormalize: bool, routed_scaling_factor: float,
+                       contract_bias: bool, n_group: int = 1, topk_group: int = 1, sizes=CAPTURED_SIZES) -> Iterator[CaseSpec]:  # fmt: skip
+    """Every row of every layer once: cases of ``sizes`` rows first, then bulk cases of ``bulk_rows``."""
+    zero_bias = contract_bias and not f.has_bias
+    for layer in range(f.layer_count):
+        source = _source(f, layer, renormalize, routed_scaling_factor, zero_bias)
+        family = f.family(layer)
+        first, index = 0, 0
+        while first < f.tokens:
+            if index < len(sizes) or bulk_rows is None:
+                rows, bulk = sizes[index % len(sizes)], False
+            else:
+                rows, bulk = bulk_rows, True
+            rows = min(rows, f.tokens - first)
+            yield CaseSpec(family, first, rows, f.experts, topk, n_group, topk_group, bulk=bulk, bias=contract_bias, source=source)
+            first += rows
+            index += 1
+
+
+def captured_spec(f: LogitsFile, replay_id: str, topk: int, *, renormalize: bool, routed_scaling_factor: float, contract_bias: bool,
+                  n_group: int = 1, topk_group: int = 1) -> CaseSpec:  # fmt: skip
+    """The spec of a captured case's replay id ``captured.L3:START:ROWS[:bulk]``."""
+    family, first, rows, bulk = parse_captured_replay(replay_id)
+    layer = _layer_of(family)
+    if (layer is None) != (f.layers == 0) or (layer is not None and layer >= f.layers):
+        want = FAMILY if f.layers == 0 else f"{FAMILY}.L0 .. {FAMILY}.L{f.layers - 1}"
+        raise CapturedError(f"--replay {replay_id}: {f.path} has no family {family}; its families are {want}")
+    if first + rows > f.tokens:
+        raise CapturedError(f"--replay {replay_id}: rows {first}..{first + rows - 1} are outside the file's {f.tokens} tokens")
+    source = _source(f, layer or 0, renormalize, routed_scaling_factor, contract_bias and not f.has_bias)
+    return CaseSpec(family, first, rows, f.experts, topk, n_group, topk_group, bulk=bulk, bias=contract_bias, source=source)
+
+
+def parse_captured_replay(text: str) -> tuple[str, int, int, bool]:
+    parts = text.split(":")
+    bulk = len(parts) == 4 and parts[3] == "bulk"
+    if len(parts) != 3 and not bulk:
+        raise CapturedError(f"--replay {text!r} must be {FAMILY}[.L<layer>]:FIRST_ROW:ROWS[:bulk], as printed in a report's replay line")
+    try:
+        _layer_of(parts[0])
+        first, rows = int(parts[1]), int(parts[2])
+    except ValueError:
+        raise CapturedError(f"--replay {text!r}: FIRST_ROW and ROWS must be integers, as printed in a report's replay line") from None
+    if first < 0 or rows < 1:
+        raise CapturedError(f"--replay {text!r}: need FIRST_ROW >= 0 and ROWS >= 1")
+    return parts[0], first, rows, bulk
+
+
+def file_row(spec: CaseSpec, row: int) -> int:
+    """The token index in the file of a case's ``row``."""
+    return spec.case_seed + row
+
+
+def build_captured(spec: CaseSpec, device: str = "cpu") -> tuple:
+    """The inputs of a captured spec, ``(scores, bias, renormalize, routed_scaling_factor)``: its rows read from the
+    file, the layer's bias (or a zero bias), the contract's call options. ``build.build_case`` makes the ``Case`` (this
+    module does not import ``build``, which imports it: no import cycle)."""
+    src = json.loads(spec.source)
+    f = open_logits(src["logits"], src["bias"])
+    scores = f.logits(src["layer"], spec.case_seed, spec.rows).to(device)
+    bias = None
+    if spec.bias:
+        b = f.bias(src["layer"])
+        bias = (torch.zeros(f.experts, dtype=torch.float32) if b is None else b).to(device)
+    return scores, bias, bool(src["renormalize"]), float(src["rsf"])
+
+
+def describe(f: LogitsFile, contract) -> tuple[dict, list[str]]:
+    """What a summary records of the file (``options["logits"]``), and the notes a reader must see (a zero bias)."""
+    record = {"path": str(f.path), "sha256": file_digest(f.path), "layers": f.layers, "tokens": f.tokens, "experts": f.experts,
+              "dtype": str(f.dtype).removeprefix("torch."), "layer_names": list(f.layer_names),
+              "bias": "none" if not contract.has_bias else (str(f.bias_path or f.path) if f.has_bias else "zero")}  # fmt: skip
+    notes = []
+    if contract.has_bias and not f.has_bias:
+        notes.append(f"warning: {f.path} has no correction bias and no --bias was given; contract {contract.name} takes one, "
+                     "so the rows were checked with a zero bias (pass --bias FILE with the model's e_score_correction_bias)")  # fmt: skip
+    return record, notes

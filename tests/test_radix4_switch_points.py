@@ -1,0 +1,40 @@
+"""radix4's launch-shape switch points: the Python data (read by the case plans) equals what the C entry does."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import kernels.radix4 as radix4
+
+ENTRY = radix4.HERE / "radix4_entry.h"
+
+
+def _header_points() -> dict[tuple[int, int], tuple[int, int]]:
+    text = ENTRY.read_text()
+    found: dict[tuple[int, int], dict[str, int]] = {}
+    for which, e, k, value in re.findall(r"#define RADIX4_FIRST_(WARP|DENSE)_ROWS_(\d+)_(\d+) (\d+)\n", text):
+        found.setdefault((int(e), int(k)), {})[which] = int(value)
+    return {shape: (v["WARP"], v["DENSE"]) for shape, v in found.items()}
+
+
+def test_every_served_shape_has_switch_points_equal_to_the_c_entrys():
+    assert set(radix4.BATCH_SWITCH_POINTS) == set(radix4.SHAPES)
+    assert _header_points() == radix4.BATCH_SWITCH_POINTS
+
+
+@pytest.mark.parametrize("shape", sorted(radix4.SHAPES))
+def test_switch_points_are_ordered_batch_sizes(shape):
+    first_warp, first_dense = radix4.BATCH_SWITCH_POINTS[shape]
+    assert 1 <= first_warp <= first_dense, "switch points are batch sizes, the warp shape before the dense one"
+
+
+@pytest.mark.parametrize("shape", sorted(radix4.SHAPES))
+def test_launch_shape_for_changes_exactly_at_the_switch_points(shape):
+    first_warp, first_dense = radix4.BATCH_SWITCH_POINTS[shape]
+    taken = [radix4.launch_shape_for(m, *shape) for m in range(1, radix4.MAX_ROWS + 1)]
+    changes = [m for m in range(2, radix4.MAX_ROWS + 1) if taken[m - 1] != taken[m - 2]]
+    assert changes == sorted({m for m in (first_warp, first_dense) if 2 <= m <= radix4.MAX_ROWS})
+    assert taken[0] == ("block" if first_warp > 1 else "warp" if first_dense > 1 else "dense")
+    assert set(taken) <= set(radix4.LAUNCH_SHAPES)
