@@ -197,7 +197,7 @@ def clauses_for(c: Contract) -> tuple[Clause, ...]:
         ("renorm_guard", _weights_from(c) + ". " + _renorm(c)),
         ("renormalization", _renormalization(c)),
     ]
-    if c.scoring != "sigmoid":
+    if c.scoring in ("softmax", "softmax_of_topk"):
         out.append(("softmax_scope", _softmax_scope(c)))
     out += [
         ("scaling", _scaling(c)),

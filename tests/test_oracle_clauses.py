@@ -27,7 +27,7 @@ def test_contract_clause_names_are_the_fixed_vocabulary():
     assert list(oracle.CONTRACTS["serial"].clause_names) == common + ["sentinel_fallback"]
     for c in oracle.CONTRACTS.values():
         assert all(cl.statement.strip() for cl in c.clauses)
-        assert ("softmax_scope" in c.clause_names) == (c.scoring != "sigmoid")  # a sigmoid has no set to take it over
+        assert ("softmax_scope" in c.clause_names) == (c.scoring in ("softmax", "softmax_of_topk"))  # a sigmoid has no set to take it over
 
 
 @pytest.mark.parametrize("contract", ["aiter", "serial"])
