@@ -42,6 +42,8 @@ class ClauseName(str, Enum):
     group_selection = "group_selection"
     group_tie_order = "group_tie_order"
     group_mask = "group_mask"
+    renormalization = "renormalization"
+    softmax_scope = "softmax_scope"
 
     def __str__(self) -> str:
         return self.value
@@ -125,6 +127,16 @@ def _renorm(c: Contract) -> str:
     return "With renormalize, weights are divided by their raw sum (no guard: a zero sum gives NaN)."
 
 
+def _renormalization(c: Contract) -> str:
+    return "Weights are renormalized exactly when the call asks for it (renormalize=True), never otherwise."
+
+
+def _softmax_scope(c: Contract) -> str:
+    if c.scoring == "softmax_of_topk":
+        return "The softmax runs over the k chosen logits only, not over all experts."
+    return "The softmax runs over all experts' logits, not over the k chosen ones."
+
+
 def _scaling(c: Contract) -> str:
     if c.scaling == "fused":
         return "Weights are scaled as w * (routed_scaling_factor / sum): the factor is folded into the renormalization."
@@ -183,6 +195,11 @@ def clauses_for(c: Contract) -> tuple[Clause, ...]:
         out.append(("bias_in_weight", "The bias takes part in ranking only: weights are built from the scores, never scores + bias."))
     out += [
         ("renorm_guard", _weights_from(c) + ". " + _renorm(c)),
+        ("renormalization", _renormalization(c)),
+    ]
+    if c.scoring in ("softmax", "softmax_of_topk"):
+        out.append(("softmax_scope", _softmax_scope(c)))
+    out += [
         ("scaling", _scaling(c)),
         ("weight_accuracy", _weight_accuracy(c)),
     ]

@@ -22,11 +22,12 @@ def _row(values):
 
 def test_contract_clause_names_are_the_fixed_vocabulary():
     common = ["validity", "selection", "tie_order", "nan_last", "signed_zero", "output_order",
-              "bias_in_weight", "renorm_guard", "scaling", "weight_accuracy"]  # fmt: skip
+              "bias_in_weight", "renorm_guard", "renormalization", "scaling", "weight_accuracy"]  # fmt: skip
     assert list(oracle.CONTRACTS["aiter"].clause_names) == common
     assert list(oracle.CONTRACTS["serial"].clause_names) == common + ["sentinel_fallback"]
     for c in oracle.CONTRACTS.values():
         assert all(cl.statement.strip() for cl in c.clauses)
+        assert ("softmax_scope" in c.clause_names) == (c.scoring in ("softmax", "softmax_of_topk"))  # a sigmoid has no set to take it over
 
 
 @pytest.mark.parametrize("contract", ["aiter", "serial"])

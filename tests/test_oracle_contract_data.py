@@ -108,7 +108,7 @@ def test_clause_name_is_a_closed_vocabulary_that_reads_as_plain_text():
     assert names == [n.name for n in oracle.ClauseName]  # member name == value, so hashing as str works
     assert names == ["validity", "selection", "tie_order", "nan_last", "signed_zero", "output_order", "bias_in_weight",
                      "renorm_guard", "scaling", "weight_accuracy", "sentinel_fallback", "group_selection",
-                     "group_tie_order", "group_mask"]  # fmt: skip
+                     "group_tie_order", "group_mask", "renormalization", "softmax_scope"]  # fmt: skip
     tie = oracle.ClauseName.tie_order
     assert tie == "tie_order" and str(tie) == "tie_order" and f"{tie}" == "tie_order" and f"{tie:>10}" == " tie_order"
     assert json.dumps({tie: [tie]}) == '{"tie_order": ["tie_order"]}' and repr([tie]) == "['tie_order']"
@@ -125,7 +125,7 @@ def test_clause_name_is_a_closed_vocabulary_that_reads_as_plain_text():
 def test_clause_names_of_the_harness_contracts_are_unchanged():
     assert [str(n) for n in oracle.CLAUSE_NAMES] == [
         "validity", "selection", "tie_order", "nan_last", "signed_zero", "output_order", "bias_in_weight",
-        "renorm_guard", "scaling", "weight_accuracy", "sentinel_fallback"]  # fmt: skip
+        "renorm_guard", "renormalization", "scaling", "weight_accuracy", "sentinel_fallback"]  # fmt: skip
     assert sorted(oracle.CONTRACTS) == ["aiter", "serial"]
 
 
@@ -134,7 +134,8 @@ def test_clause_lists_follow_the_fields():
         return [str(n) for n in c.clause_names]
 
     assert names(DSV3) == ["validity", "group_selection", "group_tie_order", "group_mask", "selection", "tie_order",
-                           "nan_last", "signed_zero", "bias_in_weight", "renorm_guard", "scaling", "weight_accuracy"]  # fmt: skip
+                           "nan_last", "signed_zero", "bias_in_weight", "renorm_guard", "renormalization", "scaling",
+                           "weight_accuracy"]  # fmt: skip
     qwen = names(oracle.get_contract("qwen3-moe"))
     assert "bias_in_weight" not in qwen and "output_order" in qwen and "group_selection" not in qwen
     assert "sentinel_fallback" in names(AITER.replace(floor=-1e30))

@@ -116,6 +116,13 @@ class Candidate:
     # the engine does at load (bias dtype, layouts, outputs, workspaces). None: ``bench`` times ``route``.
     prepare_launch: Callable[..., Callable[[], object]] | None = None
 
+    def __post_init__(self):
+        # validity (ids in range, no repeat but the allowed fallback, the outputs' kind) is no router's freedom
+        for contract, clauses in (self.expected_deviations or {}).items():
+            if "validity" in (clauses or {}):
+                raise ValueError(f"candidate {self.name!r}: expected_deviations[{contract!r}] declares 'validity', which cannot be "
+                                 "declared; fix the router's outputs (ids in [0, E), no repeats, fp32/int32 [M, topk]) instead")
+
     def covers(self, **shape) -> bool:
         """``covered`` asked about one call: rows, experts, topk, dtype and bias_dtype always; the call's other
         options (renormalize, num_expert_group, topk_group) only if the gate takes them, so older gates keep working."""

@@ -51,20 +51,22 @@ __all__ = ["CLAUSE_ORDER", "Blame", "NEAR_TIE", "attribute"]
 # Every clause name, in the order a row's primary clause is chosen (the first broken one wins).
 CLAUSE_ORDER: tuple[str, ...] = (
     "validity", "group_mask", "group_selection", "group_tie_order", "nan_last", "sentinel_fallback",
-    "tie_order", "signed_zero", "selection", "output_order", "bias_in_weight", "renorm_guard", "scaling", "weight_accuracy",
+    "tie_order", "signed_zero", "selection", "output_order", "bias_in_weight", "renorm_guard", "renormalization",
+    "softmax_scope", "scaling", "weight_accuracy",
 )  # fmt: skip
 INDEX = {name: i for i, name in enumerate(CLAUSE_ORDER)}
 NEAR_TIE = -2  # the ids aspect found only a near tie
 NONE = -1
 
 # Reason codes: (clause, code) -> the reason's template; {slot}, {n}, {extra}, {missing}, ... are filled per row.
-R_OUT_OF_RANGE, R_TWICE = 1, 2
+R_OUT_OF_RANGE, R_TWICE, R_FALLBACK_EARLY = 1, 2, 3
 R_ROUND_INDEX, R_NAN_OVER_NUMBER, R_NAN_ORDER, R_NAN_TAKEN, R_NUMBER_OVER_NAN = 10, 11, 12, 13, 14
 R_SENTINEL = 20
-R_GROUP_MASK, R_GROUP_SELECTION, R_GROUP_TIE = 30, 31, 32
-R_TIE_SET, R_TIE_ORDER, R_SIGNED_ZERO, R_NEAR_ULP, R_NEAR_SET = 40, 41, 42, 44, 45
-R_SELECTION, R_SELECTION_FTZ, R_ORDER, R_ORDER_FTZ = 50, 51, 52, 53
+R_GROUP_MASK, R_GROUP_SELECTION, R_GROUP_TIE, R_GROUP_MASK_VALUE = 30, 31, 32, 33
+R_TIE_SET, R_TIE_ORDER, R_SIGNED_ZERO, R_NEAR_ULP, R_NEAR_SET, R_NAN_TIE = 40, 41, 42, 44, 45, 46
+R_SELECTION, R_SELECTION_FTZ, R_ORDER, R_ORDER_FTZ, R_NOT_TOP_NUMBERS, R_NOT_TOP_ELIGIBLE = 50, 51, 52, 53, 54, 55
 R_BIAS, R_GUARD_DIVIDED, R_NOT_RENORMALIZED, R_SCALING, R_ACCURACY = 60, 61, 62, 63, 64
+R_RENORMALIZED, R_SOFTMAX_OF_CHOSEN, R_SOFTMAX_OF_ALL, R_FACTOR, R_EPS_MISSING = 65, 66, 67, 68, 69
 
 
 @dataclass
@@ -80,12 +82,35 @@ class Blame:
     slot: torch.Tensor  # [B] the first differing slot (-1 if none)
     reference_weights: torch.Tensor  # [B, k] the contract's weights for the candidate's own experts
     weights_ok: torch.Tensor  # [B, k] bool
+    # The row-whole check of the ids, beside a clause that frees part of them (nan_last, sentinel_fallback):
+    # ``selection`` when the experts that clause does not free are not the top ones.
+    core: torch.Tensor | None = None
+    core_code: torch.Tensor | None = None
+    # A second weight rule the same row breaks (renormalization and scaling both missing, say).
+    weights2: torch.Tensor | None = None
+    weights2_code: torch.Tensor | None = None
+    factor: torch.Tensor | None = None  # [B] the constant a ``scaling`` row's weights are off by (NaN if none)
+
+    def __post_init__(self):
+        none = torch.full_like(self.ids, NONE)
+        for name in ("core", "core_code", "weights2", "weights2_code"):
+            if getattr(self, name) is None:
+                setattr(self, name, none.clone() if not name.endswith("code") else torch.zeros_like(self.ids))
+        if self.factor is None:
+            self.factor = torch.full(self.ids.shape, math.nan, device=self.ids.device)
+
+    def aspects(self) -> tuple[torch.Tensor, ...]:
+        """The clause of every aspect, in the order reasons are listed: validity, ids, the row-whole ids, weights (two)."""
+        return (self.validity, self.ids, self.core, self.weights, self.weights2)
+
+    def codes(self) -> tuple[torch.Tensor, ...]:
+        return (self.validity_code, self.ids_code, self.core_code, self.weights_code, self.weights2_code)
 
     def broken(self) -> torch.Tensor:
         """bool [B, len(CLAUSE_ORDER)]: every clause each row breaks."""
         rows = self.ids.shape[0]
         out = torch.zeros((rows, len(CLAUSE_ORDER)), dtype=torch.bool, device=self.ids.device)
-        for aspect in (self.validity, self.ids, self.weights):
+        for aspect in self.aspects():
             hit = aspect >= 0
             out[hit.nonzero().squeeze(1), aspect[hit]] = True
         return out
@@ -214,11 +239,71 @@ def _ftz_alternative(r: _Rows, c, k: int) -> torch.Tensor | None:
     return _select_under(r.selection.masked_fill(sub, 0.0), k, c)
 
 
+_LOWEST = -(1 << 42)  # a rank key below every real one (ineligible experts)
+
+
+def _contract_keys(r: _Rows, c) -> torch.Tensor:
+    """int64 [B, E]: the order the contract ranks the experts in: NaN by the NaN rule, ineligible values lowest."""
+    keys = r.keys.long()
+    nan = torch.isnan(r.selection)
+    if c.nan_rule == "first":
+        keys = keys.masked_fill(nan, 1 << 40)
+    elif c.nan_rule == "never":
+        keys = keys.masked_fill(nan, _LOWEST)
+    if c.floor is not None:
+        keys = keys.masked_fill(r.selection <= c.floor, _LOWEST)
+    return keys
+
+
+def _eligible(r: _Rows, c) -> torch.Tensor:
+    """bool [B, E]: experts a contract with a fallback may choose (a number above the floor); every expert otherwise."""
+    if not c.has_fallback:
+        return torch.ones_like(r.selection, dtype=torch.bool)
+    ok = ~torch.isnan(r.selection)
+    return ok & (r.selection > c.floor) if c.floor is not None else ok
+
+
+def _repeats(ids: torch.Tensor) -> torch.Tensor:
+    """long [B, k]: how many earlier slots of the row hold the same id (0 for a first occurrence)."""
+    k = ids.shape[1]
+    slots = torch.arange(k, device=ids.device)
+    earlier = slots.view(1, 1, -1) < slots.view(1, -1, 1)
+    return ((ids.unsqueeze(2) == ids.unsqueeze(1)) & earlier).sum(2)
+
+
+def _unmatched(ids: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """bool [B, k]: slots of ``ids`` left over when the two rows are matched as multisets, one for one."""
+    count = (ids.unsqueeze(2) == other.unsqueeze(1)).sum(2)
+    return _repeats(ids) >= count
+
+
+def _near_values(c, vp, sp, xp, vq, sq, xq, top) -> torch.Tensor:
+    """bool: two experts' selection values lie within both scores' error bounds (values, scores, logits broadcast)."""
+    ap, aq = near_allowance(sp, xp, c, top), near_allowance(sq, xq, c, top)
+    return torch.isfinite(vp) & torch.isfinite(vq) & ((vp - vq).abs() <= ap + aq)
+
+
+def _near_to(r: _Rows, c, p: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+    """bool [B, n]: each expert of ``p`` [B, n] is a near pair of the row's ``anchor`` expert [B, 1]."""
+    top = r.x_max.unsqueeze(1)
+    vals = [(_gather(m, p), _gather(m, anchor)) for m in (r.selection, r.scores, r.x)]
+    return _near_values(c, vals[0][0], vals[1][0], vals[2][0], vals[0][1], vals[1][1], vals[2][1], top)
+
+
+def _same_ids(alt: torch.Tensor, a: torch.Tensor, c) -> torch.Tensor:
+    """bool [B]: ``alt`` gives the candidate's ids: slot by slot, or as a set where the contract's order is ``any``."""
+    if c.output_order == "any":
+        return (alt.sort(1).values == a.sort(1).values).all(1)
+    return (alt == a).all(1)
+
+
 def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
-    """(clause, code, first differing slot) of the ids aspect, per row."""
+    """(clause, code, first differing slot, freed) of the ids aspect, per row; ``freed`` [B, k]: the slots whose
+    expert the clause found (nan_last's round index) leaves free, for the row-whole check."""
     rows, k = r.e.shape
     clause = torch.full((rows,), NONE, dtype=torch.long, device=r.e.device)
     code = torch.zeros_like(clause)
+    order_matters = c.output_order != "any"
     diff_slot = (r.e != r.a)
     slot = torch.where(diff_slot.any(1), diff_slot.float().argmax(1), torch.full_like(clause, -1))
     todo = differs & ~invalid
@@ -230,20 +315,32 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
         code[hit] = reason
         todo = todo & ~hit
 
-    in_e, in_a = _member(r.a, r.e), _member(r.e, r.a)
-    extra, missing = ~in_e, ~in_a
+    # The two rows as multisets (the fallback repeats expert 0): what the candidate has over, what it lacks.
+    extra, missing = _unmatched(r.a, r.e), _unmatched(r.e, r.a)
     same_set = ~extra.any(1)
     ke, ka = _gather(r.keys, r.e), _gather(r.keys, r.a)
     nan_e, nan_a = ke == oracle.NAN_KEY, ka == oracle.NAN_KEY
     slots = torch.arange(k, device=r.e.device)
+    freed = torch.zeros_like(extra)
+
+    # groups: a choice the contract's own rule gives within other groups (group scores, group ties, the mask
+    # value) before the special values, which would otherwise take the blame for an expert of another group
+    if r.kept is not None:
+        _group_aspect(r, c, todo, assign, extra, first=True)
 
     # special values
     if c.nan_rule == "last":
         minus_inf_e = _gather(r.ranking, r.e) == -math.inf
-        assign(((r.a == slots) & (r.e != slots) & (nan_e | minus_inf_e)).any(1), "nan_last", R_ROUND_INDEX)
+        # aiter's round index stands in a slot only once the values above -inf have run out
+        numbers = (~torch.isnan(r.selection) & (r.selection > -math.inf)).sum(1, keepdim=True)
+        freed = (r.a == slots) & (slots >= numbers) & extra & (r.e != slots) & (nan_e | minus_inf_e)
+        assign(freed.any(1), "nan_last", R_ROUND_INDEX)
         assign((extra & nan_a).any(1) & (missing & ~nan_e).any(1), "nan_last", R_NAN_OVER_NUMBER)
-        numbers = (~torch.isnan(r.selection)).sum(1)
-        assign((diff_slot & (slots >= numbers.unsqueeze(1))).any(1), "nan_last", R_NAN_ORDER)
+        if order_matters:
+            numbers = (~torch.isnan(r.selection)).sum(1)
+            assign((diff_slot & (slots >= numbers.unsqueeze(1))).any(1), "nan_last", R_NAN_ORDER)
+        else:  # a set: other NaN experts fill the slots numbers cannot
+            assign((extra & nan_a).any(1) & (missing & nan_e).any(1), "nan_last", R_NAN_ORDER)
     elif c.nan_rule == "never":
         assign((extra & nan_a).any(1), "nan_last", R_NAN_TAKEN)
     else:  # "first"
@@ -252,15 +349,31 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
         assign((diff_slot & (slots >= r.valid.unsqueeze(1))).any(1), "sentinel_fallback", R_SENTINEL)
 
     if r.kept is not None:
-        _group_aspect(r, c, todo, assign)
+        _group_aspect(r, c, todo, assign, extra, first=False)
+
+    # The row whole: every expert the candidate has over and every one it lacks must sit at the expected
+    # cutoff, on its key (an exact tie, or keys equal by rounding) or within both scores' error bounds of
+    # its value (a near tie). Only then can a difference be a tie broken otherwise or a near tie; a
+    # dropped top-1 expert, or a repeat in place of a chosen expert, is a selection whatever else holds.
+    rk = _contract_keys(r, c)
+    rk_e, rk_a = _gather(rk, r.e), _gather(rk, r.a)
+    counted = slots < r.valid.unsqueeze(1)  # the expected slots filled by an eligible expert
+    cut_slot = torch.where(counted, rk_e, torch.full_like(rk_e, 1 << 62)).argmin(1, keepdim=True)
+    cut, cut_expert = rk_e.gather(1, cut_slot), r.e.gather(1, cut_slot)
+    relevant = extra.unsqueeze(2) & missing.unsqueeze(1)  # [B, k(actual), k(expected)]: an extra expert against a missing one
+    near_or_equal = (_near_pairs(r, c, r.a.unsqueeze(2), r.e.unsqueeze(1)) | (ka.unsqueeze(2) == ke.unsqueeze(1))) & relevant
+    # (a near pair across the cutoff also counts: two faithful roundings may differ from the oracle's cutoff value
+    # by more than the cutoff expert's own bound; each side of the swap must still have its own partner)
+    ok_a = ~extra | (rk_a == cut) | _near_to(r, c, r.a, cut_expert) | near_or_equal.any(2)
+    ok_e = ~missing | (rk_e == cut) | _near_to(r, c, r.e, cut_expert) | near_or_equal.any(1)
+    whole = ok_a.all(1) & ok_e.all(1) & (r.valid > 0)
 
     # equal keys: exact ties, near ties; the counterfactuals
-    relevant = extra.unsqueeze(2) & missing.unsqueeze(1)  # [B, k(actual), k(expected)]: an extra expert against a missing one
     pair_exact = _exact_pairs(r, r.a.unsqueeze(2), r.e.unsqueeze(1), c) & relevant
-    pair_near = (_near_pairs(r, c, r.a.unsqueeze(2), r.e.unsqueeze(1)) | (ka.unsqueeze(2) == ke.unsqueeze(1))) & relevant & ~pair_exact
+    pair_near = near_or_equal & ~pair_exact
     extra_exact, extra_near = pair_exact.any(2), pair_near.any(2)
-    set_explained = (~extra | extra_exact | extra_near).all(1)
-    set_near = (~extra | extra_near).all(1)
+    set_explained = whole & (~extra | extra_exact | extra_near).all(1)
+    set_near = whole & (~extra | extra_near).all(1)
     # The same set in another order: look at the pairs of experts whose relative order differs from the
     # expected one. Exact ties among them broken against the rule are tie_order; if only near-tied pairs
     # swapped (an expert moved past two exactly tied ones that kept their order), it is a near tie.
@@ -272,7 +385,6 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
     inv_near = inverted & (_near_pairs(r, c, a_i, a_j) | (ka_i == ka_j)) & ~inv_exact
     order_explained = (~inverted | inv_exact | inv_near).all(2).all(1)
     order_near = (~inverted | inv_near).all(2).all(1)
-    order_matters = c.output_order != "any"
 
     # signed_zero: where ranking values -0.0 and +0.0 tie (a contract that ranks logits, gpt-oss; the
     # sigmoid contracts never rank a -0.0), the answer is what ranking them apart gives, and no plain
@@ -288,7 +400,7 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
         chosen = torch.zeros_like(zero).scatter_(1, r.a, True)
         cutoff = _gather(r.keys, r.e).amin(1, keepdim=True)  # a set differs at the expected cutoff's tie group
         group = (r.keys == cutoff) & zero
-        by_set = (~extra | _gather(zero, r.a)).all(1) & _sign_explains(r, c, chosen, group)
+        by_set = whole & (~extra | _gather(zero, r.a)).all(1) & _sign_explains(r, c, chosen, group)
         later = torch.zeros_like(zero).scatter_(1, r.a, (slots >= first).expand_as(r.a))
         placed = torch.zeros_like(zero).scatter_(1, a0, True)
         by_order = _gather(zero, a0).squeeze(1) & _sign_explains(r, c, placed, later & zero)
@@ -300,46 +412,148 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
     assign(same_set & order_matters & order_near, NEAR_TIE, R_NEAR_ULP)
 
     ftz = _ftz_alternative(r, c, k) if bool(todo.any()) else None
-    ftz_match = (ftz == r.a).all(1) if ftz is not None else torch.zeros_like(todo)
+    ftz_match = _same_ids(ftz, r.a, c) if ftz is not None else torch.zeros_like(todo)
     assign(~same_set & ftz_match, "selection", R_SELECTION_FTZ)
     assign(~same_set, "selection", R_SELECTION)
     if order_matters:
         assign(same_set & ftz_match, "output_order", R_ORDER_FTZ)
         assign(same_set, "output_order", R_ORDER)
-    return clause, code, slot
+    return clause, code, slot, freed
 
 
-def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign) -> None:
-    """Experts chosen from groups the contract dropped (grouped contracts)."""
+def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, *, first: bool) -> None:
+    """Experts chosen from groups the contract dropped (grouped contracts), compared as sets where the order is ``any``.
+
+    ``first``: the explanations by the contract's own rule within other groups (more groups than kept, group
+    scores, group ties, the other mask value); else what is left of a leak (``group_mask``)."""
+    if not bool(todo.any()):
+        return
     rows, k = r.a.shape
     n_group = r.kept.shape[1]
     size = r.x.shape[1] // n_group
     used = torch.zeros_like(r.kept).scatter_(1, r.a // size, True)
-    leaked = (used & ~r.kept).any(1)
-    if not bool((todo & leaked).any()):
+    # an expert the oracle did not choose, from a dropped group (the oracle itself fills NaN slots from them)
+    leaked = (extra & ~r.kept.gather(1, r.a // size)).any(1)
+    if not first:
+        assign(leaked, "group_mask", R_GROUP_MASK)
         return
-    n_used = used.sum(1)
-    # Kept other groups, chose right within them? The contract's selection restricted to the used groups.
-    within = r.ranking.view(rows, n_group, size).masked_fill(~used.unsqueeze(2), -math.inf).view(rows, -1)
-    consistent = (_select_under(within, k, c.replace(n_group=1, topk_group=1)) == r.a).all(1)
-    # Do the groups it used tie the kept ones exactly (group scores equal at the cutoff)?
-    cutoff = r.group_scores.masked_fill(~r.kept, math.inf).amin(1, keepdim=True)
-    tied = ((r.group_scores == cutoff) | ~(used & ~r.kept)).all(1)
-    assign(leaked & (n_used > c.topk_group), "group_mask", R_GROUP_MASK)
-    assign(leaked & consistent & tied, "group_tie_order", R_GROUP_TIE)
-    assign(leaked & consistent, "group_selection", R_GROUP_SELECTION)
-    assign(leaked, "group_mask", R_GROUP_MASK)
+    ungrouped = c.replace(n_group=1, topk_group=1)
+    # The right groups, masked with the other value (-inf where the contract says 0.0, or the reverse).
+    other = 0.0 if math.isinf(c.group_mask) else -math.inf
+    masked = r.ranking.view(rows, n_group, size).masked_fill(~r.kept.unsqueeze(2), other).view(rows, -1)
+    alt = _select_under(masked, k, ungrouped)
+    assign(_same_ids(alt, r.a, c) & ~_same_ids(alt, r.e, c), "group_mask", R_GROUP_MASK_VALUE)
+    # The contract's pipeline with one group rule changed (the other group tie rule, the other group score):
+    # the candidate's experts may come from groups the oracle kept (masked values filling NaN slots), so every
+    # row is tried, not only those with an expert of a dropped group.
+    other_tie = "highest" if c.group_tie_rule == "lowest" else "lowest"
+    other_score = "max" if c.group_score == "top2_sum" else "top2_sum"
+    for score, tie, name, why in ((c.group_score, other_tie, "group_tie_order", R_GROUP_TIE),
+                                  (other_score, c.group_tie_rule, "group_selection", R_GROUP_SELECTION),
+                                  (other_score, other_tie, "group_selection", R_GROUP_SELECTION)):  # fmt: skip
+        alt = _select_under(_masked_by(r, c, score, tie), k, ungrouped)
+        assign(_same_ids(alt, r.a, c) & ~_same_ids(alt, r.e, c), name, why)
+    if bool((todo & leaked).any()):
+        e_used = torch.zeros_like(r.kept).scatter_(1, r.e // size, True).sum(1)
+        n_used = used.sum(1)
+        # Kept other groups, chose right within them? The contract's selection restricted to the used groups.
+        within = r.ranking.view(rows, n_group, size).masked_fill(~used.unsqueeze(2), -math.inf).view(rows, -1)
+        consistent = _same_ids(_select_under(within, k, ungrouped), r.a, c)
+        # Do the groups it used tie the kept ones exactly (group scores equal at the cutoff)?
+        cutoff = r.group_scores.masked_fill(~r.kept, math.inf).amin(1, keepdim=True)
+        tied = ((r.group_scores == cutoff) | ~(used & ~r.kept)).all(1)
+        assign(leaked & (n_used > e_used.clamp(min=c.topk_group)), "group_mask", R_GROUP_MASK)
+        assign(leaked & consistent & tied, "group_tie_order", R_GROUP_TIE)
+        assign(leaked & consistent, "group_selection", R_GROUP_SELECTION)
 
 
-def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.Tensor, invalid: torch.Tensor):
-    """(clause, code, reference weights, ok mask) of the weights aspect, per row."""
+def _masked_by(r: _Rows, c, score: str, tie: str) -> torch.Tensor:
+    """fp32 [B, E]: the ranking with the groups a group score rule ``score`` and group tie rule ``tie`` drop masked."""
+    rows, experts = r.ranking.shape
+    n_group = r.kept.shape[1]
+    per_group = r.ranking.view(rows, n_group, experts // n_group)
+    if score == c.group_score:
+        group_scores = r.group_scores
+    else:
+        keys = oracle.rank_keys(per_group.contiguous())  # NaN lowest
+        top = per_group.gather(2, keys.topk(min(2, per_group.shape[2]), dim=2).indices)
+        group_scores = top[..., 0] + top[..., -1] if score == "top2_sum" else top[..., 0]
+    gkeys = oracle.rank_keys(group_scores.float().contiguous() + 0.0).long()
+    if c.nan_rule == "first":
+        gkeys = gkeys.masked_fill(torch.isnan(group_scores), 1 << 40)
+    priority = oracle.group_tie_priority(n_group, tie).to(gkeys.device)
+    kept_groups = (gkeys * n_group + (n_group - 1 - priority)).topk(c.topk_group, dim=1).indices
+    kept = torch.zeros_like(r.kept).scatter_(1, kept_groups, True)
+    return per_group.masked_fill(~kept.unsqueeze(2), c.group_mask).view(rows, experts)
+
+
+def _core_aspect(r: _Rows, c, ids_clause: torch.Tensor, freed: torch.Tensor):
+    """(clause, code) of the row-whole check beside ``nan_last`` and ``sentinel_fallback``: those clauses free
+    where NaN ranks and what fills the slots no eligible expert can, never which numbers are chosen. The
+    candidate's other experts (numbers, above the floor) must be the top ones of the row, up to exact and
+    near ties at their cutoff; beside ``sentinel_fallback`` there must also be as many as the contract fills."""
     rows, k = r.a.shape
     clause = torch.full((rows,), NONE, dtype=torch.long, device=r.a.device)
     code = torch.zeros_like(clause)
+    nan_rows = ids_clause == INDEX["nan_last"]
+    sentinel_rows = ids_clause == INDEX["sentinel_fallback"]
+    sub = (nan_rows | sentinel_rows).nonzero().squeeze(1)
+    if sub.numel() == 0:
+        return clause, code
+    s = _Rows(**{f: (getattr(r, f).index_select(0, sub) if f != "bias" and getattr(r, f) is not None else getattr(r, f))
+                 for f in r.__dataclass_fields__})  # fmt: skip
+    pool = ~torch.isnan(s.selection)
+    if c.floor is not None:
+        pool &= s.selection > c.floor
+    rk = _contract_keys(s, c)
+    counted = _gather(pool, s.a) & (_repeats(s.a) == 0) & ~freed.index_select(0, sub)
+    n = counted.sum(1)
+    ranked = torch.where(pool, rk, torch.full_like(rk, _LOWEST))
+    top_keys, top_experts = ranked.sort(1, descending=True)
+    nth = (n - 1).clamp(min=0).unsqueeze(1)
+    boundary, anchor = top_keys.gather(1, nth), top_experts.gather(1, nth)
+    experts = torch.arange(s.x.shape[1], device=s.x.device).expand_as(rk)
+    taken = torch.zeros(rk.shape, dtype=torch.long, device=rk.device).scatter_add_(1, s.a, counted.long()) > 0
+    below = counted & (_gather(rk, s.a) < boundary) & ~_near_to(s, c, s.a, anchor)
+    passed_over = pool & ~taken & (rk > boundary) & ~_near_to(s, c, experts, anchor)
+    bad = (n > 0) & (below.any(1) | passed_over.any(1))
+    short = sentinel_rows.index_select(0, sub) & (n < s.valid)  # a fallback where eligible experts are left
+    reason = torch.where(sentinel_rows.index_select(0, sub), R_NOT_TOP_ELIGIBLE, R_NOT_TOP_NUMBERS)
+    hit = bad | short
+    clause[sub[hit]] = INDEX["selection"]
+    code[sub[hit]] = reason[hit]
+    # NaN experts taken where the NaN rule put numbers (NaN ranked higher) all tie: the tie rule says which.
+    nan = torch.isnan(s.selection)
+    took = _gather(nan, s.a) & (_repeats(s.a) == 0) & ~freed.index_select(0, sub)
+    nan_taken = torch.zeros(rk.shape, dtype=torch.long, device=rk.device).scatter_add_(1, s.a, took.long()) > 0
+    priority = oracle.tie_priority(s.x.shape[1], c.tie_rule).to(s.x.device)
+    tie_broken = ~hit & took.any(1) & ~_rule_explains(priority, nan_taken, nan)
+    clause[sub[tie_broken]] = INDEX["tie_order"]
+    code[sub[tie_broken]] = R_NAN_TIE
+    return clause, code
+
+
+def _factors(k: int, rsf: float) -> list[float]:
+    """The constants a weight is known to be off by: the scaling factor once too often or too few, 1/k, k."""
+    out = {rsf, 1 / rsf, rsf * rsf, 1 / (rsf * rsf), float(k), 1 / k, rsf / k, k / rsf, rsf * k, 1 / (rsf * k)}
+    return sorted(f for f in out if abs(f - 1.0) > 1e-6)
+
+
+def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.Tensor, invalid: torch.Tensor):
+    """(clause, code, second clause, its code, factor, reference weights, ok mask) of the weights aspect, per row.
+
+    Each rule a weight can break is tried as a counterfactual of the candidate's own experts, the most
+    specific first: the guard, the bias, the renormalization flag, the set a softmax runs over, then a
+    constant factor (alone or on top of one of those); ``weight_accuracy`` keeps what none explains."""
+    rows, k = r.a.shape
+    clause = torch.full((rows,), NONE, dtype=torch.long, device=r.a.device)
+    code = torch.zeros_like(clause)
+    clause2, code2 = clause.clone(), code.clone()
+    factor = torch.full((rows,), math.nan, device=r.a.device)
     renormalize, rsf = case.renormalize, float(case.routed_scaling_factor)
 
-    def formula(values: torch.Tensor, renorm: bool = renormalize) -> torch.Tensor:
-        return oracle.weights_from(values, contract=c, renormalize=renorm, routed_scaling_factor=rsf, logits_dtype=case.scores.dtype)
+    def formula(values: torch.Tensor, renorm: bool = renormalize, scale: float = rsf) -> torch.Tensor:
+        return oracle.weights_from(values, contract=c, renormalize=renorm, routed_scaling_factor=scale, logits_dtype=case.scores.dtype)
 
     chosen = _gather(r.scores, r.a)
     reference = formula(chosen)
@@ -350,17 +564,25 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
     ok = weights_close(r.w, reference, c)
     bad = ~ok.all(1) & ~invalid
     if not bool(bad.any()):
-        return clause, code, reference, ok
+        return clause, code, clause2, code2, factor, reference, ok
     todo = bad.clone()
 
     def close_to(alt):
         return weights_close(r.w, alt, c).all(1)
 
-    def assign(mask, name, reason):
+    def differs(alt):
+        return ~weights_close(alt, reference, c).all(1)
+
+    def assign(mask, name, reason, name2=None, reason2=0, by=None):
         nonlocal todo
         hit = todo & mask
         clause[hit] = INDEX[name]
         code[hit] = reason
+        if name2:
+            clause2[hit] = INDEX[name2]
+            code2[hit] = reason2
+        if by is not None:
+            factor[hit] = by[hit] if isinstance(by, torch.Tensor) else by
         todo &= ~hit
 
     total = chosen.sum(1)
@@ -370,19 +592,55 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
                                   logits_dtype=case.scores.dtype)  # fmt: skip
         unguarded = ~(total > 0) & close_to(raw) & ~weights_close(raw, reference, c).all(1)
         assign(unguarded, "renorm_guard", R_GUARD_DIVIDED)
+        # the raw sum where the contract adds its epsilon (a tiny sum): the division rule, not a factor
+        assign(close_to(raw) & differs(raw) & torch.isfinite(raw).all(1), "renorm_guard", R_EPS_MISSING)
         assign(~(total > 0) & ~torch.isfinite(r.w).all(1) & torch.isfinite(reference).all(1), "renorm_guard", R_GUARD_DIVIDED)
     if c.has_bias:
         with_bias = formula(_gather(r.ranking, r.a))
-        differs = ~weights_close(with_bias, reference, c).all(1)  # an all-zero bias gives the same weights
-        # NaN or infinite biases make both formulas NaN: that coincidence is not evidence of the bias in the weights
-        assign(differs & close_to(with_bias) & torch.isfinite(with_bias).all(1), "bias_in_weight", R_BIAS)
-    if renormalize:
-        unnormalized = formula(chosen, renorm=False)
-        assign(close_to(unnormalized) & ~weights_close(unnormalized, reference, c).all(1), "renorm_guard", R_NOT_RENORMALIZED)
-    if rsf != 1.0:
-        assign(close_to(reference * rsf) | close_to(reference / rsf), "scaling", R_SCALING)
+        # an all-zero bias gives the same weights; NaN or infinite biases make both formulas NaN: that
+        # coincidence is not evidence of the bias in the weights
+        assign(differs(with_bias) & close_to(with_bias) & torch.isfinite(with_bias).all(1), "bias_in_weight", R_BIAS)
+
+    # The rules, each as the weights a router breaking only it gives (with the contract's scaling).
+    flipped = formula(chosen, renorm=not renormalize)  # the renormalization flag not followed
+    flip_code = R_NOT_RENORMALIZED if renormalize else R_RENORMALIZED
+    rules = [(flipped, "renormalization", flip_code)]
+    if c.scoring == "softmax":  # a softmax over the k chosen logits (with renormalize, the same as the contract's)
+        rules.append((formula(torch.softmax(_gather(r.x, r.a), dim=1)), "softmax_scope", R_SOFTMAX_OF_CHOSEN))
+    elif c.scoring == "softmax_of_topk":  # a softmax over all E logits, taken at the chosen ones
+        full = torch.softmax(torch.nan_to_num(r.x, nan=-math.inf), dim=1).gather(1, r.a)
+        if renormalize:
+            full = full / full.sum(1, keepdim=True)
+        rules.append((full * rsf, "softmax_scope", R_SOFTMAX_OF_ALL))
+    matches = [(close_to(alt) & differs(alt), name, why) for alt, name, why in rules]
+    for i, (hit, name, why) in enumerate(matches):
+        # With softmax scores and renormalize off, renormalizing is a softmax over the k chosen: both named.
+        for hit2, name2, why2 in matches[i + 1 :]:
+            assign(hit & hit2, name, why, name2, why2)
+        assign(hit, name, why)
+    # A constant factor: the scaling factor applied twice or not at all, 1/k, ... alone or beside a rule.
+    for f in _factors(k, rsf):
+        assign(close_to(reference * f), "scaling", R_FACTOR, by=f)
+        for alt, name, why in rules:
+            assign(close_to(alt * f) & differs(alt * f), name, why, "scaling", R_FACTOR, by=f)
+    # Any other constant, the same for every weight of the row (at least two of them nonzero), at least 10 % off:
+    # closer to 1 it is more likely an accuracy problem (a sum rounded in bf16, say) than a factor applied.
+    usable = torch.isfinite(reference) & (reference.abs() > 1e-30) & torch.isfinite(r.w)
+    ratio = torch.where(usable, r.w / torch.where(usable, reference, torch.ones_like(reference)), torch.zeros_like(reference))
+    several = usable.sum(1) >= 2
+    mean = ratio.sum(1) / usable.sum(1).clamp(min=1)
+    constant = several & torch.isfinite(mean) & ((mean.log().abs()) > math.log(1.1)) & close_to(reference * mean.unsqueeze(1))
+    assign(constant, "scaling", R_FACTOR, by=mean)
     assign(torch.ones_like(todo), "weight_accuracy", R_ACCURACY)
-    return clause, code, reference, ok
+    return clause, code, clause2, code2, factor, reference, ok
+
+
+def _fallback_too_early(r: _Rows, c, a_raw: torch.Tensor) -> torch.Tensor:
+    """bool [B]: expert 0 repeated in more slots than the row has slots no eligible expert can fill."""
+    if not c.has_fallback:
+        return torch.zeros(a_raw.shape[0], dtype=torch.bool, device=a_raw.device)
+    repeats = ((a_raw == 0).sum(1) - 1).clamp(min=0)  # a single expert 0 is a choice, for the ids aspect to judge
+    return repeats > (a_raw.shape[1] - r.valid)
 
 
 def attribute(case, exp, values, w_act: torch.Tensor, ids_act: torch.Tensor, rows: torch.Tensor, c, *, out_of_range, twice, ids_equal) -> Blame:
@@ -398,16 +656,19 @@ def attribute(case, exp, values, w_act: torch.Tensor, ids_act: torch.Tensor, row
         valid=values.valid, kept=values.kept, group_scores=values.group_scores,
     )  # fmt: skip
     oor, tw, eq = out_of_range.index_select(0, rows), twice.index_select(0, rows), ids_equal.index_select(0, rows)
-    invalid = oor | tw
+    early = _fallback_too_early(r, c, a_raw) & ~oor & ~eq
+    invalid = oor | tw | early
     validity = torch.where(invalid, INDEX["validity"], NONE)
-    validity_code = torch.where(oor, R_OUT_OF_RANGE, torch.where(tw, R_TWICE, 0))
-    ids_clause, ids_code, slot = _ids_aspect(r, c, ~eq, invalid)
+    validity_code = torch.where(oor, R_OUT_OF_RANGE, torch.where(tw, R_TWICE, torch.where(early, R_FALLBACK_EARLY, 0)))
+    ids_clause, ids_code, slot, freed = _ids_aspect(r, c, ~eq, invalid)
     if c.nan_rule == "last":  # aiter's round index shows as an id twice: it is the NaN rule that broke
         round_index = invalid & ((r.a == torch.arange(r.a.shape[1], device=r.a.device)) & (r.e != r.a)
                                  & ((_gather(r.keys, r.e) == oracle.NAN_KEY) | (_gather(r.ranking, r.e) == -math.inf))).any(1)  # fmt: skip
         validity = torch.where(round_index & ~oor, NONE, validity)
         ids_clause = torch.where(round_index & ~oor, INDEX["nan_last"], ids_clause)
         ids_code = torch.where(round_index & ~oor, R_ROUND_INDEX, ids_code)
-    same_set = ~(~_member(r.a, r.e)).any(1)
-    w_clause, w_code, reference, ok = _weights_aspect(r, c, case, eq, same_set, invalid)
-    return Blame(validity, ids_clause, w_clause, validity_code, ids_code, w_code, slot, reference, ok)
+    core, core_code = _core_aspect(r, c, ids_clause, freed)
+    same_set = ~_unmatched(r.a, r.e).any(1)
+    w_clause, w_code, w2_clause, w2_code, factor, reference, ok = _weights_aspect(r, c, case, eq, same_set, invalid)
+    return Blame(validity, ids_clause, w_clause, validity_code, ids_code, w_code, slot, reference, ok,
+                 core=core, core_code=core_code, weights2=w2_clause, weights2_code=w2_code, factor=factor)  # fmt: skip

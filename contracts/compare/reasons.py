@@ -9,6 +9,7 @@ __all__ = ["generic_reason", "reason_text"]
 _FIXED = {
     A.R_OUT_OF_RANGE: "row holds an expert id out of [0, E)",
     A.R_TWICE: "row holds an expert id twice",
+    A.R_FALLBACK_EARLY: "expert 0 repeated as the fallback although eligible experts were left",
     A.R_ROUND_INDEX: "round index emitted as the expert id where only -inf/NaN remain",
     A.R_NAN_OVER_NUMBER: "a NaN expert was chosen over a number",
     A.R_NAN_TAKEN: "a NaN expert was chosen (the contract never takes NaN)",
@@ -16,19 +17,28 @@ _FIXED = {
     A.R_GROUP_MASK: "experts of a group the contract drops were chosen (the group mask did not hold them back)",
     A.R_GROUP_SELECTION: "other groups were kept than the contract's group scores keep",
     A.R_GROUP_TIE: "groups whose scores tie the kept ones exactly were kept instead (group tie rule not followed)",
+    A.R_GROUP_MASK_VALUE: "the output is what masking the dropped groups with the other mask value (-inf / 0.0) gives",
     A.R_TIE_SET: "equal keys at the cutoff, other experts chosen (tie priority not followed)",
+    A.R_NAN_TIE: "NaN experts taken other than the tie priority gives (NaN values tie one another)",
     A.R_SIGNED_ZERO: "the output is what ranking -0.0 apart from +0.0 would give (they are equal ranking values)",
     A.R_NEAR_SET: "each differing expert is within the scores' error bounds of an expected one at the cutoff",
     A.R_NEAR_ULP: "the differing slots hold experts within the scores' error bounds of each other",
     A.R_SELECTION_FTZ: "the output is what flushing subnormal ranking values to zero would give (flush-to-zero)",
     A.R_ORDER_FTZ: "the order is what flushing subnormal ranking values to zero would give (flush-to-zero)",
+    A.R_NOT_TOP_NUMBERS: "the numbers chosen are not the top numbers (the NaN rule frees where NaN ranks, not which numbers win)",
+    A.R_NOT_TOP_ELIGIBLE: "the eligible experts chosen are not the top ones, or a fallback slot took an eligible expert's place",
     A.R_BIAS: "weights match sig + bias, not sig",
-    A.R_NOT_RENORMALIZED: "weights were not renormalized",
+    A.R_NOT_RENORMALIZED: "weights were not renormalized (renormalize=True)",
+    A.R_EPS_MISSING: "weights divided by the raw sum where the contract divides by the sum plus its epsilon",
+    A.R_RENORMALIZED: "weights were renormalized although renormalize=False",
+    A.R_SOFTMAX_OF_CHOSEN: "weights are a softmax over the k chosen logits, not over all experts",
+    A.R_SOFTMAX_OF_ALL: "weights are a softmax over all experts, not over the k chosen logits",
     A.R_ACCURACY: "weights differ beyond the contract's tolerance",
 }
 
 
-def reason_text(code: int, *, e: list[int], a: list[int], slot: int, numbers: int, valid: int, total: float, rsf: float) -> str:
+def reason_text(code: int, *, e: list[int], a: list[int], slot: int, numbers: int, valid: int, total: float, rsf: float,
+                factor: float = float("nan")) -> str:
     """The reason of one aspect of one row (``e``/``a``: expected and actual ids; ``slot``: first differing slot)."""
     if code in _FIXED:
         return _FIXED[code]
@@ -48,6 +58,8 @@ def reason_text(code: int, *, e: list[int], a: list[int], slot: int, numbers: in
         return f"sum of weights is {total}: the guard must not divide"
     if code == A.R_SCALING:
         return f"weights scaled by routed_scaling_factor={rsf} twice or not at all"
+    if code == A.R_FACTOR:
+        return f"weights are off by a constant factor {factor:.6g} (routed_scaling_factor={rsf})"
     return f"reason code {code}"
 
 
@@ -59,6 +71,7 @@ _GENERIC = {
     A.R_ORDER: "same expert set in another order",
     A.R_GUARD_DIVIDED: "the sum of the weights is not > 0: the guard must not divide",
     A.R_SCALING: "weights scaled by routed_scaling_factor twice or not at all",
+    A.R_FACTOR: "weights off by a constant factor (routed_scaling_factor twice or not at all, 1/k, ...)",
 }
 
 

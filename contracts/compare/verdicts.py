@@ -28,9 +28,12 @@ from . import attribution as A
 from .reasons import generic_reason, reason_text
 from .tolerance import plain_contract_tolerance, ulp_distance, weights_close
 
-__all__ = ["DETAILS_PER_CLAUSE", "VERDICTS", "CaseOutcome", "compare_case", "plain_output", "row_blame"]
+__all__ = ["DETAILS_PER_CLAUSE", "UNDECLARABLE", "VERDICTS", "CaseOutcome", "compare_case", "plain_output", "row_blame"]
 
 VERDICTS = ("exact", "within_tolerance", "near_tie", "mismatch", "expected")
+# Clauses no declaration excuses: an id out of range, twice, or a fallback where eligible experts are left is
+# no router's freedom (contracts.candidates.registry refuses such a declaration when a Candidate is built).
+UNDECLARABLE = frozenset({"validity"})
 DETAILS_PER_CLAUSE = 5
 _CHUNK = 8192  # bad rows attributed at a time: bounds the [B, k, k] and [B, E] work tensors
 
@@ -81,7 +84,7 @@ def validity_failure(actual, case) -> str | None:
 
 def _whole_case(case, problem: str, deviations) -> CaseOutcome:
     rows = case.spec.rows
-    kind = "expected" if "validity" in deviations else "mismatch"
+    kind = "mismatch"  # validity cannot be declared: an answer that is not two tensors of the right kind never passes
     out = CaseOutcome(rows=rows, verdict_counts={**dict.fromkeys(VERDICTS, 0), kind: rows})
     bucket = out.expected_rows if kind == "expected" else out.clause_rows
     bucket["validity"] = rows
@@ -144,7 +147,7 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     out_of_range = torch.zeros(rows, dtype=torch.bool, device=rest.device).index_put_((rest,), oor_rest)
     twice = torch.zeros(rows, dtype=torch.bool, device=rest.device).index_put_((rest,), twice_rest)
     bad = rest[~good_rest]
-    declared = torch.tensor([name in deviations for name in A.CLAUSE_ORDER], device=bad.device)
+    declared = torch.tensor([name in deviations and name not in UNDECLARABLE for name in A.CLAUSE_ORDER], device=bad.device)
     for start in range(0, bad.numel(), _CHUNK):
         rows_b = bad[start : start + _CHUNK]
         values = exp.values(rows_b)
@@ -230,7 +233,8 @@ def _reasons(i: int, rows: dict, case) -> list[tuple[str, str]]:
         if aspect >= 0 or aspect == A.NEAR_TIE:
             name = A.CLAUSE_ORDER[aspect] if aspect >= 0 else "near_tie"
             text = reason_text(code, e=rows["e"][i], a=rows["a"][i], slot=rows["slot"][i], numbers=rows["numbers"][i],
-                               valid=rows["valid"][i], total=rows["total"][i], rsf=case.routed_scaling_factor)  # fmt: skip
+                               valid=rows["valid"][i], total=rows["total"][i], rsf=case.routed_scaling_factor,
+                               factor=rows["factor"][i])  # fmt: skip
             pairs.append((name, text))
     return pairs
 
@@ -259,8 +263,8 @@ def _record(out: CaseOutcome, case, exp, values, w_act, ids_act, rows_b, blame, 
             for name, t in (
                 ("row", rows_b), ("e", e_b), ("a", a_b), ("we", we_b), ("wa", wa_b), ("group", group), ("straddles", straddles),
                 ("nan", nan_count), ("label", label), ("kind", kind), ("slot", blame.slot),
-                ("codes", torch.stack([blame.validity_code, blame.ids_code, blame.weights_code], 1)),
-                ("aspects", torch.stack([blame.validity, blame.ids, blame.weights], 1)), ("valid", values.valid),
+                ("codes", torch.stack(blame.codes(), 1)), ("factor", blame.factor),
+                ("aspects", torch.stack(blame.aspects(), 1)), ("valid", values.valid),
                 ("numbers", (~torch.isnan(values.selection)).sum(1)), ("total", chosen.sum(1)),
             )
         }  # fmt: skip
@@ -319,7 +323,7 @@ def _add_cells(out: CaseOutcome, keep, rows_b, e_b, a_b, we_b, wa_b, blame, labe
     where = where[:room]
     r, col = where[:, 0], where[:, 1]
     names = np.array(["near_tie", *A.CLAUSE_ORDER], dtype=object)
-    codes = torch.where(label >= 0, torch.stack([blame.validity_code, blame.ids_code, blame.weights_code], 1)
+    codes = torch.where(label >= 0, torch.stack(blame.codes(), 1)
                         .gather(1, _aspect_of(label, blame).unsqueeze(1)).squeeze(1), blame.ids_code)[r].cpu().numpy()  # fmt: skip
     unique = np.unique(codes)
     reasons = np.array([generic_reason(int(x)) for x in unique], dtype=object)[np.searchsorted(unique, codes)]
@@ -337,5 +341,6 @@ def _add_cells(out: CaseOutcome, keep, rows_b, e_b, a_b, we_b, wa_b, blame, labe
 
 
 def _aspect_of(label, blame) -> torch.Tensor:
-    """Which aspect (0 validity, 1 ids, 2 weights) holds each row's primary clause."""
-    return torch.where(blame.validity == label, 0, torch.where(blame.ids == label, 1, 2))
+    """Which aspect (an index into ``blame.aspects()``) holds each row's primary clause (the first that does)."""
+    aspects = torch.stack(blame.aspects(), 1)
+    return (aspects == label.unsqueeze(1)).float().argmax(1)

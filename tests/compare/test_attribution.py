@@ -305,6 +305,30 @@ def _vllm_like(w, ids, exp):
     return (s / s.sum(1, keepdim=True)).flip(1), ids.flip(1)
 
 
+def _one_above_a_tie_case(contract):
+    x = torch.zeros(1, 64)
+    x[0, 40] = 1.0  # expert 40 is the top-1; the other 63 tie
+    return _case(x, torch.zeros(64), 8)
+
+
+def _lowest_ties_without_the_top1(w, ids, exp):
+    ids = torch.arange(8, dtype=ids.dtype).unsqueeze(0)  # ties to the lowest index, and expert 40 dropped
+    return _own_weights(ids, exp), ids
+
+
+def _serial_zero_again(w, ids, exp):
+    ids = ids.clone()
+    assert 0 in ids[0].tolist() and ids[0, 1].item() != 0, ids
+    ids[0, 1] = 0  # expert 0 written again in place of a chosen expert
+    return w, ids
+
+
+def _zero_chosen_case(contract):
+    x, b = _random(rows=1)
+    x[0, 0] = 9.0  # expert 0 is the top-1
+    return _case(x, b, 8)
+
+
 PLANTS = [
     Plant("exact", "aiter", lambda: (_rows_case("aiter"), lambda w, i, e: (w, i)), "exact", None),
     Plant("within_tolerance", "aiter", lambda: (_rows_case("aiter"), _scaled(1 + 2e-6)), "within_tolerance", None),
@@ -332,12 +356,16 @@ PLANTS = [
     Plant("near_tie", "aiter", lambda: (_near_case("aiter"), _swap_cutoff_neighbour), "near_tie", None),
     Plant("flush_to_zero", "aiter", lambda: (_subnormal_case("aiter"), _flushed), "mismatch", "selection", reason="flush-to-zero"),
     Plant("bias_in_weight", "aiter", lambda: (_rows_case("aiter"), _bias_in_weight), "mismatch", "bias_in_weight", reason="sig + bias"),
-    Plant("not_renormalized", "aiter", lambda: (_rows_case("aiter"), _unnormalized), "mismatch", "renorm_guard", reason="not renormalized"),
+    Plant("not_renormalized", "aiter", lambda: (_rows_case("aiter"), _unnormalized), "mismatch", "renormalization", reason="not renormalized"),
     Plant("zero_sum_divided", "aiter", lambda: (_zero_sum_case("aiter"), _divide_by_zero), "mismatch", "renorm_guard", reason="must not divide"),
     Plant("accuracy", "aiter", lambda: (_rows_case("aiter"), _scaled(1.01)), "mismatch", "weight_accuracy"),
     Plant("serial_zero_sum", "serial", lambda: (_zero_sum_case("serial"), _divide_by_zero), "mismatch", "renorm_guard", reason="must not divide"),
     Plant("serial_sentinel", "serial", lambda: (_few_valid_case("serial"), _garbage_beyond_valid), "mismatch", "sentinel_fallback",
           reason="beat the floor"),
+    Plant("declared_tie_order_hides_no_dropped_top1", "aiter", lambda: (_one_above_a_tie_case("aiter"), _lowest_ties_without_the_top1),
+          "mismatch", "selection", declared=("tie_order",)),
+    Plant("serial_repeat_of_expert_0_is_invalid", "serial", lambda: (_zero_chosen_case("serial"), _serial_zero_again), "mismatch",
+          "validity", reason="fallback"),
     Plant("unsorted_and_zero_sum", "aiter", lambda: (_zero_sum_case("aiter"), _vllm_like), "mismatch", "output_order", ("renorm_guard",)),
     Plant("declared_order_hides_no_guard", "aiter", lambda: (_zero_sum_case("aiter"), _vllm_like), "mismatch", "renorm_guard",
           ("output_order",), declared=("output_order",)),

@@ -1,0 +1,178 @@
+"""Routers that try to earn a verdict they do not deserve, and correct routers that must keep theirs (issues 32, 34).
+
+Each broken one changes one thing in the oracle's answer and hides behind
+something the comparison allows: the serial contract's expert-0 fallback, a
+declared tie order, a declared NaN rule, a declared ``validity``, an output
+order the contract leaves open. ``tests/compare/test_row_whole.py`` checks
+that each fails (or errors) with the clause a kernel engineer would fix;
+the correct ones (the oracle with its columns shuffled where the order is
+``any``) must pass.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import oracle
+from contracts.candidates import Candidate
+
+
+def _oracle(contract: str, **replaced):
+    c = oracle.get_contract(contract)
+    return c.replace(**replaced) if replaced else c
+
+
+def _route(contract, scores, bias, topk, renormalize, rsf, **groups):
+    return oracle.route(scores, bias, topk, renormalize=renormalize, routed_scaling_factor=rsf, contract=contract, **groups)
+
+
+def _own_weights(contract, scores, bias, ids, renormalize, rsf):
+    """The contract's weights for the router's own experts (so only its ids are wrong)."""
+    c = _oracle(contract)
+    expert_scores, _ = oracle.ranking_values(scores, bias, c)
+    return oracle.weights_from(expert_scores.gather(1, ids.long()), contract=c, renormalize=renormalize, routed_scaling_factor=rsf,
+                               logits_dtype=scores.dtype)  # fmt: skip
+
+
+def _shuffled(w, ids, seed=7):
+    """The same answer with each row's columns in a random order (what ``torch.topk(sorted=False)`` may give)."""
+    g = torch.Generator().manual_seed(seed + w.shape[0])
+    perm = torch.rand(w.shape, generator=g).to(w.device).argsort(1)
+    return w.gather(1, perm), ids.gather(1, perm.to(ids.device))
+
+
+# ---------------------------------------------------------------- issue 32: the ids of a row, checked whole
+
+
+def serial_repeats_expert_0(scores, bias, topk, renormalize, rsf):
+    """Serial contract: where expert 0 is chosen, it is written again in place of the second expert (which is lost)."""
+    w, ids = _route("serial", scores, bias, topk, renormalize, rsf)
+    has0 = (ids == 0).any(1) & (ids[:, 1] != 0)
+    ids[has0, 1] = 0
+    return w, ids
+
+
+def serial_fallback_too_early(scores, bias, topk, renormalize, rsf):
+    """Serial contract: the last slot always holds the expert-0 fallback, eligible experts left or not."""
+    w, ids = _route("serial", scores, bias, topk, renormalize, rsf)
+    ids[:, -1] = 0
+    return w, ids
+
+
+def _drop_top1_in_tied_rows(scores, bias, topk, renormalize, rsf):
+    """aiter contract, ties to the lowest index (a declared tie order); in rows whose cutoff ties an expert left
+    out, the top-1 expert is dropped for that tied one. Two extra experts may then pair with one missing tied
+    expert, which a pairwise test took for a tie."""
+    w, ids = _route(_oracle("aiter", tie_rule="lowest"), scores, bias, topk, renormalize, rsf)
+    _, ranking = oracle.ranking_values(scores, bias, "aiter")
+    keys = oracle.rank_keys(ranking)
+    cutoff = keys.gather(1, ids[:, -1:].long())
+    left = (keys == cutoff).scatter(1, ids.long(), False)  # tied with the cutoff, not chosen
+    rows = left.any(1) & (keys.gather(1, ids[:, :1].long()) != cutoff).squeeze(1)  # the top-1 is above the tie
+    spare = left.float().argmax(1)
+    ids[rows, 0] = spare[rows].to(ids.dtype)
+    return _own_weights("aiter", scores, bias, ids, renormalize, rsf), ids
+
+
+tie_order_declared_drops_top1 = Candidate(
+    name="tie-order-declared-drops-top1", route=_drop_top1_in_tied_rows,
+    expected_deviations={"aiter": {"tie_order": "declared: which of equal-key experts are taken"}},
+)  # fmt: skip
+
+
+def _nan_rows_to_lowest_experts(scores, bias, topk, renormalize, rsf):
+    """aiter contract: every row holding a NaN goes to experts 0..k-1, numbers or not."""
+    w, ids = _route("aiter", scores, bias, topk, renormalize, rsf)
+    rows = torch.isnan(scores).any(1)
+    ids[rows] = torch.arange(topk, dtype=ids.dtype, device=ids.device)
+    return _own_weights("aiter", scores, bias, ids, renormalize, rsf), ids
+
+
+nan_last_declared_lowest_experts = Candidate(
+    name="nan-last-declared-lowest-experts", route=_nan_rows_to_lowest_experts,
+    expected_deviations={"aiter": {"nan_last": "declared: NaN ranks first"}},
+)  # fmt: skip
+
+
+def returns_nothing(scores, bias, topk, renormalize, rsf):
+    return None
+
+
+# Everything but validity declared (validity cannot be): the check must still fail.
+returns_nothing_all_declared = Candidate(
+    name="returns-nothing-all-declared", route=returns_nothing,
+    expected_deviations={"aiter": {name: "declared" for name in ("selection", "tie_order", "nan_last", "output_order",
+                                                                  "renorm_guard", "scaling", "weight_accuracy")}},
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------- issue 34: group aspects, column order
+
+
+def _grouped(contract, *, shuffle=False, **replaced):
+    def route(scores, bias, topk, renormalize, rsf, *, num_expert_group, topk_group):
+        c = _oracle(contract, **replaced)
+        w, ids = oracle.route(scores, bias, topk, renormalize=renormalize, routed_scaling_factor=rsf, contract=c,
+                              num_expert_group=num_expert_group, topk_group=topk_group)  # fmt: skip
+        return _shuffled(w, ids) if shuffle else (w, ids)
+
+    return route
+
+
+deepseek_v3_shuffled = _grouped("deepseek-v3", shuffle=True)
+deepseek_v3_reference_shuffled = _grouped("deepseek-v3-reference", shuffle=True)
+group_max_sorted = _grouped("deepseek-v3", group_score="max")
+group_max_shuffled = _grouped("deepseek-v3", group_score="max", shuffle=True)
+group_ties_highest_sorted = _grouped("deepseek-v3", group_tie_rule="highest")
+group_ties_highest_shuffled = _grouped("deepseek-v3", group_tie_rule="highest", shuffle=True)
+minus_inf_mask_sorted = _grouped("deepseek-v3")  # checked under deepseek-v3-reference (0.0 mask)
+minus_inf_mask_shuffled = _grouped("deepseek-v3", shuffle=True)
+
+
+# ---------------------------------------------------------------- issue 34: weight rules
+
+
+def _weights_variant(contract, edit):
+    def route(scores, bias, topk, renormalize, rsf, **groups):
+        w, ids = _route(contract, scores, bias, topk, renormalize, rsf, **groups)
+        return edit(scores, bias, ids, w, renormalize, rsf, contract, groups).float(), ids
+
+    return route
+
+
+def _renorm_flipped(scores, bias, ids, w, renormalize, rsf, contract, groups):
+    """Renormalizes when the flag is off, and not when it is on."""
+    return _own_weights(contract, scores, bias, ids, not renormalize, rsf)
+
+
+def _divided_by_k(scores, bias, ids, w, renormalize, rsf, contract, groups):
+    return w / ids.shape[1]
+
+
+def _scaled_twice(scores, bias, ids, w, renormalize, rsf, contract, groups):
+    return w * rsf
+
+
+def _no_renorm_no_scaling(scores, bias, ids, w, renormalize, rsf, contract, groups):
+    return _own_weights(contract, scores, bias, ids, False, 1.0)
+
+
+def _softmax_of_chosen(scores, bias, ids, w, renormalize, rsf, contract, groups):
+    """A softmax over the k chosen logits, not over all E (softmax contracts)."""
+    return torch.softmax(scores.float().gather(1, ids.long()), dim=1) * rsf
+
+
+def _softmax_of_all(scores, bias, ids, w, renormalize, rsf, contract, groups):
+    """A softmax over all E logits, gathered at the chosen ones (gpt-oss wants the k chosen only)."""
+    p = torch.softmax(scores.float(), dim=1).gather(1, ids.long())
+    if renormalize:
+        p = p / p.sum(1, keepdim=True)
+    return p * rsf
+
+
+deepseek_renorm_flipped = _weights_variant("deepseek-v3", _renorm_flipped)
+deepseek_divided_by_k = _weights_variant("deepseek-v3", _divided_by_k)
+deepseek_scaled_twice = _weights_variant("deepseek-v3", _scaled_twice)
+deepseek_no_renorm_no_scaling = _weights_variant("deepseek-v3", _no_renorm_no_scaling)
+qwen3_softmax_of_chosen = _weights_variant("qwen3-moe", _softmax_of_chosen)
+gpt_oss_softmax_of_all = _weights_variant("gpt-oss", _softmax_of_all)

@@ -1,0 +1,174 @@
+"""A verdict a broken router cannot earn, and a blame that does not depend on column order (issues 32 and 34).
+
+The candidates live in ``tests/adversarial/verdicts.py``. Every broken one
+must fail (exit 1) with the clause named here; every correct one (the
+oracle, its columns shuffled where the contract's order is ``any``) must
+pass. Each case ran against the comparison before the fix and got a PASS
+or the wrong clause (the docstrings say which).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from contracts.candidates import Candidate
+from contracts.check import main
+
+ADV = "tests.adversarial.verdicts"
+
+# Each test here runs the check command end to end (cases built, oracle routed, bundle written) on a few
+# hundred to two thousand rows, often twice (both column orders): 10-60 s each on the 2-core machine, so the
+# file is in the slow tier; tests/compare/test_attribution.py keeps fast unit plants of the same classes.
+pytestmark = pytest.mark.slow
+
+
+def _check(tmp_path, candidate, contract, *extra, rows=1500, name="bundle"):
+    out = tmp_path / name
+    code = main(["--candidate", candidate, "--contract", contract, "--rows", str(rows), "--no-isolate", "--out", str(out), "--quiet",
+                 *extra])  # fmt: skip
+    return code, json.loads((out / "summary.json").read_text())
+
+
+def _undeclared(s) -> dict:
+    return {k: v for k, v in s["clauses"].items() if v}
+
+
+# ---------------------------------------------------------------- issue 32 item 1: the ids of a row, whole
+
+
+def test_a_repeated_expert_0_in_place_of_a_chosen_expert_is_invalid(tmp_path):
+    """Before: the serial contract's fallback let any repeat of expert 0 through validity and the near-tie test
+    asked only whether the ids were a subset of the expected ones: rows counted "near tie", PASS."""
+    code, s = _check(tmp_path, f"{ADV}:serial_repeats_expert_0", "serial", rows=1000)
+    assert code == 1 and s["status"] == "fail"
+    assert s["near_tie_rows"] == 0, s["near_tie_rows"]
+    assert set(_undeclared(s)) == {"validity"}, s["clauses"]
+
+
+def test_a_fallback_slot_where_eligible_experts_are_left_is_invalid(tmp_path):
+    """A fallback slot is allowed only where no eligible expert is left."""
+    code, s = _check(tmp_path, f"{ADV}:serial_fallback_too_early", "serial", "--families", "few_valid,random_fp32", rows=400)
+    assert code == 1 and s["status"] == "fail"
+    assert s["clauses"].get("validity", 0) > 0 and s["near_tie_rows"] == 0
+
+
+# ---------------------------------------------------------------- issue 32 item 9: a declaration excuses its clause only
+
+
+def test_a_declared_tie_order_does_not_hide_a_dropped_top1_expert(tmp_path):
+    """Before: rows whose top-1 expert was swapped for a tied one at the cutoff were filed under the declared
+    tie_order: PASS. The tie order frees which equal-key experts are taken, nothing else."""
+    code, s = _check(tmp_path, f"{ADV}:tie_order_declared_drops_top1", "aiter", "--families", "tie_pool_straddle,tie_pool_above",
+                     rows=600)  # fmt: skip
+    assert code == 1 and s["status"] == "fail"
+    assert s["clauses"].get("selection", 0) > 0 and "tie_order" not in _undeclared(s), s["clauses"]
+    assert s["mismatched_rows"] > s["expected_deviation_rows"], (s["mismatched_rows"], s["expected_deviation_rows"])
+
+
+def test_a_declared_nan_rule_does_not_hide_the_wrong_numbers(tmp_path):
+    """Before: NaN rows routed to experts 0..k-1 were filed under the declared nan_last: PASS. Where NaN ranks
+    is free; the numbers chosen must still be the top numbers."""
+    code, s = _check(tmp_path, f"{ADV}:nan_last_declared_lowest_experts", "aiter", "--families", "nan_dense", rows=600)
+    assert code == 1 and s["status"] == "fail"
+    assert s["clauses"].get("selection", 0) > 0, s["clauses"]
+    assert s["mismatched_rows"] > s["expected_deviation_rows"], (s["mismatched_rows"], s["expected_deviation_rows"])
+
+
+def test_validity_cannot_be_declared():
+    """Before: a candidate declaring validity passed with no tensors returned at all."""
+    with pytest.raises(ValueError, match="validity") as err:
+        Candidate(name="x", route=lambda *a: None, expected_deviations={"aiter": {"validity": "whatever"}})
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_a_router_returning_nothing_fails_whatever_it_declares(tmp_path):
+    code, s = _check(tmp_path, f"{ADV}:returns_nothing_all_declared", "aiter", "--families", "random_fp32", rows=200)
+    assert code == 1 and s["status"] in ("fail", "error")
+    assert s["mismatched_rows"] > 0 or s["status"] == "error"
+
+
+def test_declared_validity_never_turns_a_whole_case_into_expected():
+    """The comparison itself ignores a validity declaration (a dict built by hand, not through Candidate)."""
+    import torch
+
+    import oracle
+    from contracts.cases.build import Case
+    from contracts.cases.plan import CaseSpec
+    from contracts.compare import compare_case, expected_for
+
+    x = torch.randn(4, 64)
+    case = Case(CaseSpec("unit", 0, 4, 64, 8, 1, 1), x, torch.zeros(64), True, 1.0)
+    c = oracle.get_contract("aiter")
+    exp = expected_for(case, c)
+    out = compare_case(case, exp, None, c, deviations={"validity": "declared"})
+    assert out.verdict_counts["mismatch"] == 4 and out.verdict_counts["expected"] == 0
+    w, ids = exp.weights.clone(), exp.ids.clone()
+    ids[:, 1] = ids[:, 0]
+    out = compare_case(case, exp, (w, ids), c, deviations={"validity": "declared", "selection": "declared"})
+    assert out.verdict_counts["mismatch"] == 4 and out.clause_rows == {"validity": 4}
+
+
+# ---------------------------------------------------------------- issue 34 items 1-4: groups and column order
+
+
+@pytest.mark.parametrize("route, contract", [("deepseek_v3_shuffled", "deepseek-v3"),
+                                             ("deepseek_v3_reference_shuffled", "deepseek-v3-reference")])  # fmt: skip
+def test_a_correct_grouped_router_in_any_column_order_passes(tmp_path, route, contract):
+    """Before: 120 of 3,000 rows failed (group_mask, nan_last) because the group aspect compared ids by column."""
+    code, s = _check(tmp_path, f"{ADV}:{route}", contract, rows=2000)
+    assert code == 0 and s["status"] == "pass" and s["mismatched_rows"] == 0, s["clauses"]
+
+
+def _blame_both_orders(tmp_path, base, contract, rows=1200):
+    results = []
+    for order in ("sorted", "shuffled"):
+        code, s = _check(tmp_path, f"{ADV}:{base}_{order}", contract, rows=rows, name=order)
+        assert code == 1 and s["status"] == "fail"
+        results.append(_undeclared(s))
+    return results
+
+
+def test_group_score_by_max_is_group_selection_in_any_column_order(tmp_path):
+    """Before: group_mask when the output was unsorted, group_selection when sorted."""
+    sorted_, shuffled = _blame_both_orders(tmp_path, "group_max", "deepseek-v3")
+    assert sorted_ == shuffled, (sorted_, shuffled)
+    assert max(sorted_, key=sorted_.get) == "group_selection", sorted_
+
+
+def test_group_ties_to_the_highest_group_are_group_tie_order_only(tmp_path):
+    """Before: group_tie_order beside nan_last and tie_order, and group_mask when unsorted."""
+    sorted_, shuffled = _blame_both_orders(tmp_path, "group_ties_highest", "deepseek-v3")
+    assert sorted_ == shuffled, (sorted_, shuffled)
+    assert set(sorted_) == {"group_tie_order"}, sorted_
+
+
+def test_a_minus_inf_mask_under_the_zero_mask_contract_is_group_mask(tmp_path):
+    """Before: selection (the expected experts lie in dropped groups)."""
+    sorted_, shuffled = _blame_both_orders(tmp_path, "minus_inf_mask", "deepseek-v3-reference")
+    assert sorted_ == shuffled, (sorted_, shuffled)
+    assert set(sorted_) == {"group_mask"}, sorted_
+
+
+# ---------------------------------------------------------------- issue 34 item 5: each weight rule by name
+
+
+@pytest.mark.parametrize(
+    "route, contract, clauses",
+    [
+        ("deepseek_renorm_flipped", "deepseek-v3", {"renormalization"}),
+        ("deepseek_divided_by_k", "deepseek-v3", {"scaling"}),
+        ("deepseek_scaled_twice", "deepseek-v3", {"scaling"}),
+        ("deepseek_no_renorm_no_scaling", "deepseek-v3", {"renormalization", "scaling"}),
+        ("qwen3_softmax_of_chosen", "qwen3-moe", {"softmax_scope"}),
+        ("gpt_oss_softmax_of_all", "gpt-oss", {"softmax_scope"}),
+    ],
+)
+def test_each_weight_rule_is_recognised_by_name(tmp_path, route, contract, clauses):
+    """Before: renormalization against the flag, a softmax over the wrong set and a 1/k factor were all
+    weight_accuracy."""
+    code, s = _check(tmp_path, f"{ADV}:{route}", contract, "--families", "random_fp32,random_bf16", rows=400)
+    assert code == 1 and s["status"] == "fail"
+    found = {k: v for k, v in s["clauses_broken"].items() if v}  # a row with two causes counts under both
+    assert clauses <= set(found) and "weight_accuracy" not in found, found
