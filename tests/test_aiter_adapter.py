@@ -329,6 +329,7 @@ def test_cli_exits_3_with_a_one_line_reason_here(tmp_path):
 
 
 def _check(tmp_path, argv):
+    tmp_path.mkdir(parents=True, exist_ok=True)  # --out's folder must exist
     out = tmp_path / "bundle"
     code = main([*argv, "--out", str(out), "--quiet"])
     return code, json.loads((out / "summary.json").read_text()), out
@@ -343,7 +344,8 @@ def test_adapter_candidate_shows_the_declared_deviations(standin, tmp_path):
 
 
 def test_faithful_standin_matches_the_model_bit_for_bit(standin, tmp_path):
-    code, s, out = _check(tmp_path, ["--candidate", ON_CPU, "--against", "aiter-model", "--exact", "--rows", "1000"])
+    code, s, out = _check(tmp_path, ["--candidate", ON_CPU, "--against", "aiter-model", "--exact", "--rows", "1000",
+                                  "--allow-not-covered"])  # fmt: skip  # bit-identity of the rows checked; coverage is another test's
     assert code == 0, (out / "report.md").read_text()
     assert s["against"] == "aiter-model" and s["exact_rows"] == s["rows_checked"] > 500
 
@@ -373,6 +375,7 @@ def test_dispatch_consistency_is_red_only_where_aiter_deviates(standin, tmp_path
         assert s["families"][family]["mismatched_rows"] > 0, family
     cells = pd.read_csv(out / "mismatches.csv")
     assert set(cells["family"]) == set(DEGENERATE.split(",")) and cells["col"].between(0, K - 1).all()
-    code, s, out = _check(tmp_path / "clean", ["--candidate", "oracle", "--against", ON_CPU, "--families", CLEAN, "--rows", "500"])
+    code, s, out = _check(tmp_path / "clean", ["--candidate", "oracle", "--against", ON_CPU, "--families", CLEAN, "--rows", "500",
+                                                 "--allow-not-covered"])  # fmt: skip  # agreement on the rows both serve
     assert code == 0, (out / "report.md").read_text()
     assert s["mismatched_rows"] == 0 and s["rows_checked"] > 200

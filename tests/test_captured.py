@@ -84,7 +84,7 @@ def test_capture_records_every_moe_layer_with_names_ids_weights_and_bias(capture
 
 @pytest.mark.parametrize(("family", "contract", "good", "bad", "clause"), [
     ("deepseek", "deepseek-v3", "captured_routers:sigmoid_grouped", "captured_routers:sigmoid_no_groups", "group_mask"),
-    ("qwen", "qwen3-moe", "captured_routers:softmax_topk", "captured_routers:softmax_topk_unnormalized", "renorm_guard"),
+    ("qwen", "qwen3-moe", "captured_routers:softmax_topk", "captured_routers:softmax_topk_unnormalized", "renormalization"),
 ])  # fmt: skip
 def test_captured_logits_pass_a_correct_router_and_fail_a_broken_one(tmp_path, captures, family, contract, good, bad, clause):
     f = open_logits(str(captures[family]))

@@ -28,6 +28,6 @@ def test_the_layers_of_a_captured_file_are_the_families(tmp_path):
     code, out = _pytest(tmp_path, "--candidate", "captured_routers:softmax_topk", *common)
     assert code == 0, out
     assert "captured.L0" not in out or "failed" not in out
-    code, out = _pytest(tmp_path, "--candidate", "captured_routers:softmax_topk_unnormalized", *common, "-k", "renorm_guard")
+    code, out = _pytest(tmp_path, "--candidate", "captured_routers:softmax_topk_unnormalized", *common, "-k", "renormalization")
     assert code == 1, out
     assert "2 failed" in out and "captured.L0" in out and "captured.L1" in out, out

@@ -20,6 +20,7 @@ import pytest
 
 from contracts import check
 from contracts.cases import iter_plan, shard
+from contracts.cases.plan import default_max_batch, switch_points
 from contracts.reports.schema import CheckResult, ErrorRecord, FamilyCounts, Status, Summary
 from contracts.run.distributed import LOST_AFTER_S, World, WorldError
 from contracts.run.rank_merge import Part, combine_checks
@@ -173,6 +174,12 @@ def test_counts_sum_and_the_slowest_rank_sets_the_rate():
 # ---------------------------------------------------------------- torchrun, two ranks on the CPU
 
 
+
+def _plan(families, rows, seed=0):
+    """The cases a CPU check of 896/16 runs: the budget's and every family's pinned coverage cases."""
+    return list(iter_plan(list(families), rows, seed, 896, 16, max_batch=default_max_batch("cpu", switch_points())))
+
+
 @torchrun
 def test_two_ranks_write_one_bundle_with_the_counts_of_one_process(tmp_path, cwd):
     args = ["--candidate", "torch-native", "--contract", "aiter", "--families", FAMILIES, "--rows", str(ROWS), "--seed", str(SEED), "--quiet"]
@@ -183,7 +190,7 @@ def test_two_ranks_write_one_bundle_with_the_counts_of_one_process(tmp_path, cwd
     assert one["expected_deviation_rows"] > 0 and one["clauses"]  # torch-native's declared deviations: not all zeros
     assert {k: two[k] for k in COUNTS} == {k: one[k] for k in COUNTS}
     assert two["world_size"] == 2 and two["shard"] is None
-    specs = list(iter_plan(FAMILIES.split(","), ROWS, SEED, 896, 16))
+    specs = _plan(FAMILIES.split(","), ROWS, SEED)  # as run_checks plans: the pinned cases too
     assert [(r["rank"], r["shard"], r["rows_checked"], r["status"]) for r in two["ranks"]] == [
         (rank, f"{rank + 1}/2", sum(s.rows for s in shard(specs, rank + 1, 2)), "pass") for rank in (0, 1)
     ]
@@ -220,7 +227,8 @@ def test_a_rank_that_dies_or_raises_is_an_error_in_rank_0s_bundle_and_rank_0s_ro
     if mode == "kill":  # torchrun SIGTERMs rank 0 when rank 1 dies (mid-case, or once rank 0 is done and waiting): the bundle is still written
         assert rank0["status"] in ("interrupted", "pass") and time.monotonic() - started < 30 + LOST_AFTER_S + 30
     else:  # rank 1 raised and waited: rank 0 checked all of its share
-        assert rank0["status"] == "pass" and rank0["rows_checked"] == 1025
+        share = sum(c.rows for c in shard(_plan(["random_bf16"], 3000), 1, 2))  # rank 0's cases, the pinned ones included
+        assert rank0["status"] == "pass" and rank0["rows_checked"] == share
         assert "planted: this module does not import on rank 1" in s["error"]["traceback"]
     assert "First error (" + kind in (out / "report.md").read_text()
 
@@ -273,7 +281,8 @@ def test_a_nightly_under_torchrun_writes_one_nightly_bundle(tmp_path, cwd):
     envelope = json.loads((bundle / "nightly.json").read_text())
     assert envelope["options"]["world_size"] == 2 and envelope["candidates"]["oracle"]["status"] == "pass"
     s = _summary(bundle / "candidates" / "oracle")
-    assert s["rows_checked"] == 400 and s["world_size"] == 2 and sum(r["rows_checked"] for r in s["ranks"]) == 400
+    planned = sum(c.rows for c in _plan(s["options"]["families"], 400))  # the 400 rows of the budget and the pinned cases
+    assert planned > 400 and s["rows_checked"] == planned and s["world_size"] == 2 and sum(r["rows_checked"] for r in s["ranks"]) == planned
 
 
 @torchrun

@@ -198,6 +198,7 @@ def test_candidate_names_never_choose_paths_outside_out_and_never_collide(tmp_pa
     absolute = Path("/tmp/router-contracts-absolute-name")
     assert not absolute.exists(), "left over from an earlier run; remove it"
     out = tmp_path / "deep" / "out"
+    out.parent.mkdir()  # --out's folder must exist
     names = ",".join(f"tests.adversarial.names:{n}" for n in ("dotdot", "absolute", "colon_first", "colon_second"))
     assert check_main(["--candidate", names, "--out", str(out), *SMALL]) == 1
     assert not absolute.exists() and not (tmp_path / "x").exists() and not (out.parent.parent / "x").exists()

@@ -160,7 +160,9 @@ def test_torch_compile_recompiles_and_the_eager_fallback_are_in_the_summary_note
     """Before: dynamo silently ran the function eagerly after its recompile limit; the summary said nothing."""
     out = tmp_path / "compiled"
     code = main(["--candidate", "tests.adversarial.compiled:route", "--families", "random_fp32,random_bf16,strided,batch_sizes",
-                 "--rows", "2000", "--experts", "64", "--topk", "4", "--out", str(out)])  # fmt: skip
+                 "--rows", "2000", "--experts", "64", "--topk", "4", "--out", str(out),
+                 # a smaller pinned sweep: torch.topk's ties would meet an exact tie among ~50,000 rows of 64 experts
+                 "--max-batch", "2048"])  # fmt: skip
     s = json.loads((out / "summary.json").read_text())
     assert code == 0 and s["isolated"]  # counted in the worker, reported by the parent
     (note,) = [n for n in s["notes"] if n.startswith("torch.compile")]

@@ -33,7 +33,8 @@ def _check(tmp_path, candidate, contract, *extra, rows=3000):
 @pytest.mark.parametrize("contract", ["deepseek-v3", "deepseek-v3-reference", "qwen3-moe", "mixtral", "gpt-oss"])
 def test_the_oracle_passes_every_builtin_contract(tmp_path, contract):
     code, s = _check(tmp_path, "oracle", contract, rows=4000)
-    assert code == 0 and s["status"] == "pass" and s["rows_checked"] == 4000, s["clauses"]
+    # every row of the budget and of the pinned coverage cases checked, none skipped
+    assert code == 0 and s["status"] == "pass" and s["rows_checked"] > 4000 and s["rows_skipped"] == 0, s["clauses"]
     assert s["contract"] == contract
     c = oracle.get_contract(contract)
     assert s["options"]["experts"] == c.experts and s["options"]["topk"] == c.topk

@@ -57,6 +57,8 @@ _MEASURED: dict[str, dict[str, str]] = {
     "llama4": {
         "weight_accuracy": "sigmoid in fp32, " + _CAST.format(rows="2,674"),
         "signed_zero": "torch.topk ranks -0.0 and +0.0 apart (3 rows, signed_zero)",
+        "renormalization": "top-1 weights cast to bf16 round to exactly 1.0 where sigmoid(x) > 1 - 2^-9, the value a "
+                           "renormalized top-1 weight has (4 of 120 rows)",
     },
     "qwen3-next": {"weight_accuracy": _CAST.format(rows="2,747")},
     "qwen2-moe": {"weight_accuracy": _CAST.format(rows="2,396")},

@@ -37,7 +37,7 @@ from typing import Iterable, Iterator
 
 from .families import FAMILIES
 
-__all__ = ["CPU_MAX_BATCH", "GPU_MAX_BATCH", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "coverage_of", "default_max_batch",
+__all__ = ["CPU_MAX_BATCH", "GPU_MAX_BATCH", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "default_max_batch",
            "iter_plan", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
 
 
@@ -168,32 +168,6 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
     if FAMILIES[name].strided:
         return [(PINNED_ROWS, {"offset": 0})]
     return []
-
-
-def coverage_of(specs: Iterable["CaseSpec"]) -> dict:
-    """What a plan covers: its batch sizes, its (logits, bias) dtype pairs, its layouts, for ``check --plan`` and
-    the summary. Dtype pairs are read off the built cases' makers without building them (the logits dtype is the
-    family's; a drawn bias dtype may be either)."""
-    from .build import logits_dtype_name
-
-    specs = list(specs)
-    sizes: set[int] = set()
-    pairs: set[str] = set()
-    layouts: set[str] = set()
-    for spec in specs:
-        sizes.add(spec.rows)
-        logits = logits_dtype_name(spec)
-        if not spec.bias:
-            pairs.add(f"{logits}/none")
-        elif spec.bias_dtype:
-            pairs.add(f"{logits}/{spec.bias_dtype}")
-        else:
-            pairs.update({f"{logits}/{logits}", f"{logits}/fp32"})
-        if FAMILIES[spec.family].strided:
-            layouts.add("strided at offset 0" if spec.offset == 0 else "strided at an offset")
-        else:
-            layouts.add("contiguous")
-    return {"batch_sizes": sorted(sizes), "dtype_pairs": sorted(pairs), "layouts": sorted(layouts)}
 
 
 COVERAGE_PASSES = 2

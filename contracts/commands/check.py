@@ -257,7 +257,8 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     import oracle
 
     from ..cases.families import families_for
-    from ..cases.plan import coverage_of, default_max_batch, iter_plan, switch_points
+    from ..cases.coverage import coverage_of
+    from ..cases.plan import default_max_batch, iter_plan, switch_points
 
     device = _check_device(args.device) or "cpu"
     contract = args.contract

@@ -20,7 +20,8 @@ from ..candidates import Candidate, CandidateLoadError, all_candidates, get_cand
 from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_message
 from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
 from ..cases.families import families_for
-from ..cases.plan import admitted_fields, bulk_rows_for, coverage_of, default_max_batch, plan_bulk_rows, switch_points
+from ..cases.coverage import coverage_of
+from ..cases.plan import admitted_fields, bulk_rows_for, default_max_batch, plan_bulk_rows, switch_points
 from ..reports.bundle import prepare_out, write_check_bundle, write_index
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from contracts.cases.families import FAMILIES
-from contracts.cases.plan import coverage_of, iter_plan, sweep_sizes
+from contracts.cases.coverage import coverage_of
+from contracts.cases.plan import iter_plan, sweep_sizes
 from contracts.run.checks import run_checks
 from tests.adversarial import evidence
 

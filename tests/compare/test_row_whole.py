@@ -44,7 +44,10 @@ def test_a_repeated_expert_0_in_place_of_a_chosen_expert_is_invalid(tmp_path):
     code, s = _check(tmp_path, f"{ADV}:serial_repeats_expert_0", "serial", rows=1000)
     assert code == 1 and s["status"] == "fail"
     assert s["near_tie_rows"] == 0, s["near_tie_rows"]
-    assert set(_undeclared(s)) == {"validity"}, s["clauses"]
+    # Rows with fallback slots (few_valid, nan_dense) lose an eligible expert to the extra 0: blamed on the expert
+    # dropped (selection, or nan_last where the row holds NaN); everywhere else the repeat itself, validity.
+    assert set(_undeclared(s)) <= {"validity", "selection", "nan_last"}, s["clauses"]
+    assert max(s["clauses"], key=s["clauses"].get) == "validity" and s["clauses_broken"]["validity"] > 0.9 * s["mismatched_rows"]
 
 
 def test_a_fallback_slot_where_eligible_experts_are_left_is_invalid(tmp_path):

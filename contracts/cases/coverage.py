@@ -1,0 +1,41 @@
+"""What a case plan covers (batch sizes, dtype pairs, layouts): above both the plan and the case builder,
+which it reads, so neither has to import it."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from .build import logits_dtype_name
+from .families import FAMILIES
+from .plan import CaseSpec
+
+__all__ = ["coverage_of"]
+
+
+def coverage_of(specs: Iterable["CaseSpec"]) -> dict:
+    """What a plan covers: its batch sizes, its (logits, bias) dtype pairs, its layouts, for ``check --plan`` and
+    the summary. Dtype pairs are read off the built cases' makers without building them (the logits dtype is the
+    family's; a drawn bias dtype may be either)."""
+    specs = list(specs)
+    sizes: set[int] = set()
+    pairs: set[str] = set()
+    layouts: set[str] = set()
+    for spec in specs:
+        sizes.add(spec.rows)
+        logits = logits_dtype_name(spec)
+        if not spec.bias:
+            pairs.add(f"{logits}/none")
+        elif spec.bias_dtype:
+            pairs.add(f"{logits}/{spec.bias_dtype}")
+        else:
+            pairs.update({f"{logits}/{logits}", f"{logits}/fp32"})
+        if FAMILIES[spec.family].strided:
+            layouts.add("strided at offset 0" if spec.offset == 0 else "strided at an offset")
+        else:
+            layouts.add("contiguous")
+    return {"batch_sizes": sorted(sizes), "dtype_pairs": sorted(pairs), "layouts": sorted(layouts)}
+
+
+COVERAGE_PASSES = 2
+DEFAULT_BULK_ROWS = 65_536  # on a GPU; a bulk case's [M, E] work tensors are about 0.25 GB each there
+CPU_BULK_ROWS = 16_384  # on a CPU: keeps a check's memory well under 2 GiB
