@@ -14,6 +14,8 @@ from contracts.commands.bench import main as bench_main
 from contracts.commands._common import ExitCode
 from contracts.run import bench
 from contracts.candidates import Candidate, all_candidates, register
+from kernels import timing
+from kernels.timing import time_cuda
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -178,7 +180,7 @@ def test_crossover_is_interpolated_in_log_log_space():
 
 
 class _FakeCuda:
-    """Just enough of torch.cuda to walk bench.time_cuda's control flow on a CPU-only host."""
+    """Just enough of torch.cuda to walk kernels.timing.time_cuda's control flow on a CPU-only host."""
 
     def __init__(self, elapsed_ms: float):
         self.capturing = False
@@ -229,7 +231,7 @@ def test_cuda_timer_replays_a_graph_and_divides_by_launches(monkeypatch):
     fake = _FakeCuda(elapsed_ms=0.2)
     fake.install(monkeypatch)
     calls = []
-    timing = bench.time_cuda(lambda: calls.append(fake.capturing), launches=20, replays=5, warmup=3)
+    timing = time_cuda(lambda: calls.append(fake.capturing), launches=20, replays=5, warmup=3)
     assert timing.timer == "cuda-graph" and timing.calls_per_sample == 20 and not timing.note
     assert timing.samples_us == pytest.approx([10.0] * 5)  # 0.2 ms / 20 launches
     assert calls.count(True) == 20 and calls.count(False) == 3  # 20 captured, 3 eager warm-up calls
@@ -244,10 +246,35 @@ def test_cuda_timer_falls_back_to_eager_when_capture_fails(monkeypatch):
         if fake.capturing:
             raise RuntimeError("operation not permitted when stream is capturing")
 
-    timing = bench.time_cuda(syncs_inside, launches=10, replays=4, warmup=1)
+    timing = time_cuda(syncs_inside, launches=10, replays=4, warmup=1)
     assert timing.timer == "cuda-eager" and "graph capture failed" in timing.note and "not permitted" in timing.note
     assert timing.samples_us == pytest.approx([50.0] * 4)
     assert fake.replays == 0
+    with pytest.raises(RuntimeError, match="not permitted"):  # a caller that publishes graph replays only
+        time_cuda(syncs_inside, launches=10, replays=4, warmup=1, eager_fallback=False)
+
+
+def test_bench_and_the_shape_sweep_share_the_one_cuda_timer(monkeypatch):
+    """contracts bench times with kernels.timing's timer, not a copy; the sweep's points go through it too, with
+    one warm-up call and one untimed replay, and a launch that cannot be captured stops the sweep."""
+    from kernels.radix4 import shape_sweep
+
+    assert bench.time_cuda is time_cuda
+    fake = _FakeCuda(elapsed_ms=0.06)
+    fake.install(monkeypatch)
+    calls = []
+    assert shape_sweep._time_point(lambda: calls.append(fake.capturing), launches=20, replays=7) == pytest.approx(3.0)
+    assert calls.count(True) == 20 and calls.count(False) == 1 and fake.replays == 1 + 7
+
+    def syncs_inside():
+        if fake.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    with pytest.raises(RuntimeError, match="not permitted"):
+        shape_sweep._time_point(syncs_inside, launches=20, replays=7)
+    seen = []
+    monkeypatch.setattr(timing, "time_cuda", lambda *a, **k: seen.append(k) or timing.Timing("cuda-graph", [1.0, 2.0, 9.0], 20))
+    assert shape_sweep._time_point(lambda: None, launches=20, replays=3) == 2.0 and seen  # the helper's, not a copy
 
 
 def test_cuda_points_carry_the_timer_and_its_reason(monkeypatch):

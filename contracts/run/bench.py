@@ -59,6 +59,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from kernels.timing import Timing, time_cuda
+
 from ..candidates import Candidate
 from ..reports._atomic import write_atomic, write_json
 from ..reports.environment import environment
@@ -96,14 +98,6 @@ class BenchOptions:
 # ---------------------------------------------------------------- timers
 
 
-@dataclass
-class Timing:
-    timer: str  # "cuda-graph", "cuda-eager", "cpu-wall-clock"
-    samples_us: list[float]
-    calls_per_sample: int
-    note: str = ""
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
@@ -123,60 +117,6 @@ def time_cpu(fn, repeats: int) -> Timing:
             fn()
         samples.append((time.perf_counter() - start) * 1e6 / calls)
     return Timing("cpu-wall-clock", samples, calls)
-
-
-def _cuda_eager(fn, launches: int, replays: int, warmup: int) -> list[float]:
-    for _ in range(warmup):
-        for _ in range(launches):
-            fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(replays):
-        start.record()
-        for _ in range(launches):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / launches)
-    return samples
-
-
-def time_cuda(fn, launches: int, replays: int, warmup: int) -> Timing:
-    """Graph replay; eager events if the route cannot be captured."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            for _ in range(launches):
-                fn()
-    except Exception as exc:  # not capturable: time it eagerly, and say so
-        del graph
-        try:
-            torch.cuda.synchronize()
-        except Exception:  # noqa: BLE001 -- a failed capture may leave an error to clear
-            pass
-        reason = f"graph capture failed ({_first_line(exc)}); timed eagerly"
-        return Timing("cuda-eager", _cuda_eager(fn, launches, replays, warmup), launches, reason)
-    for _ in range(warmup):
-        graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / launches)
-    del graph
-    return Timing("cuda-graph", samples, launches)
 
 
 def launch_floor(args: BenchOptions, device: str) -> float | None:

@@ -10,9 +10,10 @@ M >= 256: outside those ranges each shape is far from the best, as the
 tuning log's earlier sweeps showed). A point is the median of ``--replays``
 replays of a CUDA graph holding ``--launches`` launches of the library's
 entry point on one buffer of bf16 logits (``randn * 2``) and a bf16 bias,
-sliced to M rows, per launch: the graph-replay timer ``contracts bench`` uses,
-with the outputs allocated once outside it. The launch shapes of one M are
-timed back to back, so a drift of the clocks moves them together.
+sliced to M rows, per launch: ``kernels.timing``'s graph-replay timer, the
+one ``contracts bench`` uses, with the outputs allocated once outside it.
+The launch shapes of one M are timed back to back, so a drift of the clocks
+moves them together.
 
 The analysis smooths each curve by a running median over 9 batch sizes (the
 noise of one point is a few per cent), then picks per (experts, topk), both
@@ -69,7 +70,7 @@ def sweep(out: Path, *, max_m: int, contracts: list[str], launches: int, replays
                             if rc != 0:
                                 raise RuntimeError(f"{CONTRACTS[contract][2]} returned {rc}")
 
-                        us = _time_graph(call, launches, replays)
+                        us = _time_point(call, launches, replays)
                         f.write(f"{contract},{experts},{topk},{m},{shape},{us:.4f}\n")
                         rows_written += 1
                 log(f"{contract} {experts}/{topk}: M 1..{max_m} in {time.time() - start_t:.0f} s")
@@ -79,31 +80,16 @@ def sweep(out: Path, *, max_m: int, contracts: list[str], launches: int, replays
     return path
 
 
-def _time_graph(call, launches: int, replays: int) -> float:
+def _time_point(call, launches: int, replays: int) -> float:
+    """Median us per launch of ``call`` by the shared graph timer. One warm-up call and one untimed replay (the
+    sweep times thousands of points, and the shapes of one M are timed back to back); a launch that cannot be
+    captured is an error here, never an eager figure in a table of graph replays."""
     import statistics
 
-    import torch
+    from ..timing import time_cuda
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(launches):
-            call()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / launches)
-    del graph
-    return statistics.median(samples)
+    timing = time_cuda(call, launches, replays, warmup=1, warmup_calls=1, eager_fallback=False)
+    return statistics.median(timing.samples_us)
 
 
 # ---------------------------------------------------------------- the analysis (CPU)
