@@ -148,10 +148,12 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert
     )
 
 
-def _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group, *, pdl, widen):
-    """Checks and what a server does once at load (the bias made dense, the outputs allocated); returns the launch:
-    with ``widen``, ``scores.to(torch.float32)`` (SGLang's FlashInfer branch does it every forward: a second kernel
-    for bf16 logits) then the kernel, on the current stream; ``(weights in the logits' launch dtype, ids)``."""
+def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
+                 topk_group=None, pdl=None, widen=True):  # fmt: skip
+    """``route`` as a launch prepared once: the checks and what a server does once at load (the bias made dense, the
+    outputs allocated). Each call of the returned function is what SGLang's FlashInfer branch launches per forward:
+    with ``widen``, ``gating_output.to(torch.float32)`` (a kernel for bf16 logits), then ``fused_topk_deepseek``'s
+    kernel, on the current stream; ``(weights in the logits' launch dtype, ids)``."""
     import torch
 
     M, E, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor,
@@ -189,25 +191,14 @@ def _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_
     return launch
 
 
-def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
-                 topk_group=None, pdl=None):  # fmt: skip
-    """``route`` as a launch prepared once: each call is what SGLang's FlashInfer branch launches per forward
-    (``gating_output.to(torch.float32)``, a kernel for bf16 logits, then ``fused_topk_deepseek``'s kernel)."""
-    return _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group, pdl=pdl,
-                    widen=True)  # fmt: skip
-
-
 def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None,
-          pdl=None):  # fmt: skip
-    """As SGLang calls FlashInfer: fp32 logits (widened here), the bias as given, PDL on."""
+          pdl=None, widen=True):  # fmt: skip
+    """As SGLang calls FlashInfer: fp32 logits (widened here), the bias as given, PDL on. Without ``widen``
+    (``route_native_dtype``) the logits in their own dtype: bf16 logits give bf16 weights (returned widened to
+    fp32)."""
     weights, ids = bench_launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group=num_expert_group,
-                                topk_group=topk_group, pdl=pdl)()  # fmt: skip
+                                topk_group=topk_group, pdl=pdl, widen=widen)()  # fmt: skip
     return weights.float(), ids
 
 
-def route_native_dtype(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
-                       topk_group=None, pdl=None):  # fmt: skip
-    """The logits in their own dtype: bf16 logits give bf16 weights (returned widened to fp32)."""
-    weights, ids = _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group,
-                            pdl=pdl, widen=False)()  # fmt: skip
-    return weights.float(), ids
+route_native_dtype = functools.partial(route, widen=False)

@@ -120,9 +120,12 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert
     )
 
 
-def _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group, *, sorted_output, pdl):
-    """Checks, then what SGLang does before serving (the bias widened to fp32 once, the outputs allocated); returns
-    the launch: one call of the kernel on the current stream, ``(weights, ids)``."""
+def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
+                 topk_group=None, pdl=None, sorted_output=True):  # fmt: skip
+    """``route``'s kernel as a launch prepared once: the checks, then what SGLang does at load (the bias widened to
+    fp32 once, ``correction_bias.to(torch.float32)``; the outputs allocated). Each call of the returned function is
+    the one launch SGLang makes per forward, on the current stream, returning ``(weights, ids)``.
+    ``sorted_output``: SGLang's ``sorted`` flag (``bench_launch_unsorted`` passes False)."""
     import torch
 
     M, E, groups, kept = check_args(scores, bias, topk, renormalize, routed_scaling_factor, dtypes=tuple(_DTYPES),
@@ -160,35 +163,15 @@ def _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_
     return launch
 
 
-def _launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group, *, sorted_output, pdl):
-    return _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group,
-                    sorted_output=sorted_output, pdl=pdl)()  # fmt: skip
-
-
-def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
-                 topk_group=None, pdl=None):  # fmt: skip
-    """``route``'s kernel as a launch prepared once (SGLang's load: ``correction_bias.to(torch.float32)``); each
-    call of the returned function is the one launch SGLang makes per forward (``sorted=True``)."""
-    return _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group,
-                    sorted_output=True, pdl=pdl)  # fmt: skip
-
-
-def bench_launch_unsorted(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
-                          topk_group=None, pdl=None):  # fmt: skip
-    """As ``bench_launch``, with ``sorted=False``: the launch SGLang's ``moe_fused_gate`` makes per forward."""
-    return _prepare(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group,
-                    sorted_output=False, pdl=pdl)  # fmt: skip
-
-
 def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None,
-          pdl=None):  # fmt: skip
-    """SGLang's radix router with ``sorted=True``: output by (key desc, lowest id)."""
-    return _launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group,
-                   sorted_output=True, pdl=pdl)  # fmt: skip
+          pdl=None, sorted_output=True):  # fmt: skip
+    """SGLang's radix router, one launch. ``sorted_output=True`` (SGLang's ``sorted=True``): output by (key desc,
+    lowest id); False (its production dispatch, ``route_unsorted``): in expert-id order."""
+    return bench_launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group=num_expert_group,
+                        topk_group=topk_group, pdl=pdl, sorted_output=sorted_output)()  # fmt: skip
 
 
-def route_unsorted(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
-                   topk_group=None, pdl=None):  # fmt: skip
-    """SGLang's radix router with ``sorted=False`` (its production dispatch): output in expert-id order."""
-    return _launch(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group,
-                   sorted_output=False, pdl=pdl)  # fmt: skip
+# sglang-radix-unsorted's route and bench path: the same kernel with sorted=False, the launch SGLang's
+# moe_fused_gate makes per forward.
+route_unsorted = functools.partial(route, sorted_output=False)
+bench_launch_unsorted = functools.partial(bench_launch, sorted_output=False)

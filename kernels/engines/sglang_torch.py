@@ -109,20 +109,21 @@ def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0
     return lambda: _route(ns, scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group)
 
 
-def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None):
-    """SGLang's eager torch router on the logits and bias as given; ``(weights fp32, ids int32)``."""
-    return _route(load(), scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group)
+def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None,
+          compiled=False):  # fmt: skip
+    """SGLang's torch router on the logits and bias as given; ``(weights fp32, ids int32)``. Eager, or with
+    ``compiled`` (``route_compiled``) the published ``torch.compile(dynamic=True)`` version (compiles on first
+    call: seconds)."""
+    return _route(load(compiled=compiled), scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group,
+                  topk_group)  # fmt: skip
 
 
 def route_as_served(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
                     topk_group=None):  # fmt: skip
     """As SGLang's Kimi-K3 model calls it: fp32 logits and fp32 bias, then the eager router."""
     bias = None if bias is None else bias.float()
-    return _route(load(), scores.float(), bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group)
+    return route(scores.float(), bias, topk, renormalize, routed_scaling_factor, num_expert_group=num_expert_group,
+                 topk_group=topk_group)  # fmt: skip
 
 
-def route_compiled(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
-                   topk_group=None):  # fmt: skip
-    """The published ``torch.compile(dynamic=True)`` version (compiles on first call: seconds)."""
-    return _route(load(compiled=True), scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group,
-                  topk_group)  # fmt: skip
+route_compiled = functools.partial(route, compiled=True)

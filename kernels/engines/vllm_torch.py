@@ -133,13 +133,13 @@ def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0
     return lambda: _route(fns, scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group)
 
 
-def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None):
-    """vLLM's eager torch router on the logits and bias as given; ``(weights fp32, ids int32)``."""
-    return _route(load(), scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group)
-
-
-def route_compiled(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
-                   topk_group=None):  # fmt: skip
-    """As ``route``, with ``grouped_topk`` under its published ``torch.compile`` (grouped calls only differ)."""
-    return _route(load(compiled=True), scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group,
+def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None,
+          compiled=False):  # fmt: skip
+    """vLLM's torch router on the logits and bias as given; ``(weights fp32, ids int32)``. Eager, or with
+    ``compiled`` (``route_compiled``) ``grouped_topk`` under its published ``torch.compile`` (grouped calls only
+    differ)."""
+    return _route(load(compiled=compiled), scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group,
                   topk_group)  # fmt: skip
+
+
+route_compiled = functools.partial(route, compiled=True)
