@@ -163,3 +163,20 @@ def test_probe_exit_codes(tmp_path):
     assert main(["--candidate", SPEC + "raising_router", "--out", str(tmp_path / "d")]) == 1
     doc = json.loads((tmp_path / "d" / "probe.json").read_text())
     assert doc["status"] == "error" and "kernel launch failed" in doc["error"]
+
+
+def test_a_probe_that_cannot_run_writes_why_under_either_contract_kind(tmp_path):
+    """Unavailable here, or not covering the probe's calls: probe.json says so, ungrouped (the probe's batch named)
+    and grouped (one-row calls) alike."""
+    from contracts.candidates import Candidate, get_candidate
+    from contracts.run.probe import run_probe
+
+    run = run_probe(get_candidate("radix4"), out=tmp_path / "a", device="cpu")
+    assert run.status == "unavailable" and run.reason and "cpu" in run.reason
+    assert json.loads((tmp_path / "a" / "probe.json").read_text()) == run.doc and "environment" in run.doc
+    narrow = Candidate(name="test-probe-covers-nothing", route=aiter_router, covered=lambda **_: False)
+    run = run_probe(narrow, out=tmp_path / "b", contract="aiter", experts=64, topk=4)
+    assert run.status == "unavailable" and run.reason == "it does not cover E=64, k=4 (M=8) with bf16/fp32 logits"
+    run = run_probe(narrow, out=tmp_path / "c", contract="deepseek-v3")
+    assert run.status == "unavailable" and run.reason.endswith(", k=8 with bf16/fp32 logits")
+    assert json.loads((tmp_path / "c" / "probe.json").read_text())["status"] == "unavailable"

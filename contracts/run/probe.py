@@ -402,23 +402,16 @@ def probe_groups(asker: _Asker, *, experts: int, n_group: int, topk_group: int, 
 
 
 def _run_group_probe(candidate: Candidate, c, contract: str, path: Path, base: dict, *, experts: int, topk: int, device: str) -> "ProbeRun":
-    ok, why = candidate.available(device)
-    dtypes = _pick_dtypes(candidate, experts, topk, 1) if ok else None
-    if ok and dtypes is None:
-        ok, why = False, f"it does not cover E={experts}, k={topk} with bf16/fp32 logits"
-    if not ok:
-        doc = {**base, "status": "unavailable", "reason": why, "environment": environment(device)}
-        write_json(path, doc)
-        return ProbeRun("unavailable", doc, path)
+    dtypes, why = _gate(candidate, experts=experts, topk=topk, rows=1, device=device)
+    if dtypes is None:
+        return _stopped(path, base, device, "unavailable", reason=why)
     asker = _Asker(candidate.route_under(contract), experts=experts, topk=topk, device=device, dtype=dtypes[0], bias_dtype=dtypes[1],
                    groups={"num_expert_group": c.n_group, "topk_group": c.topk_group}, bias=c.has_bias)  # fmt: skip
     start = time.perf_counter()
     try:
         order, calls = probe_groups(asker, experts=experts, n_group=c.n_group, topk_group=c.topk_group, topk=topk)
     except ProbeError as exc:
-        doc = {**base, "status": "error", "error": str(exc), "environment": environment(device)}
-        write_json(path, doc)
-        return ProbeRun("error", doc, path)
+        return _stopped(path, base, device, "error", error=str(exc))
     rules = {"lowest": list(range(c.n_group)), "highest": list(range(c.n_group - 1, -1, -1))}
     matches = next((rule for rule, perm in rules.items() if perm == order), "none")
     doc = {
@@ -427,8 +420,7 @@ def _run_group_probe(candidate: Candidate, c, contract: str, path: Path, base: d
         "calls": calls, "expert_order": "probed on ungrouped contracts only (under groups the kept groups decide which experts can tie)",
         "environment": environment(device), "duration_s": round(time.perf_counter() - start, 3),
     }  # fmt: skip
-    write_json(path, doc)
-    return ProbeRun("done", doc, path)
+    return _written(path, doc)
 
 
 # -- interpretation ---------------------------------------------------------------------
@@ -581,6 +573,30 @@ class ProbeRun:
         return self.doc.get("reason") or self.doc.get("error") or ""
 
 
+def _gate(candidate: Candidate, *, experts: int, topk: int, rows: int, device: str) -> tuple[tuple | None, str]:
+    """``(logits and bias dtypes, "")`` where the candidate runs here and covers the probe's calls of ``rows`` rows
+    at E=``experts``, k=``topk``; else ``(None, why)``."""
+    ok, why = candidate.available(device)
+    if not ok:
+        return None, why
+    dtypes = _pick_dtypes(candidate, experts, topk, rows)
+    if dtypes is None:
+        at = f" (M={rows})" if rows > 1 else ""
+        return None, f"it does not cover E={experts}, k={topk}{at} with bf16/fp32 logits"
+    return dtypes, ""
+
+
+def _written(path: Path, doc: dict, result: ProbeResult | None = None) -> ProbeRun:
+    """``doc`` written as ``path`` (probe.json), whatever its status, and the run that says so."""
+    write_json(path, doc)
+    return ProbeRun(doc["status"], doc, path, result)
+
+
+def _stopped(path: Path, base: dict, device: str, status: str, **why: str) -> ProbeRun:
+    """A probe that did not get to the end: ``unavailable`` with its ``reason``, or ``error`` with the ``error``."""
+    return _written(path, {**base, "status": status, **why, "environment": environment(device)})
+
+
 def run_probe(
     candidate: Candidate,
     *,
@@ -605,20 +621,14 @@ def run_probe(
     experts, topk = experts or c.experts, topk or c.topk
     if c.is_grouped:
         return _run_group_probe(candidate, c, contract or candidate.contract, path, base, experts=experts, topk=topk, device=device)
-    ok, why = candidate.available(device)
-    if ok and _pick_dtypes(candidate, experts, topk, 2 * topk) is None:
-        ok, why = False, f"it does not cover E={experts}, k={topk} (M={2 * topk}) with bf16/fp32 logits"
-    if not ok:
-        doc = {**base, "status": "unavailable", "reason": why, "environment": environment(device)}
-        write_json(path, doc)
-        return ProbeRun("unavailable", doc, path)
+    dtypes, why = _gate(candidate, experts=experts, topk=topk, rows=2 * topk, device=device)
+    if dtypes is None:
+        return _stopped(path, base, device, "unavailable", reason=why)
     start = time.perf_counter()
     try:
         result = probe(candidate, contract=contract, experts=experts, topk=topk, device=device, batch_sizes=batch_sizes, seed=seed, verify=verify)
     except ProbeError as exc:
-        doc = {**base, "status": "error", "error": str(exc), "environment": environment(device)}
-        write_json(path, doc)
-        return ProbeRun("error", doc, path)
+        return _stopped(path, base, device, "error", error=str(exc))
     matches, disagreements = match_rules(result.permutation)
     rule = oracle.get_contract(result.contract).tie_rule
     doc = {
@@ -653,5 +663,4 @@ def run_probe(
         "command": command,
         "duration_s": round(time.perf_counter() - start, 3),
     }
-    write_json(path, doc)
-    return ProbeRun("done", doc, path, result)
+    return _written(path, doc, result)
