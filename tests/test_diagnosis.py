@@ -101,3 +101,11 @@ def test_variants_giving_the_same_answer_on_every_row_seen_are_said_to_be_indist
     entry = _variant_entry(a, [a, b, other], [part], [expected_for(case, c)], rows)
     assert entry["indistinguishable_from"] == [never.label]
     assert "cannot tell it apart from: " + never.label in entry["text"]
+
+
+def test_the_suggested_command_replaces_the_contract_and_drops_out_and_force():
+    from contracts.compare.diagnosis import _with_contract
+
+    line = "python -m contracts check --candidate 'my router' --contract aiter --out d --force --rows 900 --out=e --contract=x"
+    assert _with_contract(line, "serial") == "python -m contracts check --candidate 'my router' --rows 900 --contract serial"
+    assert _with_contract("", "serial") == "" and _with_contract("check 'unclosed", "serial") == ""

@@ -119,3 +119,11 @@ def test_multi_candidate_shards_merge_per_candidate(tmp_path):
     assert by_name["oracle"]["rows_checked"] == sum(_summary(s / "oracle")["rows_checked"] for s in shards)
     assert by_name["radix4"]["status"] in ("unavailable", "pass")  # unavailable without a GPU
     assert (tmp_path / "merged" / "oracle" / "report.md").exists()
+
+
+def test_the_merged_command_drops_shard_and_out_in_either_spelling_and_keeps_the_rest():
+    from contracts.reports.merge import unsharded_command
+
+    line = "python -m contracts check --candidate a --shard 1/4 --out 'my dir' --rows 900 --shard=2/4 --out=x --quiet"
+    assert unsharded_command(line) == "python -m contracts check --candidate a --rows 900 --quiet"
+    assert unsharded_command("check --candidate 'unclosed") == "check --candidate 'unclosed"  # not a shell line: as recorded

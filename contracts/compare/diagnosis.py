@@ -33,6 +33,7 @@ import torch
 
 import oracle
 
+from ..command_words import without_options
 from .expected import expected_for
 
 __all__ = ["DiagnosisSample", "diagnose"]
@@ -317,18 +318,7 @@ def _with_contract(command: str, name: str) -> str:
         return ""
     if not words:
         return ""
-    out, skip = [], False
-    for word in words:
-        if skip:
-            skip = False
-            continue
-        if word in ("--contract", "--out"):
-            skip = True
-            continue
-        if word.startswith(("--contract=", "--out=")) or word == "--force":
-            continue
-        out.append(word)
-    return shlex.join(out + ["--contract", name])
+    return shlex.join(without_options(words, ("--contract", "--out"), ("--force",)) + ["--contract", name])
 
 
 def _groups(n: int) -> str:

@@ -20,6 +20,7 @@ import dataclasses
 import shlex
 from pathlib import Path
 
+from ..command_words import without_options
 from .bundle import BundleError, open_check, write_check_bundle, write_index
 from .cells import CellKeeper
 from .schema import (
@@ -71,15 +72,7 @@ def unsharded_command(command: str) -> str:
         words = shlex.split(command)
     except ValueError:
         return command
-    out, skip = [], False
-    for word in words:
-        if skip:
-            skip = False
-        elif word in ("--shard", "--out"):
-            skip = True
-        elif not word.startswith(("--shard=", "--out=")):
-            out.append(word)
-    return shlex.join(out)
+    return shlex.join(without_options(words, ("--shard", "--out")))
 
 
 def _check_shards(summaries: list[Summary], sources: list[str], allow_partial: bool) -> list[str]:
