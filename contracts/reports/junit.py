@@ -59,13 +59,35 @@ class CheckEntry:
     error: str | None = None  # the harness itself failed for this check
 
 
+_OUTCOMES = {"failure": "failures", "error": "errors", "skipped": "skipped"}
+
+
 @dataclass
 class _Counts:
+    """One suite's testcases and their outcomes. Every testcase and outcome is made through ``case`` and ``mark``,
+    so the counts ``close`` writes on the suite are those of its elements."""
+
     tests: int = 0
     failures: int = 0
     errors: int = 0
     skipped: int = 0
     notes: list[str] = field(default_factory=list)  # the suite's <system-out>
+
+    def case(self, suite: ET.Element, classname: str, name: str) -> ET.Element:
+        self.tests += 1
+        return ET.SubElement(suite, "testcase", classname=classname, name=name, time="0.000")
+
+    def mark(self, case: ET.Element, outcome: str, message: str, text: str | None = None, kind: str | None = None) -> None:
+        """A ``<failure>``, ``<error>`` or ``<skipped>`` (``outcome``) on ``case``, counted; ``kind`` is its type."""
+        attributes = {"message": _clean(message)} if kind is None else {"message": _clean(message), "type": _clean(kind)}
+        element = ET.SubElement(case, outcome, attributes)
+        if text is not None:
+            element.text = _clean(text)
+        setattr(self, _OUTCOMES[outcome], getattr(self, _OUTCOMES[outcome]) + 1)
+
+    def close(self, suite: ET.Element) -> None:
+        for key in ("tests", "failures", "errors", "skipped"):
+            suite.set(key, str(getattr(self, key)))
 
 
 def _clean(text) -> str:
@@ -185,10 +207,6 @@ def first_mismatch(bundle: Path | None, summary: Summary | dict, family: str, cl
 # ---------------------------------------------------------------- testsuites
 
 
-def _testcase(suite: ET.Element, classname: str, name: str, time: float = 0.0) -> ET.Element:
-    return ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{time:.3f}")
-
-
 def _suite_for_check(root: ET.Element, entry: CheckEntry) -> None:
     label = _class_part(entry.label)
     suite = ET.SubElement(root, "testsuite", name=f"contracts.{label}")
@@ -202,21 +220,16 @@ def _suite_for_check(root: ET.Element, entry: CheckEntry) -> None:
     counts = _Counts()
 
     if entry.error:
-        case = _testcase(suite, f"contracts.{label}", "run")
         last_line = entry.error.strip().splitlines()[-1] if entry.error.strip() else "error"
-        ET.SubElement(case, "error", message=_clean(last_line)).text = _clean(entry.error)
-        counts.tests, counts.errors = 1, 1
+        counts.mark(counts.case(suite, f"contracts.{label}", "run"), "error", last_line, entry.error)
     elif entry.skip_reason or s is None or s.status is Status.UNAVAILABLE:
         reason = entry.skip_reason or (s.reason if s is not None else None) or "not run"
-        case = _testcase(suite, f"contracts.{label}", "available")
-        ET.SubElement(case, "skipped", message=_clean(reason))
-        counts.tests, counts.skipped = 1, 1
+        counts.mark(counts.case(suite, f"contracts.{label}", "available"), "skipped", reason)
     else:
         _clause_cases(suite, label, entry.bundle, s, counts)
         _run_cases(suite, label, s, counts)
 
-    for key in ("tests", "failures", "errors", "skipped"):
-        suite.set(key, str(getattr(counts, key)))
+    counts.close(suite)
     suite.set("time", f"{float(s.duration_s or 0) if s is not None else 0.0:.3f}")
     if counts.notes:
         ET.SubElement(suite, "system-out").text = _clean("\n".join(counts.notes))
@@ -259,20 +272,17 @@ def _clause_cases(suite: ET.Element, label: str, bundle: Path | None, s: Summary
         if fam.rows_raised:
             counts.notes.append(f"{family}: the candidate raised on {fam.rows_raised:,} of {fam.rows:,} rows")
         for clause in clauses:
-            case = _testcase(suite, classname, clause)
-            counts.tests += 1
+            case = counts.case(suite, classname, clause)
             bad = _broken(fam, clause)
             if not_covered or all_raised:
                 why = _skip_text(fam) if not_covered else f"not compared: the candidate raised on all {fam.rows:,} rows (see the testcase 'run')"
-                ET.SubElement(case, "skipped", message=_clean(why))
-                counts.skipped += 1
+                counts.mark(case, "skipped", why)
             elif bad:
                 message = f"{bad:,} of {fam.rows:,} rows of family {family} break clause {clause}"
                 primary = fam.clauses.get(clause, 0)
                 also = f" ({primary:,} with it as the primary clause)" if primary != bad else ""
-                failure = ET.SubElement(case, "failure", message=_clean(message), type="ContractMismatch")
-                failure.text = _clean(message + also + "\n" + first_mismatch(bundle, s, family, clause, details=details, cells=cells))
-                counts.failures += 1
+                text = message + also + "\n" + first_mismatch(bundle, s, family, clause, details=details, cells=cells)
+                counts.mark(case, "failure", message, text, "ContractMismatch")
             elif clause in declared:
                 note = _declared_note(fam, family, clause, declared[clause].reason, sample)
                 if note:
@@ -298,52 +308,38 @@ def _run_cases(suite: ET.Element, label: str, s: Summary, counts: _Counts) -> No
     """How the check ended: a raise, an interruption, nondeterminism, and a status no other testcase shows."""
     classname = f"contracts.{label}"
     if s.error is not None:
-        case = _testcase(suite, classname, "run")
         message = f"the candidate raised in case {s.error.case}" if s.error.kind == "exception" else f"{s.error.kind} in case {s.error.case}: {s.error.message}"
         if s.raised_rows:
             message += f" ({s.raised_rows:,} rows of cases it raised on)"
         text = s.error.traceback or s.error.message
         if s.error.replay:
             text += f"\nreplay: {s.error.replay}"
-        ET.SubElement(case, "error", message=_clean(message), type=_clean(s.error.kind)).text = _clean(text)
-        counts.tests += 1
-        counts.errors += 1
+        counts.mark(counts.case(suite, classname, "run"), "error", message, text, s.error.kind)
     if s.status is Status.INTERRUPTED or s.interrupted:
-        case = _testcase(suite, classname, "complete")
         message = f"interrupted ({s.interrupted}) after {s.rows_checked:,} rows: the check did not finish"
-        ET.SubElement(case, "error", message=_clean(message), type="Interrupted").text = _clean(f"{message}\nrerun: {s.command}")
-        counts.tests += 1
-        counts.errors += 1
+        counts.mark(counts.case(suite, classname, "complete"), "error", message, f"{message}\nrerun: {s.command}", "Interrupted")
     det = s.determinism
     if det is not None and (det.repeat > 1 or det.rows_differing):
-        case = _testcase(suite, classname, "determinism")
-        counts.tests += 1
+        case = counts.case(suite, classname, "determinism")
         if det.rows_differing and not det.declared:
             message = f"{det.rows_differing:,} rows differed between calls in {det.cases:,} cases"
             replays = "\n".join(f"replay: {x['replay']}" for x in det.examples if "replay" in x)
-            ET.SubElement(case, "failure", message=_clean(message), type="Nondeterminism").text = _clean(message + "\n" + replays)
-            counts.failures += 1
+            counts.mark(case, "failure", message, message + "\n" + replays, "Nondeterminism")
         elif det.rows_differing:
             ET.SubElement(case, "system-out").text = _clean(f"declared nondeterminism: {det.declared} ({det.rows_differing:,} rows differed)")
     if s.status.failed and not (counts.failures or counts.errors):
-        case = _testcase(suite, classname, "status")
         message = f"status {s.status.value} with {s.mismatched_rows:,} unexpected mismatched rows of {s.rows_checked:,}"
-        ET.SubElement(case, "failure", message=_clean(message), type="CheckFailed").text = _clean(f"{message}\nrerun: {s.command}")
-        counts.tests += 1
-        counts.failures += 1
+        counts.mark(counts.case(suite, classname, "status"), "failure", message, f"{message}\nrerun: {s.command}", "CheckFailed")
 
 
 def _tool_case(suite: ET.Element, classname: str, name: str, record: dict, counts: _Counts) -> None:
-    case = _testcase(suite, classname, name)
-    counts.tests += 1
+    case = counts.case(suite, classname, name)
     status = record.get("status")
     if status == "error":
         reason = record.get("reason") or record.get("error") or "error"
-        ET.SubElement(case, "error", message=_clean(reason)).text = _clean(record.get("traceback") or reason)
-        counts.errors += 1
+        counts.mark(case, "error", reason, record.get("traceback") or reason)
     elif status not in ("ok", "done"):
-        ET.SubElement(case, "skipped", message=_clean(record.get("reason") or status or "not run"))
-        counts.skipped += 1
+        counts.mark(case, "skipped", record.get("reason") or status or "not run")
     else:
         notes = [f"{k}: {record[k]}" for k in ("matches", "consistent", "path", "command") if record.get(k) is not None]
         if notes:
@@ -360,8 +356,7 @@ def _tool_suite(root: ET.Element, tool: str, record: dict) -> None:
             _tool_case(suite, f"contracts.{tool}", name, run, counts)
     else:
         _tool_case(suite, f"contracts.{tool}", "run", record, counts)
-    for key in ("tests", "failures", "errors", "skipped"):
-        suite.set(key, str(getattr(counts, key)))
+    counts.close(suite)
 
 
 # ---------------------------------------------------------------- bundles in, XML out
