@@ -165,3 +165,19 @@ def test_extract_takes_only_the_files_the_adapters_read(tmp_path):
             assert proc.returncode == 0, proc.stderr[-2000:]
     finally:
         engines.set_engine_path(saved)
+
+
+def test_a_shim_failure_names_the_return_code_and_asks_the_shim_only_for_detailed_codes():
+    from kernels.engines._cuda import shim_failure
+
+    asked = []
+
+    class Lib:  # a loaded shim's error entry point
+        def rc_x_error(self):
+            asked.append(True)
+            return b"an illegal memory access was encountered"
+
+    err = shim_failure(Lib(), "rc_x", 4, {3: "bad argument", 4: "kernel launch failed"}, detailed=(4,))
+    assert str(err) == "rc_x_route returned 4 (kernel launch failed) an illegal memory access was encountered"
+    assert str(shim_failure(Lib(), "rc_x", 3, {3: "bad argument"}, detailed=(4,))) == "rc_x_route returned 3 (bad argument)"
+    assert str(shim_failure(Lib(), "rc_x", 9, {}, detailed=(4,))) == "rc_x_route returned 9 (unknown)" and len(asked) == 1

@@ -31,7 +31,8 @@ from pathlib import Path
 from .._build import BuildError, compile_shared
 from ._common import describe_roots, gate
 
-__all__ = ["HERE", "arch_flags", "build_arch", "build_shim", "cublas_include_flags", "device_arch", "shim_gates", "supported_cuda"]
+__all__ = ["HERE", "arch_flags", "build_arch", "build_shim", "cublas_include_flags", "device_arch", "shim_failure", "shim_gates",
+           "supported_cuda"]  # fmt: skip
 
 HERE = Path(__file__).resolve().parent
 COMPILER = "nvcc"
@@ -146,3 +147,10 @@ def build_shim(shim: Path, *, flags: list[str], depends: list[Path]) -> Path:
     if shutil.which(COMPILER) is None:
         raise BuildError(f"{COMPILER} is not on PATH; the engine shims are compiled from CUDA source")
     return compile_shared(shim, compiler=COMPILER, flags=[*flags, "-shared", "-Xcompiler", "-fPIC"], depends=depends)
+
+
+def shim_failure(lib, prefix: str, rc: int, statuses: dict[int, str], *, detailed: tuple[int, ...]) -> RuntimeError:
+    """The error for a shim launcher's non-zero return code: ``<prefix>_route returned rc (what it means)``, with the
+    shim's own message (``<prefix>_error()``: the CUDA or engine error) for the codes in ``detailed``."""
+    detail = getattr(lib, f"{prefix}_error")().decode(errors="replace") if rc in detailed else ""
+    return RuntimeError(f"{prefix}_route returned {rc} ({statuses.get(rc, 'unknown')}) {detail}".strip())

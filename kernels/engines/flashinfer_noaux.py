@@ -50,7 +50,7 @@ from pathlib import Path
 
 from .._build import load_library
 from ._common import check_args, dtype_name
-from ._cuda import HERE, arch_flags, build_arch, build_shim, cublas_include_flags, shim_gates
+from ._cuda import HERE, arch_flags, build_arch, build_shim, cublas_include_flags, shim_failure, shim_gates
 from ._locate import locate
 
 __all__ = ["available", "bench_launch", "build", "covered", "route", "route_native_dtype", "sources", "supported_hardware"]
@@ -183,8 +183,7 @@ def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0
         logits = scores.to(torch.float32) if widen else scores
         rc = lib.rc_flashinfer_noaux_route(logits.data_ptr(), code, *tail, torch.cuda.current_stream(device).cuda_stream)
         if rc != 0:
-            detail = lib.rc_flashinfer_noaux_error().decode(errors="replace") if rc in (1, 4) else ""
-            raise RuntimeError(f"rc_flashinfer_noaux_route returned {rc} ({_STATUS.get(rc, 'unknown')}) {detail}".strip())
+            raise shim_failure(lib, "rc_flashinfer_noaux", rc, _STATUS, detailed=(1, 4))
         return weights, ids
 
     launch.keep = (scores, bias)  # the tensors the launch reads stay alive as long as it does

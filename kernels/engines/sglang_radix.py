@@ -42,7 +42,7 @@ from pathlib import Path
 
 from .._build import BuildError, load_library
 from ._common import check_args, dtype_name
-from ._cuda import HERE, arch_flags, build_arch, build_shim, shim_gates
+from ._cuda import HERE, arch_flags, build_arch, build_shim, shim_failure, shim_gates
 from ._locate import locate
 
 __all__ = ["EXPERTS", "TOPK", "available", "bench_launch", "bench_launch_unsorted", "build", "covered", "route", "route_unsorted", "sources", "supported_hardware"]
@@ -155,8 +155,7 @@ def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0
     def launch():
         rc = lib.rc_sglang_radix_route(*args, torch.cuda.current_stream(device).cuda_stream)
         if rc != 0:
-            detail = lib.rc_sglang_radix_error().decode(errors="replace") if rc == 4 else ""
-            raise RuntimeError(f"rc_sglang_radix_route returned {rc} ({_STATUS.get(rc, 'unknown')}) {detail}".strip())
+            raise shim_failure(lib, "rc_sglang_radix", rc, _STATUS, detailed=(4,))
         return weights, ids
 
     launch.keep = (scores, bias32)  # the tensors the launch reads stay alive as long as it does
