@@ -369,10 +369,14 @@ def test_an_engine_is_timed_through_its_bench_path_prepared_outside_the_timed_re
     cand = Candidate(name="test-bench-engine", route=route, prepare_launch=prepare)
     args = bench.BenchOptions(launches=10, replays=3, warmup=2, rotate=2)
     inputs = bench.make_inputs(4, experts=896, dtype=torch.bfloat16, bias_dtype=torch.bfloat16, device="cpu", seed=0, rotate=2)
+    event_samples = timing._event_samples  # the shared timer's timed region (kernels.timing)
+    timed_from = []  # where the log stood when the helper's timed replays began
+    monkeypatch.setattr(timing, "_event_samples", lambda *a: timed_from.append(len(log)) or event_samples(*a))
     point = bench.bench_point(cand, cand.route, 4, inputs, args, "cuda")
     assert point["status"] == "timed" and point["path"] == "engine launch" and point["timer"] == "cuda-graph"
     prepares = [e for e in log if e[0] == "prepare"]
     assert prepares == [("prepare", False, 0)] * 2  # once per rotated buffer, before any capture or replay
+    assert len(timed_from) == 1 and log.index(prepares[-1]) < timed_from[0]  # timed once, by the shared helper
     first_capture = next(i for i, e in enumerate(log) if e[:2] == ("launch", True))
     assert all(e[0] == "launch" for e in log[first_capture:]) and log.index(prepares[-1]) < first_capture
     assert sum(e[:2] == ("launch", True) for e in log) >= args.launches and {e[2] for e in log if e[0] == "launch"} == {torch.float32}
