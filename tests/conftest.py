@@ -13,3 +13,21 @@ settings.register_profile("dev", max_examples=30, deadline=None, suppress_health
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, suppress_health_check=_SLOW_OK, print_blob=True)
 settings.register_profile("nightly", max_examples=2000, deadline=None, suppress_health_check=_SLOW_OK, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+# Checks in the tests sweep batch sizes up to 1,025 (every power-of-two class to 1,025 and both sides of the switch
+# points below it: about 2,200 rows) instead of a CPU run's default 16,385 (about 48,000 rows per check of all
+# families). Most tests are about a clause, a report or a command, not batch coverage; the tests of the sweep itself
+# (tests/adversarial/test_no_false_pass.py) take the product's default through the ``default_sweep`` fixture.
+# Set through the environment so the commands the tests start in subprocesses plan the same way.
+from contracts.cases.plan import MAX_BATCH_ENV  # noqa: E402
+
+import pytest  # noqa: E402
+
+TEST_MAX_BATCH = "1025"
+os.environ.setdefault(MAX_BATCH_ENV, TEST_MAX_BATCH)
+
+
+@pytest.fixture
+def default_sweep(monkeypatch):
+    """The product's default ``--max-batch`` (16,385 on a CPU): for the tests of the batch-size sweep."""
+    monkeypatch.delenv(MAX_BATCH_ENV, raising=False)

@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from .families import FAMILIES
 
-__all__ = ["CPU_MAX_BATCH", "GPU_MAX_BATCH", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "default_max_batch",
+__all__ = ["CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "default_max_batch", "env_max_batch",
            "iter_plan", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
 
 
@@ -134,9 +135,32 @@ def switch_points() -> tuple[int, ...]:
     return tuple(sorted(points))
 
 
+# The default of --max-batch for every run of this environment, where set. The test suite sets it (tests/conftest.py:
+# most tests are about something other than batch coverage, and the CPU sweep to 16,385 is ~48,000 rows per check);
+# the tests of the sweep itself unset it. A run under it says so (``check --plan``, the summary's ``max_batch``).
+MAX_BATCH_ENV = "ROUTER_CONTRACTS_MAX_BATCH"
+
+
+def env_max_batch() -> int | None:
+    """``$ROUTER_CONTRACTS_MAX_BATCH`` as a batch size (None where unset or empty); ValueError, one line, otherwise."""
+    text = os.environ.get(MAX_BATCH_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{MAX_BATCH_ENV}={text!r} is not a batch size; set a whole number >= 1 (or unset it for the default)")
+    return value
+
+
 def default_max_batch(device: str, points: tuple[int, ...] = ()) -> int:
-    """``--max-batch`` when none is given: 65,536 on a GPU; on a CPU 16,385 (one case above 16,384), or past
-    the largest switch point of a known kernel when that is larger."""
+    """``--max-batch`` when none is given: ``$ROUTER_CONTRACTS_MAX_BATCH`` where set; else 65,536 on a GPU, and on
+    a CPU 16,385 (one case above 16,384), or past the largest switch point of a known kernel when that is larger."""
+    from_env = env_max_batch()
+    if from_env is not None:
+        return from_env
     top = GPU_MAX_BATCH if device.startswith("cuda") else CPU_MAX_BATCH
     return max([top, *(p + 1 for p in points)])
 

@@ -258,7 +258,7 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
 
     from ..cases.families import families_for
     from ..cases.coverage import coverage_of
-    from ..cases.plan import default_max_batch, iter_plan, switch_points
+    from ..cases.plan import MAX_BATCH_ENV, default_max_batch, env_max_batch, iter_plan, switch_points
 
     device = _check_device(args.device) or "cpu"
     contract = args.contract
@@ -278,7 +278,8 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     print(f"plan: contract {c.name}, E={experts}, k={topk}, device {device}, {args.rows:,} rows and the pinned cases: "
           f"{len(specs):,} cases, {sum(s.rows for s in specs):,} rows")  # fmt: skip
     print(f"families: {', '.join(chosen)}")
-    print(f"batch sizes (max batch {max_batch:,}; switch points {', '.join(map(str, points)) or 'none published'}): "
+    source = f", from {MAX_BATCH_ENV}" if not args.max_batch and env_max_batch() is not None else ""
+    print(f"batch sizes (max batch {max_batch:,}{source}; switch points {', '.join(map(str, points)) or 'none published'}): "
           + ", ".join(f"{n:,}" for n in covers["batch_sizes"]))
     print(f"dtype pairs (logits/bias): {', '.join(covers['dtype_pairs'])}")
     print(f"layouts: {', '.join(covers['layouts'])}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cases.plan import env_max_batch
+
 __all__ = ["DEFAULT_ROWS", "DEFAULT_TIMEOUT_S", "MAX_REPLAY_ROWS", "CheckOptions", "OptionError", "parse_families", "parse_replay", "parse_shard", "parse_split"]
 
 DEFAULT_ROWS = 250_000
@@ -151,6 +153,11 @@ class CheckOptions:
             object.__setattr__(self, "families", tuple(self.families))
         if self.out is not None:
             object.__setattr__(self, "out", Path(self.out))
+        if self.max_batch is None:  # the environment's default, validated here so a bad value is one line up front
+            try:
+                env_max_batch()
+            except ValueError as exc:
+                raise OptionError(str(exc)) from None
         if self.max_batch is not None and not 1 <= self.max_batch <= MAX_REPLAY_ROWS:
             raise OptionError(f"--max-batch {self.max_batch:,} is out of range; choose 1..{MAX_REPLAY_ROWS:,} (default: 65,536 on a GPU, 16,385 on a CPU)")
 

@@ -72,13 +72,29 @@ def test_the_sweep_reaches_max_batch_and_reads_switch_points():
     assert {4096, 4097} <= set(sweep_sizes(16_385, (4097,)))
 
 
+@pytest.mark.usefixtures("default_sweep")
 def test_check_plan_prints_what_a_run_covers_without_running():
     code, out = _cli("check", "--candidate", f"{ADV}:calls_os_exit", "--plan", "--rows", "100")
     assert code == 0, out
     assert "16,385" in out and "fp32/bf16" in out and "strided at offset 0" in out, out
+    assert "from ROUTER_CONTRACTS_MAX_BATCH" not in out, out
+
+
+def test_the_environment_sets_the_default_sweep_and_says_so(monkeypatch):
+    from contracts.cases.plan import MAX_BATCH_ENV
+
+    monkeypatch.setenv(MAX_BATCH_ENV, "513")
+    code, out = _cli("check", "--candidate", f"{ADV}:calls_os_exit", "--plan", "--rows", "100")
+    assert code == 0 and "max batch 513, from ROUTER_CONTRACTS_MAX_BATCH" in out and "1,025" not in out, out
+    code, out = _cli("check", "--candidate", f"{ADV}:calls_os_exit", "--plan", "--rows", "100", "--max-batch", "2")
+    assert code == 0 and "max batch 2;" in out, out  # an explicit --max-batch wins
+    monkeypatch.setenv(MAX_BATCH_ENV, "lots")
+    code, out = _cli("check", "--candidate", "serial", "--rows", "10", "--quiet")
+    assert code == 2 and "ROUTER_CONTRACTS_MAX_BATCH='lots' is not a batch size" in out and "Traceback" not in out, out
 
 
 @pytest.mark.slow  # routes the pinned sweep (about 33,000 rows, one case of 16,385) once per router: about 10 s each
+@pytest.mark.usefixtures("default_sweep")
 @pytest.mark.parametrize("router", ["wrong_from_2049_rows", "wrong_above_16384_rows", "wrong_in_1025_to_2048_rows",
                                     "wrong_on_fp32_logits_bf16_bias", "wrong_on_strided_offset_0"])  # fmt: skip
 def test_a_router_wrong_only_where_the_old_plan_never_looked_fails(router, tmp_path):
