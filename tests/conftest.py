@@ -6,7 +6,17 @@ Profiles (choose with HYPOTHESIS_PROFILE): ``dev`` (fast, the default),
 
 import os
 
-from hypothesis import HealthCheck, settings
+# One torch thread per test process: pytest-xdist already runs a worker per core, and a check's tensors are small, so
+# torch's intra-op threads only contend (measured on the 2-core machine: a failing check took 18 s of CPU with two
+# threads, 7 s with one). Set before torch loads; the commands the tests start inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)  # in case a plugin imported torch before this file set the variables
+
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 settings.register_profile("dev", max_examples=30, deadline=None, suppress_health_check=_SLOW_OK)
