@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from contracts import check
 from contracts.cases import iter_plan, shard
@@ -171,6 +172,51 @@ def test_counts_sum_and_the_slowest_rank_sets_the_rate():
     assert combined.duration_s == 2.0 and combined.rows_per_s == 200.0 and combined.world_size == 2
 
 
+def _load(rows, oracle, diff):
+    return {"captured.L0": {"rows": rows, "oracle": oracle, "candidate_minus_oracle": diff}}
+
+
+def test_the_ranks_expert_loads_add_up_to_one_histogram_per_layer():
+    a = _result(100, expert_load={**_load(50, [60, 40, 0], [0, -5, 5]), "captured.L1": {"rows": 50, "oracle": [1, 2, 97], "candidate_minus_oracle": [0, 0, 0]}})
+    b = _result(300, expert_load={"captured.L1": {"rows": 100, "oracle": [100, 50, 50], "candidate_minus_oracle": [3, -3, 0]},
+                                  **_load(200, [100, 100, 200], [0, 0, 0])})  # fmt: skip
+    load = combine_checks([Part(0, "a", "cpu", a), Part(1, "b", "cpu", b)]).summary.expert_load
+    assert list(load) == ["captured.L0", "captured.L1"]  # the plan's order, whichever rank saw a layer first
+    l0, l1 = load["captured.L0"], load["captured.L1"]
+    assert (l0["rows"], l0["oracle"], l0["candidate_minus_oracle"]) == (250, [160, 140, 200], [0, -5, 5])
+    assert (l1["rows"], l1["oracle"], l1["candidate_minus_oracle"]) == (150, [101, 52, 147], [3, -3, 0])
+    # the figures a reader scans are the whole file's, not one rank's: 200 / (500 / 3), 205 / (500 / 3)
+    assert (l0["oracle_max_over_mean"], l0["candidate_max_over_mean"], l0["max_abs_difference"], l0["experts_differing"]) == (1.2, 1.23, 5, 2)
+    assert combine_checks([Part(0, "a", "cpu", _result(100)), Part(1, "b", "cpu", _result(300))]).summary.expert_load is None
+
+
+def _logits_file(path, tokens):
+    """Two layers of bf16 logits over 64 experts, without a correction bias: many ties at the cutoff, which torch-native
+    breaks its own declared way, so its expert load differs from the oracle's while it passes (no diagnosis to wait for)."""
+    from contracts.run.capture import save_trace
+
+    return save_trace(path, logits=(torch.randn(2, tokens, 64, generator=torch.Generator().manual_seed(3)) * 2).bfloat16())
+
+
+LOGITS_CHECK = ["--candidate", "torch-native", "--contract", "aiter", "--no-isolate", "--quiet"]
+
+
+@pytest.mark.slow  # three checks and a merge, each writing a bundle (seconds on a small CPU)
+def test_merged_shard_bundles_of_captured_logits_have_the_whole_files_expert_load(tmp_path):
+    from contracts.reports.merge import merge_bundles
+
+    logits = _logits_file(tmp_path / "logits.safetensors", tokens=300)
+    assert check.main([*LOGITS_CHECK, "--logits", str(logits), "--out", str(tmp_path / "one")]) == 0
+    for i in (1, 2):
+        assert check.main([*LOGITS_CHECK, "--logits", str(logits), "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}")]) == 0
+    one, shards = _summary(tmp_path / "one"), [_summary(tmp_path / f"s{i}") for i in (1, 2)]
+    assert one["expected_deviation_rows"] and any(v["max_abs_difference"] for v in one["expert_load"].values())
+    assert all(0 < sum(v["rows"] for v in s["expert_load"].values()) < 600 for s in shards)
+    (merged,) = merge_bundles(tmp_path / "merged", [tmp_path / "s1", tmp_path / "s2"])  # the cells too (declared ties)
+    assert merged.expert_load == one["expert_load"] == _summary(tmp_path / "merged")["expert_load"]
+    assert {k: _summary(tmp_path / "merged")[k] for k in COUNTS} == {k: one[k] for k in COUNTS}
+
+
 # ---------------------------------------------------------------- torchrun, two ranks on the CPU
 
 
@@ -206,6 +252,24 @@ def test_two_ranks_write_one_bundle_with_the_counts_of_one_process(tmp_path, cwd
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "one", "two"]  # rank 1 wrote nothing anywhere
     assert output.count("bundle: ") == 1  # and printed nothing
     assert "## Ranks (2 under torchrun" in (tmp_path / "two" / "report.md").read_text()
+
+
+@torchrun
+def test_two_ranks_on_captured_logits_report_one_expert_load_for_the_whole_file(tmp_path, cwd):
+    args = [*LOGITS_CHECK, "--logits", str(_logits_file(tmp_path / "logits.safetensors", tokens=600))]
+    assert check.main([*args, "--out", str(tmp_path / "one")]) == 0
+    code, output = _torchrun(["contracts.check", *args, "--out", str(tmp_path / "two")], cwd)
+    assert code == 0, output
+    one, two = _summary(tmp_path / "one"), _summary(tmp_path / "two")
+    assert all(r["rows_checked"] for r in two["ranks"]) and two["rows_checked"] == one["rows_checked"] == 2 * 600
+    assert list(two["expert_load"]) == ["captured.L0", "captured.L1"] and two["expert_load"] == one["expert_load"]
+    for load in two["expert_load"].values():  # every token of the layer, k = 16 experts each, on both sides
+        assert load["rows"] == 600 and sum(load["oracle"]) == 600 * 16 and sum(load["candidate_minus_oracle"]) == 0
+    assert any(load["max_abs_difference"] for load in two["expert_load"].values())  # ties broken torch's way: a difference
+    # The notes as a set: no rank's own cells were capped, so the whole's cells note has no rank's place to take.
+    same = [k for k in COUNTS if k != "notes"]
+    assert {k: two[k] for k in same} == {k: one[k] for k in same} and sorted(two["notes"]) == sorted(one["notes"])
+    assert "## Expert load (captured logits)" in (tmp_path / "two" / "report.md").read_text()
 
 
 @torchrun

@@ -38,7 +38,7 @@ import torch
 from .plan import CaseSpec
 
 __all__ = ["CAPTURED_SIZES", "CapturedError", "LogitsFile", "build_captured", "family_name", "file_row", "iter_captured_plan",
-           "open_logits", "parse_captured_replay", "sha256_of"]  # fmt: skip
+           "open_logits", "parse_captured_replay", "plan_position", "sha256_of"]  # fmt: skip
 
 # Case sizes walked first on every layer: odd and power-of-two batch sizes around the launch-shape edges.
 CAPTURED_SIZES = (1, 2, 3, 7, 8, 16, 17, 33, 64, 65, 128, 129, 255, 256, 513, 1024, 1025, 4096)
@@ -378,6 +378,13 @@ def parse_captured_replay(text: str) -> tuple[str, int, int, bool]:
     if first < 0 or rows < 1:
         raise CapturedError(f"--replay {text!r}: need FIRST_ROW >= 0 and ROWS >= 1")
     return parts[0], first, rows, bulk
+
+
+def plan_position(replay_id: str, tokens: int) -> int:
+    """Where a captured case stands in its plan (layer by layer, each layer's rows in order) from its replay id alone:
+    the file row of its first row. A merge puts the shards' cells back in this order without opening the file."""
+    family, first, _, _ = parse_captured_replay(replay_id)
+    return (_layer_of(family) or 0) * tokens + first
 
 
 def file_row(spec: CaseSpec, row: int) -> int:

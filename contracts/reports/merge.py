@@ -21,6 +21,7 @@ import shlex
 from pathlib import Path
 
 from ..command_words import without_options
+from ..run.expert_load import sum_records
 from .bundle import BundleError, open_check, write_check_bundle, write_index
 from .cells import CellKeeper
 from .schema import (
@@ -153,6 +154,7 @@ def sum_summaries(parts: list[Summary], base: Summary) -> Summary:
             if d.inexact_rows is not None:
                 into.inexact_rows = (into.inexact_rows or 0) + d.inexact_rows
     merged.expected_deviations = deviations
+    merged.expert_load = sum_records([s.expert_load for s in parts])  # captured logits: one histogram for the whole file
     merged.error = next((s.error for s in parts if s.error), None)
     merged.duration_s = round(sum(s.duration_s or 0.0 for s in parts), 3)
     merged.rows_per_s = round(merged.rows_checked / merged.duration_s, 1) if merged.duration_s else None
@@ -223,6 +225,13 @@ def _cells_in_plan_order(frames: list, merged: Summary):
         return []
     cells = pd.concat(frames, ignore_index=True)
     o = merged.options or {}
+    if isinstance(o.get("logits"), dict):  # captured logits: the plan walks the file's rows, which the replay ids name
+        from ..cases.captured import plan_position
+
+        tokens = int(o["logits"]["tokens"])
+        cells["_order"] = cells["case"].map(lambda case: plan_position(case, tokens))
+        cells = cells.sort_values(["_order", "row", "col"], kind="stable").drop(columns="_order")
+        return [part for _, part in cells.groupby("case", sort=False)]
     if not all(k in o for k in ("rows", "families", "experts", "topk")):
         return [cells]
     from ..cases.plan import iter_plan

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from ..reports.cells import CellKeeper
 from ..reports.merge import _cells_in_plan_order, merge_details, sum_summaries
+from ..reports.text import CELLS_NOTE
 from ..reports.schema import CELL_COLUMNS, CheckResult, ErrorRecord, Status, Summary, worst_status
 
 __all__ = ["PLAN_OPTIONS", "Part", "Shards", "combine_checks"]
@@ -112,7 +113,9 @@ def combine_checks(parts: list[Part], *, world: Shards | None = None) -> CheckRe
         rank, error = first_error
         merged.error = dataclasses.replace(error, message=f"rank {rank}: {error.message}")
     # Each rank's note on its own cell sample gives its own numbers: the note of the whole (below) stands in for them.
-    notes = [n for n in merged.notes if not n.startswith("mismatch cells:")]
+    # It takes their place among the notes, so the notes read as a one-process run's (a --logits zero-bias warning after it).
+    at = next((i for i, n in enumerate(merged.notes) if n.startswith(CELLS_NOTE)), None)
+    notes = [n for n in merged.notes if not n.startswith(CELLS_NOTE)]
     merged.notes = list(dict.fromkeys([*notes, *(e.message for e in rank_errors[1:]), *(s for _, _, s in problems if s)]))
     merged.stages = _summed_stages([s.stages for s in ran if s.stages], merged.duration_s)
     statuses = [s.status for s in ran] + [Status.ERROR if e is not None else Status.INTERRUPTED for _, e, _ in problems]
@@ -131,7 +134,7 @@ def combine_checks(parts: list[Part], *, world: Shards | None = None) -> CheckRe
     merged.cells_recorded, merged.cells_capped = keeper.kept, merged.cells_total > keeper.kept
     note = keeper.note(merged.cells_total)
     if note:
-        merged.notes.append(note)
+        merged.notes.insert(len(merged.notes) if at is None else at, note)
     details = merge_details([r.details for r in results])
     return CheckResult(merged.validate("combined ranks"), cells, details)
 
