@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from contracts.cases.captured import file_digest  # noqa: E402
 from contracts.commands._common import row_count  # noqa: E402
 from contracts.run.checks import run_checks  # noqa: E402
 
@@ -103,10 +104,12 @@ def main() -> int:
     ap.add_argument("--candidate", default="torch-native")
     ap.add_argument("--contract", default="aiter")
     ap.add_argument("--every", type=row_count, default=1_000_000, help="print the RSS every this many rows (default 1M)")
+    ap.add_argument("--bundle", type=Path, help="write the check's bundle here (default: a temporary folder, removed)")
     ap.add_argument("--keep", type=Path, help="write the file here and keep it (default: a temporary file, removed)")
     args = ap.parse_args()
     folder = None if args.keep else tempfile.TemporaryDirectory(prefix="captured_rss-", dir=os.environ.get("TMPDIR"))
     path = args.keep or Path(folder.name) / "logits.safetensors"
+    bundles = tempfile.TemporaryDirectory(prefix="captured_rss-bundle-", dir=os.environ.get("TMPDIR"))
     print(f"command: python {' '.join(sys.argv)}\nmachine: {_machine()}", flush=True)
     try:
         t0 = time.perf_counter()
@@ -114,17 +117,21 @@ def main() -> int:
         written = time.perf_counter() - t0
         print(f"wrote {path}: {args.rows:,} x {args.experts} bf16, {path.stat().st_size / 2**30:.2f} GiB in {written:.0f} s; "
               f"RSS {_now_gib():.2f} GiB, peak so far {_peak_gib():.2f} GiB", flush=True)  # fmt: skip
+        t0 = time.perf_counter()
+        digest = file_digest(path)  # what the check does first (replay lines name it); cached, so timed apart from the rows
+        print(f"sha256 {digest[:16]} in {time.perf_counter() - t0:.0f} s; RSS {_now_gib():.2f} GiB", flush=True)
         started = [time.perf_counter()]
         _watch_rows(args.every, started)
         t0 = started[0]
         run = run_checks([args.candidate], contract=args.contract, topk=args.topk, logits=path, isolate=False, progress=True,
-                         out=Path(tempfile.mkdtemp(prefix="captured_rss-bundle-")), command="benchmarks/captured_rss.py")  # fmt: skip
+                         out=args.bundle or Path(bundles.name) / "bundle", command="benchmarks/captured_rss.py")  # fmt: skip
         took = time.perf_counter() - t0
         s = run.results[0].summary
         print(f"checked {s.rows_checked:,} rows ({s.status.word}, {s.mismatched_rows:,} mismatched) in {took:.0f} s, {s.rows_checked / took:,.0f} rows/s")
         print(f"peak RSS: {_peak_gib():.2f} GiB (goal < 2 GiB) for a {path.stat().st_size / 2**30:.2f} GiB logits file")
         return 0 if _peak_gib() < 2 and s.rows_checked == args.rows else 1
     finally:
+        bundles.cleanup()
         if folder is not None:
             folder.cleanup()
 
