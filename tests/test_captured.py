@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 import oracle
-from contracts.cases.captured import CAPTURED_SIZES, CapturedError, iter_captured_plan, open_logits
+from contracts.cases.captured import CAPTURED_SIZES, CapturedError, iter_captured_plan, open_logits, plan_position
 from contracts.commands import main as contracts_main
 from contracts.run.checks import run_checks
 from contracts.run.options import OptionError
@@ -170,6 +170,19 @@ def test_a_two_dimensional_file_is_one_family_and_every_row_is_planned_once(tmp_
     assert all(a.case_seed + a.rows == b.case_seed for a, b in zip(specs, specs[1:]))  # contiguous: every row exactly once
     assert [s.rows for s in specs[: len(CAPTURED_SIZES) - 1]] == list(CAPTURED_SIZES[:-1])  # the launch-edge sizes first
     assert any(s.bulk for s in specs)
+
+
+def test_a_merge_puts_captured_cases_back_in_plan_order_from_their_replay_ids(tmp_path):
+    from safetensors.torch import save_file as save
+
+    save({"logits": _logits(3, 9000)}, str(tmp_path / "x.safetensors"))  # past the launch-edge sizes: bulk cases too
+    f = open_logits(str(tmp_path / "x.safetensors"))
+    specs = list(iter_captured_plan(f, 4, bulk_rows=1000, renormalize=True, routed_scaling_factor=1.0, contract_bias=False))
+    positions = [plan_position(s.replay_id, f.tokens) for s in specs]
+    assert len({s.family for s in specs}) == 3 and any(s.bulk for s in specs)  # three layers, bulk ids (":bulk") among them
+    assert positions == sorted(positions) and len(set(positions)) == len(specs)  # the plan's order, each case its own place
+    with pytest.raises(CapturedError, match="is not a captured family"):
+        plan_position("random_bf16:1:2", f.tokens)
 
 
 def test_bias_rules(tmp_path):

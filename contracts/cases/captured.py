@@ -370,8 +370,8 @@ def parse_captured_replay(text: str) -> tuple[str, int, int, bool]:
     bulk = len(parts) == 4 and parts[3] == "bulk"
     if len(parts) != 3 and not bulk:
         raise CapturedError(f"--replay {text!r} must be {FAMILY}[.L<layer>]:FIRST_ROW:ROWS[:bulk], as printed in a report's replay line")
+    _layer_of(parts[0])  # its own message: the family is not a captured one
     try:
-        _layer_of(parts[0])
         first, rows = int(parts[1]), int(parts[2])
     except ValueError:
         raise CapturedError(f"--replay {text!r}: FIRST_ROW and ROWS must be integers, as printed in a report's replay line") from None
