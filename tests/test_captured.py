@@ -68,6 +68,21 @@ def _check(tmp_path, candidate, contract, logits, **kw):
     return run.results[0].summary
 
 
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory, captures):
+    """``checked(candidate, contract, family)``: (summary, bundle folder) of that check on that capture, run once for the
+    module: the pass/fail test and the expert-load test read the same runs (a broken router's diagnosis takes seconds)."""
+    done = {}
+
+    def check(candidate, contract, family):
+        if (candidate, contract, family) not in done:
+            out = tmp_path_factory.mktemp("bundle")
+            done[candidate, contract, family] = (_check(out, candidate, contract, captures[family]), out / "bundle")
+        return done[candidate, contract, family]
+
+    return check
+
+
 def test_capture_records_every_moe_layer_with_names_ids_weights_and_bias(captures):
     f = open_logits(str(captures["deepseek"]))
     assert (f.layers, f.tokens, f.experts, f.topk) == (2, len(TEXT.encode()), 64, 8)
@@ -86,27 +101,27 @@ def test_capture_records_every_moe_layer_with_names_ids_weights_and_bias(capture
     ("deepseek", "deepseek-v3", "captured_routers:sigmoid_grouped", "captured_routers:sigmoid_no_groups", "group_mask"),
     ("qwen", "qwen3-moe", "captured_routers:softmax_topk", "captured_routers:softmax_topk_unnormalized", "renormalization"),
 ])  # fmt: skip
-def test_captured_logits_pass_a_correct_router_and_fail_a_broken_one(tmp_path, captures, family, contract, good, bad, clause):
+def test_captured_logits_pass_a_correct_router_and_fail_a_broken_one(captures, checked, family, contract, good, bad, clause):
     f = open_logits(str(captures[family]))
-    ok = _check(tmp_path, good, contract, captures[family])
+    ok, _ = checked(good, contract, family)
     assert ok.status.value == "pass" and ok.rows_checked == f.rows and ok.mismatched_rows == 0
     assert set(ok.families) == {"captured.L0", "captured.L1"}
     assert ok.options["logits"]["sha256"] and ok.options["logits"]["layer_names"] == list(f.layer_names)
-    broken = _check(tmp_path, bad, contract, captures[family])
+    broken, _ = checked(bad, contract, family)
     assert broken.status.value == "fail" and broken.rows_checked == f.rows
     assert max(broken.clauses, key=broken.clauses.get) == clause, broken.clauses
 
 
-def test_expert_load_is_the_oracles_histogram_and_the_candidates_difference(tmp_path, captures):
+def test_expert_load_is_the_oracles_histogram_and_the_candidates_difference(captures, checked):
     f = open_logits(str(captures["deepseek"]))
-    ok = _check(tmp_path, "captured_routers:sigmoid_grouped", "deepseek-v3", captures["deepseek"])
+    ok, _ = checked("captured_routers:sigmoid_grouped", "deepseek-v3", "deepseek")
     for layer, load in ok.expert_load.items():
         assert sum(load["oracle"]) == f.tokens * f.topk and load["rows"] == f.tokens
         assert load["max_abs_difference"] == 0 and not any(load["candidate_minus_oracle"])
-    bad = _check(tmp_path, "captured_routers:sigmoid_no_groups", "deepseek-v3", captures["deepseek"])
+    bad, bundle = checked("captured_routers:sigmoid_no_groups", "deepseek-v3", "deepseek")
     assert any(load["max_abs_difference"] > 0 for load in bad.expert_load.values())
     assert all(sum(load["candidate_minus_oracle"]) == 0 for load in bad.expert_load.values())  # k experts a token either way
-    report = (tmp_path / "bundle" / "report.md").read_text()
+    report = (bundle / "report.md").read_text()
     assert "## Expert load (captured logits)" in report and "captured.L1" in report
 
 
