@@ -187,7 +187,8 @@ class _Plan:
         if c.is_grouped and experts % c.n_group:
             raise OptionError(f"--logits {f.path}: its {experts} experts do not split into the {c.n_group} groups of contract {c.name}; choose another --contract")
         if f.has_bias and not c.has_bias:
-            raise OptionError(f"--logits {f.path}: it carries a correction bias, but contract {c.name} has none; check it against a contract with a bias, or drop the bias")
+            where = f"--bias {f.bias_path}: a correction bias was given" if f.bias_path else f"--logits {f.path}: it carries a correction bias"
+            raise OptionError(f"{where}, but contract {c.name} has none; check it against a contract with a bias, or drop the bias")
         groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
         families = [f.family(layer) for layer in range(f.layer_count)]
         return _Shape(self, experts, topk, groups, c.has_bias, families, [], contract=c)
