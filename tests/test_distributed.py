@@ -190,6 +190,20 @@ def test_the_ranks_expert_loads_add_up_to_one_histogram_per_layer():
     assert combine_checks([Part(0, "a", "cpu", _result(100)), Part(1, "b", "cpu", _result(300))]).summary.expert_load is None
 
 
+def test_the_cells_of_captured_shards_go_back_in_the_files_order():
+    from contracts.reports.merge import _cells_in_plan_order
+
+    def cells(*cases):
+        return pd.DataFrame({"case": [c for c, _ in cases], "row": [r for _, r in cases], "col": 0})
+
+    merged = _result(0, options={"logits": {"tokens": 5000}, "rows": 0, "families": ["captured.L0"], "experts": 64, "topk": 8}).summary
+    rank0 = cells(("captured.L1:0:1", 0), ("captured.L0:4096:904:bulk", 3))
+    rank1 = cells(("captured.L0:2:3", 1), ("captured.L0:2:3", 0), ("captured.L1:1:2", 0))
+    parts = _cells_in_plan_order([rank0, rank1], merged)  # a synthetic plan's order would be a KeyError on these families
+    assert [(p["case"].iloc[0], list(p["row"])) for p in parts] == [
+        ("captured.L0:2:3", [0, 1]), ("captured.L0:4096:904:bulk", [3]), ("captured.L1:0:1", [0]), ("captured.L1:1:2", [0])]
+
+
 def _logits_file(path, tokens):
     """Two layers of bf16 logits over 64 experts, without a correction bias: many ties at the cutoff, which torch-native
     breaks its own declared way, so its expert load differs from the oracle's while it passes (no diagnosis to wait for)."""
