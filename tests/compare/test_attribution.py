@@ -183,7 +183,7 @@ def _signed_zero_apart_case(contract):
     # gpt-oss ranks the logits themselves: every logit a zero, the even experts' -0.0, one 64-way exact tie
     x = torch.zeros(1, 64)
     x[0, ::2] = -0.0
-    return _case(x, None, 8)
+    return _case(x, None, 8, renormalize=False)  # gpt-oss never renormalizes (its only admitted option)
 
 
 def _minus_zero_ranked_lower(w, ids, exp):
@@ -197,7 +197,7 @@ def _minus_zero_ranked_lower(w, ids, exp):
 def _all_zeros_chosen_case(contract):
     x = torch.zeros(1, 16)
     x[0, ::2] = -0.0
-    return _case(x, None, 16)  # every expert chosen: only the order can tell the signs apart
+    return _case(x, None, 16, renormalize=False)  # every expert chosen: only the order can tell the signs apart
 
 
 def _plus_zeros_first(w, ids, exp):
