@@ -63,7 +63,7 @@ DEEPSEEK_V3_REFERENCE = DEEPSEEK_V3.replace(
 QWEN3_MOE = Contract(
     name="qwen3-moe",
     summary="Qwen3-MoE softmax routing: fp32 softmax over 128 experts, top-8, normalized (norm_topk_prob).",
-    source="Qwen3-MoE model code: softmax(logits) in fp32, top-k, divided by the chosen sum (docs/contracts.md, the other built-in contracts)",
+    source="transformers 5.24 models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeTopKRouter: softmax(logits) in fp32, top-k, divided by the chosen sum if norm_topk_prob (docs/contracts.md)",
     scoring="softmax", score_precision="fp32", bias="none",
     tie_rule="lowest", nan_rule="last", floor=None,
     renormalize="raw", output_order="rank",
@@ -74,14 +74,14 @@ QWEN3_MOE = Contract(
 MIXTRAL = QWEN3_MOE.replace(
     name="mixtral",
     summary="Mixtral softmax routing: fp32 softmax over 8 experts, top-2, normalized.",
-    source="Mixtral model code: softmax(logits) in fp32, top-2, divided by the chosen sum (docs/contracts.md, the other built-in contracts)",
+    source="transformers 5.24 models/mixtral/modeling_mixtral.py MixtralTopKRouter: softmax(logits) in fp32, top-2, always divided by the chosen sum (docs/contracts.md)",
     experts=8, topk=2, admitted_renormalize="default",
 )  # fmt: skip
 
 GPT_OSS = Contract(
     name="gpt-oss",
     summary="gpt-oss routing: top-4 of the raw logits over 128 experts, then softmax over the 4 chosen.",
-    source="gpt-oss model code: torch.topk of the router logits, softmax over the k chosen (docs/contracts.md, the other built-in contracts)",
+    source="transformers 5.24 models/gpt_oss/modeling_gpt_oss.py GptOssTopKRouter: torch.topk of the router logits, softmax over the k chosen (docs/contracts.md)",
     scoring="softmax_of_topk", score_precision="fp32", bias="none",
     tie_rule="lowest", nan_rule="last", floor=None,
     renormalize="raw", output_order="rank",

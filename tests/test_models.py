@@ -39,8 +39,9 @@ def _check(tmp_path, candidate, *extra, rows=ROWS):
 
 
 def test_every_family_has_a_contract_a_router_and_a_candidate():
-    names = {c.name for c in oracle.MODEL_CONTRACTS}
-    assert set(ROUTERS) <= names
+    # every released family's router is a candidate (deepseek-v4-flash is deepseek-v4's contract under its checkpoint's name)
+    assert {c.name for c in oracle.MODEL_CONTRACTS} - {"deepseek-v4-flash"} <= set(ROUTERS)
+    assert set(ROUTERS) <= set(oracle.BUILTIN_CONTRACTS)  # ... and so are qwen3-moe, mixtral and gpt-oss's
     known = all_candidates()
     for family, router in ROUTERS.items():
         c = oracle.get_contract(family)
@@ -80,6 +81,22 @@ def test_a_faithful_router_passes_its_contract_but_for_what_its_code_breaks(tmp_
     broken = {clause for clause, rows in s["clauses"].items() if rows}
     assert broken <= declared, s["clauses"]
     assert not {"scaling", "validity"} & broken, s["clauses"]  # renorm_guard only where declared (measured)
+
+
+@pytest.mark.parametrize("family", ["mixtral", "gpt-oss", "qwen3-moe"])
+def test_the_older_contracts_admit_the_options_their_router_code_reads(family):
+    # read from the installed router's own code: an option it never reads is one it cannot be called with
+    import inspect
+
+    from kernels.models._hf import _modeling
+
+    source = inspect.getsource(getattr(_modeling(ROUTERS[family]), ROUTERS[family].cls).forward)
+    c = oracle.get_contract(family)
+    assert ("routed_scaling_factor" in source) == (c.admitted_scaling_factors is None), source
+    divides = "/=" in source or "sum(" in source
+    assert (len(c.admitted_renormalize_values) == 2) == ("norm_topk_prob" in source), source
+    if "norm_topk_prob" not in source:  # a fixed choice: divides always (Mixtral) or never (gpt-oss)
+        assert c.default_renormalize == divides, source
 
 
 def test_the_plan_draws_only_admitted_options():

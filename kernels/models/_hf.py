@@ -99,6 +99,9 @@ _CONFIG = {
     "dots1": lambda e, k: dict(n_routed_experts=e, num_experts_per_tok=k),
     "jamba": lambda e, k: dict(num_experts=e, num_experts_per_tok=k),
     "granite-moe": lambda e, k: dict(num_local_experts=e, num_experts_per_tok=k),
+    "qwen3-moe": lambda e, k: dict(num_experts=e, num_experts_per_tok=k),
+    "mixtral": lambda e, k: dict(num_local_experts=e, num_experts_per_tok=k),
+    "gpt-oss": lambda e, k: dict(num_local_experts=e, num_experts_per_tok=k),
 }
 
 
