@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -61,7 +62,8 @@ def test_the_search_strategies_draw_only_admitted_options(data):
 
 
 def test_the_older_softmax_contracts_admit_what_their_routers_take():
-    options = {name: oracle.get_contract(name).admitted_options() for name in ("mixtral", "gpt-oss", "qwen3-moe")}
+    options = {name: {k: v for k, v in oracle.get_contract(name).admitted_options().items() if k != "expert_scale"}
+               for name in ("mixtral", "gpt-oss", "qwen3-moe")}  # fmt: skip
     assert options == {
         "mixtral": {"renormalize": (True,), "routed_scaling_factor": (1.0,)},  # MixtralTopKRouter always divides by the sum
         "gpt-oss": {"renormalize": (False,), "routed_scaling_factor": (1.0,)},  # a softmax over the k chosen, nothing after
@@ -103,3 +105,28 @@ def test_search_replay_of_an_input_saved_with_unadmitted_options_exits_2(tmp_pat
     done = subprocess.run([sys.executable, "-m", "contracts", "search", "--replay", str(path)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr  # the oracle replays its own admitted input: no failure
+
+
+# ---------------------------------------------------------------- a per-expert weight scale is drawn, not left at ones
+
+
+def test_the_cases_of_a_per_expert_scale_contract_draw_the_scale():
+    c = oracle.get_contract("gemma4")
+    specs, _ = _Plan(["random_fp32", "nan_sparse"], 200, 5, None, None, None, None, max_batch=2).shaped(c).specs(None)
+    cases = [build_case(s) for s in specs]
+    for case in cases:
+        s = case.expert_scale
+        assert s is not None and s.shape == (c.experts,) and s.dtype == torch.float32, case.spec
+        assert 0.25 <= float(s.min()) and float(s.max()) < 2.0 and s.unique().numel() == c.experts  # distinct, not ones
+        assert torch.equal(build_case(case.spec).expert_scale, s)  # the spec rebuilds it bit for bit
+    assert not torch.equal(cases[0].expert_scale, cases[1].expert_scale)  # each case its own
+    # the other draws stay put: the same spec without the scale builds the same logits and options
+    plain = build_case(dataclasses.replace(cases[0].spec, expert_scale=False))
+    assert plain.expert_scale is None and torch.equal(plain.scores, cases[0].scores)
+    assert (plain.renormalize, plain.routed_scaling_factor) == (cases[0].renormalize, cases[0].routed_scaling_factor)
+    # contracts without a per-expert scale draw none, and the oracle's answer takes the case's scale
+    kimi, _ = _Plan(["random_fp32"], 20, 5, None, None, None, None).shaped(oracle.get_contract("kimi-k2")).specs(None)
+    assert all(build_case(s).expert_scale is None for s in kimi)
+    exp = expected_for(cases[0], c)
+    plain_w, ids = oracle.route(cases[0].scores, None, c.topk, renormalize=cases[0].renormalize, contract=c)
+    assert torch.equal(exp.ids, ids) and torch.equal(exp.weights, plain_w * cases[0].expert_scale[ids.long()])

@@ -133,6 +133,7 @@ def test_options_a_contract_does_not_admit_are_bad_input_not_a_mismatch():
     ("bias_in_weight", "glm4-moe", "bias_in_weight", 200),
     ("scaled_before_renorm", "dots1", "scaling", 600),  # enough cases to draw renormalize on with a factor other than 1
     ("divided_by_k", "qwen3-next", "scaling", 200),
+    ("expert_scale_ignored", "gemma4", "scaling", 200),  # the cases draw a per-expert scale; the router drops it
 ])  # fmt: skip
 def test_planted_defects_in_the_models_routers_fail_with_their_clause(tmp_path, route, contract, clause, rows):
     # fp32 logits: several of these routers cast their weights to bf16 logits' dtype, which is a clause of its own

@@ -329,7 +329,38 @@ def _zero_chosen_case(contract):
     return _case(x, b, 8)
 
 
+def _scaled_case(contract):
+    """Gemma 4's contract with a per-expert weight scale drawn as the cases draw it (distinct, in [0.25, 2))."""
+    c = oracle.get_contract(contract)
+    x, _ = _random(rows=3, experts=c.experts, seed=4)
+    scale = 0.25 + 1.75 * torch.rand(c.experts, generator=torch.Generator().manual_seed(5))
+    return Case(CaseSpec("unit", 0, 3, c.experts, c.topk, expert_scale=True), x, None, True, 1.0, scale)
+
+
+def _scale_plant(how):
+    """(case, plant): the contract's answer with the case's per-expert scale misapplied ``how``."""
+    case = _scaled_case("gemma4")
+    s = case.expert_scale
+
+    def plant(w, ids, exp):
+        own = s[ids.long()]
+        if how == "ignored":
+            return w / own, ids
+        if how == "twice":
+            return w * own, ids
+        if how == "by_slot":
+            return w / own * s[: ids.shape[1]], ids
+        chosen = torch.softmax(case.scores.float(), 1).gather(1, ids.long()) * own  # before the renormalization
+        return chosen / chosen.sum(1, keepdim=True), ids
+
+    return case, plant
+
+
 PLANTS = [
+    Plant("per_expert_scale_ignored", "gemma4", lambda: _scale_plant("ignored"), "mismatch", "scaling", reason="per-expert weight scale"),
+    Plant("per_expert_scale_twice", "gemma4", lambda: _scale_plant("twice"), "mismatch", "scaling", reason="applied twice"),
+    Plant("per_expert_scale_by_slot", "gemma4", lambda: _scale_plant("by_slot"), "mismatch", "scaling", reason="by output slot"),
+    Plant("per_expert_scale_before_renorm", "gemma4", lambda: _scale_plant("before"), "mismatch", "scaling", reason="before renormalizing"),
     Plant("exact", "aiter", lambda: (_rows_case("aiter"), lambda w, i, e: (w, i)), "exact", None),
     Plant("within_tolerance", "aiter", lambda: (_rows_case("aiter"), _scaled(1 + 2e-6)), "within_tolerance", None),
     Plant("out_of_range", "aiter", lambda: (_rows_case("aiter", rows=1), _out_of_range), "mismatch", "validity", reason="out of [0, E)"),
