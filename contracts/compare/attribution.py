@@ -69,6 +69,8 @@ R_BIAS, R_GUARD_DIVIDED, R_NOT_RENORMALIZED, R_SCALING, R_ACCURACY = 60, 61, 62,
 R_RENORMALIZED, R_SOFTMAX_OF_CHOSEN, R_SOFTMAX_OF_ALL, R_FACTOR, R_EPS_MISSING = 65, 66, 67, 68, 69
 # a per-expert weight scale (weight_scale="per_expert") ignored, applied before renormalizing, taken by slot, or twice
 R_SCALE_IGNORED, R_SCALE_BEFORE_RENORM, R_SCALE_BY_SLOT, R_SCALE_TWICE = 70, 71, 72, 73
+# the shared expert's column (shared_expert_slot="last", contracts.compare.shared): its id, its weight
+R_SHARED_ID, R_SHARED_WEIGHT = 80, 81
 
 
 @dataclass

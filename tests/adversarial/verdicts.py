@@ -214,3 +214,40 @@ def gemma4_scale_by_slot(scores, bias, topk, renormalize, rsf, *, expert_scale):
 def gemma4_scale_twice(scores, bias, topk, renormalize, rsf, *, expert_scale):
     w, ids = _gemma4(scores, topk, renormalize, rsf, expert_scale)
     return w * expert_scale.float()[ids.long()], ids
+
+
+# ---------------------------------------------------------------- issue 35: the shared expert slot
+# Kimi-K2's contract with SGLang's fused shared expert (shared_expert_slot="last": k + 1 columns, the last the
+# shared expert, id E, weight = routed sum / rsf). Before, the comparison read [M, topk] answers only: the slot went
+# unchecked. Checked under tests/compare/test_row_whole.py's kimi-k2-shared.toml (this contract, as a file).
+
+KIMI_K2_SHARED = oracle.get_contract("kimi-k2").replace(name="kimi-k2-shared", shared_expert_slot="last")
+
+
+def _with_shared(scores, bias, topk, renormalize, rsf):
+    return _route(KIMI_K2_SHARED, scores, bias, topk, renormalize, rsf)
+
+
+def shared_slot_right(scores, bias, topk, renormalize, rsf):
+    """Correct: the oracle's k + 1 columns."""
+    return _with_shared(scores, bias, topk, renormalize, rsf)
+
+
+def shared_slot_wrong_id(scores, bias, topk, renormalize, rsf):
+    """The shared slot numbered E - 1 (the last routed expert's id) instead of E."""
+    w, ids = _with_shared(scores, bias, topk, renormalize, rsf)
+    ids[:, -1] = scores.shape[1] - 1
+    return w, ids
+
+
+def shared_slot_not_divided(scores, bias, topk, renormalize, rsf):
+    """The shared weight is the routed weights' sum, not divided by routed_scaling_factor."""
+    w, ids = _with_shared(scores, bias, topk, renormalize, rsf)
+    w[:, -1] = w[:, -1] * rsf
+    return w, ids
+
+
+def shared_slot_missing(scores, bias, topk, renormalize, rsf):
+    """Only the k routed columns: the slot left out."""
+    w, ids = _with_shared(scores, bias, topk, renormalize, rsf)
+    return w[:, :-1].contiguous(), ids[:, :-1].contiguous()

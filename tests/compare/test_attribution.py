@@ -464,3 +464,36 @@ def test_bias_all_zero_is_never_bias_in_weight():
     exp, w, ids = _answer(case, c)
     out = compare_case(case, exp, (w * 1.01, ids), c, deviations={})
     assert "bias_in_weight" not in out.clause_rows and out.clause_rows.get("weight_accuracy") == case.spec.rows
+
+
+# ---------------------------------------------------------------- the shared expert slot (issue 35)
+
+SHARED = oracle.get_contract("kimi-k2").replace(name="kimi-k2-shared", shared_expert_slot="last")
+
+
+@pytest.mark.parametrize("edit, clause, reason", [
+    (lambda w, ids: (w, ids), None, ""),
+    (lambda w, ids: (w, ids.index_fill(1, torch.tensor([8]), 383)), "validity", "shared expert, id E"),
+    (lambda w, ids: (w.index_fill(1, torch.tensor([8]), 0.0), ids), "weight_accuracy", "shared expert's weight"),
+    (lambda w, ids: (torch.cat((w[:, :8], w[:, 8:] * 2.5), 1), ids), "scaling", "shared expert's weight"),
+    # routed weights not renormalized, the shared weight their own sum / rsf: the routed clause, nothing of the slot
+    (None, "renormalization", "not renormalized"),
+])  # fmt: skip
+def test_the_shared_slot_is_compared(edit, clause, reason):
+    x, b = _random(rows=3, experts=384, seed=9)
+    case = Case(CaseSpec("unit", 0, 3, 384, 8), x, b, True, 2.5)
+    exp = expected_for(case, SHARED)
+    w, ids = exp.weights.clone(), exp.ids.clone()
+    assert w.shape == (3, 9) and (ids[:, 8] == 384).all()
+    if edit is None:
+        routed, _ = oracle.route(x, b, 8, renormalize=False, routed_scaling_factor=2.5, contract="kimi-k2")
+        w = torch.cat((routed, (routed.sum(1, keepdim=True) / 2.5)), 1)
+    else:
+        w, ids = edit(w, ids)
+    out = compare_case(case, exp, (w, ids), SHARED, deviations={})
+    if clause is None:
+        assert out.verdict_counts["exact"] == 3, out.verdict_counts
+        return
+    assert out.verdict_counts["mismatch"] == 3 and set(out.clause_rows) == {clause}, (out.clause_rows, out.rows_detail)
+    assert reason in out.rows_detail[0]["reason"], out.rows_detail[0]
+    assert compare_case(case, exp, (w[:, :8], ids[:, :8]), SHARED, deviations={}).clause_rows == {"validity": 3}  # no slot at all

@@ -194,3 +194,28 @@ def test_the_per_expert_scale_applied_last_passes(tmp_path):
     code, s = _check(tmp_path, f"{ADV}:gemma4_scale_applied", "gemma4", "--families", "random_fp32,random_bf16,nan_sparse", rows=300)
     assert code == 0 and s["status"] == "pass", s["clauses"]
 
+
+# ---------------------------------------------------------------- issue 35: the shared expert slot, compared
+
+
+@pytest.mark.parametrize("route, clause", [
+    ("shared_slot_wrong_id", "validity"),
+    ("shared_slot_not_divided", "scaling"),
+    ("shared_slot_missing", "validity"),
+])  # fmt: skip
+def test_a_wrong_shared_expert_slot_fails(tmp_path, route, clause):
+    """Before: the harness compared [M, topk] answers only, so nothing checked the slot's id or weight."""
+    path = tmp_path / "kimi-k2-shared.toml"
+    path.write_text('base = "kimi-k2"\nname = "kimi-k2-shared"\nshared_expert_slot = "last"\n')
+    code, s = _check(tmp_path, f"{ADV}:{route}", str(path), "--families", "random_fp32,random_bf16", rows=300)
+    assert code == 1 and s["status"] == "fail"
+    found = _undeclared(s)
+    assert max(found, key=found.get) == clause, found
+
+
+def test_the_right_shared_expert_slot_passes(tmp_path):
+    path = tmp_path / "kimi-k2-shared.toml"
+    path.write_text('base = "kimi-k2"\nname = "kimi-k2-shared"\nshared_expert_slot = "last"\n')
+    code, s = _check(tmp_path, f"{ADV}:shared_slot_right", str(path), "--families", "random_fp32,random_bf16,nan_sparse,zero_sum", rows=300)
+    assert code == 0 and s["status"] == "pass", s["clauses"]
+
