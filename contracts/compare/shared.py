@@ -55,7 +55,9 @@ def split_shared(exp, actual, contract, case):
     rows, k = case.spec.rows, case.topk
     shape = (rows, k + 1)
     if not (isinstance(w, torch.Tensor) and isinstance(ids, torch.Tensor)):
-        return None
+        return None  # not two tensors: the validity check says so
+    # plain tensors, as the comparison reads them (a subclass cannot lie through == or isclose)
+    w, ids = (t.detach().as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t.detach() for t in (w, ids))
     if tuple(w.shape) != shape or tuple(ids.shape) != shape:
         return (f"shapes weights {tuple(w.shape)}, ids {tuple(ids.shape)}; expected {shape} (topk routed experts, then the "
                 f"shared expert: contract {contract.name} has shared_expert_slot = last)")  # fmt: skip

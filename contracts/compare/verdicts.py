@@ -125,7 +125,7 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     c = plain_contract_tolerance(contract, exact)  # --exact: bit identity, weights to 0 ULP, no near ties
     slot = None
     if not inputs_changed and c.shared_expert_slot == "last" and isinstance(actual, (tuple, list)) and len(actual) == 2:
-        split = split_shared(exp, plain_output(actual), c, case)  # the shared expert's column, checked apart
+        split = split_shared(exp, actual, c, case)  # the shared expert's column, checked apart
         if isinstance(split, str):
             return _whole_case(case, split, deviations)
         if split is not None:
@@ -190,7 +190,7 @@ def row_blame(case, exp, actual, contract) -> torch.Tensor:
     c = contract
     slot = None
     if c.shared_expert_slot == "last":
-        split = split_shared(exp, plain_output(actual), c, case)
+        split = split_shared(exp, actual, c, case)
         if isinstance(split, tuple):
             exp, actual, slot = split
     w_act, ids_act = plain_output(actual)
