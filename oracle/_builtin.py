@@ -57,33 +57,37 @@ DEEPSEEK_V3_REFERENCE = DEEPSEEK_V3.replace(
     group_mask=0.0,
 )
 
+# The call options of the three below follow their transformers (5.24) router classes: Qwen3MoeTopKRouter divides
+# by the sum when config.norm_topk_prob says so and has no routed_scaling_factor; MixtralTopKRouter always divides,
+# with no factor; GptOssTopKRouter softmaxes over the k chosen (already summing to one) and never divides or scales.
 QWEN3_MOE = Contract(
     name="qwen3-moe",
     summary="Qwen3-MoE softmax routing: fp32 softmax over 128 experts, top-8, normalized (norm_topk_prob).",
-    source="Qwen3-MoE model code: softmax(logits) in fp32, top-k, divided by the chosen sum (docs/contracts.md, the other built-in contracts)",
+    source="transformers 5.24 models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeTopKRouter: softmax(logits) in fp32, top-k, divided by the chosen sum if norm_topk_prob (docs/contracts.md)",
     scoring="softmax", score_precision="fp32", bias="none",
     tie_rule="lowest", nan_rule="last", floor=None,
     renormalize="raw", output_order="rank",
     weight_rtol=1e-5, weight_atol=1e-6, near_tie_ulp=4, near_tie_x_ulp=1.0,
-    experts=128, topk=8, routed_scaling_factor=1.0,
+    experts=128, topk=8, routed_scaling_factor=1.0, admitted_scaling="default",
 )  # fmt: skip
 
 MIXTRAL = QWEN3_MOE.replace(
     name="mixtral",
     summary="Mixtral softmax routing: fp32 softmax over 8 experts, top-2, normalized.",
-    source="Mixtral model code: softmax(logits) in fp32, top-2, divided by the chosen sum (docs/contracts.md, the other built-in contracts)",
-    experts=8, topk=2,
+    source="transformers 5.24 models/mixtral/modeling_mixtral.py MixtralTopKRouter: softmax(logits) in fp32, top-2, always divided by the chosen sum (docs/contracts.md)",
+    experts=8, topk=2, admitted_renormalize="default",
 )  # fmt: skip
 
 GPT_OSS = Contract(
     name="gpt-oss",
     summary="gpt-oss routing: top-4 of the raw logits over 128 experts, then softmax over the 4 chosen.",
-    source="gpt-oss model code: torch.topk of the router logits, softmax over the k chosen (docs/contracts.md, the other built-in contracts)",
+    source="transformers 5.24 models/gpt_oss/modeling_gpt_oss.py GptOssTopKRouter: torch.topk of the router logits, softmax over the k chosen (docs/contracts.md)",
     scoring="softmax_of_topk", score_precision="fp32", bias="none",
     tie_rule="lowest", nan_rule="last", floor=None,
     renormalize="raw", output_order="rank",
     weight_rtol=1e-5, weight_atol=1e-6, near_tie_ulp=0, near_tie_x_ulp=0.0,
     experts=128, topk=4, routed_scaling_factor=1.0, default_renormalize=False,
+    admitted_renormalize="default", admitted_scaling="default",
 )  # fmt: skip
 
 # ---------------------------------------------------------------- released model families

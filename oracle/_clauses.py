@@ -141,7 +141,9 @@ def _scaling(c: Contract) -> str:
     if c.scaling == "fused":
         return "Weights are scaled as w * (routed_scaling_factor / sum): the factor is folded into the renormalization."
     per_expert = ", then by the chosen expert's weight scale" if c.weight_scale == "per_expert" else ""
-    return f"Weights are multiplied by routed_scaling_factor exactly once, after renormalization{per_expert}."
+    shared = (" The shared expert's weight (the last column) is the routed weights' fp32 sum, in output order, divided by"
+              " routed_scaling_factor.") if c.shared_expert_slot == "last" else ""  # fmt: skip
+    return f"Weights are multiplied by routed_scaling_factor exactly once, after renormalization{per_expert}.{shared}"
 
 
 def _weight_accuracy(c: Contract) -> str:
@@ -178,7 +180,11 @@ def _fallback(c: Contract) -> str:
 
 def clauses_for(c: Contract) -> tuple[Clause, ...]:
     """The clauses of ``c`` in pipeline order, each only where its fields give it something to state."""
-    out = [("validity", "Outputs are fp32 weights and int32 ids of shape [M, topk], ids in [0, E), inputs left unchanged."
+    if c.shared_expert_slot == "last":
+        shape = "[M, topk + 1], the last column the shared expert (id E), the routed ids in [0, E)"
+    else:
+        shape = "[M, topk], ids in [0, E)"
+    out = [("validity", f"Outputs are fp32 weights and int32 ids of shape {shape}, inputs left unchanged."
             + (" Repeats are allowed only as the expert-0 fallback." if c.has_fallback else " No expert appears twice in a row."))]  # fmt: skip
     if c.is_grouped:
         out += [("group_selection", _group_selection(c)), ("group_tie_order", _group_tie_order(c)),

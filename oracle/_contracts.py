@@ -160,8 +160,10 @@ class Contract:
         return None if self.admitted_scaling == "any" else (self.routed_scaling_factor,)
 
     def admitted_options(self) -> dict:
-        """What the case plan may draw: ``{"renormalize": (bools), "routed_scaling_factor": (floats) or None}``."""
-        return {"renormalize": self.admitted_renormalize_values, "routed_scaling_factor": self.admitted_scaling_factors}
+        """What the case plan may draw: ``{"renormalize": (bools), "routed_scaling_factor": (floats) or None,
+        "expert_scale": bool}`` (the last: a call passes a per-expert weight scale, which the cases draw)."""
+        return {"renormalize": self.admitted_renormalize_values, "routed_scaling_factor": self.admitted_scaling_factors,
+                "expert_scale": self.weight_scale == "per_expert"}
 
     def admits(self, *, renormalize: bool, routed_scaling_factor: float) -> str | None:
         """None when the call options are ones this contract's router can be called with, else why not (one line)."""

@@ -31,12 +31,18 @@ def select_ids(values: torch.Tensor, topk: int, *, contract: str | Contract) -> 
 
 
 def weights_from(chosen: torch.Tensor, *, contract: str | Contract, renormalize: bool, routed_scaling_factor: float,
-                 logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:  # fmt: skip
-    """fp32 ``[M, k]``: the contract's weights of ``chosen`` (fp32 per-slot scores, in output order)."""
+                 logits_dtype: torch.dtype = torch.float32, slot_scale: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """fp32 ``[M, k]``: the contract's weights of ``chosen`` (fp32 per-slot scores, in output order).
+
+    ``slot_scale``: for a ``weight_scale="per_expert"`` contract, the scale of each slot's expert (``scale[ids]``,
+    ``[M, k]``), multiplied in last as the route does (omitted: all ones, the route's default)."""
     c = get_contract(contract)
     values = chosen.float()
     rows, k = values.shape
     unused = torch.arange(k, device=values.device)  # _weights reads no priority
     plan = _Plan(c, k, 1, 1, bool(renormalize), float(routed_scaling_factor), unused, unused[:1], None)
     slots = torch.arange(k, device=values.device).expand(rows, k)
-    return _weights(values, values, slots, plan, logits_dtype)
+    w = _weights(values, values, slots, plan, logits_dtype)
+    if slot_scale is None or c.weight_scale != "per_expert":
+        return w
+    return w * slot_scale.to(w.device).float()  # the route's last step, w * scale[id]: the same fp32 product

@@ -13,7 +13,9 @@ levels, each against the frozen code:
   sizes;
 - ``oracle.route`` end to end on every case family of every built-in
   contract, coverage and bulk cases, several seeds and shapes, logits as
-  generated and cast to fp16, renormalize on and off.
+  generated and cast to fp16, renormalize on and off where the contract
+  admits both (each case draws only the call options its contract admits,
+  as the plan does: the oracle refuses the others).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import frozen_oracle
 import oracle
 from contracts.cases import CaseSpec, build_case
 from contracts.cases.families import families_for
+from contracts.cases.plan import admitted_fields
 from oracle import _route, _scores
 
 
@@ -196,11 +199,13 @@ def test_route_matches_the_frozen_code_on_every_family(monkeypatch, contract, ex
     chunk = _chunk_rows(experts)
     monkeypatch.setattr(_route, "_CHUNK_ELEMENTS_CPU", chunk * experts)  # both routes below cut here
     bulk_rows = max(1100, chunk + 40)  # at least two chunks
+    options = admitted_fields(c.admitted_options())  # the plan's call options for this contract, and only those
     for family in families_for(c):
         for seed, rows, bulk in ((11, 1, False), (12, 33, False), (13, 257, False), (14, bulk_rows, True), (15, 96, True)):
-            spec = CaseSpec(family, seed, rows, experts, topk, bulk=bulk, bias=c.has_bias, **groups)
+            spec = CaseSpec(family, seed, rows, experts, topk, bulk=bulk, bias=c.has_bias, **groups, **options)
             case = build_case(spec)
-            for scores, renormalize in ((case.scores, case.renormalize), (case.scores.to(torch.float16), not case.renormalize)):
+            flipped = not case.renormalize if len(c.admitted_renormalize_values) == 2 else case.renormalize
+            for scores, renormalize in ((case.scores, case.renormalize), (case.scores.to(torch.float16), flipped)):
                 (w, ids), (w_old, ids_old) = _route_both(monkeypatch, contract, case, scores, renormalize)
                 where = f"{spec.replay_id} {scores.dtype} renormalize={renormalize}"
                 assert torch.equal(ids, ids_old), where
@@ -228,9 +233,10 @@ def test_selection_matches_the_frozen_code_on_cuda(c):
 @pytest.mark.parametrize("contract,experts,topk,groups", _ROUTE_CASES, ids=lambda v: str(v))
 def test_route_matches_the_frozen_code_on_every_family_on_cuda(monkeypatch, contract, experts, topk, groups):
     c = oracle.get_contract(contract)
+    options = admitted_fields(c.admitted_options())
     for family in families_for(c):
         for seed, rows, bulk in ((12, 33, False), (14, 4096, True)):
-            spec = CaseSpec(family, seed, rows, experts, topk, bulk=bulk, bias=c.has_bias, **groups)
+            spec = CaseSpec(family, seed, rows, experts, topk, bulk=bulk, bias=c.has_bias, **groups, **options)
             case = build_case(spec, device="cuda")
             (w, ids), (w_old, ids_old) = _route_both(monkeypatch, contract, case, case.scores.cuda(), case.renormalize)
             assert torch.equal(ids, ids_old), spec.replay_id

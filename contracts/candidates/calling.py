@@ -132,8 +132,12 @@ class _Inputs:
         return self.scores, self.bias, c.topk, c.renormalize, c.routed_scaling_factor
 
     def kwargs(self) -> dict:
-        """``num_expert_group`` / ``topk_group`` for a grouped contract, else nothing."""
-        return self.case.group_args
+        """``num_expert_group`` / ``topk_group`` for a grouped contract, ``expert_scale`` (a copy of its own) for a
+        contract with a per-expert weight scale, else nothing."""
+        extra = self.case.call_kwargs
+        if "expert_scale" in extra:
+            extra = {**extra, "expert_scale": extra["expert_scale"].clone()}
+        return extra
 
     def changed(self) -> bool:
         """Whether the call re-pointed, reshaped or wrote into what it was given (anywhere in the storages)."""

@@ -3,7 +3,8 @@
 Each case also draws its call options from its seed, among those its
 contract admits (``CaseSpec.renormalize_options`` / ``scaling_options``):
 renormalize on or off (3 in 4 on, as models do), routed_scaling_factor 1.0 / 2.5 / 2.827, bias in
-fp32 or in the logits dtype. Tensors are drawn on the CPU from a seeded
+fp32 or in the logits dtype, and for a contract with a per-expert weight scale (``spec.expert_scale``)
+that scale, one value in [0.25, 2) per expert. Tensors are drawn on the CPU from a seeded
 generator, then moved to the device.
 """
 
@@ -32,6 +33,8 @@ class Case:
     bias: torch.Tensor | None
     renormalize: bool
     routed_scaling_factor: float
+    # weight_scale="per_expert" contracts: the [E] fp32 scale this case's call passes (``spec.expert_scale``), else None
+    expert_scale: torch.Tensor | None = None
 
     @property
     def family(self) -> str:
@@ -48,6 +51,16 @@ class Case:
             return {}
         return {"num_expert_group": self.spec.n_group, "topk_group": self.spec.topk_group}
 
+    @property
+    def call_kwargs(self) -> dict:
+        """The keyword arguments of a call on this case, for the candidate and the oracle alike: the group shape, and
+        the per-expert weight scale of a contract that has one."""
+        extra = {} if self.expert_scale is None else {"expert_scale": self.expert_scale}
+        return {**self.group_args, **extra}
+
+    def sliced(self, spec, rows) -> "Case":
+        """The case restricted to ``rows`` (int64 indices on its device), under ``spec``: the same call options."""
+        return Case(spec, self.scores.index_select(0, rows), self.bias, self.renormalize, self.routed_scaling_factor, self.expert_scale)
 
     def call_shape(self, rows: int | None = None) -> dict:
         """What a ``covered`` gate is asked about a call on this case (``rows``: of one call, default the case's)."""
@@ -91,7 +104,10 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     # Move the whole backing buffer, so strided rows keep their row stride on the device.
     scores = backing.to(device)[:, offset : offset + spec.experts]
     bias = bias.to(device) if spec.bias else None  # a contract without a correction bias: the candidate gets None
-    return Case(spec, scores, bias, renormalize, rsf)
+    # Drawn last, so a case's other draws stay what they were: distinct scales in [0.25, 2), so that a router that
+    # ignores them, indexes them by slot or applies them before renormalizing gives other weights on nearly every row.
+    scale = (0.25 + 1.75 * torch.rand(spec.experts, **on)).to(device) if spec.expert_scale else None
+    return Case(spec, scores, bias, renormalize, rsf, scale)
 
 
 @functools.lru_cache(maxsize=None)

@@ -60,6 +60,7 @@ class CaseSpec:
     renormalize_options: tuple[bool, ...] = (True, False)
     scaling_options: tuple[float, ...] | None = None  # None: any (the usual factors are drawn)
     source: str = ""  # captured logits: the file and layer the rows come from (``contracts.cases.captured``); "" = a family's maker
+    expert_scale: bool = False  # the contract has a per-expert weight scale (Gemma 4): build_case draws one per case
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -81,6 +82,8 @@ def admitted_fields(admitted: dict | None) -> dict:
         out["renormalize_options"] = tuple(admitted["renormalize"])
     if admitted["routed_scaling_factor"] is not None:
         out["scaling_options"] = tuple(admitted["routed_scaling_factor"])
+    if admitted.get("expert_scale"):
+        out["expert_scale"] = True
     return out
 
 

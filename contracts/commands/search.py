@@ -101,6 +101,14 @@ def _search_here(args: argparse.Namespace, world) -> int:
         print(f"unavailable: {candidate.name}: {why}", file=sys.stderr)
         return ExitCode.UNAVAILABLE
     if args.replay:
+        import oracle
+
+        # a saved input whose call options its contract does not admit is bad input, never a mismatch
+        contract = args.contract or saved.get("contract") or candidate.contract
+        refused = oracle.get_contract(contract).admits(renormalize=bool(saved["renormalize"]),
+                                                       routed_scaling_factor=float(saved["routed_scaling_factor"]))  # fmt: skip
+        if refused:
+            raise UsageError(f"--replay {args.replay}: {refused} (replay it under a --contract that admits its options)")
         if not world.writer:  # one input: rank 0 replays it
             return ExitCode.OK
         return ExitCode.FAILED if replay(args.replay, candidate, contract=args.contract, device=device) else ExitCode.OK

@@ -67,6 +67,10 @@ R_TIE_SET, R_TIE_ORDER, R_SIGNED_ZERO, R_NEAR_ULP, R_NEAR_SET, R_NAN_TIE = 40, 4
 R_SELECTION, R_SELECTION_FTZ, R_ORDER, R_ORDER_FTZ, R_NOT_TOP_NUMBERS, R_NOT_TOP_ELIGIBLE = 50, 51, 52, 53, 54, 55
 R_BIAS, R_GUARD_DIVIDED, R_NOT_RENORMALIZED, R_SCALING, R_ACCURACY = 60, 61, 62, 63, 64
 R_RENORMALIZED, R_SOFTMAX_OF_CHOSEN, R_SOFTMAX_OF_ALL, R_FACTOR, R_EPS_MISSING = 65, 66, 67, 68, 69
+# a per-expert weight scale (weight_scale="per_expert") ignored, applied before renormalizing, taken by slot, or twice
+R_SCALE_IGNORED, R_SCALE_BEFORE_RENORM, R_SCALE_BY_SLOT, R_SCALE_TWICE = 70, 71, 72, 73
+# the shared expert's column (shared_expert_slot="last", contracts.compare.shared): its id, its weight
+R_SHARED_ID, R_SHARED_WEIGHT = 80, 81
 
 
 @dataclass
@@ -551,9 +555,13 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
     clause2, code2 = clause.clone(), code.clone()
     factor = torch.full((rows,), math.nan, device=r.a.device)
     renormalize, rsf = case.renormalize, float(case.routed_scaling_factor)
+    # a per-expert weight scale: each of the candidate's own experts' (the contract multiplies it in last)
+    expert_scale = getattr(case, "expert_scale", None) if c.weight_scale == "per_expert" else None
+    slot_scale = None if expert_scale is None else expert_scale.to(r.a.device).float()[r.a]
 
-    def formula(values: torch.Tensor, renorm: bool = renormalize, scale: float = rsf) -> torch.Tensor:
-        return oracle.weights_from(values, contract=c, renormalize=renorm, routed_scaling_factor=scale, logits_dtype=case.scores.dtype)
+    def formula(values: torch.Tensor, renorm: bool = renormalize, scale: float = rsf, per_slot=slot_scale) -> torch.Tensor:
+        return oracle.weights_from(values, contract=c, renormalize=renorm, routed_scaling_factor=scale, logits_dtype=case.scores.dtype,
+                                   slot_scale=per_slot)  # fmt: skip
 
     chosen = _gather(r.scores, r.a)
     reference = formula(chosen)
@@ -589,7 +597,7 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
     if renormalize and c.renormalize != "raw":
         # A sum the contract's guard (or epsilon) does not divide by, divided by anyway: NaN or inf weights.
         raw = oracle.weights_from(chosen, contract=c.replace(renormalize="raw"), renormalize=True, routed_scaling_factor=rsf,
-                                  logits_dtype=case.scores.dtype)  # fmt: skip
+                                  logits_dtype=case.scores.dtype, slot_scale=slot_scale)  # fmt: skip
         unguarded = ~(total > 0) & close_to(raw) & ~weights_close(raw, reference, c).all(1)
         assign(unguarded, "renorm_guard", R_GUARD_DIVIDED)
         # the raw sum where the contract adds its epsilon (a tiny sum): the division rule, not a factor
@@ -600,6 +608,13 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
         # an all-zero bias gives the same weights; NaN or infinite biases make both formulas NaN: that
         # coincidence is not evidence of the bias in the weights
         assign(differs(with_bias) & close_to(with_bias) & torch.isfinite(with_bias).all(1), "bias_in_weight", R_BIAS)
+    if slot_scale is not None:
+        # The per-expert scale is the last multiplication of the scaling step: left out, folded in before the
+        # renormalization (which then divides part of it away), taken by output slot instead of by expert id, or twice.
+        by_slot = expert_scale.to(r.a.device).float()[: k].expand_as(slot_scale) if k <= expert_scale.numel() else slot_scale
+        for alt, why in ((formula(chosen, per_slot=None), R_SCALE_IGNORED), (formula(chosen * slot_scale, per_slot=None), R_SCALE_BEFORE_RENORM),
+                         (formula(chosen, per_slot=by_slot), R_SCALE_BY_SLOT), (formula(chosen, per_slot=slot_scale * slot_scale), R_SCALE_TWICE)):
+            assign(close_to(alt) & differs(alt), "scaling", why)
 
     # The rules, each as the weights a router breaking only it gives (with the contract's scaling).
     flipped = formula(chosen, renorm=not renormalize)  # the renormalization flag not followed

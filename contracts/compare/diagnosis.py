@@ -55,11 +55,9 @@ class _Part:
 
 
 def _take(part: _Part, idx: torch.Tensor) -> _Part:
-    from ..cases.build import Case
-
     case = part.case
     spec = case.spec.__class__(**{**case.spec.__dict__, "rows": int(idx.numel())})
-    sub = Case(spec, case.scores.index_select(0, idx), case.bias, case.renormalize, case.routed_scaling_factor)
+    sub = case.sliced(spec, idx)
     return _Part(sub, part.weights.index_select(0, idx), part.ids.index_select(0, idx), part.primary.index_select(0, idx))
 
 
@@ -132,7 +130,8 @@ class DiagnosisSample:
 def _to_cpu(case):
     from ..cases.build import Case
 
-    return Case(case.spec, case.scores.cpu(), None if case.bias is None else case.bias.cpu(), case.renormalize, case.routed_scaling_factor)
+    return Case(case.spec, case.scores.cpu(), None if case.bias is None else case.bias.cpu(), case.renormalize, case.routed_scaling_factor,
+                None if case.expert_scale is None else case.expert_scale.cpu())
 
 
 def _broken(part: _Part, contract, declared_mask: torch.Tensor, exp=None) -> torch.Tensor:

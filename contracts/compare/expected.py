@@ -51,7 +51,7 @@ class Expected:
         case = self.case
         trace = oracle.route_trace(
             case.scores.index_select(0, rows), case.bias, case.topk, renormalize=case.renormalize,
-            routed_scaling_factor=case.routed_scaling_factor, contract=self.contract, **case.group_args,
+            routed_scaling_factor=case.routed_scaling_factor, contract=self.contract, **case.call_kwargs,
         )  # fmt: skip
         return RowValues(trace.expert_scores, trace.ranking, trace.selection_ranking, oracle.rank_keys(trace.selection_ranking),
                          trace.valid, trace.kept_group_mask, trace.group_scores)  # fmt: skip
@@ -66,7 +66,7 @@ def expected_for(case, contract) -> Expected:
         renormalize=case.renormalize,
         routed_scaling_factor=case.routed_scaling_factor,
         contract=contract,
-        **case.group_args,
+        **case.call_kwargs,
     )
     return Expected(weights, ids, case, contract)
 

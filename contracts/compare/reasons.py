@@ -34,6 +34,12 @@ _FIXED = {
     A.R_SOFTMAX_OF_CHOSEN: "weights are a softmax over the k chosen logits, not over all experts",
     A.R_SOFTMAX_OF_ALL: "weights are a softmax over all experts, not over the k chosen logits",
     A.R_ACCURACY: "weights differ beyond the contract's tolerance",
+    A.R_SCALE_IGNORED: "weights are not multiplied by the chosen experts' per-expert weight scale",
+    A.R_SCALE_BEFORE_RENORM: "the per-expert weight scale was applied before renormalizing, not after",
+    A.R_SCALE_BY_SLOT: "the per-expert weight scale was taken by output slot, not by the chosen expert's id",
+    A.R_SCALE_TWICE: "the per-expert weight scale was applied twice",
+    A.R_SHARED_ID: "the last column must hold the shared expert, id E",
+    A.R_SHARED_WEIGHT: "the shared expert's weight is not the routed weights' sum divided by routed_scaling_factor",
 }
 
 

@@ -26,6 +26,7 @@ import torch
 
 from . import attribution as A
 from .reasons import generic_reason, reason_text
+from .shared import add_to_blame, split_shared
 from .tolerance import plain_contract_tolerance, ulp_distance, weights_close
 
 __all__ = ["DETAILS_PER_CLAUSE", "UNDECLARABLE", "VERDICTS", "CaseOutcome", "compare_case", "plain_output", "row_blame"]
@@ -122,6 +123,13 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     or cells (the run already has its sample of them); a mismatched row is always recorded.
     """
     c = plain_contract_tolerance(contract, exact)  # --exact: bit identity, weights to 0 ULP, no near ties
+    slot = None
+    if not inputs_changed and c.shared_expert_slot == "last" and isinstance(actual, (tuple, list)) and len(actual) == 2:
+        split = split_shared(exp, actual, c, case)  # the shared expert's column, checked apart
+        if isinstance(split, str):
+            return _whole_case(case, split, deviations)
+        if split is not None:
+            exp, actual, slot = split
     problem = "inputs were modified in place" if inputs_changed else validity_failure(actual, case)
     if problem:
         return _whole_case(case, problem, deviations)
@@ -130,6 +138,8 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     out = CaseOutcome(rows=rows, verdict_counts=dict.fromkeys(VERDICTS, 0))
     ids_equal = (ids_act == exp.ids).all(1)
     bit_equal = ((w_act == exp.weights) | (torch.isnan(w_act) & torch.isnan(exp.weights))).all(1)
+    if slot is not None:
+        bit_equal &= slot.exact
     # Equal ids (the oracle's, so valid) with bit-equal weights are exact: a good candidate's rows nearly all
     # are, and one sync finds the rest, the only rows the tolerance, validity and ULP checks look at.
     rest = (~(ids_equal & bit_equal)).nonzero().squeeze(1)
@@ -139,6 +149,8 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     ids_rest, w_rest, we_rest, equal_rest = ids_act[rest], w_act[rest], exp.weights[rest], ids_equal[rest]
     oor_rest, twice_rest = _validity_masks(ids_rest, experts, c)
     good_rest = equal_rest & weights_close(w_rest, we_rest, c).all(1) & ~oor_rest & ~twice_rest
+    if slot is not None:
+        good_rest &= ~slot.bad[rest]
     out.verdict_counts["within_tolerance"] = out.inexact_weight_rows = int(good_rest.sum())
     if bool(equal_rest.any()):
         finite = ulp_distance(w_rest[equal_rest], we_rest[equal_rest])
@@ -152,6 +164,8 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
         rows_b = bad[start : start + _CHUNK]
         values = exp.values(rows_b)
         blame = A.attribute(case, exp, values, w_act, ids_act, rows_b, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
+        if slot is not None:
+            add_to_blame(blame, slot, rows_b)
         _count(out, blame, declared)
         _keep_mismatched(out, rows_b, blame, declared)
         differing = (exp.ids.index_select(0, rows_b) != ids_act.index_select(0, rows_b)) | ~blame.weights_ok
@@ -174,15 +188,24 @@ def _keep_mismatched(out: CaseOutcome, rows_b, blame, declared) -> None:
 def row_blame(case, exp, actual, contract) -> torch.Tensor:
     """bool ``[M, len(CLAUSE_ORDER)]``: every clause each row of ``case`` breaks (all False for a clean row)."""
     c = contract
+    slot = None
+    if c.shared_expert_slot == "last":
+        split = split_shared(exp, actual, c, case)
+        if isinstance(split, tuple):
+            exp, actual, slot = split
     w_act, ids_act = plain_output(actual)
     experts = case.scores.shape[1]
     out_of_range, twice = _validity_masks(ids_act, experts, c)
     ids_equal = (ids_act == exp.ids).all(1)
     good = ids_equal & weights_close(w_act, exp.weights, c).all(1) & ~out_of_range & ~twice
+    if slot is not None:
+        good &= ~slot.bad
     broken = torch.zeros((case.spec.rows, len(A.CLAUSE_ORDER)), dtype=torch.bool, device=ids_act.device)
     bad = (~good).nonzero().squeeze(1)
     if bad.numel():
         blame = A.attribute(case, exp, exp.values(bad), w_act, ids_act, bad, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
+        if slot is not None:
+            add_to_blame(blame, slot, bad)
         broken[bad] = blame.broken()
     return broken
 

@@ -10,7 +10,8 @@ Examples::
     python -m contracts probe --candidate oracle --contract serial
     python -m contracts probe --candidate torch-native --device cuda --out reports/probe-tn-h200
 
-The questions (logits; bias zero; renormalize on, routed_scaling_factor 1):
+The questions (logits; bias zero; renormalize on, routed_scaling_factor 1, or the contract's own options where it
+admits no other: ``call_options``):
 ``ABOVE`` = 3.0 > ``TIE`` = 1.0 > ``BELOW`` = -3.0, exact in bf16 and with
 sigmoids far apart, so every faithful router ranks them the same way.
 
@@ -110,10 +111,23 @@ class ProbeResult:
         return self.inconsistencies == 0
 
 
+def call_options(contract) -> tuple[bool, float]:
+    """``(renormalize, routed_scaling_factor)`` of every question: on and 1.0, unless the contract's router cannot be
+    called so (gpt-oss never renormalizes, LongCat-Flash scales by 6 only): then its own."""
+    import oracle
+
+    c = oracle.get_contract(contract)
+    renormalize = True if True in c.admitted_renormalize_values else c.default_renormalize
+    factors = c.admitted_scaling_factors
+    return renormalize, 1.0 if factors is None or 1.0 in factors else factors[0]
+
+
 class _Asker:
     """Asks the candidate: one call per batch, counted, answers checked for shape and range."""
 
-    def __init__(self, route, *, experts, topk, device, dtype, bias_dtype, groups: dict | None = None, bias: bool = True):
+    def __init__(self, route, *, experts, topk, device, dtype, bias_dtype, groups: dict | None = None, bias: bool = True,
+                 options: tuple[bool, float] = (True, 1.0)):  # fmt: skip
+        self.options = options
         self.route, self.experts, self.topk = route, experts, topk
         self.device, self.dtype = device, dtype
         self.bias = torch.zeros(experts, dtype=bias_dtype, device=device) if bias else None
@@ -125,7 +139,7 @@ class _Asker:
         scores = logits.to(self.dtype).to(self.device).contiguous()
         self.calls += 1
         try:
-            out = self.route(scores, self.bias, self.topk, True, 1.0, **self.groups)
+            out = self.route(scores, self.bias, self.topk, *self.options, **self.groups)
         except Exception as exc:
             raise ProbeError(f"the candidate raised {type(exc).__name__} on call {self.calls} (M={rows}): {exc}") from exc
         if not (isinstance(out, (tuple, list)) and len(out) == 2 and isinstance(out[1], torch.Tensor)):
@@ -406,7 +420,7 @@ def _run_group_probe(candidate: Candidate, c, contract: str, path: Path, base: d
     if dtypes is None:
         return _stopped(path, base, device, "unavailable", reason=why)
     asker = _Asker(candidate.route_under(contract), experts=experts, topk=topk, device=device, dtype=dtypes[0], bias_dtype=dtypes[1],
-                   groups={"num_expert_group": c.n_group, "topk_group": c.topk_group}, bias=c.has_bias)  # fmt: skip
+                   groups={"num_expert_group": c.n_group, "topk_group": c.topk_group}, bias=c.has_bias, options=call_options(c))  # fmt: skip
     start = time.perf_counter()
     try:
         order, calls = probe_groups(asker, experts=experts, n_group=c.n_group, topk_group=c.topk_group, topk=topk)
@@ -518,7 +532,8 @@ def probe(
     dtypes = _pick_dtypes(candidate, experts, topk, batch)
     if dtypes is None:
         raise ValueError(f"{candidate.name} covers none of bf16/fp32 logits at M={batch}, E={experts}, k={topk}")
-    asker = _Asker(candidate.route_under(contract), experts=experts, topk=topk, device=device, dtype=dtypes[0], bias_dtype=dtypes[1])
+    asker = _Asker(candidate.route_under(contract), experts=experts, topk=topk, device=device, dtype=dtypes[0], bias_dtype=dtypes[1],
+                   options=call_options(contract))  # fmt: skip
     gen = torch.Generator().manual_seed(seed)
     evidence: list[dict] = []
     order, set_answers, not_nested = _recover(asker, experts, topk, batch, gen, evidence)

@@ -164,7 +164,7 @@ def replay_row(candidate, contract: str, device: str, spec: CaseSpec, row: int) 
 
     pick = torch.tensor(one, device=case.scores.device)
     sub_spec = spec.__class__(**{**spec.__dict__, "rows": 1})
-    sub = Case(sub_spec, case.scores.index_select(0, pick), case.bias, case.renormalize, case.routed_scaling_factor)
+    sub = case.sliced(sub_spec, pick)
     w, ids = call.actual
     actual = (w.index_select(0, pick), ids.index_select(0, pick))
     exp = expected_for(sub, c)

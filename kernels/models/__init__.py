@@ -14,8 +14,9 @@ the model's code, unchanged: its ``torch.topk`` (ties and NaN its own way),
 its dtype casts, its renormalization.
 
 Every route is ``fn(scores, bias, topk, renormalize, routed_scaling_factor,
-*, num_expert_group=None, topk_group=None) -> (weights fp32 [M, k], ids int32
-[M, k])``; ``available(family)`` says why not (transformers missing or too
+*, num_expert_group=None, topk_group=None, expert_scale=None) -> (weights fp32 [M, k],
+ids int32 [M, k])`` (``expert_scale``: Gemma 4's per-expert weight scale, ``[E]``; its
+``per_expert_scale`` parameter holds it for the call); ``available(family)`` says why not (transformers missing or too
 old) in one line. Like the rest of ``kernels/``, nothing here imports
 ``oracle`` or ``contracts``.
 """

@@ -99,6 +99,9 @@ _CONFIG = {
     "dots1": lambda e, k: dict(n_routed_experts=e, num_experts_per_tok=k),
     "jamba": lambda e, k: dict(num_experts=e, num_experts_per_tok=k),
     "granite-moe": lambda e, k: dict(num_local_experts=e, num_experts_per_tok=k),
+    "qwen3-moe": lambda e, k: dict(num_experts=e, num_experts_per_tok=k),
+    "mixtral": lambda e, k: dict(num_local_experts=e, num_experts_per_tok=k),
+    "gpt-oss": lambda e, k: dict(num_local_experts=e, num_experts_per_tok=k),
 }
 
 
@@ -176,11 +179,29 @@ def _call(family, instance, x, bias, renormalize, rsf, n_group, topk_group):
     return weights, ids
 
 
+def _set_expert_scale(instance, family: str, expert_scale, experts: int, device) -> None:
+    """Gemma 4's ``per_expert_scale`` parameter: the call's scale, or the model's initial value (ones) when none is
+    given (the router is cached between calls, so every call sets it)."""
+    if family != "gemma4":
+        if expert_scale is not None:
+            raise ValueError(f"expert_scale: {family}'s router has no per-expert weight scale; leave it out")
+        return
+    with torch.no_grad():
+        if expert_scale is None:
+            instance.per_expert_scale.fill_(1.0)
+        else:
+            if tuple(expert_scale.shape) != (experts,):
+                raise ValueError(f"expert_scale.shape={tuple(expert_scale.shape)} must be [{experts}] (one weight scale per expert)")
+            instance.per_expert_scale.copy_(expert_scale.to(device=device, dtype=instance.per_expert_scale.dtype))
+
+
 def make_route(router: Router):
-    def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None):
+    def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None,
+              expert_scale=None):  # fmt: skip
         experts = scores.shape[1]
         module, instance = _build(router, experts, topk, str(scores.device))
         _set_bias(instance, router.family, bias, experts, scores.device)
+        _set_expert_scale(instance, router.family, expert_scale, experts, scores.device)
         x = scores.clone()  # the routers reshape with .view: a row-strided input needs its own contiguous copy
         with torch.no_grad(), _fed(module):
             weights, ids = _call(router.family, instance, x, bias, bool(renormalize), float(routed_scaling_factor),

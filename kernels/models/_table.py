@@ -40,5 +40,9 @@ ROUTERS: dict[str, Router] = {
         Router("dots1", "dots1", "Dots1TopkRouter", "Dots1Config", 128, 6),
         Router("jamba", "jamba", "JambaTopKRouter", "JambaConfig", 16, 2),
         Router("granite-moe", "granitemoe", "GraniteMoeTopKRouter", "GraniteMoeConfig", 32, 8),
+        # the three softmax contracts that came before the model families
+        Router("qwen3-moe", "qwen3_moe", "Qwen3MoeTopKRouter", "Qwen3MoeConfig", 128, 8),
+        Router("mixtral", "mixtral", "MixtralTopKRouter", "MixtralConfig", 8, 2),
+        Router("gpt-oss", "gpt_oss", "GptOssTopKRouter", "GptOssConfig", 128, 4),
     )
 }

@@ -176,3 +176,78 @@ deepseek_scaled_twice = _weights_variant("deepseek-v3", _scaled_twice)
 deepseek_no_renorm_no_scaling = _weights_variant("deepseek-v3", _no_renorm_no_scaling)
 qwen3_softmax_of_chosen = _weights_variant("qwen3-moe", _softmax_of_chosen)
 gpt_oss_softmax_of_all = _weights_variant("gpt-oss", _softmax_of_all)
+
+
+# ---------------------------------------------------------------- issue 35: Gemma 4's per-expert weight scale
+# The cases of a weight_scale="per_expert" contract draw a scale per expert (contracts.cases.build); each router
+# here gets it and misapplies it in one way: all must fail `scaling`, the correct one must pass.
+
+
+def _gemma4(scores, topk, renormalize, rsf, expert_scale=None):
+    return oracle.route(scores, None, topk, renormalize=renormalize, routed_scaling_factor=rsf, contract="gemma4",
+                        expert_scale=expert_scale)  # fmt: skip
+
+
+def gemma4_scale_applied(scores, bias, topk, renormalize, rsf, *, expert_scale):
+    """Correct: the oracle with the case's scale."""
+    return _gemma4(scores, topk, renormalize, rsf, expert_scale)
+
+
+def gemma4_scale_ignored(scores, bias, topk, renormalize, rsf, *, expert_scale):
+    """The per-expert scale left out (what a router checked only with the model's initial all-ones scale gets away with)."""
+    return _gemma4(scores, topk, renormalize, rsf)
+
+
+def gemma4_scale_before_renorm(scores, bias, topk, renormalize, rsf, *, expert_scale):
+    """The scale folded into the probabilities before renormalizing: the division takes part of it away."""
+    _, ids = _gemma4(scores, topk, renormalize, rsf, expert_scale)
+    chosen = torch.softmax(scores.float(), dim=1).gather(1, ids.long()) * expert_scale.float()[ids.long()]
+    return (chosen / chosen.sum(1, keepdim=True)) * rsf, ids
+
+
+def gemma4_scale_by_slot(scores, bias, topk, renormalize, rsf, *, expert_scale):
+    """The scale indexed by output slot (scale[j]) instead of by the chosen expert's id (scale[ids[j]])."""
+    w, ids = _gemma4(scores, topk, renormalize, rsf)
+    return w * expert_scale.float()[:topk], ids
+
+
+def gemma4_scale_twice(scores, bias, topk, renormalize, rsf, *, expert_scale):
+    w, ids = _gemma4(scores, topk, renormalize, rsf, expert_scale)
+    return w * expert_scale.float()[ids.long()], ids
+
+
+# ---------------------------------------------------------------- issue 35: the shared expert slot
+# Kimi-K2's contract with SGLang's fused shared expert (shared_expert_slot="last": k + 1 columns, the last the
+# shared expert, id E, weight = routed sum / rsf). Before, the comparison read [M, topk] answers only: the slot went
+# unchecked. Checked under tests/compare/test_row_whole.py's kimi-k2-shared.toml (this contract, as a file).
+
+KIMI_K2_SHARED = oracle.get_contract("kimi-k2").replace(name="kimi-k2-shared", shared_expert_slot="last")
+
+
+def _with_shared(scores, bias, topk, renormalize, rsf):
+    return _route(KIMI_K2_SHARED, scores, bias, topk, renormalize, rsf)
+
+
+def shared_slot_right(scores, bias, topk, renormalize, rsf):
+    """Correct: the oracle's k + 1 columns."""
+    return _with_shared(scores, bias, topk, renormalize, rsf)
+
+
+def shared_slot_wrong_id(scores, bias, topk, renormalize, rsf):
+    """The shared slot numbered E - 1 (the last routed expert's id) instead of E."""
+    w, ids = _with_shared(scores, bias, topk, renormalize, rsf)
+    ids[:, -1] = scores.shape[1] - 1
+    return w, ids
+
+
+def shared_slot_not_divided(scores, bias, topk, renormalize, rsf):
+    """The shared weight is the routed weights' sum, not divided by routed_scaling_factor."""
+    w, ids = _with_shared(scores, bias, topk, renormalize, rsf)
+    w[:, -1] = w[:, -1] * rsf
+    return w, ids
+
+
+def shared_slot_missing(scores, bias, topk, renormalize, rsf):
+    """Only the k routed columns: the slot left out."""
+    w, ids = _with_shared(scores, bias, topk, renormalize, rsf)
+    return w[:, :-1].contiguous(), ids[:, :-1].contiguous()

@@ -183,7 +183,7 @@ def _signed_zero_apart_case(contract):
     # gpt-oss ranks the logits themselves: every logit a zero, the even experts' -0.0, one 64-way exact tie
     x = torch.zeros(1, 64)
     x[0, ::2] = -0.0
-    return _case(x, None, 8)
+    return _case(x, None, 8, renormalize=False)  # gpt-oss never renormalizes (its only admitted option)
 
 
 def _minus_zero_ranked_lower(w, ids, exp):
@@ -197,7 +197,7 @@ def _minus_zero_ranked_lower(w, ids, exp):
 def _all_zeros_chosen_case(contract):
     x = torch.zeros(1, 16)
     x[0, ::2] = -0.0
-    return _case(x, None, 16)  # every expert chosen: only the order can tell the signs apart
+    return _case(x, None, 16, renormalize=False)  # every expert chosen: only the order can tell the signs apart
 
 
 def _plus_zeros_first(w, ids, exp):
@@ -329,7 +329,38 @@ def _zero_chosen_case(contract):
     return _case(x, b, 8)
 
 
+def _scaled_case(contract):
+    """Gemma 4's contract with a per-expert weight scale drawn as the cases draw it (distinct, in [0.25, 2))."""
+    c = oracle.get_contract(contract)
+    x, _ = _random(rows=3, experts=c.experts, seed=4)
+    scale = 0.25 + 1.75 * torch.rand(c.experts, generator=torch.Generator().manual_seed(5))
+    return Case(CaseSpec("unit", 0, 3, c.experts, c.topk, expert_scale=True), x, None, True, 1.0, scale)
+
+
+def _scale_plant(how):
+    """(case, plant): the contract's answer with the case's per-expert scale misapplied ``how``."""
+    case = _scaled_case("gemma4")
+    s = case.expert_scale
+
+    def plant(w, ids, exp):
+        own = s[ids.long()]
+        if how == "ignored":
+            return w / own, ids
+        if how == "twice":
+            return w * own, ids
+        if how == "by_slot":
+            return w / own * s[: ids.shape[1]], ids
+        chosen = torch.softmax(case.scores.float(), 1).gather(1, ids.long()) * own  # before the renormalization
+        return chosen / chosen.sum(1, keepdim=True), ids
+
+    return case, plant
+
+
 PLANTS = [
+    Plant("per_expert_scale_ignored", "gemma4", lambda: _scale_plant("ignored"), "mismatch", "scaling", reason="per-expert weight scale"),
+    Plant("per_expert_scale_twice", "gemma4", lambda: _scale_plant("twice"), "mismatch", "scaling", reason="applied twice"),
+    Plant("per_expert_scale_by_slot", "gemma4", lambda: _scale_plant("by_slot"), "mismatch", "scaling", reason="by output slot"),
+    Plant("per_expert_scale_before_renorm", "gemma4", lambda: _scale_plant("before"), "mismatch", "scaling", reason="before renormalizing"),
     Plant("exact", "aiter", lambda: (_rows_case("aiter"), lambda w, i, e: (w, i)), "exact", None),
     Plant("within_tolerance", "aiter", lambda: (_rows_case("aiter"), _scaled(1 + 2e-6)), "within_tolerance", None),
     Plant("out_of_range", "aiter", lambda: (_rows_case("aiter", rows=1), _out_of_range), "mismatch", "validity", reason="out of [0, E)"),
@@ -433,3 +464,36 @@ def test_bias_all_zero_is_never_bias_in_weight():
     exp, w, ids = _answer(case, c)
     out = compare_case(case, exp, (w * 1.01, ids), c, deviations={})
     assert "bias_in_weight" not in out.clause_rows and out.clause_rows.get("weight_accuracy") == case.spec.rows
+
+
+# ---------------------------------------------------------------- the shared expert slot (issue 35)
+
+SHARED = oracle.get_contract("kimi-k2").replace(name="kimi-k2-shared", shared_expert_slot="last")
+
+
+@pytest.mark.parametrize("edit, clause, reason", [
+    (lambda w, ids: (w, ids), None, ""),
+    (lambda w, ids: (w, ids.index_fill(1, torch.tensor([8]), 383)), "validity", "shared expert, id E"),
+    (lambda w, ids: (w.index_fill(1, torch.tensor([8]), 0.0), ids), "weight_accuracy", "shared expert's weight"),
+    (lambda w, ids: (torch.cat((w[:, :8], w[:, 8:] * 2.5), 1), ids), "scaling", "shared expert's weight"),
+    # routed weights not renormalized, the shared weight their own sum / rsf: the routed clause, nothing of the slot
+    (None, "renormalization", "not renormalized"),
+])  # fmt: skip
+def test_the_shared_slot_is_compared(edit, clause, reason):
+    x, b = _random(rows=3, experts=384, seed=9)
+    case = Case(CaseSpec("unit", 0, 3, 384, 8), x, b, True, 2.5)
+    exp = expected_for(case, SHARED)
+    w, ids = exp.weights.clone(), exp.ids.clone()
+    assert w.shape == (3, 9) and (ids[:, 8] == 384).all()
+    if edit is None:
+        routed, _ = oracle.route(x, b, 8, renormalize=False, routed_scaling_factor=2.5, contract="kimi-k2")
+        w = torch.cat((routed, (routed.sum(1, keepdim=True) / 2.5)), 1)
+    else:
+        w, ids = edit(w, ids)
+    out = compare_case(case, exp, (w, ids), SHARED, deviations={})
+    if clause is None:
+        assert out.verdict_counts["exact"] == 3, out.verdict_counts
+        return
+    assert out.verdict_counts["mismatch"] == 3 and set(out.clause_rows) == {clause}, (out.clause_rows, out.rows_detail)
+    assert reason in out.rows_detail[0]["reason"], out.rows_detail[0]
+    assert compare_case(case, exp, (w[:, :8], ids[:, :8]), SHARED, deviations={}).clause_rows == {"validity": 3}  # no slot at all

@@ -179,3 +179,47 @@ def test_each_weight_rule_is_recognised_by_name(tmp_path, route, contract, claus
     assert code == 1 and s["status"] == "fail"
     found = {k: v for k, v in s["clauses_broken"].items() if v}  # a row with two causes counts under both
     assert clauses <= set(found) and "weight_accuracy" not in found, found
+
+
+# ---------------------------------------------------------------- issue 35: a per-expert weight scale, drawn by the cases
+
+
+@pytest.mark.parametrize("route", ["gemma4_scale_ignored", "gemma4_scale_before_renorm", "gemma4_scale_by_slot", "gemma4_scale_twice"])
+def test_a_misapplied_per_expert_scale_fails_scaling(tmp_path, route):
+    """Before: the cases passed no scale (the oracle's default, all ones), so a router that ignored it passed."""
+    code, s = _check(tmp_path, f"{ADV}:{route}", "gemma4", "--families", "random_fp32", rows=300)
+    assert code == 1 and s["status"] == "fail"
+    found = _undeclared(s)
+    assert set(found) == {"scaling"}, found
+    assert found["scaling"] > 0.9 * s["rows_checked"], (found, s["rows_checked"])
+
+
+def test_the_per_expert_scale_applied_last_passes(tmp_path):
+    code, s = _check(tmp_path, f"{ADV}:gemma4_scale_applied", "gemma4", "--families", "random_fp32,random_bf16,nan_sparse", rows=300)
+    assert code == 0 and s["status"] == "pass", s["clauses"]
+
+
+# ---------------------------------------------------------------- issue 35: the shared expert slot, compared
+
+
+@pytest.mark.parametrize("route, clause", [
+    ("shared_slot_wrong_id", "validity"),
+    ("shared_slot_not_divided", "scaling"),
+    ("shared_slot_missing", "validity"),
+])  # fmt: skip
+def test_a_wrong_shared_expert_slot_fails(tmp_path, route, clause):
+    """Before: the harness compared [M, topk] answers only, so nothing checked the slot's id or weight."""
+    path = tmp_path / "kimi-k2-shared.toml"
+    path.write_text('base = "kimi-k2"\nname = "kimi-k2-shared"\nshared_expert_slot = "last"\n')
+    code, s = _check(tmp_path, f"{ADV}:{route}", str(path), "--families", "random_fp32,random_bf16", rows=300)
+    assert code == 1 and s["status"] == "fail"
+    found = _undeclared(s)
+    assert max(found, key=found.get) == clause, found
+
+
+def test_the_right_shared_expert_slot_passes(tmp_path):
+    path = tmp_path / "kimi-k2-shared.toml"
+    path.write_text('base = "kimi-k2"\nname = "kimi-k2-shared"\nshared_expert_slot = "last"\n')
+    code, s = _check(tmp_path, f"{ADV}:shared_slot_right", str(path), "--families", "random_fp32,random_bf16,nan_sparse,zero_sum", rows=300)
+    assert code == 0 and s["status"] == "pass", s["clauses"]
+

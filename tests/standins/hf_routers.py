@@ -8,6 +8,8 @@ breaks one thing a kernel engineer could get wrong, so a check must blame that o
 - ``bias_in_weight``: glm4-moe's weights built from sig(x) + bias -> bias_in_weight
 - ``scaled_before_renorm``: dots1 scaling first, then renormalizing (the factor cancels) -> scaling
 - ``divided_by_k``: qwen3-next's weights divided by k -> scaling
+- ``expert_scale_ignored``: gemma4's router called without the case's per-expert weight scale (its parameter
+  keeps the initial ones) -> scaling
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ _GRANITE = route_for("granite-moe")
 _DSV2 = route_for("deepseek-v2")
 _GLM4 = route_for("glm4-moe")
 _DOTS1 = route_for("dots1")
+_GEMMA4 = route_for("gemma4")
 
 
 def renorm_dropped(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, **groups):
@@ -60,3 +63,7 @@ def scaled_before_renorm(scores, bias, topk, renormalize=True, routed_scaling_fa
 def divided_by_k(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, **groups):
     w, ids = _QWEN3_NEXT(scores, bias, topk, renormalize, routed_scaling_factor, **groups)
     return w / topk, ids
+
+
+def expert_scale_ignored(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, expert_scale=None, **groups):
+    return _GEMMA4(scores, bias, topk, renormalize, routed_scaling_factor, **groups)
