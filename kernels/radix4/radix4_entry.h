@@ -239,7 +239,12 @@ int launch_dtypes(const Args& a, int scores_dtype, int bias_dtype) {
     switch (scores_dtype) {
         case kFloat32: return launch_bias_dtype<C, E, K, F32, kAllShapes>(a, bias_dtype);
         case kBFloat16: return launch_bias_dtype<C, E, K, Bf16, kAllShapes>(a, bias_dtype);
-        case kFloat16: return launch_bias_dtype<C, E, K, F16, false>(a, bias_dtype);
+        case kFloat16:
+            if constexpr (C::kFillWithExpertZero) {
+                return kUnsupportedDtype;  // serial: the scan reads bf16 or fp32
+            } else {
+                return launch_bias_dtype<C, E, K, F16, false>(a, bias_dtype);
+            }
         default: return kUnsupportedDtype;
     }
 }
@@ -304,7 +309,7 @@ template <class C>
 int route(const void* scores, int scores_dtype, int64_t row_stride, const void* bias, int bias_dtype, int64_t rows,
           int experts, int topk, int flags, float routed_scaling_factor, float* weights, int32_t* ids, void* stream) {
     if (!served<C>(experts, topk)) return kUnsupportedShape;
-    if ((scores_dtype != kFloat32 && scores_dtype != kBFloat16 && scores_dtype != kFloat16) ||
+    if ((scores_dtype != kFloat32 && scores_dtype != kBFloat16 && (scores_dtype != kFloat16 || C::kFillWithExpertZero)) ||
         (bias_dtype != kFloat32 && bias_dtype != kBFloat16)) {
         return kUnsupportedDtype;
     }
@@ -347,7 +352,8 @@ const char* radix4_status_string(int status) {
     switch (status) {
         case radix4::kOk: return "ok";
         case radix4::kUnsupportedShape:
-            return "unsupported (experts, topk) for this contract: see radix4_entry.h's dispatch (radix4_served says which)";
+            return "unsupported (experts, topk) for this contract: serial takes (896, 16), (384, 8), (224, 16); aiter and "
+                   "the model contracts those and (256, 8), (160, 8), (128, 6), (256, 6), (384, 6); grouped (256, 8)";
         case radix4::kUnsupportedDtype: return "unsupported dtype code: logits 0 = float32, 1 = bfloat16, 2 = float16; bias 0 or 1";
         case radix4::kBadArgument: return "bad argument: rows out of range, row_stride < experts, unknown or conflicting flags, or null pointer";
         case radix4::kLaunchFailed: return "kernel launch failed (see radix4_runtime_error_string)";

@@ -330,7 +330,9 @@ struct SerialContract {
 // oracle's unless the exact value lies within about 2^-50 of its own size
 // from an fp32 rounding midpoint; then the two differ by one fp32 ulp
 // (docs/radix4_models.md).
-__device__ __forceinline__ float sqrt_softplus(float x) {
+// Out of line: its float64 exp and log1p are long, and inlined at every value
+// of both score paths they multiplied the build's code (and its compile time).
+__device__ __noinline__ float sqrt_softplus(float x) {
     const double x64 = static_cast<double>(x);
     const double soft = x64 == __builtin_huge_val() ? x64 : (x64 > 0.0 ? x64 : 0.0) + log1p(exp(-fabs(x64)));
     return static_cast<float>(sqrt(soft));
