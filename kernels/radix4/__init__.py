@@ -13,16 +13,26 @@ and bias ``b[E]``:
   then ``w * routed_scaling_factor``.
 
 Outputs: ``weights`` fp32 ``[M, topk]`` and ``ids`` int32 ``[M, topk]``, contiguous.
-Inputs: ``scores`` ``[M, E]`` bf16 or fp32, column stride 1, row stride >= E;
-``bias`` ``[E]`` bf16 or fp32, stride 1. Shapes: (E, topk) = (896, 16) (Kimi-K3),
-(384, 8) (Kimi-K2) or (224, 16) (the pruned Kimi-K3 checkpoint).
+Inputs: ``scores`` ``[M, E]`` bf16, fp16 or fp32, column stride 1, row stride >= E;
+``bias`` ``[E]`` any float dtype, stride 1 (the kernel reads bf16 or fp32; any other is
+widened to fp32 first). Shapes: (E, topk) = (896, 16) (Kimi-K3), (384, 8) (Kimi-K2),
+(224, 16) (the pruned Kimi-K3 checkpoint), and the model shapes (256, 8), (160, 8),
+(128, 6), (256, 6), (384, 6) (``SHAPES``).
+
+The model contracts (docs/radix4_models.md): ``router(contract)`` routes under one of
+``MODEL_RULES`` (``kimi-k2``, ``glm4-moe``, ``dots1``, ``minimax-m2``, ``deepseek-v3``
+with 8 groups keep 4 at (256, 8), ``deepseek-v4`` with sqrt(softplus(x)) scores, and
+``aiter``): lowest-index ties, NaN last, sum + 1e-20 or the raw sum; the candidates
+``radix4`` / ``radix4-pdl`` route under the contract ``--contract`` names.
 
 ::
 
     supported_hardware() -> tuple[bool, str]     # CUDA sm_80+ or ROCm gfx942/gfx950; never raises
     build(*, arch=None, defines=()) -> pathlib.Path   # BuildError on compiler error
     available() -> tuple[bool, str]              # never raises
-    covered(*, rows, experts, topk, dtype, bias_dtype) -> bool
+    covered(*, rows, experts, topk, dtype, bias_dtype, num_expert_group=None, topk_group=None) -> bool
+    router(contract, *, pdl=False) -> route(scores, bias, topk, renormalize, routed_scaling_factor, *,
+        num_expert_group=None, topk_group=None, launch_shape=None)
     route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, launch_shape=None, pdl=False)
         -> (weights, ids)
 

@@ -256,10 +256,25 @@ int launch_dtypes(const Args& a, int scores_dtype, int bias_dtype) {
 // (256, 6), (384, 6) (every ungrouped contract the same shapes: the Python
 // gate does not know the contract); the grouped contract (256, 8). Only the
 // Kimi shapes under aiter and serial build the three launch shapes.
+// RADIX4_KIMI_ONLY (on in the step-clock lab builds, which time the Kimi
+// shapes): the Kimi shapes alone, a third of the build.
+#ifndef RADIX4_KIMI_ONLY
+#if defined(RADIX4_LAB) || defined(RADIX4_LAB_TOKENS)
+#define RADIX4_KIMI_ONLY 1
+#else
+#define RADIX4_KIMI_ONLY 0
+#endif
+#endif
 #define RADIX4_KIMI_SHAPES(X) X(896, 16) X(384, 8) X(224, 16)
+#if RADIX4_KIMI_ONLY
+#define RADIX4_MODEL_SHAPES(X)
+#define RADIX4_SQRT_SOFTPLUS_SHAPES(X)
+#define RADIX4_GROUPED_SHAPES(X)
+#else
 #define RADIX4_MODEL_SHAPES(X) X(256, 8) X(160, 8) X(128, 6)
 #define RADIX4_SQRT_SOFTPLUS_SHAPES(X) X(256, 6) X(384, 6)
 #define RADIX4_GROUPED_SHAPES(X) X(256, 8)
+#endif
 
 template <class C>
 int dispatch(const Args& a, int experts, int topk, int scores_dtype, int bias_dtype) {
