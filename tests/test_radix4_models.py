@@ -150,6 +150,19 @@ def test_sqrt_softplus_score_is_the_oracles_float64_formula(emulation):
 
 
 @needs_gxx
+def test_model_sigmoid_is_the_oracles_correctly_rounded_one(emulation):
+    from oracle._scores import sigmoid_of
+
+    g = torch.Generator().manual_seed(7)
+    x = torch.cat([torch.randn(20000, generator=g) * 6, torch.linspace(-110.0, 30.0, 4001),
+                   torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), -88.72283935546875, -88.7228469848632])])  # fmt: skip
+    got = emulated_score(emulation, x.view(1, -1), False).view(-1)
+    want = sigmoid_of(x.view(1, -1), "correctly_rounded").view(-1)
+    same = (got.view(torch.int32) == want.view(torch.int32)) | (torch.isnan(got) & torch.isnan(want))
+    assert bool(same.all()), f"{int((~same).sum())} sigmoids differ, first at x={x[~same][0].item()!r}"
+
+
+@needs_gxx
 def test_aiter_contract_at_a_model_shape_keeps_aiters_ties(emulation):
     g = torch.Generator().manual_seed(4)
     for scores, bias in (((torch.randn(3, 256, generator=g) * 2).bfloat16(), torch.randn(256, generator=g) * 0.05),

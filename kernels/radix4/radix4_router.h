@@ -259,6 +259,7 @@ struct AiterContract {
     static constexpr ScoreFn kScore = ScoreFn::kSigmoid;
     static constexpr int kGroups = 1;  // no expert groups
     static constexpr bool kLaunchShapes = true;  // the Kimi shapes build all three launch shapes (radix4_entry.h)
+    static constexpr bool kRoundedSigmoid = false;  // aiter's own fp32 form (denominator)
     // aiter's form of the sigmoid, 1 / (1 + exp2(-log2(e) * x)); exp2f is
     // the accurate library version because no fast-math flag is given. With
     // RADIX4_EX2_FTZ, L::exp2_flushed (ftz) instead: it differs from exp2f
@@ -300,6 +301,7 @@ struct SerialContract {
     static constexpr ScoreFn kScore = ScoreFn::kSigmoid;
     static constexpr int kGroups = 1;
     static constexpr bool kLaunchShapes = true;
+    static constexpr bool kRoundedSigmoid = false;  // the scan's expf form
     template <class L>
     static __device__ __forceinline__ float denominator(float x) { return 1.0f + expf(-x); }
     // Only values above the scan's -1e30 sentinel can win (NaN fails the
@@ -338,8 +340,8 @@ __device__ __noinline__ float sqrt_softplus(float x) {
     return static_cast<float>(sqrt(soft));
 }
 
-// The model contracts (docs/radix4_models.md): the aiter contract's sigmoid
-// (or sqrt(softplus(x)) with kScore), NaN below every number (key 0, as
+// The model contracts (docs/radix4_models.md): the correctly rounded sigmoid
+// (rounded_sigmoid; or sqrt(softplus(x)) with kScore), NaN below every number (key 0, as
 // aiter), ties to the lowest expert index, and the weights divided by the
 // chosen sum plus 1e-20 (renormalize 1) or by the raw sum (renormalize 2),
 // then scaled. With kGroups_ > 1: the experts form kGroups_ contiguous
@@ -355,6 +357,7 @@ struct LowestContract {
     static constexpr int kGroups = kGroups_, kTopkGroups = kTopkGroups_;
     static constexpr bool kMaskZero = kMaskZero_;
     static constexpr bool kLaunchShapes = false;  // a warp per token at every shape and batch
+    static constexpr bool kRoundedSigmoid = true;  // the sigmoid correctly rounded (rounded_sigmoid)
     static_assert(kGroups >= 1 && kTopkGroups >= 1 && kTopkGroups <= kGroups, "1 <= topk_group <= n_group");
     template <class L>
     static __device__ __forceinline__ float denominator(float x) { return AiterContract::denominator<L>(x); }
@@ -376,6 +379,21 @@ struct LowestContract {
 using ModelContract = LowestContract<ScoreFn::kChosen>;                 // sigmoid or sqrt(softplus(x)), + bias
 using GroupedContract = LowestContract<ScoreFn::kSigmoid, 8, 4, false>;  // deepseek-v3
 
+// The model contracts' sigmoid (sigmoid_formula "correctly_rounded"), as the
+// oracle computes it (oracle/_scores.py's _sigmoid_exact): e = exp(-x) in
+// float64, 1 / (1 + e) in float64 rounded once to fp32, and 0 where e would
+// round to an fp32 inf (x below about -88.72), as every fp32 formula gives.
+// The same float64 steps as the oracle's on a CUDA device, so the same bits
+// there; elsewhere, one fp32 ulp apart at most where the value lies within
+// about 2^-50 of its size from an fp32 rounding midpoint. (aiter's fp32 form
+// is a few ulp off at times: harmless at the cutoff, where the near-tie
+// bound excuses it, but it also moved group scores across a group tie.)
+__device__ __noinline__ float rounded_sigmoid(float x) {
+    constexpr double kFp32Overflow = 0x1.ffffffp+127;  // 2^128 - 2^103: from here up e rounds to fp32 inf
+    const double e = exp(-static_cast<double>(x));
+    return e >= kFp32Overflow ? 0.0f : static_cast<float>(1.0 / (1.0 + e));
+}
+
 // IEEE 1 / y out of line: only the rare denominators at or above
 // L::kReciprocalLimit come here, and one copy of the division keeps the
 // hot path's code short (the kernel runs each instruction about once, so
@@ -396,6 +414,8 @@ template <class C, class L, bool kAlt = false>
 __device__ __forceinline__ float quick_score(float x) {
     if constexpr (C::kScore == ScoreFn::kSqrtSoftplus || (C::kScore == ScoreFn::kChosen && kAlt)) {
         return sqrt_softplus(x);
+    } else if constexpr (C::kRoundedSigmoid) {
+        return rounded_sigmoid(x);
     } else {
         return L::reciprocal(C::template denominator<L>(x));
     }
@@ -404,6 +424,8 @@ template <class C, class L, bool kAlt = false>
 __device__ __forceinline__ float exact_score(float x) {
     if constexpr (C::kScore == ScoreFn::kSqrtSoftplus || (C::kScore == ScoreFn::kChosen && kAlt)) {
         return sqrt_softplus(x);
+    } else if constexpr (C::kRoundedSigmoid) {
+        return rounded_sigmoid(x);
     } else {
         return contract_sigmoid<C, L>(x);
     }
@@ -740,24 +762,29 @@ struct Slice {
     template <class L, class Score, class Bias, int kVec>
     __device__ __forceinline__ void load(const typename Score::Raw* row, const typename Bias::Raw* bias, float x[kVals],
                                          float b[kVals], bool vec = true) {
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) {
+            const uint32_t inverted = static_cast<uint32_t>(S::E - 1) - C::template vector_priority<S::E>(clamped(s));
+            word[s] = (inverted << S::kPrioBits) | static_cast<uint32_t>(4 * clamped(s));
+        }
+        L::wait_for_prior_grids();
         if constexpr (kVec == 2) {
             if (vec) {
-                load<L, Score, Bias, 1>(row, bias, x, b);
+                load_values<Score, Bias, 1, L>(row, bias, x, b);
             } else {
-                load<L, Score, Bias, 0>(row, bias, x, b);
+                load_values<Score, Bias, 0, L>(row, bias, x, b);
             }
         } else {
+            load_values<Score, Bias, kVec, L>(row, bias, x, b);
+        }
+    }
+    template <class Score, class Bias, int kVec, class L>
+    __device__ __forceinline__ void load_values(const typename Score::Raw* row, const typename Bias::Raw* bias,
+                                                float x[kVals], float b[kVals]) const {
 #pragma unroll
-            for (int s = 0; s < kSlots; ++s) {
-                const uint32_t inverted = static_cast<uint32_t>(S::E - 1) - C::template vector_priority<S::E>(clamped(s));
-                word[s] = (inverted << S::kPrioBits) | static_cast<uint32_t>(4 * clamped(s));
-            }
-            L::wait_for_prior_grids();
-#pragma unroll
-            for (int s = 0; s < kSlots; ++s) {
-                load4<Score, L, kVec>(row + 4 * clamped(s), x + 4 * s);
-                load4<Bias, L, kVec>(bias + 4 * clamped(s), b + 4 * s);
-            }
+        for (int s = 0; s < kSlots; ++s) {
+            load4<Score, L, kVec>(row + 4 * clamped(s), x + 4 * s);
+            load4<Bias, L, kVec>(bias + 4 * clamped(s), b + 4 * s);
         }
     }
 
