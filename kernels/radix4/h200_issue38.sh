@@ -67,6 +67,12 @@ if has v3; then  # deepseek-v3 again, its report kept whole (the replay lines of
         --out "$B/v3" --quiet 2>&1 | tail -3
     grep -B2 -A25 -i "group_selection" "$B/v3/report.md" | head -80
 fi
+if has matrix; then
+    step "matrix deepseek-v3"
+    timeout 240 python3 -m contracts matrix --candidate radix4,flashinfer-noaux,sglang-triton,sglang-torch,torch-native,oracle \
+        --contract deepseek-v3 --device cuda --out "$B/matrix-deepseek-v3" --quiet > "$B/matrix.log" 2>&1
+    echo "matrix: exit $?"; tail -25 "$B/matrix.log"
+fi
 if has bench; then
     step bench
     # flashinfer-noaux is left out at k = 6: at 256/6 and 384/6, M = 1024, it hit an illegal memory access on the
