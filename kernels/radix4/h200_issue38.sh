@@ -30,7 +30,7 @@ if has ctests; then  # the compile checks of tests/test_radix4_build.py, on this
 fi
 if has bits; then
     step "bits: the Kimi shapes against main's kernel"
-    timeout 240 python3 reports/issue38_lab/bitident.py ../kernels/radix4 "$B/bit_identity.json" 2>&1 | tail -5
+    timeout 240 python3 reports/baselines/h200-issue38/lab/bitident.py ../kernels/radix4 "$B/bit_identity.json" 2>&1 | tail -5
 fi
 if has check; then
     step check
@@ -88,7 +88,7 @@ if has bench; then
 fi
 if has grouped; then
     step "grouped 256/8 (8 groups keep 4)"
-    timeout 200 python3 reports/issue38_lab/grouped_bench.py "$B/grouped_bench.json" 2>&1 | tail -8
+    timeout 200 python3 reports/baselines/h200-issue38/lab/grouped_bench.py "$B/grouped_bench.json" 2>&1 | tail -8
 fi
 if has serial; then
     step "radix4-serial vs radix4 (issue 37)"
