@@ -214,7 +214,6 @@ def test_grouped_contract_matches_the_plain_rule(emulation, case):
         assert_same(emulated_route(emulation, 64, scores, bias, 8, 1, 2.5, contract="grouped"), want, "wave64")
 
 
-@pytest.mark.slow  # imports the oracle's routing (torch topk paths): ~6 s on the loaded 2-core machine
 @needs_gxx
 def test_grouped_random_rows_agree_with_the_oracle(emulation):
     import oracle
