@@ -94,9 +94,14 @@ def _ptxas_report(source: Path) -> dict[str, int]:
 @pytest.mark.parametrize("contract", ["aiter", "serial"])
 def test_cuda_build_spills_only_in_the_dense_kernel_and_within_budget(contract):
     spills = _ptxas_report(radix4.cuda_source(contract))
-    assert len(spills) == 3 * 4 * 2 * 3, "3 shapes x 4 dtype pairs x 2 load kinds x 3 launch shapes"
+    kimi = 3 * 4 * 2 * 3  # the Kimi shapes: 3 shapes x 4 dtype pairs x 2 load kinds x 3 launch shapes
+    # radix4.cu also: fp16 logits at the Kimi shapes (2 bias dtypes), aiter at the 5 other shapes (3 x 2 dtypes),
+    # the model contracts at all 8 (3 x 2), the grouped one at 1 (3 x 2): a warp per token, one load kind.
+    assert len(spills) == (kimi if contract == "serial" else kimi + 3 * 2 + (5 + 8 + 1) * 3 * 2)
     for name, n in spills.items():
-        min_blocks = int(re.search(r"Lb[01]ELi\d+ELi\d+ELi(\d+)EE", name).group(1))
+        found = re.search(r"ELi(\d+)EEEv", name)  # the last template argument, kMinBlocks
+        assert found, f"kernel name not understood: {name}"
+        min_blocks = int(found.group(1))
         if min_blocks == 1:
             assert n == 0, f"{name} spills {n} bytes"
         else:
@@ -256,7 +261,8 @@ def test_covered_gates_shape_rows_and_dtypes():
     assert not radix4.covered(**{**ok, "experts": 224, "topk": 8})
     assert not radix4.covered(**{**ok, "rows": radix4.MAX_ROWS + 1})
     assert not radix4.covered(**{**ok, "topk": 8})
-    assert not radix4.covered(**{**ok, "dtype": torch.float16})
+    assert radix4.covered(**{**ok, "dtype": torch.float16, "bias_dtype": torch.float16})  # fp16 logits; the bias widened
+    assert not radix4.covered(**{**ok, "dtype": torch.float64})
 
 
 def test_route_names_the_bad_argument():
@@ -571,13 +577,71 @@ int with_shape(int lanes, int block, const void* s, int sdt, int64_t st, const v
     return 1;
 }
 
-// contract: 0 = aiter, 1 = serial.
+// The model shapes and contracts (radix4_entry.h's dispatch builds them a
+// warp per token only), with vector loads: a warp per token, logits bf16 /
+// fp32 / fp16 with an fp32 bias or fp32 logits with a bf16 bias; two tokens
+// per block (block 4) and wave64 with bf16 logits and an fp32 bias only (a
+// small build: 6 instantiations a shape).
+template <class C, int N, int E, int K>
+int model_shaped(int sdt, int bdt, int block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
+    using radix4::Bf16; using radix4::F16; using radix4::F32;
+    if (block != 0 && block != 4) return 4;
+    if (sdt == 1 && bdt == 0) {
+        if (block == 4 && N == 32) return run<C, N, E, K, Bf16, F32, true, 1, 2>(s, st, b, rows, rn, rs, w, i), 0;
+        if (block == 0) return run<C, N, E, K, Bf16, F32, true, 1, 1>(s, st, b, rows, rn, rs, w, i), 0;
+        return 4;
+    }
+    if (N == 64 || block != 0) return 2;
+    if constexpr (N == 32) {
+        if (sdt == 0 && bdt == 0) return run<C, N, E, K, F32, F32, true, 1, 1>(s, st, b, rows, rn, rs, w, i), 0;
+        if (sdt == 2 && bdt == 0) return run<C, N, E, K, F16, F32, true, 1, 1>(s, st, b, rows, rn, rs, w, i), 0;
+        if (sdt == 0 && bdt == 1) return run<C, N, E, K, F32, Bf16, true, 1, 1>(s, st, b, rows, rn, rs, w, i), 0;
+    }
+    return 2;
+}
+
+template <class C, int E, int K>
+int model_lanes(int lanes, int sdt, int bdt, int block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
+    return lanes == 32 ? model_shaped<C, 32, E, K>(sdt, bdt, block, s, st, b, rows, rn, rs, w, i)
+                       : model_shaped<C, 64, E, K>(sdt, bdt, block, s, st, b, rows, rn, rs, w, i);
+}
+
+// contract: 2 = the ungrouped model contracts with the sigmoid, 4 = the
+// same build with sqrt(softplus(x)) (mode bit 4), 3 = deepseek-v3 (groups);
+// 0 (aiter) at a model shape. rn: 0 none, 1 sum + 1e-20, 2 the raw sum.
+int with_model_shape(int contract, int lanes, int block, const void* s, int sdt, int64_t st, const void* b, int bdt,
+                     int rows, int E, int K, int rn, float rs, float* w, int32_t* i) {
+#define EMU_MODEL(C_, E_, K_) \
+    if (E == E_ && K == K_) return model_lanes<C_, E_, K_>(lanes, sdt, bdt, block, s, st, b, rows, rn, rs, w, i);
+    if (contract == 0) { EMU_MODEL(radix4::AiterContract, 256, 8) }
+    if (contract == 4) rn |= 4;
+    if (contract == 2 || contract == 4) {
+        EMU_MODEL(radix4::ModelContract, 256, 8) EMU_MODEL(radix4::ModelContract, 160, 8)
+        EMU_MODEL(radix4::ModelContract, 128, 6) EMU_MODEL(radix4::ModelContract, 384, 8)
+        EMU_MODEL(radix4::ModelContract, 256, 6)
+    }
+    if (contract == 3) { EMU_MODEL(radix4::GroupedContract, 256, 8) }
+#undef EMU_MODEL
+    return 1;
+}
+
+// contract: 0 = aiter, 1 = serial, 2..4 the model contracts (with_model_shape).
 extern "C" int emu_route(int contract, int lanes, int block, const void* s, int sdt, int64_t st, const void* b, int bdt,
                          int rows, int E, int K, int vec, int rn, float rs, float* w, int32_t* i) {
     emu_deadlocked = false;
-    const int rc = contract == 0 ? with_shape<radix4::AiterContract>(lanes, block, s, sdt, st, b, bdt, rows, E, K, vec, rn, rs, w, i)
-                                 : with_shape<radix4::SerialContract>(lanes, block, s, sdt, st, b, bdt, rows, E, K, vec, rn, rs, w, i);
+    const bool kimi = (E == 896 && K == 16) || (E == 384 && K == 8) || (E == 224 && K == 16);
+    const int rc = contract >= 2 || (contract == 0 && !kimi)
+                       ? (vec ? with_model_shape(contract, lanes, block, s, sdt, st, b, bdt, rows, E, K, rn, rs, w, i) : 2)
+                   : contract == 0 ? with_shape<radix4::AiterContract>(lanes, block, s, sdt, st, b, bdt, rows, E, K, vec, rn, rs, w, i)
+                                   : with_shape<radix4::SerialContract>(lanes, block, s, sdt, st, b, bdt, rows, E, K, vec, rn, rs, w, i);
     return rc != 0 ? rc : emu_deadlocked ? 6 : 0;  // 6: some lanes never reached a barrier the others wait at
+}
+
+extern "C" void emu_score(int contract, const float* x, float* out, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) {
+        out[k] = contract == 4 ? radix4::exact_score<radix4::ModelContract, EmuLanes<32>, true>(x[k])
+                               : radix4::exact_score<radix4::ModelContract, EmuLanes<32>, false>(x[k]);
+    }
 }
 
 extern "C" void emu_sigmoid(int contract, const float* x, float* out, int64_t n) {
@@ -623,6 +687,7 @@ def _build_emulation(tmp_path_factory, rank_max=None, defines=(), launches=None)
     lib.emu_route.argtypes = [i, i, i, p, i, i64, p, i, i, i, i, i, i, f, p, p]
     lib.emu_route.restype = i
     lib.emu_sigmoid.argtypes = [i, p, p, i64]
+    lib.emu_score.argtypes = [i, p, p, i64]
     lib.emu_hook_counts.argtypes = [p]
     lib.emu_path_counts.argtypes = [p, i]
     return lib
@@ -646,8 +711,8 @@ def emulation_one_path(tmp_path_factory, request):
     return _build_emulation(tmp_path_factory, rank_max=request.param, launches=ONE_PATH_LAUNCHES)
 
 
-CODES = {torch.float32: 0, torch.bfloat16: 1}
-CONTRACTS = {"aiter": 0, "serial": 1}
+CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+CONTRACTS = {"aiter": 0, "serial": 1, "lowest": 2, "grouped": 3, "sqrt_softplus": 4}
 
 
 def emulated_route(lib, lanes, scores, bias, topk, renormalize, rs, *, block=0, vec=True, contract="aiter"):

@@ -19,18 +19,20 @@ def _header_points() -> dict[tuple[int, int], tuple[int, int]]:
     return {shape: (v["WARP"], v["DENSE"]) for shape, v in found.items()}
 
 
-def test_every_served_shape_has_switch_points_equal_to_the_c_entrys():
-    assert set(radix4.BATCH_SWITCH_POINTS) == set(radix4.SHAPES)
+def test_every_kimi_shape_has_switch_points_equal_to_the_c_entrys():
+    # The model shapes have none: a warp per token at every batch (radix4_entry.h's switch_points).
+    assert set(radix4.BATCH_SWITCH_POINTS) == set(radix4.KIMI_SHAPES)
     assert _header_points() == radix4.BATCH_SWITCH_POINTS
+    assert all(radix4.launch_shape_for(m, *shape) == "warp" for shape in radix4.SHAPES - radix4.KIMI_SHAPES for m in (1, 4096))
 
 
-@pytest.mark.parametrize("shape", sorted(radix4.SHAPES))
+@pytest.mark.parametrize("shape", sorted(radix4.KIMI_SHAPES))
 def test_switch_points_are_ordered_batch_sizes(shape):
     first_warp, first_dense = radix4.BATCH_SWITCH_POINTS[shape]
     assert 1 <= first_warp <= first_dense, "switch points are batch sizes, the warp shape before the dense one"
 
 
-@pytest.mark.parametrize("shape", sorted(radix4.SHAPES))
+@pytest.mark.parametrize("shape", sorted(radix4.KIMI_SHAPES))
 def test_launch_shape_for_changes_exactly_at_the_switch_points(shape):
     first_warp, first_dense = radix4.BATCH_SWITCH_POINTS[shape]
     taken = [radix4.launch_shape_for(m, *shape) for m in range(1, radix4.MAX_ROWS + 1)]

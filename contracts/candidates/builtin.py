@@ -113,12 +113,37 @@ register(
         origin="kernels.adapters.aiter_model",
     )
 )
-register(_kernel("radix4", "kernels.radix4", contract="aiter", devices=("cuda",), gates_take_device=False,
-                 coverage="radix4 serves the Kimi shapes (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
-                 description="our radix-4 select kernel (CUDA warp32 / HIP wave64), aiter tie order", pdl_variant="radix4-pdl"))
-register(_kernel("radix4-pdl", "kernels.radix4.pdl", contract="aiter", devices=("cuda",), gates_take_device=False,
-                 coverage="radix4 serves the Kimi shapes (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
-                 description="radix4 launched with programmatic dependent launch (CUDA sm_90+): it starts while the kernel before it ends"))
+# radix4 follows the contract --contract names (kernels.radix4.MODEL_RULES; its covered gate is the union
+# of what they serve, which every one of its libraries serves ungrouped).
+_RADIX4_CONTRACTS = ("aiter", "kimi-k2", "glm4-moe", "dots1", "minimax-m2", "deepseek-v3", "deepseek-v4", "deepseek-v4-flash")
+_RADIX4_COVERAGE = ("radix4 serves up to 4,096 rows, logits bf16/fp16/fp32, any float bias, ungrouped (E, k) = (896, 16), "
+                    "(384, 8), (224, 16), (256, 8), (160, 8), (128, 6), (256, 6), (384, 6), and grouped (256, 8) with "
+                    "8 groups keep 4 (deepseek-v3)")  # fmt: skip
+
+
+def _radix4_router(name: str, pdl: bool):
+    def route_for_contract(contract: str):
+        def route(*args, **kwargs):
+            return importlib.import_module("kernels.radix4").router(contract, pdl=pdl, name=name)(*args, **kwargs)
+
+        route.__qualname__ = f"kernels.radix4.router({contract!r})"
+        return route
+
+    return route_for_contract
+
+
+def _radix4(name: str, module: str, description: str, *, pdl: bool, pdl_variant: str = "") -> Candidate:
+    base = _kernel(name, module, contract="aiter", devices=("cuda",), gates_take_device=False, coverage=_RADIX4_COVERAGE,
+                   description=description, pdl_variant=pdl_variant)  # fmt: skip
+    base.contracts = _RADIX4_CONTRACTS
+    base.route_for_contract = _radix4_router(name, pdl)
+    return base
+
+
+register(_radix4("radix4", "kernels.radix4", "our radix-4 select kernel (CUDA warp32 / HIP wave64): aiter tie order "
+                 "under contract aiter, lowest index under the model contracts", pdl=False, pdl_variant="radix4-pdl"))  # fmt: skip
+register(_radix4("radix4-pdl", "kernels.radix4.pdl", "radix4 launched with programmatic dependent launch (CUDA sm_90+): "
+                 "it starts while the kernel before it ends", pdl=True))  # fmt: skip
 register(_kernel("radix4-serial", "kernels.radix4.serial", contract="serial", devices=("cuda",), gates_take_device=False,
                  coverage="radix4-serial serves (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
                  description="the radix-4 select kernel under the serial contract (CUDA), bit for bit the serial scan",

@@ -13,16 +13,26 @@ and bias ``b[E]``:
   then ``w * routed_scaling_factor``.
 
 Outputs: ``weights`` fp32 ``[M, topk]`` and ``ids`` int32 ``[M, topk]``, contiguous.
-Inputs: ``scores`` ``[M, E]`` bf16 or fp32, column stride 1, row stride >= E;
-``bias`` ``[E]`` bf16 or fp32, stride 1. Shapes: (E, topk) = (896, 16) (Kimi-K3),
-(384, 8) (Kimi-K2) or (224, 16) (the pruned Kimi-K3 checkpoint).
+Inputs: ``scores`` ``[M, E]`` bf16, fp16 or fp32, column stride 1, row stride >= E;
+``bias`` ``[E]`` any float dtype, stride 1 (the kernel reads bf16 or fp32; any other is
+widened to fp32 first). Shapes: (E, topk) = (896, 16) (Kimi-K3), (384, 8) (Kimi-K2),
+(224, 16) (the pruned Kimi-K3 checkpoint), and the model shapes (256, 8), (160, 8),
+(128, 6), (256, 6), (384, 6) (``SHAPES``).
+
+The model contracts (docs/radix4_models.md): ``router(contract)`` routes under one of
+``MODEL_RULES`` (``kimi-k2``, ``glm4-moe``, ``dots1``, ``minimax-m2``, ``deepseek-v3``
+with 8 groups keep 4 at (256, 8), ``deepseek-v4`` with sqrt(softplus(x)) scores, and
+``aiter``): lowest-index ties, NaN last, sum + 1e-20 or the raw sum; the candidates
+``radix4`` / ``radix4-pdl`` route under the contract ``--contract`` names.
 
 ::
 
     supported_hardware() -> tuple[bool, str]     # CUDA sm_80+ or ROCm gfx942/gfx950; never raises
     build(*, arch=None, defines=()) -> pathlib.Path   # BuildError on compiler error
     available() -> tuple[bool, str]              # never raises
-    covered(*, rows, experts, topk, dtype, bias_dtype) -> bool
+    covered(*, rows, experts, topk, dtype, bias_dtype, num_expert_group=None, topk_group=None) -> bool
+    router(contract, *, pdl=False) -> route(scores, bias, topk, renormalize, routed_scaling_factor, *,
+        num_expert_group=None, topk_group=None, launch_shape=None)
     route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, launch_shape=None, pdl=False)
         -> (weights, ids)
 
@@ -58,6 +68,7 @@ import ctypes
 import os
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 from .._args import check_route_args
 from .._build import BuildError, compile_shared, load_library
@@ -65,28 +76,72 @@ from .._build import BuildError, compile_shared, load_library
 __all__ = [
     "BATCH_SWITCH_POINTS",
     "CONTRACTS",
+    "GROUPED_SHAPES",
+    "KIMI_SHAPES",
+    "MODEL_RULES",
+    "MODEL_SHAPES",
+    "SQRT_SOFTPLUS_SHAPES",
+    "ModelRule",
     "LAUNCH_SHAPES",
     "MAX_ROWS",
     "NAME",
     "SHAPES",
     "available",
     "build",
+    "contract_rule",
     "covered",
+    "covered_kimi",
     "cuda_source",
     "headers",
     "hip_source",
     "launch_shape_for",
     "route",
+    "route_contract",
+    "router",
     "supported_hardware",
 ]
 
 NAME = "radix4"
 HERE = Path(__file__).resolve().parent
-SHAPES = frozenset({(896, 16), (384, 8), (224, 16)})  # (experts, topk); mirrors radix4_entry.h
-# contract -> (CUDA source, HIP source, C entry point): one library per contract.
+# (experts, topk); mirror radix4_entry.h's RADIX4_*_SHAPES. The Kimi shapes have three launch shapes
+# (contracts aiter and serial); the others a warp per token at every batch.
+KIMI_SHAPES = frozenset({(896, 16), (384, 8), (224, 16)})
+MODEL_SHAPES = frozenset({(256, 8), (160, 8), (128, 6)})  # minimax-m2 / kimi-linear, glm4-moe, dots1
+SQRT_SOFTPLUS_SHAPES = frozenset({(256, 6), (384, 6)})  # deepseek-v4 (flash), deepseek-v4 at 384 experts
+SHAPES = KIMI_SHAPES | MODEL_SHAPES | SQRT_SOFTPLUS_SHAPES  # every ungrouped contract but serial serves these
+# The grouped shapes: (experts, topk, n_group, topk_group), contract deepseek-v3.
+GROUPED_SHAPES = frozenset({(256, 8, 8, 4)})
+# contract -> (CUDA source, HIP source, C entry point): one library per source; "lowest" (the model contracts,
+# sigmoid or sqrt(softplus(x)) by a flag) and "grouped" (deepseek-v3) are entries of the aiter library.
 CONTRACTS = {
     "aiter": ("radix4.cu", "radix4.hip", "radix4_route"),
     "serial": ("radix4_serial.cu", "radix4_serial.hip", "radix4_serial_route"),
+    "lowest": ("radix4.cu", "radix4.hip", "radix4_lowest_route"),
+    "grouped": ("radix4.cu", "radix4.hip", "radix4_grouped_route"),
+}
+
+
+class ModelRule(NamedTuple):
+    """How radix4 follows one routing contract: the entry (CONTRACTS' key), its score, its sum rule, its groups."""
+
+    entry: str
+    sqrt_softplus: bool = False
+    raw_sum: bool = False  # divide by the raw sum (else sum + 1e-20)
+    groups: tuple[int, int] | None = None  # (n_group, topk_group) the entry is built for
+
+
+# The routing contracts (oracle/_builtin.py, by name) radix4 implements. kernels/ does not import the oracle:
+# these restate the fields that matter here (tie_rule lowest, nan_rule last, sigmoid_formula correctly_rounded
+# served by the aiter sigmoid within the contract's near-tie bound; renormalize eps or raw; groups).
+MODEL_RULES: dict[str, ModelRule] = {
+    "aiter": ModelRule("aiter"),
+    "kimi-k2": ModelRule("lowest"),
+    "glm4-moe": ModelRule("lowest"),
+    "dots1": ModelRule("lowest"),
+    "minimax-m2": ModelRule("lowest", raw_sum=True),
+    "deepseek-v3": ModelRule("grouped", groups=(8, 4)),
+    "deepseek-v4": ModelRule("lowest", sqrt_softplus=True),
+    "deepseek-v4-flash": ModelRule("lowest", sqrt_softplus=True),
 }
 # Rows per launch this kernel is meant for. On an H200 it beat torch-native
 # routing at every batch measured up to 4096 rows (benchmarks/radix4_gpu_check.py);
@@ -116,8 +171,11 @@ CUDA_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-fmad=fals
 HIP_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off"]
 HIP_SUPPORTED = ("gfx942", "gfx950")
 
-_DTYPE_CODES = {"float32": 0, "bfloat16": 1}
+_DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}  # logits; the kernel reads a bias of the first two
+_KERNEL_BIAS_DTYPES = ("float32", "bfloat16")
 _RENORMALIZE = 1
+_RAW_SUM = 32
+_SQRT_SOFTPLUS = 64
 _LAUNCH_SHAPES = {None: 0, "block": 2, "warp": 4, "dense": 16}  # mirrors radix4_entry.h's flags
 _PROGRAMMATIC_LAUNCH = 8
 _STATUS = {
@@ -267,27 +325,58 @@ def _dtype_name(dtype) -> str:
 
 
 def launch_shape_for(rows: int, experts: int, topk: int) -> str:
-    """The launch shape ``route`` takes by default for a batch of ``rows`` (one of LAUNCH_SHAPES)."""
+    """The launch shape ``route`` takes by default for a batch of ``rows`` (one of LAUNCH_SHAPES): the
+    model shapes (not in BATCH_SWITCH_POINTS) take a warp per token at every batch."""
+    if (experts, topk) not in BATCH_SWITCH_POINTS:
+        return "warp"
     first_warp, first_dense = BATCH_SWITCH_POINTS[(experts, topk)]
     return "dense" if rows >= first_dense else "warp" if rows >= first_warp else "block"
 
 
-def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bool:
-    """Whether radix4 is meant for this call: a supported (experts, topk), 0 <= rows <= MAX_ROWS, bf16/fp32."""
+_FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert_group: int | None = None,
+            topk_group: int | None = None) -> bool:  # fmt: skip
+    """Whether radix4 serves this call, under any contract it implements (the gate is not told which):
+    ungrouped, (experts, topk) in SHAPES; grouped (``num_expert_group`` > 1), (experts, topk, n_group,
+    topk_group) in GROUPED_SHAPES; 0 <= rows <= MAX_ROWS; logits bf16, fp16 or fp32; any float bias (a bias
+    that is not bf16 or fp32 is widened to fp32 before the launch, as the contracts read it)."""
+    grouped = num_expert_group is not None and num_expert_group > 1
+    shape_ok = (experts, topk, num_expert_group, topk_group) in GROUPED_SHAPES if grouped else (experts, topk) in SHAPES
     return (
-        (experts, topk) in SHAPES
+        shape_ok
         and 0 <= rows <= MAX_ROWS
         and _dtype_name(dtype) in _DTYPE_CODES
-        and _dtype_name(bias_dtype) in _DTYPE_CODES
+        and _dtype_name(bias_dtype) in _FLOAT_DTYPES
     )
 
 
-def _check_args(scores, bias, topk, renormalize, routed_scaling_factor, name: str = NAME) -> tuple[int, int, int, float]:
+def covered_kimi(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bool:
+    """``covered`` of the serial contract's modules: the Kimi shapes, bf16 or fp32 logits and bias."""
+    return (
+        (experts, topk) in KIMI_SHAPES
+        and 0 <= rows <= MAX_ROWS
+        and _dtype_name(dtype) in ("float32", "bfloat16")
+        and _dtype_name(bias_dtype) in ("float32", "bfloat16")
+    )
+
+
+# The (experts, topk) each library entry serves (radix4_entry.h's `served`).
+_SERVED = {"aiter": SHAPES, "serial": KIMI_SHAPES, "lowest": SHAPES,
+           "grouped": frozenset((e, k) for e, k, _, _ in GROUPED_SHAPES)}  # fmt: skip
+
+
+def _check_args(scores, bias, topk, renormalize, routed_scaling_factor, name: str = NAME,
+                contract: str = "aiter") -> tuple[int, int, int, float]:  # fmt: skip
     """Validate route() arguments; return ``(M, E, row_stride, rs)``."""
-    M, E, row_stride, rs = check_route_args(scores, bias, topk, renormalize, routed_scaling_factor, dtypes=tuple(_DTYPE_CODES),
-                                            bias_dtypes=tuple(_DTYPE_CODES))  # fmt: skip
-    if (E, int(topk)) not in SHAPES:
-        shapes = ", ".join(f"E={e} with topk={k}" for e, k in sorted(SHAPES))
+    logits = tuple(_DTYPE_CODES) if contract != "serial" else _KERNEL_BIAS_DTYPES
+    M, E, row_stride, rs = check_route_args(scores, bias, topk, renormalize, routed_scaling_factor, dtypes=logits,
+                                            bias_dtypes=None if contract != "serial" else _KERNEL_BIAS_DTYPES,
+                                            dtype_hint=f"pass {', '.join(logits)} logits")  # fmt: skip
+    served = _SERVED[contract]
+    if (E, int(topk)) not in served:
+        shapes = ", ".join(f"E={e} with topk={k}" for e, k in sorted(served))
         raise ValueError(f"(E, topk)=({E}, {topk}) is not supported; {name} takes {shapes}; use the oracle or aiter")
     if M >= 2**31 - 16:
         raise ValueError(f"M={M} rows is more than one launch takes; split the batch below 2**31 - 16 rows")
@@ -325,20 +414,24 @@ def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_fact
 
 def route_contract(contract: str, scores, bias, topk: int, renormalize: bool = True,
                    routed_scaling_factor: float = 1.0, *, launch_shape: str | None = None, pdl: bool = False,
-                   name: str = NAME):  # fmt: skip
-    """``route`` for either contract's library ('aiter' or 'serial'); ``name`` goes into error messages."""
+                   name: str = NAME, extra_flags: int = 0):  # fmt: skip
+    """``route`` for one library entry (CONTRACTS: 'aiter', 'serial', 'lowest', 'grouped'); ``name`` goes
+    into error messages; ``extra_flags``: the model contracts' sum and score flags (``router``)."""
     import torch
 
     _contract(contract)
     if launch_shape not in _LAUNCH_SHAPES:
         raise ValueError(f"launch_shape={launch_shape!r} is not one of None, 'block', 'warp', 'dense'; leave it None")
-    M, E, row_stride, rs = _check_args(scores, bias, topk, renormalize, routed_scaling_factor, name)
+    M, E, row_stride, rs = _check_args(scores, bias, topk, renormalize, routed_scaling_factor, name, contract)
     _check_pdl(pdl, scores.device, name)
+    if _dtype_name(bias.dtype) not in _KERNEL_BIAS_DTYPES:
+        bias = bias.float()  # fp16 / fp64: the contracts rank with the bias in fp32 (exact for fp16)
     weights = torch.empty((M, topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((M, topk), dtype=torch.int32, device=scores.device)
     if M == 0:
         return weights, ids
     flags = (_RENORMALIZE if renormalize else 0) | _LAUNCH_SHAPES[launch_shape] | (_PROGRAMMATIC_LAUNCH if pdl else 0)
+    flags |= extra_flags
     with torch.cuda.device(scores.device):
         lib = library(contract=contract)
         stream = torch.cuda.current_stream(scores.device).cuda_stream
@@ -353,3 +446,36 @@ def route_contract(contract: str, scores, bias, topk: int, renormalize: bool = T
             detail += ": " + lib.radix4_runtime_error_string().decode(errors="replace")
         raise RuntimeError(f"{_contract(contract)[2]} returned {rc} ({_STATUS.get(rc, 'unknown')}): {detail}")
     return weights, ids
+
+
+def contract_rule(contract: str) -> ModelRule:
+    """How radix4 follows routing contract ``contract`` (a MODEL_RULES name); ValueError names the choices."""
+    if contract not in MODEL_RULES:
+        raise ValueError(f"contract={contract!r} is not one radix4 implements; pick one of {sorted(MODEL_RULES)}")
+    return MODEL_RULES[contract]
+
+
+def router(contract: str, *, pdl: bool = False, name: str = NAME):
+    """``route(scores, bias, topk, renormalize, routed_scaling_factor, *, num_expert_group=None, topk_group=None,
+    launch_shape=None)`` under routing contract ``contract`` (MODEL_RULES), with PDL when ``pdl``.
+
+    A grouped contract takes exactly its built groups (or none given: the contract's); an ungrouped one
+    refuses groups. The results follow the contract (docs/radix4_models.md)."""
+    rule = contract_rule(contract)
+    extra = (_RAW_SUM if rule.raw_sum else 0) | (_SQRT_SOFTPLUS if rule.sqrt_softplus else 0)
+
+    def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_factor: float = 1.0, *,
+              num_expert_group: int | None = None, topk_group: int | None = None, launch_shape: str | None = None):  # fmt: skip
+        asked = (num_expert_group, topk_group)
+        if rule.groups is None:
+            if num_expert_group not in (None, 1) or topk_group not in (None, 1):
+                raise ValueError(f"num_expert_group={num_expert_group}, topk_group={topk_group}: {name} routes contract "
+                                 f"{contract} ungrouped; pass neither (or 1 and 1)")  # fmt: skip
+        elif asked != (None, None) and asked != rule.groups:
+            raise ValueError(f"(num_expert_group, topk_group)={asked}: {name} is built for contract {contract}'s "
+                             f"{rule.groups}; pass those or neither")  # fmt: skip
+        return route_contract(rule.entry, scores, bias, topk, renormalize, routed_scaling_factor,
+                              launch_shape=launch_shape, pdl=pdl, name=name, extra_flags=extra)  # fmt: skip
+
+    route.__qualname__ = f"{name}[{contract}]"
+    return route

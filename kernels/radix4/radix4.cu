@@ -19,3 +19,17 @@ extern "C" int radix4_route(const void* scores, int scores_dtype, int64_t row_st
     return radix4::route<radix4::AiterContract>(scores, scores_dtype, row_stride, bias, bias_dtype, rows, experts, topk,
                                                 flags, routed_scaling_factor, weights, ids, stream);
 }
+
+// The model contracts (docs/radix4_models.md), folded into this translation
+// unit: lowest-index ties, NaN last, sum + 1e-20 or the raw sum (flag 32).
+//   radix4_lowest_route    sigmoid + bias, or sqrt(softplus(x)) + bias with flag 64 (deepseek-v4), ungrouped
+//   radix4_grouped_route   deepseek-v3: sigmoid + bias, 8 groups, top-2 sum, 4 kept, the rest -inf
+#define RADIX4_MODEL_ENTRY(NAME, CONTRACT)                                                                              \
+    extern "C" int NAME(const void* scores, int scores_dtype, int64_t row_stride, const void* bias, int bias_dtype,     \
+                        int64_t rows, int experts, int topk, int flags, float routed_scaling_factor, float* weights,    \
+                        int32_t* ids, void* stream) {                                                                  \
+        return radix4::route<CONTRACT>(scores, scores_dtype, row_stride, bias, bias_dtype, rows, experts, topk, flags, \
+                                       routed_scaling_factor, weights, ids, stream);                                   \
+    }
+RADIX4_MODEL_ENTRY(radix4_lowest_route, radix4::ModelContract)
+RADIX4_MODEL_ENTRY(radix4_grouped_route, radix4::GroupedContract)

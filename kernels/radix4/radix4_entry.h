@@ -112,8 +112,16 @@ enum Status : int {
     kLaunchFailed = 4,
     kUnsupportedLaunch = 5,
 };
-enum Dtype : int { kFloat32 = 0, kBFloat16 = 1 };
-enum Flags : int { kRenormalize = 1, kBlockPerToken = 2, kWarpPerToken = 4, kProgrammaticLaunch = 8, kDenseWarpPerToken = 16 };
+enum Dtype : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+enum Flags : int {
+    kRenormalize = 1,
+    kBlockPerToken = 2,
+    kWarpPerToken = 4,
+    kProgrammaticLaunch = 8,
+    kDenseWarpPerToken = 16,
+    kRawSum = 32,        // the model contracts: divide by the raw sum, not by sum + 1e-20
+    kSqrtSoftplus = 64,  // the model contracts: sqrt(softplus(x)) scores (DeepSeek-V4), not the sigmoid
+};
 enum class LaunchShape { kBlockPerToken, kWarpPerToken, kDenseWarpPerToken };
 
 constexpr int kTokensPerBlock = RADIX4_TOKENS_PER_BLOCK;
@@ -124,10 +132,15 @@ struct SwitchPoints {
     int64_t first_warp;
     int64_t first_dense;
 };
+// The model shapes (kimi_shape false) take a warp per token at every batch.
+inline bool kimi_shape(int experts, int topk) {
+    return (experts == 896 && topk == 16) || (experts == 384 && topk == 8) || (experts == 224 && topk == 16);
+}
 inline SwitchPoints switch_points(int experts, int topk) {
     if (experts == 384 && topk == 8) return {RADIX4_FIRST_WARP_ROWS_384_8, RADIX4_FIRST_DENSE_ROWS_384_8};
     if (experts == 224 && topk == 16) return {RADIX4_FIRST_WARP_ROWS_224_16, RADIX4_FIRST_DENSE_ROWS_224_16};
-    return {RADIX4_FIRST_WARP_ROWS_896_16, RADIX4_FIRST_DENSE_ROWS_896_16};
+    if (experts == 896 && topk == 16) return {RADIX4_FIRST_WARP_ROWS_896_16, RADIX4_FIRST_DENSE_ROWS_896_16};
+    return {1, INT64_MAX};
 }
 static_assert(RADIX4_DENSE_MIN_BLOCKS >= 1 && RADIX4_WARP_MIN_BLOCKS >= 1, "minimum blocks per SM are >= 1");
 
@@ -150,7 +163,7 @@ struct Args {
     Runtime::Stream stream;
 };
 
-template <class C, class L, int E, int K, class Score, class Bias, bool kVec, int kWarps, int kTokens, int kMinBlocks>
+template <class C, class L, int E, int K, class Score, class Bias, int kVec, int kWarps, int kTokens, int kMinBlocks>
 int launch_shape(const Args& a) {
     const int blocks = (a.rows + kTokens - 1) / kTokens;
     return Runtime::launch(route_kernel<C, L, E, K, Score, Bias, kVec, kWarps, kTokens, kMinBlocks>, blocks,
@@ -160,13 +173,18 @@ int launch_shape(const Args& a) {
                            a.routed_scaling_factor, a.weights, a.ids);
 }
 
-template <class C, int E, int K, class Score, class Bias, bool kVec>
+// kAllShapes: the three launch shapes (the Kimi shapes under contracts aiter
+// and serial); otherwise only a warp per token is built, and every flag
+// launches it (the model shapes' experts fill at most a few vectors a lane).
+template <class C, int E, int K, class Score, class Bias, int kVec, bool kAllShapes>
 int launch(const Args& a) {
     constexpr int kFull = (E / 4 + Lanes::kLanes - 1) / Lanes::kLanes;
     constexpr int kAsked = RADIX4_WARPS_PER_TOKEN;
     constexpr int kWarpsPerToken = kAsked > 0 && kAsked < kFull ? kAsked : kFull;
     int err = 0;
-    switch (a.shape) {
+    if constexpr (!kAllShapes) {
+        err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock, RADIX4_WARP_MIN_BLOCKS>(a);
+    } else switch (a.shape) {
         case LaunchShape::kBlockPerToken:
             err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, kWarpsPerToken, 1, 1>(a);
             break;
@@ -192,42 +210,129 @@ bool vector_loads_aligned(const Args& a) {
            b % (4 * sizeof(typename Bias::Raw)) == 0;
 }
 
-template <class C, int E, int K, class Score, class Bias>
+// The Kimi shapes' three launch shapes: a kernel with vector loads and one
+// with scalar loads, picked here. The warp-per-token-only kernels test the
+// alignment themselves (kVec 2): one kernel, half the build.
+template <class C, int E, int K, class Score, class Bias, bool kAllShapes>
 int launch_aligned_or_not(const Args& a) {
-    return vector_loads_aligned<Score, Bias>(a) ? launch<C, E, K, Score, Bias, true>(a)
-                                                : launch<C, E, K, Score, Bias, false>(a);
+    if constexpr (!kAllShapes) {
+        return launch<C, E, K, Score, Bias, 2, false>(a);
+    } else {
+        return vector_loads_aligned<Score, Bias>(a) ? launch<C, E, K, Score, Bias, 1, true>(a)
+                                                    : launch<C, E, K, Score, Bias, 0, true>(a);
+    }
 }
 
-template <class C, int E, int K, class Score>
+template <class C, int E, int K, class Score, bool kAllShapes>
 int launch_bias_dtype(const Args& a, int bias_dtype) {
     switch (bias_dtype) {
-        case kFloat32: return launch_aligned_or_not<C, E, K, Score, F32>(a);
-        case kBFloat16: return launch_aligned_or_not<C, E, K, Score, Bf16>(a);
+        case kFloat32: return launch_aligned_or_not<C, E, K, Score, F32, kAllShapes>(a);
+        case kBFloat16: return launch_aligned_or_not<C, E, K, Score, Bf16, kAllShapes>(a);
         default: return kUnsupportedDtype;
     }
 }
 
-template <class C, int E, int K>
+// fp16 logits take the warp-per-token kernel at every shape (they are no
+// Kimi checkpoint's: the three launch shapes stay bf16 / fp32 only).
+template <class C, int E, int K, bool kAllShapes>
 int launch_dtypes(const Args& a, int scores_dtype, int bias_dtype) {
     switch (scores_dtype) {
-        case kFloat32: return launch_bias_dtype<C, E, K, F32>(a, bias_dtype);
-        case kBFloat16: return launch_bias_dtype<C, E, K, Bf16>(a, bias_dtype);
+        case kFloat32: return launch_bias_dtype<C, E, K, F32, kAllShapes>(a, bias_dtype);
+        case kBFloat16: return launch_bias_dtype<C, E, K, Bf16, kAllShapes>(a, bias_dtype);
+        case kFloat16:
+            if constexpr (C::kFillWithExpertZero) {
+                return kUnsupportedDtype;  // serial: the scan reads bf16 or fp32
+            } else {
+                return launch_bias_dtype<C, E, K, F16, false>(a, bias_dtype);
+            }
         default: return kUnsupportedDtype;
     }
+}
+
+// The (experts, topk) each contract serves, and the dispatch to them:
+// contract serial the three Kimi shapes; contract aiter and the ungrouped
+// model contracts (sigmoid or sqrt(softplus(x)), one build) those, the
+// sigmoid model shapes (256, 8), (160, 8), (128, 6) and DeepSeek-V4's
+// (256, 6), (384, 6) (every ungrouped contract the same shapes: the Python
+// gate does not know the contract); the grouped contract (256, 8). Only the
+// Kimi shapes under aiter and serial build the three launch shapes.
+// RADIX4_KIMI_ONLY (on in the step-clock lab builds, which time the Kimi
+// shapes): the Kimi shapes alone, a third of the build.
+#ifndef RADIX4_KIMI_ONLY
+#if defined(RADIX4_LAB) || defined(RADIX4_LAB_TOKENS)
+#define RADIX4_KIMI_ONLY 1
+#else
+#define RADIX4_KIMI_ONLY 0
+#endif
+#endif
+#define RADIX4_KIMI_SHAPES(X) X(896, 16) X(384, 8) X(224, 16)
+#if RADIX4_KIMI_ONLY
+#define RADIX4_MODEL_SHAPES(X)
+#define RADIX4_SQRT_SOFTPLUS_SHAPES(X)
+#define RADIX4_GROUPED_SHAPES(X)
+#else
+#define RADIX4_MODEL_SHAPES(X) X(256, 8) X(160, 8) X(128, 6)
+#define RADIX4_SQRT_SOFTPLUS_SHAPES(X) X(256, 6) X(384, 6)
+#define RADIX4_GROUPED_SHAPES(X) X(256, 8)
+#endif
+
+template <class C>
+int dispatch(const Args& a, int experts, int topk, int scores_dtype, int bias_dtype) {
+#define RADIX4_CASE(E_, K_, ALL_) \
+    if (experts == E_ && topk == K_) return launch_dtypes<C, E_, K_, ALL_>(a, scores_dtype, bias_dtype);
+#define RADIX4_CASE_ALL(E_, K_) RADIX4_CASE(E_, K_, true)
+#define RADIX4_CASE_WARP(E_, K_) RADIX4_CASE(E_, K_, false)
+    if constexpr (C::kGroups > 1) {
+        RADIX4_GROUPED_SHAPES(RADIX4_CASE_WARP)
+    } else if constexpr (C::kFillWithExpertZero) {
+        RADIX4_KIMI_SHAPES(RADIX4_CASE_ALL)
+    } else if constexpr (C::kLaunchShapes) {
+        RADIX4_KIMI_SHAPES(RADIX4_CASE_ALL)
+        RADIX4_MODEL_SHAPES(RADIX4_CASE_WARP)
+        RADIX4_SQRT_SOFTPLUS_SHAPES(RADIX4_CASE_WARP)
+    } else {
+        RADIX4_KIMI_SHAPES(RADIX4_CASE_WARP)
+        RADIX4_MODEL_SHAPES(RADIX4_CASE_WARP)
+        RADIX4_SQRT_SOFTPLUS_SHAPES(RADIX4_CASE_WARP)
+    }
+#undef RADIX4_CASE_WARP
+#undef RADIX4_CASE_ALL
+#undef RADIX4_CASE
+    return kUnsupportedShape;
+}
+
+// Whether contract C serves (experts, topk): the shapes dispatch takes.
+template <class C>
+bool served(int experts, int topk) {
+    bool yes = false;
+#define RADIX4_IS(E_, K_) yes = yes || (experts == E_ && topk == K_);
+    if constexpr (C::kGroups > 1) {
+        RADIX4_GROUPED_SHAPES(RADIX4_IS)
+    } else if constexpr (C::kFillWithExpertZero) {
+        RADIX4_KIMI_SHAPES(RADIX4_IS)
+    } else {
+        RADIX4_KIMI_SHAPES(RADIX4_IS)
+        RADIX4_MODEL_SHAPES(RADIX4_IS)
+        RADIX4_SQRT_SOFTPLUS_SHAPES(RADIX4_IS)
+    }
+#undef RADIX4_IS
+    return yes;
 }
 
 // The whole entry point, for contract C: checks, then the launch.
 template <class C>
 int route(const void* scores, int scores_dtype, int64_t row_stride, const void* bias, int bias_dtype, int64_t rows,
           int experts, int topk, int flags, float routed_scaling_factor, float* weights, int32_t* ids, void* stream) {
-    const bool k3 = experts == 896 && topk == 16, k2 = experts == 384 && topk == 8;
-    const bool k3_pruned = experts == 224 && topk == 16;
-    if (!k3 && !k2 && !k3_pruned) return kUnsupportedShape;
-    if ((scores_dtype != kFloat32 && scores_dtype != kBFloat16) ||
+    if (!served<C>(experts, topk)) return kUnsupportedShape;
+    if ((scores_dtype != kFloat32 && scores_dtype != kBFloat16 && (scores_dtype != kFloat16 || C::kFillWithExpertZero)) ||
         (bias_dtype != kFloat32 && bias_dtype != kBFloat16)) {
         return kUnsupportedDtype;
     }
-    constexpr int kKnownFlags = kRenormalize | kBlockPerToken | kWarpPerToken | kProgrammaticLaunch | kDenseWarpPerToken;
+    // The raw sum is the model contracts' only (aiter guards, serial adds 1e-20).
+    constexpr int kRaw = C::kLaunchShapes || C::kFillWithExpertZero ? 0 : kRawSum;
+    constexpr int kSqrt = C::kScore == ScoreFn::kChosen ? kSqrtSoftplus : 0;
+    constexpr int kKnownFlags =
+        kRenormalize | kBlockPerToken | kWarpPerToken | kProgrammaticLaunch | kDenseWarpPerToken | kRaw | kSqrt;
     const int forced = flags & (kBlockPerToken | kWarpPerToken | kDenseWarpPerToken);
     if (rows < 0 || rows > INT32_MAX - kTokensPerBlock || row_stride < experts || (flags & ~kKnownFlags) != 0 ||
         (forced & (forced - 1)) != 0) {
@@ -246,11 +351,12 @@ int route(const void* scores, int scores_dtype, int64_t row_stride, const void* 
                               : rows >= at.first_dense       ? LaunchShape::kDenseWarpPerToken
                               : rows >= at.first_warp        ? LaunchShape::kWarpPerToken
                                                              : LaunchShape::kBlockPerToken;
-    const Args a{scores, row_stride, bias, static_cast<int>(rows), flags & kRenormalize, shape, programmatic,
+    // The kernel's renormalize: 0 none, 1 the contract's rule, 2 the raw sum (LowestContract::weight).
+    // and bit 4: sqrt(softplus(x)) (ScoreFn::kChosen).
+    const int mode = ((flags & kRenormalize) == 0 ? 0 : (flags & kRawSum) != 0 ? 2 : 1) | ((flags & kSqrtSoftplus) != 0 ? 4 : 0);
+    const Args a{scores, row_stride, bias, static_cast<int>(rows), mode, shape, programmatic,
                  routed_scaling_factor, weights, ids, static_cast<Runtime::Stream>(stream)};
-    if (k3) return launch_dtypes<C, 896, 16>(a, scores_dtype, bias_dtype);
-    if (k2) return launch_dtypes<C, 384, 8>(a, scores_dtype, bias_dtype);
-    return launch_dtypes<C, 224, 16>(a, scores_dtype, bias_dtype);
+    return dispatch<C>(a, experts, topk, scores_dtype, bias_dtype);
 }
 
 }  // namespace radix4
@@ -261,8 +367,9 @@ const char* radix4_status_string(int status) {
     switch (status) {
         case radix4::kOk: return "ok";
         case radix4::kUnsupportedShape:
-            return "unsupported (experts, topk): supported are (896, 16), (384, 8) and (224, 16)";
-        case radix4::kUnsupportedDtype: return "unsupported dtype code: 0 = float32, 1 = bfloat16";
+            return "unsupported (experts, topk) for this contract: serial takes (896, 16), (384, 8), (224, 16); aiter and "
+                   "the model contracts those and (256, 8), (160, 8), (128, 6), (256, 6), (384, 6); grouped (256, 8)";
+        case radix4::kUnsupportedDtype: return "unsupported dtype code: logits 0 = float32, 1 = bfloat16, 2 = float16; bias 0 or 1";
         case radix4::kBadArgument: return "bad argument: rows out of range, row_stride < experts, unknown or conflicting flags, or null pointer";
         case radix4::kLaunchFailed: return "kernel launch failed (see radix4_runtime_error_string)";
         case radix4::kUnsupportedLaunch:

@@ -183,9 +183,24 @@ struct Bf16 {
     static __device__ __forceinline__ float widen(Raw bits) { return L::as_float(static_cast<uint32_t>(bits) << 16); }
 };
 
-// Four consecutive experts, widened. kVec: one 8- or 16-byte load (the host
-// checks alignment); otherwise four scalar loads.
-template <class T, class L, bool kVec>
+// fp16 is read as its 16 raw bits and widened exactly by integer steps (no
+// fp16 header either): normal numbers rebias the exponent, subnormals are
+// their 10-bit mantissa times 2^-24 (exact in fp32), inf and NaN keep theirs.
+struct F16 {
+    using Raw = uint16_t;
+    template <class L>
+    static __device__ __forceinline__ float widen(Raw bits) {
+        const uint32_t h = bits, sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+        if (exponent == 0u) return L::as_float(sign | L::as_uint(static_cast<float>(mantissa) * 0x1p-24f));
+        const uint32_t e32 = exponent == 0x1fu ? 0xffu : exponent + 112u;
+        return L::as_float(sign | (e32 << 23) | (mantissa << 13));
+    }
+};
+
+// Four consecutive experts, widened. kVec 1: one 8- or 16-byte load (the host
+// checks alignment); 0: four scalar loads. (kVec 2, in Slice: either, by the
+// row's and the bias's alignment, tested in the kernel: one build for both.)
+template <class T, class L, int kVec>
 __device__ __forceinline__ void load4(const typename T::Raw* p, float out[4]) {
     typename T::Raw raw[4];
     if constexpr (kVec && sizeof(typename T::Raw) == 4) {
@@ -228,6 +243,12 @@ __device__ __forceinline__ uint32_t ordered_bits(float r) {
 //                          other three follow it); lower wins
 //   weight(sig, total, renormalize, rs)
 
+// The scores of the lowest-index contracts (LowestContract): the sigmoid of
+// the aiter contract, or DeepSeek-V4's sqrt(softplus(x)).
+// kChosen: either, by bit 4 of the kernel's `mode` (radix4_entry.h's
+// RADIX4_SQRT_SOFTPLUS flag), so that one build serves both.
+enum class ScoreFn : int { kSigmoid = 0, kSqrtSoftplus = 1, kChosen = 2 };
+
 // In global memory, not __constant__: lanes read different entries, which
 // the constant cache would serialize.
 template <int E>
@@ -235,6 +256,10 @@ __device__ const TieTable<E> kDeviceTieTable = make_tie_table<E>();
 
 struct AiterContract {
     static constexpr bool kFillWithExpertZero = false;  // NaN experts fill the slots numbers leave
+    static constexpr ScoreFn kScore = ScoreFn::kSigmoid;
+    static constexpr int kGroups = 1;  // no expert groups
+    static constexpr bool kLaunchShapes = true;  // the Kimi shapes build all three launch shapes (radix4_entry.h)
+    static constexpr bool kRoundedSigmoid = false;  // aiter's own fp32 form (denominator)
     // aiter's form of the sigmoid, 1 / (1 + exp2(-log2(e) * x)); exp2f is
     // the accurate library version because no fast-math flag is given. With
     // RADIX4_EX2_FTZ, L::exp2_flushed (ftz) instead: it differs from exp2f
@@ -273,6 +298,10 @@ struct AiterContract {
 
 struct SerialContract {
     static constexpr bool kFillWithExpertZero = true;  // the scan's expert 0 when nothing beats the floor
+    static constexpr ScoreFn kScore = ScoreFn::kSigmoid;
+    static constexpr int kGroups = 1;
+    static constexpr bool kLaunchShapes = true;
+    static constexpr bool kRoundedSigmoid = false;  // the scan's expf form
     template <class L>
     static __device__ __forceinline__ float denominator(float x) { return 1.0f + expf(-x); }
     // Only values above the scan's -1e30 sentinel can win (NaN fails the
@@ -296,6 +325,75 @@ struct SerialContract {
     }
 };
 
+// sqrt(softplus(x)) as the oracle computes it (oracle/_scores.py's
+// sqrt_softplus_rows): in float64, max(x, 0) + log1p(exp(-|x|)), +inf at
+// +inf, the square root, then one rounding to fp32. Each float64 step is
+// within an ulp of float64 (the device's libm), so the fp32 result is the
+// oracle's unless the exact value lies within about 2^-50 of its own size
+// from an fp32 rounding midpoint; then the two differ by one fp32 ulp
+// (docs/radix4_models.md).
+// Out of line: its float64 exp and log1p are long, and inlined at every value
+// of both score paths they multiplied the build's code (and its compile time).
+__device__ __noinline__ float sqrt_softplus(float x) {
+    const double x64 = static_cast<double>(x);
+    const double soft = x64 == __builtin_huge_val() ? x64 : (x64 > 0.0 ? x64 : 0.0) + log1p(exp(-fabs(x64)));
+    return static_cast<float>(sqrt(soft));
+}
+
+// The model contracts (docs/radix4_models.md): the correctly rounded sigmoid
+// (rounded_sigmoid; or sqrt(softplus(x)) with kScore), NaN below every number (key 0, as
+// aiter), ties to the lowest expert index, and the weights divided by the
+// chosen sum plus 1e-20 (renormalize 1) or by the raw sum (renormalize 2),
+// then scaled. With kGroups_ > 1: the experts form kGroups_ contiguous
+// groups; a group scores the sum of its two largest ranking values (NaN
+// lowest, so a group holding fewer than two numbers scores NaN); the
+// kTopkGroups groups with the largest scores (ties to the lower group, NaN
+// last) are kept, and every expert of the other groups ranks as kMaskZero ?
+// 0.0 : -inf (GroupStep below).
+template <ScoreFn kScore_ = ScoreFn::kSigmoid, int kGroups_ = 1, int kTopkGroups_ = 1, bool kMaskZero_ = false>
+struct LowestContract {
+    static constexpr bool kFillWithExpertZero = false;
+    static constexpr ScoreFn kScore = kScore_;
+    static constexpr int kGroups = kGroups_, kTopkGroups = kTopkGroups_;
+    static constexpr bool kMaskZero = kMaskZero_;
+    static constexpr bool kLaunchShapes = false;  // a warp per token at every shape and batch
+    static constexpr bool kRoundedSigmoid = true;  // the sigmoid correctly rounded (rounded_sigmoid)
+    static_assert(kGroups >= 1 && kTopkGroups >= 1 && kTopkGroups <= kGroups, "1 <= topk_group <= n_group");
+    template <class L>
+    static __device__ __forceinline__ float denominator(float x) { return AiterContract::denominator<L>(x); }
+    template <class L>
+    static __device__ __forceinline__ uint32_t rank_key(float r) { return AiterContract::rank_key<L>(r); }
+    template <class L>
+    static __device__ __forceinline__ uint32_t lowest_key() { return AiterContract::lowest_key<L>(); }
+    template <int E>
+    static __device__ __forceinline__ uint32_t vector_priority(int g) { return 4u * static_cast<uint32_t>(g); }
+    static __device__ __forceinline__ float weight(float sig, float total, int renormalize, float rs) {
+        constexpr float kDenominatorEpsilon = 1e-20f;
+        const int rule = renormalize & 3;  // bit 4 is the score's (kChosen)
+        if (rule == 0) return sig * rs;
+        return (sig / (rule == 2 ? total : total + kDenominatorEpsilon)) * rs;
+    }
+};
+
+// The model contracts the C entries serve (radix4.cu / radix4.hip).
+using ModelContract = LowestContract<ScoreFn::kChosen>;                 // sigmoid or sqrt(softplus(x)), + bias
+using GroupedContract = LowestContract<ScoreFn::kSigmoid, 8, 4, false>;  // deepseek-v3
+
+// The model contracts' sigmoid (sigmoid_formula "correctly_rounded"), as the
+// oracle computes it (oracle/_scores.py's _sigmoid_exact): e = exp(-x) in
+// float64, 1 / (1 + e) in float64 rounded once to fp32, and 0 where e would
+// round to an fp32 inf (x below about -88.72), as every fp32 formula gives.
+// The same float64 steps as the oracle's on a CUDA device, so the same bits
+// there; elsewhere, one fp32 ulp apart at most where the value lies within
+// about 2^-50 of its size from an fp32 rounding midpoint. (aiter's fp32 form
+// is a few ulp off at times: harmless at the cutoff, where the near-tie
+// bound excuses it, but it also moved group scores across a group tie.)
+__device__ __noinline__ float rounded_sigmoid(float x) {
+    constexpr double kFp32Overflow = 0x1.ffffffp+127;  // 2^128 - 2^103: from here up e rounds to fp32 inf
+    const double e = exp(-static_cast<double>(x));
+    return e >= kFp32Overflow ? 0.0f : static_cast<float>(1.0 / (1.0 + e));
+}
+
 // IEEE 1 / y out of line: only the rare denominators at or above
 // L::kReciprocalLimit come here, and one copy of the division keeps the
 // hot path's code short (the kernel runs each instruction about once, so
@@ -307,6 +405,30 @@ template <class C, class L>
 __device__ __forceinline__ float contract_sigmoid(float x) {
     const float y = C::template denominator<L>(x);
     return y < L::kReciprocalLimit ? L::reciprocal(y) : ieee_reciprocal(y);
+}
+
+// The contract's score: the sigmoid's quick form (exact below 2^-124, see
+// Slice::compute_keys) and its exact form; sqrt(softplus(x)) has one form.
+// kAlt: a kChosen contract's sqrt(softplus(x)) this launch.
+template <class C, class L, bool kAlt = false>
+__device__ __forceinline__ float quick_score(float x) {
+    if constexpr (C::kScore == ScoreFn::kSqrtSoftplus || (C::kScore == ScoreFn::kChosen && kAlt)) {
+        return sqrt_softplus(x);
+    } else if constexpr (C::kRoundedSigmoid) {
+        return rounded_sigmoid(x);
+    } else {
+        return L::reciprocal(C::template denominator<L>(x));
+    }
+}
+template <class C, class L, bool kAlt = false>
+__device__ __forceinline__ float exact_score(float x) {
+    if constexpr (C::kScore == ScoreFn::kSqrtSoftplus || (C::kScore == ScoreFn::kChosen && kAlt)) {
+        return sqrt_softplus(x);
+    } else if constexpr (C::kRoundedSigmoid) {
+        return rounded_sigmoid(x);
+    } else {
+        return contract_sigmoid<C, L>(x);
+    }
 }
 
 // ---- one radix round: histogram, sum over the token's threads, bin walk ----
@@ -637,15 +759,28 @@ struct Slice {
     // sigmoid before issuing the second's loads: two trips to L2, not one.)
     // The tie priorities read a constant table and may precede the wait for
     // earlier grids; the logits and the bias follow it.
-    template <class L, class Score, class Bias, bool kVec>
+    template <class L, class Score, class Bias, int kVec>
     __device__ __forceinline__ void load(const typename Score::Raw* row, const typename Bias::Raw* bias, float x[kVals],
-                                         float b[kVals]) {
+                                         float b[kVals], bool vec = true) {
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
             const uint32_t inverted = static_cast<uint32_t>(S::E - 1) - C::template vector_priority<S::E>(clamped(s));
             word[s] = (inverted << S::kPrioBits) | static_cast<uint32_t>(4 * clamped(s));
         }
         L::wait_for_prior_grids();
+        if constexpr (kVec == 2) {
+            if (vec) {
+                load_values<Score, Bias, 1, L>(row, bias, x, b);
+            } else {
+                load_values<Score, Bias, 0, L>(row, bias, x, b);
+            }
+        } else {
+            load_values<Score, Bias, kVec, L>(row, bias, x, b);
+        }
+    }
+    template <class Score, class Bias, int kVec, class L>
+    __device__ __forceinline__ void load_values(const typename Score::Raw* row, const typename Bias::Raw* bias,
+                                                float x[kVals], float b[kVals]) const {
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
             load4<Score, L, kVec>(row + 4 * clamped(s), x + 4 * s);
@@ -666,9 +801,9 @@ struct Slice {
     // [C::lowest_key, ordered_bits(+inf)] (NaN, or a value the contract maps
     // to 0). Then, in one branch the token's lanes take together, the exact
     // way for every value, reading the logits and the bias again.
-    template <class L, class Score, class Bias, bool kVec>
+    template <class L, class Score, class Bias, int kVec, bool kAlt = false>
     __device__ __forceinline__ void compute_keys(const typename Score::Raw* row, const typename Bias::Raw* bias,
-                                                 const float x[kVals], const float b[kVals]) {
+                                                 const float x[kVals], const float b[kVals], bool vec = true) {
         uint32_t sig_min = ~0u, key_min = ~0u, key_max = 0u;
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
@@ -676,7 +811,7 @@ struct Slice {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int j = 4 * s + i;
-                sig[j] = here ? L::reciprocal(C::template denominator<L>(x[j])) : 0.0f;
+                sig[j] = here ? quick_score<C, L, kAlt>(x[j]) : 0.0f;
                 key[j] = here ? ordered_bits<L>(sig[j] + b[j]) : 0u;
                 if (here) {
                     const uint32_t sig_bits = L::as_uint(sig[j]);  // sig >= +0 or NaN: ordered as its bits
@@ -690,14 +825,24 @@ struct Slice {
         const uint32_t kInfKey = ordered_bits<L>(__builtin_huge_valf());
         const bool unusual = sig_min < kSmallestQuickSig || key_min < C::template lowest_key<L>() || key_max > kInfKey;
         lane_max = key_max;
-        if (__builtin_expect(L::any(unusual), 0)) exact_keys<L, Score, Bias, kVec>(row, bias);
+        if (__builtin_expect(L::any(unusual), 0)) {
+            if constexpr (kVec == 2) {
+                if (vec) {
+                    exact_keys<L, Score, Bias, 1, kAlt>(row, bias);
+                } else {
+                    exact_keys<L, Score, Bias, 0, kAlt>(row, bias);
+                }
+            } else {
+                exact_keys<L, Score, Bias, kVec, kAlt>(row, bias);
+            }
+        }
     }
 
     // The contract's sigmoid and rank key for every value, and lane_max
     // again: for rows with NaN, values the contract never takes (the serial
     // floor, -inf masks) or sigmoids that underflow. (Inlined: out of line,
     // the slice's registers would have to live in memory.)
-    template <class L, class Score, class Bias, bool kVec>
+    template <class L, class Score, class Bias, int kVec, bool kAlt>
     __device__ __forceinline__ void exact_keys(const typename Score::Raw* row, const typename Bias::Raw* bias) {
         lane_max = 0u;
 #pragma unroll
@@ -708,7 +853,7 @@ struct Slice {
                 load4<Bias, L, kVec>(bias + 4 * vector(s), b);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    sig[4 * s + i] = contract_sigmoid<C, L>(again[i]);
+                    sig[4 * s + i] = exact_score<C, L, kAlt>(again[i]);
                     key[4 * s + i] = C::template rank_key<L>(sig[4 * s + i] + b[i]);
                     lane_max = key[4 * s + i] > lane_max ? key[4 * s + i] : lane_max;
                 }
@@ -720,6 +865,75 @@ struct Slice {
     // The vector slot s loads: its own, or the token's last for a phantom slot.
     __device__ __forceinline__ int clamped(int s) const {
         return !S::kRagged || s < kSlots - 1 || vector(s) < S::kGroups ? vector(s) : S::kGroups - 1;
+    }
+};
+
+// ---- step 1b: expert groups (contracts with C::kGroups > 1) ----
+
+// The float a rank key came from (key 0, NaN's, gives a NaN).
+template <class L>
+__device__ __forceinline__ float key_value(uint32_t key) {
+    return L::as_float((key & 0x80000000u) ? key ^ 0x80000000u : ~key);
+}
+
+// The group scores, the kept groups and the mask, in the registers of the
+// load step: a group's vectors sit on kVecPerGroup consecutive lanes of one
+// slot (vector g on thread g % lanes, slot g / lanes), so the lanes of a
+// group merge their two largest keys by xor shuffles, every lane gathers the
+// n_group group keys (one shuffle each) and ranks its own groups against
+// them: kept iff fewer than topk_group groups score more, or as much with a
+// lower index. The keys of a dropped group's experts become the mask's key
+// (its sig, the weight, stays). Group scores are sums of fp32 ranking
+// values, as the oracle's (+0.0 added: -0 and +0 rank as one), NaN lowest.
+template <class S, class L>
+struct GroupStep {
+    template <class C>
+    static __device__ __forceinline__ void run(Slice<S, C>& slice) {
+        constexpr int G = C::kGroups;
+        constexpr int kVecPerGroup = S::kGroups / G;
+        constexpr int kGroupsPerSlot = S::kThreads / kVecPerGroup;
+        static_assert(S::kGroups % G == 0, "n_group must divide E / 4: a group is whole vectors of 4");
+        static_assert(!S::kShared && !S::kRagged, "groups are routed a warp (wave) per token, every slot full");
+        static_assert(kVecPerGroup >= 1 && S::kLanes % kVecPerGroup == 0, "a group's vectors sit on lanes of one warp");
+        static_assert(kGroupsPerSlot * S::kSlots == G, "each slot holds whole groups");
+        constexpr uint32_t kMaskKey = C::kMaskZero ? 0x80000000u : 0x007fffffu;  // ordered_bits(0.0) or (-inf)
+        uint32_t group_key[S::kSlots];
+#pragma unroll
+        for (int s = 0; s < S::kSlots; ++s) {
+            auto merge = [](uint32_t& a1, uint32_t& a2, uint32_t b1, uint32_t b2) {
+                const uint32_t lo1 = a1 < b1 ? a1 : b1, hi2 = a2 > b2 ? a2 : b2;
+                a1 = a1 > b1 ? a1 : b1;
+                a2 = lo1 > hi2 ? lo1 : hi2;
+            };
+            const uint32_t* k = slice.key + 4 * s;
+            uint32_t k1 = k[0] > k[1] ? k[0] : k[1], k2 = k[0] > k[1] ? k[1] : k[0];
+            merge(k1, k2, k[2] > k[3] ? k[2] : k[3], k[2] > k[3] ? k[3] : k[2]);
+#pragma unroll
+            for (int d = 1; d < kVecPerGroup; d <<= 1) merge(k1, k2, L::shfl_xor(k1, d), L::shfl_xor(k2, d));
+            const float score = key_value<L>(k1) + key_value<L>(k2) + 0.0f;
+            group_key[s] = score != score ? 0u : ordered_bits<L>(score);
+        }
+        if constexpr (C::kTopkGroups < G) {
+            uint32_t all[G];
+#pragma unroll
+            for (int h = 0; h < G; ++h) all[h] = L::shfl(group_key[h / kGroupsPerSlot], (h % kGroupsPerSlot) * kVecPerGroup);
+            uint32_t lane_max = 0u;
+#pragma unroll
+            for (int s = 0; s < S::kSlots; ++s) {
+                const int mine = slice.tid / kVecPerGroup + kGroupsPerSlot * s;
+                uint32_t better = 0;
+#pragma unroll
+                for (int h = 0; h < G; ++h) better += static_cast<uint32_t>(all[h] > group_key[s] || (all[h] == group_key[s] && h < mine));
+                const bool kept = better < static_cast<uint32_t>(C::kTopkGroups);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    uint32_t& key = slice.key[4 * s + i];
+                    key = kept ? key : kMaskKey;
+                    lane_max = key > lane_max ? key : lane_max;
+                }
+            }
+            slice.lane_max = lane_max;
+        }
     }
 };
 
@@ -1264,11 +1478,11 @@ struct WriteStep {
 //
 // kMinBlocks: ptxas keeps registers low enough for that many blocks per SM
 // (1: as many registers as it likes, no spills).
-template <class C, class L, int E, int K, class Score, class Bias, bool kVec, int kWarpsPerToken, int kTokensPerBlock,
+template <class C, class L, int E, int K, class Score, class Bias, int kVec, int kWarpsPerToken, int kTokensPerBlock,
           int kMinBlocks = 1>
 __global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock, kMinBlocks)
 route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
-             const typename Bias::Raw* __restrict__ bias, int rows, int renormalize, float routed_scaling_factor,
+             const typename Bias::Raw* __restrict__ bias, int rows, int mode, float routed_scaling_factor,
              float* __restrict__ weights, int32_t* __restrict__ ids) {
     using S = Shape<L, E, K, kWarpsPerToken, kTokensPerBlock>;
     constexpr bool kLateTrigger = RADIX4_PDL_LATE_TRIGGER && !S::kShared;
@@ -1284,12 +1498,25 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     slice.tid = at.tid;
     const typename Score::Raw* row = scores + static_cast<int64_t>(at.token) * row_stride;
     {
+        // kVec 2: vector loads where this row and the bias allow them.
+        const bool vec = kVec != 2 || ((reinterpret_cast<uintptr_t>(row) % (4 * sizeof(typename Score::Raw))) |
+                                       (reinterpret_cast<uintptr_t>(bias) % (4 * sizeof(typename Bias::Raw)))) == 0;
         float x[S::kVals], b[S::kVals];
-        slice.template load<L, Score, Bias, kVec>(row, bias, x, b);
+        slice.template load<L, Score, Bias, kVec>(row, bias, x, b, vec);
         // Cleared while the loads are in flight.
         if constexpr (S::kRankMax > 0) CopyStep<S, L>::clear(storage, at);
-        slice.template compute_keys<L, Score, Bias, kVec>(row, bias, x, b);
+        // `mode` bit 4: a kChosen contract's sqrt(softplus(x)), for the whole launch.
+        if constexpr (C::kScore == ScoreFn::kChosen) {
+            if ((mode & 4) != 0) {
+                slice.template compute_keys<L, Score, Bias, kVec, true>(row, bias, x, b, vec);
+            } else {
+                slice.template compute_keys<L, Score, Bias, kVec, false>(row, bias, x, b, vec);
+            }
+        } else {
+            slice.template compute_keys<L, Score, Bias, kVec>(row, bias, x, b, vec);
+        }
     }
+    if constexpr (C::kGroups > 1) GroupStep<S, L>::run(slice);
     if (S::kShared && threadIdx.x == 0) storage.winner_count = 0;  // ordered by the first barrier below
     RADIX4_STAMP(1);
 
@@ -1322,7 +1549,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     RADIX4_STAMP(4);
 
     if constexpr (kLateTrigger) L::launch_dependents();
-    WriteStep<S, L>::template run<C>(storage, at, renormalize, routed_scaling_factor, weights, ids);
+    WriteStep<S, L>::template run<C>(storage, at, mode, routed_scaling_factor, weights, ids);
     RADIX4_STAMP(5);
 }
 

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import MAX_ROWS, SHAPES, covered, route_contract
+from . import KIMI_SHAPES as SHAPES
+from . import MAX_ROWS, route_contract
+from . import covered_kimi as covered
 from . import available as _available
 from . import build as _build
 from . import supported_hardware as _supported_hardware

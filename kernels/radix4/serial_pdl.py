@@ -8,7 +8,9 @@ Functions as in ``kernels.radix4.serial``.
 
 from __future__ import annotations
 
-from . import MAX_ROWS, SHAPES, covered
+from . import KIMI_SHAPES as SHAPES
+from . import MAX_ROWS
+from . import covered_kimi as covered
 from .pdl import MIN_CUDA_ARCH, pdl_functions
 
 NAME = "radix4-serial-pdl"

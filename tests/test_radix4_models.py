@@ -1,0 +1,269 @@
+"""CPU tests of radix4 under the model contracts (kernels/radix4: LowestContract, docs/radix4_models.md).
+
+The kernel template compiled for the host (tests/test_radix4_build.py's
+emulation, the same build: its model instantiations are folded in) against a
+plain per-row reference of each rule, built from the emulation's own score so
+that only the selection, the groups and the weights are compared, bit for bit:
+
+- ungrouped sigmoid + bias, lowest-index ties, NaN last, at every model shape
+  and dtype pairing the build has, and contract aiter at a model shape;
+- deepseek-v3's groups: top-2 sums (NaN lowest), kept groups by score then
+  lower index, the rest masked to -inf;
+- sqrt(softplus(x)) scores (deepseek-v4), and the score itself against the
+  oracle's float64 formula;
+- the sum rules: sum + 1e-20, the raw sum, none.
+
+Then the gates and the candidate: covered() says exactly the shapes the
+entries serve, router() refuses what it does not implement in one line.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+import torch
+
+import kernels.radix4 as radix4
+from test_radix4_build import CONTRACTS, emulated_route, reference
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+
+
+@pytest.fixture(scope="module")
+def emulation(tmp_path_factory):
+    from test_radix4_build import _build_emulation
+
+    return _build_emulation(tmp_path_factory)
+
+
+def emulated_score(lib, scores: torch.Tensor, sqrt_softplus: bool) -> torch.Tensor:
+    x = scores.float().contiguous()
+    out = torch.empty_like(x)
+    lib.emu_score(4 if sqrt_softplus else 2, x.data_ptr(), out.data_ptr(), x.numel())
+    return out
+
+
+def _key(v: float) -> tuple:
+    """Rank order of a ranking value: NaN below every number, -0 == +0."""
+    return (0, 0.0) if math.isnan(v) else (1, v + 0.0)
+
+
+def model_reference(lib, scores, bias, topk, rule, rs, *, sqrt_softplus=False, groups=None):
+    """The rule plainly, per row: rule 0 no renormalization, 1 / (sum + 1e-20), 2 / sum; groups (n, kept)."""
+    sig = emulated_score(lib, scores, sqrt_softplus)
+    r = sig + bias.float()
+    E = scores.shape[1]
+    weights, ids = [], []
+    for row in range(scores.shape[0]):
+        values = [float(v) for v in r[row]]
+        if groups is not None:
+            n, kept_n = groups
+            size = E // n
+            score = []
+            for g in range(n):
+                top = sorted(values[g * size : (g + 1) * size], key=_key, reverse=True)[:2]
+                total = torch.tensor(top[0], dtype=torch.float32) + torch.tensor(top[1], dtype=torch.float32)
+                score.append(float(total))
+            kept = sorted(range(n), key=lambda g: (_key(score[g]), -g), reverse=True)[:kept_n]
+            values = [v if e // size in kept else -math.inf for e, v in enumerate(values)]
+        chosen = sorted(range(E), key=lambda e: (_key(values[e]), -e), reverse=True)[:topk]
+        w = sig[row, chosen]
+        total = torch.zeros((), dtype=torch.float32)
+        for v in w:
+            total = total + v  # in output order, fp32
+        if rule == 1:
+            w = w / (total + torch.tensor(1e-20, dtype=torch.float32))
+        elif rule == 2:
+            w = w / total
+        weights.append(w * torch.tensor(rs, dtype=torch.float32))
+        ids.append(chosen)
+    return torch.stack(weights), torch.tensor(ids, dtype=torch.int32)
+
+
+def assert_same(got, want, what):
+    (w, ids), (rw, rids) = got, want
+    bad = (ids != rids).any(1).nonzero().flatten().tolist()
+    assert not bad, f"{what}: ids differ in rows {bad}; first {ids[bad[0]].tolist()} vs {rids[bad[0]].tolist()}"
+    same = (w.view(torch.int32) == rw.view(torch.int32)) | (torch.isnan(w) & torch.isnan(rw))
+    assert bool(same.all()), f"{what}: weight bits differ in rows {(~same).any(1).nonzero().flatten().tolist()}"
+
+
+def _ungrouped_cases():
+    g = torch.Generator().manual_seed(38)
+    for E, K in ((256, 8), (160, 8), (128, 6), (384, 8), (256, 6)):
+        yield f"{E}/{K} random bf16 / fp32 bias", (torch.randn(3, E, generator=g) * 2).bfloat16(), torch.randn(E, generator=g) * 0.05, K
+        yield f"{E}/{K} random fp16 / fp32 bias", (torch.randn(2, E, generator=g) * 2).half(), torch.randn(E, generator=g) * 0.05, K
+        yield f"{E}/{K} random fp32 / bf16 bias", torch.randn(2, E, generator=g) * 3, (torch.randn(E, generator=g) * 0.1).bfloat16(), K
+        yield f"{E}/{K} all equal", torch.zeros(2, E, dtype=torch.bfloat16), torch.zeros(E), K
+        levels = torch.tensor([-1.0, 0.0, 0.5, 1.0])[torch.randint(0, 4, (3, E), generator=g)]
+        yield f"{E}/{K} four levels (wide ties)", levels.bfloat16(), torch.zeros(E), K
+        nan = torch.randn(3, E, generator=g)
+        nan[0] = float("nan")
+        nan[1, 7:] = float("nan")
+        nan[2, ::3] = float("nan")
+        yield f"{E}/{K} NaN rows", nan, torch.randn(E, generator=g) * 0.05, K
+        inf = torch.randn(2, E, generator=g)
+        inf[:, ::5] = float("inf")
+        inf[1] = float("-inf")
+        yield f"{E}/{K} +-inf logits", inf, torch.where(torch.rand(E, generator=g) < 0.3, float("-inf"), 0.0), K
+
+
+UNGROUPED = list(_ungrouped_cases())
+
+
+@needs_gxx
+@pytest.mark.parametrize("case", UNGROUPED, ids=[c[0] for c in UNGROUPED])
+def test_lowest_contract_matches_the_plain_rule(emulation, case):
+    _, scores, bias, topk = case
+    for rule, rs in ((1, 2.5), (2, 1.0), (0, 2.827)):
+        want = model_reference(emulation, scores, bias, topk, rule, rs)
+        got = emulated_route(emulation, 32, scores, bias, topk, rule, rs, contract="lowest")
+        assert_same(got, want, f"rule {rule}")
+    if scores.dtype == torch.bfloat16 and bias.dtype == torch.float32:  # the other launches: wave64, two tokens a block
+        want = model_reference(emulation, scores, bias, topk, 1, 2.5)
+        for lanes, block in ((64, 0), (32, 4)):
+            assert_same(emulated_route(emulation, lanes, scores, bias, topk, 1, 2.5, block=block, contract="lowest"), want,
+                        f"lanes {lanes}, block {block}")  # fmt: skip
+
+
+@needs_gxx
+@pytest.mark.parametrize("case", [c for c in UNGROUPED if c[0].startswith("256/6")], ids=lambda c: c[0])
+def test_sqrt_softplus_contract_matches_the_plain_rule(emulation, case):
+    _, scores, bias, topk = case
+    want = model_reference(emulation, scores, bias, topk, 1, 1.5, sqrt_softplus=True)
+    assert_same(emulated_route(emulation, 32, scores, bias, topk, 1, 1.5, contract="sqrt_softplus"), want, "sqrt_softplus")
+
+
+@needs_gxx
+def test_sqrt_softplus_score_is_the_oracles_float64_formula(emulation):
+    from oracle._scores import sqrt_softplus_rows
+
+    g = torch.Generator().manual_seed(6)
+    x = torch.cat([torch.randn(20000, generator=g) * 4, torch.randn(2000, generator=g) * 60,
+                   torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 88.0, -88.0, -150.0, 1e-30, -1e-30])])  # fmt: skip
+    got = emulated_score(emulation, x.view(1, -1), True).view(-1)
+    want = sqrt_softplus_rows(x.view(1, -1)).view(-1)
+    same = (got.view(torch.int32) == want.view(torch.int32)) | (torch.isnan(got) & torch.isnan(want))
+    assert bool(same.all()), f"{int((~same).sum())} scores differ, first at x={x[~same][0].item()!r}"
+
+
+@needs_gxx
+def test_model_sigmoid_is_the_oracles_correctly_rounded_one(emulation):
+    from oracle._scores import sigmoid_of
+
+    g = torch.Generator().manual_seed(7)
+    x = torch.cat([torch.randn(20000, generator=g) * 6, torch.linspace(-110.0, 30.0, 4001),
+                   torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), -88.72283935546875, -88.7228469848632])])  # fmt: skip
+    got = emulated_score(emulation, x.view(1, -1), False).view(-1)
+    want = sigmoid_of(x.view(1, -1), "correctly_rounded").view(-1)
+    same = (got.view(torch.int32) == want.view(torch.int32)) | (torch.isnan(got) & torch.isnan(want))
+    assert bool(same.all()), f"{int((~same).sum())} sigmoids differ, first at x={x[~same][0].item()!r}"
+
+
+@needs_gxx
+def test_aiter_contract_at_a_model_shape_keeps_aiters_ties(emulation):
+    g = torch.Generator().manual_seed(4)
+    for scores, bias in (((torch.randn(3, 256, generator=g) * 2).bfloat16(), torch.randn(256, generator=g) * 0.05),
+                         (torch.zeros(2, 256, dtype=torch.bfloat16), torch.zeros(256))):  # fmt: skip
+        got = emulated_route(emulation, 32, scores, bias, 8, True, 2.5, contract="aiter")
+        want = reference(emulation, scores, bias, 8, True, 2.5)
+        assert_same(got, want, "aiter 256/8")
+
+
+def _grouped_cases():
+    g = torch.Generator().manual_seed(3)
+    E = 256
+    yield "random", (torch.randn(4, E, generator=g) * 2).bfloat16(), torch.randn(E, generator=g) * 0.05
+    yield "fp16 / fp32 bias", (torch.randn(2, E, generator=g) * 2).half(), torch.randn(E, generator=g) * 0.1
+    yield "all equal", torch.zeros(2, E), torch.zeros(E)
+    # Every group the same two best values: the kept groups are the four lowest, by the group tie rule.
+    tied = torch.full((2, E), -3.0)
+    tied[:, 5::32] = 2.0
+    tied[:, 9::32] = 1.0
+    tied[1, 200] = 4.0  # one group above the rest
+    yield "group score ties", tied.bfloat16(), torch.zeros(E)
+    # The best expert sits in a group whose second is poor: its group is dropped though it holds the max.
+    split = torch.randn(2, E, generator=g) * 0.1
+    split[:, 3] = 8.0
+    split[:, 32:36] = 3.0
+    split[:, 64:68] = 3.0
+    split[:, 96:100] = 3.0
+    split[:, 128:132] = 3.0
+    yield "the max expert's group dropped", split, torch.zeros(E)
+    nan = torch.randn(4, E, generator=g)
+    nan[0, :31] = float("nan")  # group 0: one number left, its score is NaN
+    nan[1, 32:64] = float("nan")  # group 1 all NaN
+    nan[2] = float("nan")
+    nan[3, ::2] = float("nan")
+    yield "NaN in groups", nan, torch.randn(E, generator=g) * 0.05
+    yield "-inf bias masks", torch.randn(2, E, generator=g), torch.where(torch.rand(E, generator=g) < 0.6, float("-inf"), 0.0)
+
+
+GROUPED = list(_grouped_cases())
+
+
+@needs_gxx
+@pytest.mark.parametrize("case", GROUPED, ids=[c[0] for c in GROUPED])
+def test_grouped_contract_matches_the_plain_rule(emulation, case):
+    _, scores, bias = case
+    want = model_reference(emulation, scores, bias, 8, 1, 2.5, groups=(8, 4))
+    assert_same(emulated_route(emulation, 32, scores, bias, 8, 1, 2.5, contract="grouped"), want, "warp32")
+    if scores.dtype == torch.bfloat16 and bias.dtype == torch.float32:
+        assert_same(emulated_route(emulation, 64, scores, bias, 8, 1, 2.5, contract="grouped"), want, "wave64")
+
+
+@needs_gxx
+def test_grouped_random_rows_agree_with_the_oracle(emulation):
+    import oracle
+
+    g = torch.Generator().manual_seed(11)
+    scores, bias = (torch.randn(24, 256, generator=g) * 2).bfloat16(), torch.randn(256, generator=g) * 0.05
+    w, ids = emulated_route(emulation, 32, scores, bias, 8, 1, 2.5, contract="grouped")
+    ow, oids = oracle.route(scores, bias, 8, renormalize=True, routed_scaling_factor=2.5, contract="deepseek-v3")
+    assert torch.equal(ids, oids)
+    torch.testing.assert_close(w, ow, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- gates and the candidate
+
+
+def test_covered_says_exactly_the_served_shapes():
+    basics = dict(rows=4096, dtype=torch.bfloat16, bias_dtype=torch.float32)
+    for e, k in radix4.SHAPES:
+        assert radix4.covered(experts=e, topk=k, **basics)
+    for e, k in ((256, 7), (512, 8), (64, 8), (160, 6)):
+        assert not radix4.covered(experts=e, topk=k, **basics)
+    assert radix4.covered(experts=256, topk=8, num_expert_group=8, topk_group=4, **basics)
+    assert not radix4.covered(experts=256, topk=8, num_expert_group=8, topk_group=3, **basics)
+    assert not radix4.covered(experts=384, topk=8, num_expert_group=8, topk_group=4, **basics)
+    assert radix4.covered(experts=256, topk=8, rows=1, dtype=torch.float16, bias_dtype=torch.float16)
+    assert not radix4.covered(experts=256, topk=8, rows=4097, dtype=torch.float16, bias_dtype=torch.float32)
+    assert not radix4.covered(experts=256, topk=8, rows=1, dtype=torch.float64, bias_dtype=torch.float32)
+
+
+def test_router_refuses_what_it_does_not_implement_in_one_line():
+    with pytest.raises(ValueError, match="contract='qwen3-moe' is not one radix4 implements"):
+        radix4.router("qwen3-moe")
+    route = radix4.router("glm4-moe")
+    x = torch.zeros(2, 160)
+    with pytest.raises(ValueError, match="routes contract glm4-moe ungrouped"):
+        route(x, torch.zeros(160), 8, True, 2.5, num_expert_group=8, topk_group=4)
+    with pytest.raises(ValueError, match="built for contract deepseek-v3's"):
+        radix4.router("deepseek-v3")(torch.zeros(2, 256), torch.zeros(256), 8, True, 2.5, num_expert_group=4, topk_group=2)
+    with pytest.raises(ValueError, match=r"\(E, topk\)=\(160, 8\) is not supported"):
+        radix4.router("deepseek-v3")(x, torch.zeros(160), 8, True, 2.5)
+
+
+def test_every_rule_names_an_entry_and_the_candidate_serves_them():
+    from contracts.candidates import get_candidate
+
+    for name, rule in radix4.MODEL_RULES.items():
+        assert rule.entry in radix4.CONTRACTS and rule.entry != "serial", name
+        assert rule.entry in CONTRACTS or rule.entry == "lowest", name
+    for cand in ("radix4", "radix4-pdl"):
+        c = get_candidate(cand)
+        assert set(c.contracts) == set(radix4.MODEL_RULES) and c.contract == "aiter"
+        assert callable(c.route_under("deepseek-v3"))
+    assert not get_candidate("radix4-serial").covers(rows=1, experts=256, topk=8, dtype=torch.bfloat16, bias_dtype=torch.float32)
