@@ -600,10 +600,13 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
     casts = _casts(r.w, case.scores.dtype)
 
     def close_to(alt):
-        # the counterfactual as it is, or rounded to a dtype the row's weights may have been cast to
+        # The counterfactual as it is, or rounded to a dtype the row's weights may have been cast to. Rounded, only
+        # where it lies beyond two of that dtype's ULPs of the reference: a router computing in bf16 is that far
+        # off by itself, and a renormalization of a sum within bf16 rounding of 1 is no evidence of the flag.
         hit = weights_close(r.w, alt, c).all(1)
         for dtype, rows_cast in casts:
-            hit |= rows_cast & weights_close(r.w, alt.to(dtype).float(), c).all(1)
+            far = ~torch.isclose(alt, reference, rtol=2 * torch.finfo(dtype).eps, atol=c.weight_atol, equal_nan=True).all(1)
+            hit |= rows_cast & far & weights_close(r.w, alt.to(dtype).float(), c).all(1)
         return hit
 
     def differs(alt):
