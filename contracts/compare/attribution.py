@@ -31,8 +31,8 @@ clause (the most specific explanation that fits):
    weights all lie in) are a cast, ``weight_accuracy``, before any rule is
    tried (bf16 top-1 weights that round to 1.0 look renormalized, bf16 top-2
    ones that sum to 1/2 look renormalized and halved); each rule is then
-   also tried rounded, so a rule broken in bf16 keeps its name: ``bias_in_weight`` (the weights are
-   built from sig + bias), ``renorm_guard`` (a zero or negative sum divided,
+   also tried rounded, so a rule broken in bf16 keeps its name:
+   ``bias_in_weight`` (the weights are built from sig + bias), ``renorm_guard`` (a zero or negative sum divided,
    or no renormalization), ``scaling`` (the factor applied twice or not at
    all), else ``weight_accuracy``.
 
@@ -569,8 +569,9 @@ def _casts(w: torch.Tensor, logits_dtype: torch.dtype) -> list[tuple[torch.dtype
 def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.Tensor, invalid: torch.Tensor):
     """(clause, code, second clause, its code, factor, reference weights, ok mask) of the weights aspect, per row.
 
-    Each rule a weight can break is tried as a counterfactual of the candidate's own experts, the most
-    specific first: the guard, the bias, the renormalization flag, the set a softmax runs over, then a
+    The contract's weights rounded to a dtype the candidate may have cast them to are tried first (a cast,
+    ``weight_accuracy``). Each rule a weight can break is then tried as a counterfactual of the candidate's own
+    experts (as it is, or rounded: ``close_to``), the most specific first: the guard, the bias, the renormalization flag, the set a softmax runs over, then a
     constant factor (alone or on top of one of those); ``weight_accuracy`` keeps what none explains."""
     rows, k = r.a.shape
     clause = torch.full((rows,), NONE, dtype=torch.long, device=r.a.device)
