@@ -130,3 +130,26 @@ def test_the_cases_of_a_per_expert_scale_contract_draw_the_scale():
     exp = expected_for(cases[0], c)
     plain_w, ids = oracle.route(cases[0].scores, None, c.topk, renormalize=cases[0].renormalize, contract=c)
     assert torch.equal(exp.ids, ids) and torch.equal(exp.weights, plain_w * cases[0].expert_scale[ids.long()])
+
+
+def test_check_plan_plans_only_the_admitted_options(monkeypatch, capsys):
+    # `check --plan` prints counts, not options: the specs it plans are read at iter_plan, as the run's are.
+    import importlib
+
+    from contracts.check import main
+
+    plan_module = importlib.import_module("contracts.cases.plan")  # the package's `plan` is a function of that name
+
+    planned = []
+
+    def recording(*args, **kwargs):
+        for spec in real(*args, **kwargs):
+            planned.append(spec)
+            yield spec
+
+    real = plan_module.iter_plan
+    monkeypatch.setattr(plan_module, "iter_plan", recording)
+    assert main(["--candidate", "oracle", "--contract", "mixtral", "--plan", "--rows", "200"]) == 0
+    assert "plan: contract mixtral" in capsys.readouterr().out
+    assert planned and {s.renormalize_options for s in planned} == {(True,)}  # Mixtral always renormalizes
+    assert {(case.renormalize, float(case.routed_scaling_factor)) for case in map(build_case, planned[:20])} == {(True, 1.0)}

@@ -145,6 +145,16 @@ def test_planted_defects_in_the_models_routers_fail_with_their_clause(tmp_path, 
     assert max(s["clauses"], key=s["clauses"].get) == clause, s["clauses"]
 
 
+@pytest.mark.slow  # a check mismatching on nearly every row: 2-5 s on the CPU
+def test_a_router_dividing_its_bf16_weights_by_k_fails_scaling(tmp_path):
+    # Qwen3-MoE's router casts its weights back to the bf16 logits' dtype (weight_accuracy, declared by hf-qwen3-moe);
+    # dividing them by k too is scaling, never hidden as that cast.
+    code, s = _check(tmp_path, f"{PLANTED}:bf16_divided_by_k", "--contract", "qwen3-moe", "--families", "random_bf16", rows=200)
+    assert code == 1 and s["status"] == "fail", s["clauses"]
+    assert max(s["clauses"], key=s["clauses"].get) == "scaling", s["clauses"]
+    assert s["clauses_broken"].get("weight_accuracy", 0) == 0, s["clauses_broken"]
+
+
 @pytest.mark.slow  # a grouped check failing on most rows, and their attribution: 5-10 s on the CPU
 def test_a_group_score_by_max_fails_group_selection(tmp_path):
     # DeepSeek-V2's router (group max) checked under its own contract with the DeepSeek-V3 group score. Rank order:

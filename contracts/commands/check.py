@@ -273,7 +273,9 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     points = switch_points()
     max_batch = args.max_batch or default_max_batch(device, points)
     groups = dict(n_group=c.n_group, topk_group=c.topk_group) if c.is_grouped else {}
-    specs = list(iter_plan(chosen, args.rows, args.seed, experts, topk, max_batch=max_batch, bias=c.has_bias, **groups))
+    # the contract's admitted call options, as the check draws them: the plan shows the cases the run would route
+    specs = list(iter_plan(chosen, args.rows, args.seed, experts, topk, max_batch=max_batch, bias=c.has_bias,
+                           admitted=c.admitted_options(), **groups))  # fmt: skip
     covers = coverage_of(specs)
     print(f"plan: contract {c.name}, E={experts}, k={topk}, device {device}, {args.rows:,} rows and the pinned cases: "
           f"{len(specs):,} cases, {sum(s.rows for s in specs):,} rows")  # fmt: skip

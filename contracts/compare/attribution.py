@@ -26,8 +26,13 @@ clause (the most specific explanation that fits):
      set in another order; never for contracts whose order is ``any``).
 3. **weights**: the candidate's weights against the contract's weights *for
    the candidate's own experts* (matched by expert id), so a wrong selection
-   never hides a broken renormalization: ``bias_in_weight`` (the weights are
-   built from sig + bias), ``renorm_guard`` (a zero or negative sum divided,
+   never hides a broken renormalization. Weights that are the contract's
+   rounded to a 16-bit dtype (the logits' bf16/fp16, or one the candidate's
+   weights all lie in) are a cast, ``weight_accuracy``, before any rule is
+   tried (bf16 top-1 weights that round to 1.0 look renormalized, bf16 top-2
+   ones that sum to 1/2 look renormalized and halved); each rule is then
+   also tried rounded, so a rule broken in bf16 keeps its name:
+   ``bias_in_weight`` (the weights are built from sig + bias), ``renorm_guard`` (a zero or negative sum divided,
    or no renormalization), ``scaling`` (the factor applied twice or not at
    all), else ``weight_accuracy``.
 
@@ -71,6 +76,8 @@ R_RENORMALIZED, R_SOFTMAX_OF_CHOSEN, R_SOFTMAX_OF_ALL, R_FACTOR, R_EPS_MISSING =
 R_SCALE_IGNORED, R_SCALE_BEFORE_RENORM, R_SCALE_BY_SLOT, R_SCALE_TWICE = 70, 71, 72, 73
 # the shared expert's column (shared_expert_slot="last", contracts.compare.shared): its id, its weight
 R_SHARED_ID, R_SHARED_WEIGHT = 80, 81
+# the contract's weights rounded to bf16 / fp16: the weights were cast to a 16-bit dtype (weight_accuracy)
+R_CAST_BF16, R_CAST_FP16 = 90, 91
 
 
 @dataclass
@@ -543,11 +550,28 @@ def _factors(k: int, rsf: float) -> list[float]:
     return sorted(f for f in out if abs(f - 1.0) > 1e-6)
 
 
+_CAST_CODE = {torch.bfloat16: R_CAST_BF16, torch.float16: R_CAST_FP16}
+
+
+def _casts(w: torch.Tensor, logits_dtype: torch.dtype) -> list[tuple[torch.dtype, torch.Tensor]]:
+    """(dtype, bool [B]) for each 16-bit dtype the rows' weights may have been cast to: the logits' own (a model's
+    code casts back to it), and any other whose values hold every weight of the row exactly (the trace a cast
+    leaves); with fp32 logits, only rows whose weights all lie in the dtype."""
+    out = []
+    for dtype in sorted(_CAST_CODE, key=lambda d: d != logits_dtype):
+        rows_cast = (w.to(dtype).float() == w).all(1)  # NaN rows: not a cast (NaN != NaN), left to the rules
+        if dtype == logits_dtype:
+            rows_cast = torch.ones_like(rows_cast)
+        out.append((dtype, rows_cast))
+    return out
+
+
 def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.Tensor, invalid: torch.Tensor):
     """(clause, code, second clause, its code, factor, reference weights, ok mask) of the weights aspect, per row.
 
-    Each rule a weight can break is tried as a counterfactual of the candidate's own experts, the most
-    specific first: the guard, the bias, the renormalization flag, the set a softmax runs over, then a
+    The contract's weights rounded to a dtype the candidate may have cast them to are tried first (a cast,
+    ``weight_accuracy``). Each rule a weight can break is then tried as a counterfactual of the candidate's own
+    experts (as it is, or rounded: ``close_to``), the most specific first: the guard, the bias, the renormalization flag, the set a softmax runs over, then a
     constant factor (alone or on top of one of those); ``weight_accuracy`` keeps what none explains."""
     rows, k = r.a.shape
     clause = torch.full((rows,), NONE, dtype=torch.long, device=r.a.device)
@@ -574,9 +598,17 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
     if not bool(bad.any()):
         return clause, code, clause2, code2, factor, reference, ok
     todo = bad.clone()
+    casts = _casts(r.w, case.scores.dtype)
 
     def close_to(alt):
-        return weights_close(r.w, alt, c).all(1)
+        # The counterfactual as it is, or rounded to a dtype the row's weights may have been cast to. Rounded, only
+        # where it lies beyond two of that dtype's ULPs of the reference: a router computing in bf16 is that far
+        # off by itself, and a renormalization of a sum within bf16 rounding of 1 is no evidence of the flag.
+        hit = weights_close(r.w, alt, c).all(1)
+        for dtype, rows_cast in casts:
+            far = ~torch.isclose(alt, reference, rtol=2 * torch.finfo(dtype).eps, atol=c.weight_atol, equal_nan=True).all(1)
+            hit |= rows_cast & far & weights_close(r.w, alt.to(dtype).float(), c).all(1)
+        return hit
 
     def differs(alt):
         return ~weights_close(alt, reference, c).all(1)
@@ -593,6 +625,10 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
             factor[hit] = by[hit] if isinstance(by, torch.Tensor) else by
         todo &= ~hit
 
+    # The contract's own weights, cast: first, so no rule claims a row only because rounding made it look broken
+    # (bf16 top-1 weights round to the 1.0 a renormalized one has; bf16 top-2 ones can sum to exactly 1/2).
+    for dtype, rows_cast in casts:
+        assign(rows_cast & weights_close(r.w, reference.to(dtype).float(), c).all(1), "weight_accuracy", _CAST_CODE[dtype])
     total = chosen.sum(1)
     if renormalize and c.renormalize != "raw":
         # A sum the contract's guard (or epsilon) does not divide by, divided by anyway: NaN or inf weights.

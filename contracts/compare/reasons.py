@@ -34,6 +34,8 @@ _FIXED = {
     A.R_SOFTMAX_OF_CHOSEN: "weights are a softmax over the k chosen logits, not over all experts",
     A.R_SOFTMAX_OF_ALL: "weights are a softmax over all experts, not over the k chosen logits",
     A.R_ACCURACY: "weights differ beyond the contract's tolerance",
+    A.R_CAST_BF16: "weights are the contract's rounded to bf16 (the weights were cast to bf16)",
+    A.R_CAST_FP16: "weights are the contract's rounded to fp16 (the weights were cast to fp16)",
     A.R_SCALE_IGNORED: "weights are not multiplied by the chosen experts' per-expert weight scale",
     A.R_SCALE_BEFORE_RENORM: "the per-expert weight scale was applied before renormalizing, not after",
     A.R_SCALE_BY_SLOT: "the per-expert weight scale was taken by output slot, not by the chosen expert's id",

@@ -497,3 +497,89 @@ def test_the_shared_slot_is_compared(edit, clause, reason):
     assert out.verdict_counts["mismatch"] == 3 and set(out.clause_rows) == {clause}, (out.clause_rows, out.rows_detail)
     assert reason in out.rows_detail[0]["reason"], out.rows_detail[0]
     assert compare_case(case, exp, (w[:, :8], ids[:, :8]), SHARED, deviations={}).clause_rows == {"validity": 3}  # no slot at all
+
+
+# ---------------------------------------------------------------- weights cast to a 16-bit dtype (issue 35's hf-jamba)
+# A model's code that casts the weights back to the logits' bf16 gives the contract's weights rounded: that is a
+# cast (weight_accuracy, which such a candidate declares), even on rows where the rounding makes them look like
+# another rule. The other way stays closed: a rule really broken keeps its name with bf16 weights too.
+
+
+def _jamba_row_460():
+    """hf-jamba's row 460 of random_bf16:845177620:1024: its bf16 top-2 weights sum to exactly 1/2."""
+    from contracts.cases import build_case
+    from contracts.cases.plan import admitted_fields
+
+    c = oracle.get_contract("jamba")
+    whole = build_case(CaseSpec("random_bf16", 845177620, 1024, c.experts, c.topk, bias=False, **admitted_fields(c.admitted_options())))
+    return Case(CaseSpec("unit", 0, 1, c.experts, c.topk), whole.scores[460:461], None, whole.renormalize, whole.routed_scaling_factor)
+
+
+def _llama4_near_one():
+    """bf16 top-1 logits whose sigmoid is above 1 - 2^-9: cast to bf16, the weight is exactly 1.0."""
+    x = torch.full((4, 16), -1.0)
+    x[:, 3] = torch.tensor([6.5, 7.0, 8.0, 12.0])
+    return _case(x.to(torch.bfloat16), None, 1, renormalize=False)
+
+
+def _bf16_case(contract, rows=64, renormalize=True, rsf=1.0):
+    c = oracle.get_contract(contract)
+    x, b = _random(rows=rows, experts=c.experts, seed=11)
+    return _case(x.to(torch.bfloat16), b if c.has_bias else None, c.topk, renormalize=renormalize, rsf=rsf,
+                 groups=(c.n_group, c.topk_group) if c.is_grouped else (1, 1))  # fmt: skip
+
+
+def _bf16(w):
+    return w.to(torch.bfloat16).float()
+
+
+@pytest.mark.parametrize("contract, make", [
+    ("jamba", _jamba_row_460),
+    ("llama4", _llama4_near_one),
+    ("qwen3-moe", lambda: _bf16_case("qwen3-moe")),
+    ("deepseek-v3", lambda: _bf16_case("deepseek-v3", rsf=2.5)),
+    # fp32 logits, weights that all lie in bf16: the candidate's own dtype
+    ("qwen3-moe", lambda: _case(_random(rows=64, experts=128, seed=12)[0], None, 8)),
+])  # fmt: skip
+def test_weights_rounded_to_the_logits_dtype_are_a_cast(contract, make):
+    c = oracle.get_contract(contract)
+    case = make()
+    exp, w, ids = _answer(case, contract)
+    if contract == "jamba":  # the row the attribution once named renormalized, then divided by k
+        assert _bf16(w).sum().item() == 0.5 and not torch.equal(_bf16(w), w)
+    if contract == "llama4":
+        assert (_bf16(w) == 1.0).all() and (w < 1.0).all()
+    out = compare_case(case, exp, (_bf16(w), ids), c, deviations={})
+    assert out.verdict_counts["mismatch"] >= 1 and set(out.clauses_broken) == {"weight_accuracy"}, (out.clauses_broken, out.rows_detail)
+    assert all("rounded to bf16" in d["reason"] for d in out.rows_detail), out.rows_detail
+    # declared, the cast passes (hf-jamba and hf-llama4 declare weight_accuracy and nothing of renormalization)
+    declared = compare_case(case, exp, (_bf16(w), ids), c, deviations={"weight_accuracy": "cast"})
+    assert declared.verdict_counts["mismatch"] == 0, declared.clauses_broken
+
+
+def _own(contract, case, ids, renormalize, rsf):
+    """The contract's weights of ``ids`` with another renormalize flag or factor (fp32)."""
+    scores = expected_for(case, oracle.get_contract(contract)).values(torch.arange(case.spec.rows)).scores
+    return oracle.weights_from(scores.gather(1, ids.long()), contract=contract, renormalize=renormalize,
+                               routed_scaling_factor=rsf, logits_dtype=case.scores.dtype)  # fmt: skip
+
+
+@pytest.mark.parametrize("contract, rsf, broken, clause", [
+    ("qwen3-moe", 1.0, lambda w, ids, case: _bf16(w) / ids.shape[1], "scaling"),  # cast, then divided by k
+    ("qwen3-moe", 1.0, lambda w, ids, case: _bf16(w / ids.shape[1]), "scaling"),  # divided by k, then cast
+    ("jamba", 1.0, lambda w, ids, case: _bf16(w) / ids.shape[1], "scaling"),
+    ("deepseek-v3", 2.5, lambda w, ids, case: _bf16(w * 2.5), "scaling"),  # the factor twice
+    ("deepseek-v3", 2.5, lambda w, ids, case: _bf16(w / 2.5), "scaling"),  # no factor
+    ("qwen3-moe", 1.0, lambda w, ids, case: _bf16(_own("qwen3-moe", case, ids, False, 1.0)), "renormalization"),
+    ("deepseek-v3", 2.5, lambda w, ids, case: _bf16(_own("deepseek-v3", case, ids, False, 2.5)), "renormalization"),
+    ("llama4", 1.0, lambda w, ids, case: _bf16(_own("llama4", case, ids, True, 1.0)), "renormalization"),  # top-1: all 1.0
+])  # fmt: skip
+def test_a_weight_rule_broken_in_bf16_keeps_its_name(contract, rsf, broken, clause):
+    c = oracle.get_contract(contract)
+    renormalize = contract != "llama4" and contract != "jamba"
+    case = _bf16_case(contract, renormalize=renormalize, rsf=rsf) if contract != "llama4" else _case(
+        _random(rows=64, experts=16, seed=3)[0].to(torch.bfloat16), None, 1, renormalize=False)
+    exp, w, ids = _answer(case, contract)
+    out = compare_case(case, exp, (broken(w, ids, case), ids), c, deviations={"weight_accuracy": "a bf16 cast"})
+    assert out.verdict_counts["mismatch"] >= case.spec.rows // 2, (out.verdict_counts, out.clauses_broken)
+    assert max(out.clause_rows, key=out.clause_rows.get) == clause, (out.clause_rows, out.rows_detail[:2])

@@ -8,6 +8,8 @@ breaks one thing a kernel engineer could get wrong, so a check must blame that o
 - ``bias_in_weight``: glm4-moe's weights built from sig(x) + bias -> bias_in_weight
 - ``scaled_before_renorm``: dots1 scaling first, then renormalizing (the factor cancels) -> scaling
 - ``divided_by_k``: qwen3-next's weights divided by k -> scaling
+- ``bf16_divided_by_k``: qwen3-moe's weights (cast back to bf16 logits' dtype) divided by k -> scaling, not the
+  cast's weight_accuracy
 - ``expert_scale_ignored``: gemma4's router called without the case's per-expert weight scale (its parameter
   keeps the initial ones) -> scaling
 """
@@ -19,6 +21,7 @@ import torch
 from kernels.models import route_for
 
 _QWEN3_NEXT = route_for("qwen3-next")
+_QWEN3_MOE = route_for("qwen3-moe")
 _GRANITE = route_for("granite-moe")
 _DSV2 = route_for("deepseek-v2")
 _GLM4 = route_for("glm4-moe")
@@ -62,6 +65,11 @@ def scaled_before_renorm(scores, bias, topk, renormalize=True, routed_scaling_fa
 
 def divided_by_k(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, **groups):
     w, ids = _QWEN3_NEXT(scores, bias, topk, renormalize, routed_scaling_factor, **groups)
+    return w / topk, ids
+
+
+def bf16_divided_by_k(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, **groups):
+    w, ids = _QWEN3_MOE(scores, bias, topk, renormalize, routed_scaling_factor, **groups)
     return w / topk, ids
 
 
