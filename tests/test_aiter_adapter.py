@@ -367,6 +367,7 @@ CLEAN = "random_bf16,random_fp32,bf16_near_ties,all_equal,tie_pool_straddle,tie_
 DEGENERATE = "nan_dense,nan_neg_inf_bias,few_valid,zero_sum,subnormal"
 
 
+@pytest.mark.slow  # a matrix of the adapter and the oracle: ~9 s
 def test_dispatch_consistency_is_red_only_where_aiter_deviates(standin, tmp_path):
     # The oracle stands in for radix4 (which claims the contract exactly): radix4 --against aiter.
     code, s, out = _check(tmp_path / "degenerate", ["--candidate", "oracle", "--against", ON_CPU, "--families", DEGENERATE, "--rows", "300"])

@@ -35,6 +35,7 @@ def test_a_capped_candidate_gets_bulk_cases_in_slices_and_every_row_is_checked(t
     assert any(f.rows > 16_000 for f in s.families.values())
 
 
+@pytest.mark.slow  # a failing check of bulk cases and its replay: ~8 s
 def test_mismatches_at_slice_ends_are_found_and_their_bulk_replay_line_reruns_the_case(tmp_path):
     s = _check("wrong_last_row", tmp_path)
     assert s.status is Status.FAIL and s.mismatched_rows > 0
@@ -50,6 +51,7 @@ def test_mismatches_at_slice_ends_are_found_and_their_bulk_replay_line_reruns_th
     assert again.status is Status.FAIL and again.mismatched_rows == 17  # rows 999, 1999, ..., 15999 and 16383
 
 
+@pytest.mark.slow  # a failing check of bulk cases: ~5 s
 def test_a_malformed_slice_is_a_validity_mismatch_naming_the_slice(tmp_path):
     s = _check("ragged", tmp_path, family="inf_logits")  # a family without pinned cases: the first calls are the sliced bulk ones
     assert s.status is Status.FAIL and s.clauses.get("validity", 0) > 0

@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve().relative_to(ROOT).as_posix()
@@ -164,6 +166,7 @@ def _named_commands() -> dict[tuple[str, ...], str]:
     return out
 
 
+@pytest.mark.slow  # every documented command line parsed in a fresh interpreter: ~30 s of CPU
 def test_named_commands_parse():
     commands = _named_commands()
     assert ("contracts", "check") in commands, f"the command extractor found no 'python -m contracts check': {sorted(commands)}"

@@ -74,6 +74,7 @@ def route(scores, bias, topk, renormalize, routed_scaling_factor):
 '''
 
 
+@pytest.mark.slow  # a pytest run of the conformance suite in a subprocess, its check in a worker: ~18 s
 def test_an_unsorted_router_with_nan_weights_fails_the_renorm_guard_conformance_test(tmp_path):
     """Before: its rows were blamed output_order only and their weights never checked, so
     ``test_renorm_guard[zero_sum]`` passed."""

@@ -84,6 +84,7 @@ def test_a_deterministic_static_buffer_candidate_still_passes():
 # ---------------------------------------------------------------- item 5: attacks on the harness's process
 
 
+@pytest.mark.slow  # a check as a command in a subprocess: ~6 s
 def test_os_exit_in_process_is_an_error_and_a_non_zero_exit(tmp_path):
     """Before: ``os._exit(0)`` inside the candidate ended the harness with exit 0, no output and no bundle."""
     out = tmp_path / "bundle"
@@ -142,6 +143,7 @@ def test_a_keyboard_interrupt_raised_by_the_candidate_is_its_error_not_a_stop(tm
     assert s["rows_checked"] == 100 + 128 and s["raised_rows"] == 100 + 128  # every case ran, the two pinned bias-dtype cases too
 
 
+@pytest.mark.slow  # a check as a command in a subprocess with a worker: ~9 s
 def test_a_thread_writing_into_the_outputs_does_not_abort_the_process(tmp_path):
     """Before: the candidate's thread, still inside torch at interpreter shutdown, aborted the process
     ("terminate called without an active exception", exit 134) after the bundle was written."""
@@ -156,6 +158,7 @@ def test_a_thread_writing_into_the_outputs_does_not_abort_the_process(tmp_path):
 # ---------------------------------------------------------------- item 15: torch.compile falling back to eager
 
 
+@pytest.mark.slow  # torch.compile of a router: ~6 s
 def test_torch_compile_recompiles_and_the_eager_fallback_are_in_the_summary_notes(tmp_path, capsys):
     """Before: dynamo silently ran the function eagerly after its recompile limit; the summary said nothing."""
     out = tmp_path / "compiled"

@@ -348,6 +348,7 @@ def real_bundles(tmp_path_factory) -> dict[str, Path]:
     return {name: out / name for name in ("aiter-model", "torch-native")}
 
 
+@pytest.mark.slow  # a check per candidate with its HTML page: ~7 s each
 @pytest.mark.parametrize("name", ["aiter-model", "torch-native"])
 def test_html_per_family_counts_equal_the_summary(real_bundles, name):
     bundle = real_bundles[name]

@@ -42,6 +42,7 @@ def _summary(acceptance, module):
     return acceptance[2][f"tests.planted.{module}:route"]
 
 
+@pytest.mark.slow  # waits out a hung worker's timeout and starts four workers: ~20 s
 def test_one_command_with_a_crash_a_hang_and_healthy_candidates_completes_and_exits_1(acceptance):
     code, out, summaries, _ = acceptance
     assert code == 1

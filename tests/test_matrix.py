@@ -92,6 +92,7 @@ def report(bundle):
     return read_matrix(bundle)
 
 
+@pytest.mark.slow  # a matrix of three candidates in workers, then the page and the heatmap: ~15 s
 def test_bundle_holds_the_json_the_heatmap_the_page_and_the_table(bundle, report):
     assert {p.name for p in bundle.iterdir()} == {"matrix.json", "matrix.png", "matrix.html", "matrix.txt"}
     png = (bundle / "matrix.png").read_bytes()
@@ -163,6 +164,7 @@ def test_page_escapes_names_and_loads_nothing(bundle):
     assert 'src="data:image/png;base64,' in page
 
 
+@pytest.mark.slow  # a matrix whose candidate crashes its worker: ~7 s
 def test_a_crashing_candidate_is_a_reported_error_and_the_others_go_on(tmp_path):
     crashing = "tests.planted.segfault:route"
     code, stdout, _ = _quiet(matrix.main, ["--candidate", f"oracle,{crashing},torch-native", "--rows", "300", "--families", FAMILIES,
@@ -192,6 +194,7 @@ def test_grouped_matrix_shows_the_engines_group_masks(tmp_path):
 # ---------------------------------------------------------------- prefill/decode
 
 
+@pytest.mark.slow  # a split matrix of two candidates: ~5 s
 def test_split_counts_the_tokens_whose_routing_changes_across_the_split(tmp_path):
     code, stdout, _ = _quiet(matrix.main, ["--split", "batch-dependent:batch-dependent@64", "--rows", "400", "--families", FAMILIES,
                                            "--device", "cpu", "--out", str(tmp_path / "a"), "--quiet"])  # fmt: skip

@@ -36,6 +36,7 @@ def runs(tmp_path_factory):
     return root, full, shards
 
 
+@pytest.mark.slow  # three checks (two shards and the whole) and the merge: ~13 s
 def test_merged_shards_match_one_unsharded_run(runs, capsys):
     root, full, shards = runs
     assert merge.main([str(root / "merged"), *map(str, shards)]) == 0
@@ -79,6 +80,7 @@ def test_shards_that_do_not_belong_together_are_refused(runs, tmp_path, capsys):
         ("max_weight_ulp", 10**400, "field max_weight_ulp: 100000000000... (401 digits) is out of range for a number"),
     ],
 )
+@pytest.mark.slow  # sharded checks for each field: ~11 s
 def test_counts_out_of_range_get_one_line_naming_the_field(runs, tmp_path, capsys, field, value, says):
     # Issue 32 item 13: a summary with rows_checked = 10**400 ended merge in an OverflowError traceback.
     import shutil
@@ -94,6 +96,7 @@ def test_counts_out_of_range_get_one_line_naming_the_field(runs, tmp_path, capsy
     assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.slow  # two sharded checks and their merge: ~13 s
 def test_shards_whose_sum_leaves_the_range_are_refused(runs, tmp_path, capsys):
     import shutil
 
@@ -110,6 +113,7 @@ def test_shards_whose_sum_leaves_the_range_are_refused(runs, tmp_path, capsys):
     assert "rows_checked add up to" in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # sharded checks of two candidates: ~6 s
 def test_multi_candidate_shards_merge_per_candidate(tmp_path):
     shards = [_check(tmp_path / f"s{i}", "--shard", f"{i}/2", candidate="oracle,radix4") for i in (1, 2)]
     assert merge.main([str(tmp_path / "merged"), *map(str, shards)]) == 0

@@ -25,6 +25,7 @@ def _parse_utc(text):
     return dt.datetime.fromisoformat(text[:-1] + "+00:00")
 
 
+@pytest.mark.slow  # a nightly run with its upload: ~7 s
 def test_nightly_writes_uploads_and_compares(tmp_path, capsys):
     out, store = tmp_path / "n", tmp_path / "store"
     assert _run(out, "--upload", f"file://{store}") == 0
@@ -72,6 +73,7 @@ def test_nightly_writes_uploads_and_compares(tmp_path, capsys):
     assert "No regression." in capsys.readouterr().out
 
 
+@pytest.mark.slow  # two nightly runs: ~10 s
 def test_a_regression_against_the_previous_bundle_sets_the_exit_code(tmp_path):
     out = tmp_path / "n"
     assert _run(out, candidates="oracle") == 0
@@ -155,6 +157,7 @@ def test_junit_failures_crashes_and_declared_deviations(tmp_path):
 # ---------------------------------------------------------------- issue 22: a stopped nightly
 
 
+@pytest.mark.slow  # a nightly in a subprocess, signalled mid-run: ~12 s
 def test_sigterm_to_a_running_nightly_exits_143_and_every_record_says_interrupted(tmp_path):
     """Before: a nightly stopped with SIGTERM exited 0 (even with --fail-on failure), the interrupted check
     was missing from the totals, JUnit showed 0 failures and diff said pass -> interrupted was no regression."""
@@ -214,6 +217,7 @@ class _CutOff:
         return self._fs.pipe_file(path, data, **kw)
 
 
+@pytest.mark.slow  # two nightly runs: ~5 s
 def test_the_next_nightly_resumes_an_interrupted_upload_and_lists_the_ones_it_cannot(tmp_path, monkeypatch, capsys):
     """Before: an upload cut off half-way was never listed, and a retry was refused as "exists"."""
     from contracts.reports import upload

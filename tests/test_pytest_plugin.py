@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import oracle
 from contracts.pytest_plugin import _check_has_option
 
@@ -59,6 +61,7 @@ def test_every_clause_has_a_conformance_test():
     assert any(n.startswith("group_") for n in names)
 
 
+@pytest.mark.slow  # a pytest run in a subprocess with its check in a worker: ~10 s
 def test_the_oracle_conforms_and_the_header_names_it(tmp_path):
     code, out = _pytest(tmp_path, *SUITE, "--candidate", "oracle", "--rows", "8", "--max-batch", "2")
     assert code == 0, out
@@ -71,6 +74,7 @@ def test_the_oracle_conforms_and_the_header_names_it(tmp_path):
     assert re.search(rf"\b{clauses * families + 1} passed in\b", out), out
 
 
+@pytest.mark.slow  # a pytest run in a subprocess with its check: ~14 s
 def test_a_broken_tie_order_fails_the_tie_order_tests_only(tmp_path):
     (tmp_path / "broken_router.py").write_text(textwrap.dedent(BROKEN))
     fast = ["--no-isolate"] if _check_has_option("--isolate") else []
@@ -84,6 +88,7 @@ def test_a_broken_tie_order_fails_the_tie_order_tests_only(tmp_path):
     assert "replay: python -m contracts.check --candidate broken_router:route --contract aiter" in out
 
 
+@pytest.mark.slow  # a pytest run in a subprocess with its check: ~6 s
 def test_k_selects_the_tie_order_tests(tmp_path):
     code, out = _pytest(tmp_path, *SUITE, "--candidate", "oracle", "-k", "tie_order", "--collect-only", "-q")
     assert code == 0, out
@@ -95,6 +100,7 @@ def test_k_selects_the_tie_order_tests(tmp_path):
     assert len(ids) == len(families_for(oracle.get_contract("aiter"))) and all("test_tie_order[" in i for i in ids)
 
 
+@pytest.mark.slow  # a pytest run in a subprocess with its check in a worker: ~13 s
 def test_one_check_serves_every_test_and_its_verdict_is_the_checks(tmp_path):
     """A router that raises on every call fails its tests (it used to get "10 passed"); one check ran for all of them."""
     (tmp_path / "raising_router.py").write_text("def route(*args, **kwargs):\n    raise RuntimeError('no')\n")
@@ -106,12 +112,14 @@ def test_one_check_serves_every_test_and_its_verdict_is_the_checks(tmp_path):
     assert len(list((tmp_path / "t").rglob("summary.json"))) == 1  # one check for the whole session
 
 
+@pytest.mark.slow  # a pytest run in a subprocess with its check: ~7 s
 def test_a_grouped_contract_gets_its_group_tests(tmp_path):
     code, out = _pytest(tmp_path, *SUITE, "--candidate", "oracle", "--contract", "deepseek-v3", "-k", "group_", "--collect-only", "-q")
     assert code == 0, out
     assert "test_group_" in out, out
 
 
+@pytest.mark.slow  # three pytest runs in subprocesses: ~15 s
 def test_without_a_candidate_the_suite_skips_saying_how(tmp_path):
     code, out = _pytest(tmp_path, *SUITE, "-q", "-rs", "-k", "all_equal")
     assert code == 0, out

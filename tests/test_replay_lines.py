@@ -77,6 +77,7 @@ def test_library_checks_use_the_origin_for_the_candidate_and_against():
     assert result.summary.against == "Other shown"
 
 
+@pytest.mark.slow  # a check and its replay as commands: ~5 s
 def test_a_module_from_outside_the_current_directory_gets_pythonpath_and_replays_from_elsewhere(tmp_path, monkeypatch, capsys):
     src = tmp_path / "src"
     src.mkdir()

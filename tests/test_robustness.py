@@ -172,6 +172,7 @@ def _assert_complete_interrupted_bundle(out):
     return s
 
 
+@pytest.mark.slow  # a check in a subprocess, signalled mid-run: ~6 s each
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_leaves_an_interrupted_bundle_with_what_ran(tmp_path, sig, code):
     out = tmp_path / "bundle"

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -108,6 +109,7 @@ def test_cutoff_pool_straddles_the_cutoff(data):
     assert higher < topk < higher + tied
 
 
+@pytest.mark.slow  # a search at its default settings: ~11 s
 def test_torch_native_with_default_settings_breaks_only_what_it_declares(tmp_path, capsys):
     """Issue 23 item 3: torch.topk takes the lower index where two ranking values are bit-identical (x equal,
     bias -0.0 against +0.0): that is tie_order, which torch-native declares, not signed_zero; and its unguarded

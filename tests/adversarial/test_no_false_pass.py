@@ -31,6 +31,7 @@ def _cli(*args, timeout=300):
 # ---------------------------------------------------------------- PASS needs evidence
 
 
+@pytest.mark.slow  # two checks as commands in subprocesses, each with a worker: ~12 s
 def test_a_check_of_zero_rows_is_not_covered_and_exits_5(tmp_path):
     code, out = _cli("check", "--candidate", f"{ADV}:serves_nothing", "--families", "random_fp32,strided", "--rows", "40",
                      "--max-batch", "2", "--out", str(tmp_path / "a"), "--quiet")  # fmt: skip
@@ -80,6 +81,7 @@ def test_check_plan_prints_what_a_run_covers_without_running():
     assert "from ROUTER_CONTRACTS_MAX_BATCH" not in out, out
 
 
+@pytest.mark.slow  # three commands in subprocesses: ~9 s
 def test_the_environment_sets_the_default_sweep_and_says_so(monkeypatch):
     from contracts.cases.plan import MAX_BATCH_ENV
 
