@@ -32,7 +32,7 @@ import kernels.radix4.serial as radix4_serial
 import kernels.radix4.serial_pdl as radix4_serial_pdl
 from kernels.serial import scan
 from reference import serial_row
-from test_radix4_build import ONE_PATH_LAUNCHES, SHAPE_IDS, SHAPE_PARAMS, _build_emulation, emulated_route, emulated_sigmoid
+from test_radix4_build import ONE_PATH_LAUNCHES, sm90_build, SHAPE_IDS, SHAPE_PARAMS, _build_emulation, emulated_route, emulated_sigmoid
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
@@ -215,10 +215,11 @@ def test_without_a_gpu_every_module_says_why_in_one_line():
             assert ok is False and why and "\n" not in why and "GPU" in why
 
 
-@pytest.mark.slow  # compiles the kernel for sm_90 with nvcc (tens of seconds, not cached)
+@pytest.mark.slow  # compiles the kernel for sm_90 with nvcc (tens of seconds; the spill test's compile, shared)
 @needs_nvcc
 def test_serial_cuda_source_builds_for_sm90_and_its_abi_checks_arguments():
-    lib = ctypes.CDLL(str(radix4_serial.build(arch="sm_90")))
+    assert radix4.cuda_source("serial").name == "radix4_serial.cu"  # the unit radix4_serial.build compiles
+    lib = ctypes.CDLL(str(sm90_build("serial").library))
     fn = lib.radix4_serial_route
     p, i, i64, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
     fn.argtypes, fn.restype = [p, i, i64, p, i, i64, i, i, i, f, p, p, p], i
