@@ -57,6 +57,7 @@ def test_one_command_with_a_crash_a_hang_and_healthy_candidates_completes_and_ex
     assert summaries["tests.planted.healthy:route"]["rows_checked"] == summaries["oracle"]["rows_checked"]
 
 
+@pytest.mark.slow  # reads the module's one command (every planted candidate in its worker, a hang waited out): ~20 s, paid by the first
 def test_segfault_is_an_error_with_the_signal_the_case_and_the_stack(acceptance):
     s = _summary(acceptance, "segfault")
     err = s["error"]
@@ -69,6 +70,7 @@ def test_segfault_is_an_error_with_the_signal_the_case_and_the_stack(acceptance)
     assert report.startswith("# ERROR") and "SIGSEGV" in report
 
 
+@pytest.mark.slow  # reads the module's one command (every planted candidate in its worker, a hang waited out): ~20 s, paid by the first
 def test_hang_is_killed_after_the_timeout_and_shows_where_it_hung(acceptance):
     s = _summary(acceptance, "hang")
     assert s["status"] == "error" and s["error"]["kind"] == "timeout"
@@ -76,23 +78,27 @@ def test_hang_is_killed_after_the_timeout_and_shows_where_it_hung(acceptance):
     assert "hang.py" in s["error"]["stderr_tail"]
 
 
+@pytest.mark.slow  # reads the module's one command (every planted candidate in its worker, a hang waited out): ~20 s, paid by the first
 def test_abort_is_an_error_with_sigabrt(acceptance):
     s = _summary(acceptance, "abort")
     assert s["status"] == "error" and s["error"]["kind"] == "crash" and "SIGABRT" in s["error"]["message"]
     assert s["rows_checked"] == 1
 
 
+@pytest.mark.slow  # reads the module's one command (every planted candidate in its worker, a hang waited out): ~20 s, paid by the first
 def test_running_out_of_memory_is_an_error_not_a_finding(acceptance):
     s = _summary(acceptance, "oom")
     assert s["status"] == "error" and s["error"]["kind"] == "out_of_memory"
     assert "allocate" in s["error"]["message"]
 
 
+@pytest.mark.slow  # reads the module's one command (every planted candidate in its worker, a hang waited out): ~20 s, paid by the first
 def test_sys_exit_inside_a_candidate_is_an_error(acceptance):
     s = _summary(acceptance, "exits")
     assert s["status"] == "error" and s["error"]["kind"] == "exit"
 
 
+@pytest.mark.slow  # reads the module's one command (every planted candidate in its worker, a hang waited out): ~20 s, paid by the first
 def test_outputs_on_the_wrong_device_are_a_validity_finding(acceptance, tmp_path):
     s = _summary(acceptance, "wrong_device")
     assert s["status"] == "fail" and s["clauses"]["validity"] == s["rows_checked"] == ROWS + 128
@@ -106,6 +112,7 @@ def test_outputs_on_the_wrong_device_are_a_validity_finding(acceptance, tmp_path
     assert not local["isolated"] and s["isolated"]
 
 
+@pytest.mark.slow  # reads the module's one command (every planted candidate in its worker, a hang waited out): ~20 s, paid by the first
 def test_isolated_and_in_process_runs_give_the_same_counts(acceptance, tmp_path):
     isolated = _summary(acceptance, "healthy")
     out = tmp_path / "in-process"
@@ -115,6 +122,7 @@ def test_isolated_and_in_process_runs_give_the_same_counts(acceptance, tmp_path)
         assert local[key] == isolated[key], key
 
 
+@pytest.mark.slow  # reads the module's one command (every planted candidate in its worker, a hang waited out): ~20 s, paid by the first
 def test_the_parent_never_imports_an_isolated_candidate(acceptance):
     assert acceptance[3] == set()
 

@@ -102,6 +102,7 @@ def test_bundle_holds_the_json_the_heatmap_the_page_and_the_table(bundle, report
     assert data["kind"] == "router-contracts-matrix" and data["contract"] == "aiter"
 
 
+@pytest.mark.slow  # reads the module's matrix of six candidates in workers: ~18 s, paid by the first
 def test_every_pair_and_every_candidate_against_the_oracle(report):
     names = [m.name for m in report.candidates]
     assert len(report.pairs) == len(names) * (len(names) - 1) // 2
@@ -118,6 +119,7 @@ def test_every_pair_and_every_candidate_against_the_oracle(report):
     assert report.member(HOSTILE).status.value == "fail"
 
 
+@pytest.mark.slow  # reads the module's matrix of six candidates in workers: ~18 s, paid by the first
 def test_a_differing_pair_shows_rows_side_by_side_with_a_replay_line(report):
     pair = report.pair("aiter-model", HOSTILE)
     assert pair.rows_differing and pair.examples
@@ -128,6 +130,7 @@ def test_a_differing_pair_shows_rows_side_by_side_with_a_replay_line(report):
     assert pair.oracle_agrees is not None and sum(vars(pair.oracle_agrees).values()) == pair.rows_differing
 
 
+@pytest.mark.slow  # reads the module's matrix of six candidates in workers: ~18 s, paid by the first
 def test_candidates_that_cannot_run_say_why(report):
     radix = report.member("sglang-radix")
     assert radix.status.value == "unavailable" and "cuda" in radix.reason
@@ -137,6 +140,7 @@ def test_candidates_that_cannot_run_say_why(report):
         assert report.member(name).status.value == "unavailable" and report.member(name).reason == why
 
 
+@pytest.mark.slow  # reads the module's matrix of six candidates in workers: ~18 s, paid by the first
 def test_engine_adapters_run_isolated_and_agree_with_their_declarations(report):
     here, missing = _engines_here()
     if not here:
@@ -149,6 +153,7 @@ def test_engine_adapters_run_isolated_and_agree_with_their_declarations(report):
         assert vs.declared_rows == vs.rows_differing - vs.near_tie_rows > 0
 
 
+@pytest.mark.slow  # reads the module's matrix of six candidates in workers: ~18 s, paid by the first
 def test_the_table_reads_like_the_matrix(report):
     table = render_matrix_table(report)
     assert "oracle (aiter)" in table and "sglang-radix" in table and "UNAVAILABLE" in table
@@ -156,6 +161,7 @@ def test_the_table_reads_like_the_matrix(report):
     assert f"{first.rows_differing:,} (" in table
 
 
+@pytest.mark.slow  # reads the module's matrix of six candidates in workers: ~18 s, paid by the first
 def test_page_escapes_names_and_loads_nothing(bundle):
     page = (bundle / "matrix.html").read_text()
     assert HOSTILE not in page and "&lt;script&gt;window.__pwned=1&lt;/script&gt;planted" in page
@@ -247,6 +253,7 @@ def test_usage_errors_are_one_line(args, needle, tmp_path):
 # ---------------------------------------------------------------- in a browser
 
 
+@pytest.mark.slow  # the module's matrix and a headless chromium
 def test_page_and_heatmap_in_headless_chromium(bundle, tmp_path):
     from selenium.webdriver.common.by import By
 

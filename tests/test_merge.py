@@ -53,6 +53,7 @@ def test_merged_shards_match_one_unsharded_run(runs, capsys):
     assert "shards 1/3, 2/3, 3/3" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # reads the module's three sharded checks and the whole: ~14 s, paid by the first
 def test_shards_that_do_not_belong_together_are_refused(runs, tmp_path, capsys):
     root, full, shards = runs
     assert merge.main([str(tmp_path / "m1"), str(shards[0]), str(shards[1])]) == 2
