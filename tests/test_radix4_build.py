@@ -477,6 +477,7 @@ struct EmuLanes {
     static bool any(bool p) { return exchange(p, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t |= s[i]; return t; }) != 0; }
     static constexpr float kReciprocalLimit = 0x1p126f;  // as on CUDA, so the redo path runs here too
     static float reciprocal(float y) { return 1.0f / y; }
+    static double pow2(int n) { const uint64_t u = static_cast<uint64_t>(n + 1023) << 52; double d; std::memcpy(&d, &u, 8); return d; }
     template <class F> static uint64_t exchange(uint64_t v, F f) {
         uint64_t* mine = slot[group()];
         mine[lane()] = v; sync(); const uint64_t r = f(mine); sync(); return r;
@@ -685,10 +686,29 @@ extern "C" int emu_route(int contract, int lanes, int block, const void* s, int 
     return rc != 0 ? rc : emu_deadlocked ? 6 : 0;  // 6: some lanes never reached a barrier the others wait at
 }
 
+// The model contracts' score as the kernel computes it (four a call): 2 the
+// sigmoid, 4 sqrt(softplus(x)); 12 and 14 the same through libm alone.
 extern "C" void emu_score(int contract, const float* x, float* out, int64_t n) {
+    for (int64_t k = 0; k < n; k += 4) {
+        float in[4] = {0.0f, 0.0f, 0.0f, 0.0f}, r[4];
+        for (int i = 0; i < 4 && k + i < n; ++i) in[i] = x[k + i];
+        if (contract == 4) radix4::contract_scores4<radix4::ModelContract, EmuLanes<32>, true>(in, r);
+        if (contract == 2) radix4::contract_scores4<radix4::ModelContract, EmuLanes<32>, false>(in, r);
+        for (int i = 0; i < 4; ++i) {
+            if (contract == 12) r[i] = radix4::rounded_sigmoid(in[i]);
+            if (contract == 14) r[i] = radix4::sqrt_softplus(in[i]);
+        }
+        for (int i = 0; i < 4 && k + i < n; ++i) out[k + i] = r[i];
+    }
+}
+
+// The fast float64 forms alone, and whether each decided its value (sure).
+extern "C" void emu_fast_score(int sqrt_softplus, const float* x, float* out, uint8_t* sure, int64_t n) {
     for (int64_t k = 0; k < n; ++k) {
-        out[k] = contract == 4 ? radix4::exact_score<radix4::ModelContract, EmuLanes<32>, true>(x[k])
-                               : radix4::exact_score<radix4::ModelContract, EmuLanes<32>, false>(x[k]);
+        bool ok;
+        out[k] = sqrt_softplus ? radix4::fast64::sqrt_softplus<EmuLanes<32>>(x[k], ok)
+                               : radix4::fast64::sigmoid<EmuLanes<32>>(x[k], ok);
+        sure[k] = ok;
     }
 }
 
@@ -736,6 +756,7 @@ def _build_emulation(tmp_path_factory, rank_max=None, defines=(), launches=None)
     lib.emu_route.restype = i
     lib.emu_sigmoid.argtypes = [i, p, p, i64]
     lib.emu_score.argtypes = [i, p, p, i64]
+    lib.emu_fast_score.argtypes = [i, p, p, p, i64]
     lib.emu_hook_counts.argtypes = [p]
     lib.emu_path_counts.argtypes = [p, i]
     return lib

@@ -267,3 +267,45 @@ def test_every_rule_names_an_entry_and_the_candidate_serves_them():
         assert set(c.contracts) == set(radix4.MODEL_RULES) and c.contract == "aiter"
         assert callable(c.route_under("deepseek-v3"))
     assert not get_candidate("radix4-serial").covers(rows=1, experts=256, topk=8, dtype=torch.bfloat16, bias_dtype=torch.float32)
+
+
+def _fast_scores(lib, x: torch.Tensor, sqrt_softplus: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    x = x.float().contiguous()
+    out, sure = torch.empty_like(x), torch.empty(x.shape, dtype=torch.uint8)
+    lib.emu_fast_score(int(sqrt_softplus), x.data_ptr(), out.data_ptr(), sure.data_ptr(), x.numel())
+    return out, sure.bool()
+
+
+def _libm_scores(lib, x: torch.Tensor, sqrt_softplus: bool) -> torch.Tensor:
+    x = x.float().contiguous()
+    out = torch.empty_like(x)
+    lib.emu_score(14 if sqrt_softplus else 12, x.data_ptr(), out.data_ptr(), x.numel())
+    return out
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a.view(torch.int32) == b.view(torch.int32)) | (torch.isnan(a) & torch.isnan(b))
+
+
+@needs_gxx
+@pytest.mark.parametrize("sqrt_softplus", [False, True], ids=["sigmoid", "sqrt_softplus"])
+def test_fast_float64_scores_decide_nearly_every_value_and_only_rightly(emulation, sqrt_softplus):
+    """radix4_router.h's fast64 forms: where they say sure, libm's bits; elsewhere the kernel asks libm.
+
+    Every float between the fast ranges' edges (both sides of -87, 38 and 87) and random values over the whole
+    range: a sure value that differs from libm's form would be a wrong score the kernel keeps."""
+    g = torch.Generator().manual_seed(11)
+    edges = [torch.arange(torch.tensor(v).view(torch.int32) - 20000, torch.tensor(v).view(torch.int32) + 20000,
+                          dtype=torch.int32).view(torch.float32) for v in (-87.0, 38.0, 87.0, -88.75, 1.0, 0.25)]  # fmt: skip
+    x = torch.cat([torch.randn(100000, generator=g) * 8, torch.rand(50000, generator=g) * 180 - 90, *edges,
+                   torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-30, -1e-30, 3e38, -3e38])])  # fmt: skip
+    fast, sure = _fast_scores(emulation, x, sqrt_softplus)
+    libm = _libm_scores(emulation, x, sqrt_softplus)
+    wrong = sure & ~_bits_equal(fast, libm)
+    assert not bool(wrong.any()), f"{int(wrong.sum())} sure values differ from libm's, first at x={x[wrong][0].item()!r}"
+    inside = (x > -87.0) & (x < 38.0) if not sqrt_softplus else (x >= -87.0) & (x <= 87.0)
+    assert not bool((sure & ~inside).any()), "a value outside the fast range was called sure"
+    undecided = int((inside & ~sure).sum())
+    assert undecided <= 4, f"{undecided} of {int(inside.sum())} values in range were left to libm (about 1 in 2^17 expected)"
+    kernel = emulated_score(emulation, x.view(1, -1), sqrt_softplus).view(-1)
+    assert bool(_bits_equal(kernel, libm).all()), "the kernel's score (fast form, libm where unsure) is not libm's"

@@ -153,6 +153,9 @@ struct Warp32 {
         return __fmaf_rn(r, __fmaf_rn(-y, r, 1.0f), r);
     }
 
+    // 2^n as a double, for -1022 <= n <= 1023 (the exponent field alone).
+    static __device__ __forceinline__ double pow2(int n) { return __hiloint2double((n + 1023) << 20, 0); }
+
     // 1 << (4 * t) for t < 16, else 0. PTX clamps a 64-bit shift amount to
     // 64, which yields 0, so the out-of-range case costs only the min.
     static __device__ __forceinline__ uint64_t one_hot_nibble(uint32_t t) {

@@ -110,6 +110,10 @@ struct Wave64 {
     // v_div_fixup), so it serves every y.
     static constexpr float kReciprocalLimit = __builtin_huge_valf();
     static __device__ __forceinline__ float reciprocal(float y) { return 1.0f / y; }
+    // 2^n as a double, for -1022 <= n <= 1023 (the exponent field alone).
+    static __device__ __forceinline__ double pow2(int n) {
+        return __builtin_bit_cast(double, static_cast<uint64_t>(n + 1023) << 52);
+    }
 
     // Lanes of a wave run in lockstep, but the compiler must not move LDS
     // reads of other lanes' entries above this point.

@@ -407,27 +407,184 @@ __device__ __forceinline__ float contract_sigmoid(float x) {
     return y < L::kReciprocalLimit ? L::reciprocal(y) : ieee_reciprocal(y);
 }
 
-// The contract's score: the sigmoid's quick form (exact below 2^-124, see
-// Slice::compute_keys) and its exact form; sqrt(softplus(x)) has one form.
-// kAlt: a kChosen contract's sqrt(softplus(x)) this launch.
-template <class C, class L, bool kAlt = false>
-__device__ __forceinline__ float quick_score(float x) {
-    if constexpr (C::kScore == ScoreFn::kSqrtSoftplus || (C::kScore == ScoreFn::kChosen && kAlt)) {
-        return sqrt_softplus(x);
-    } else if constexpr (C::kRoundedSigmoid) {
-        return rounded_sigmoid(x);
-    } else {
-        return L::reciprocal(C::template denominator<L>(x));
-    }
+// ---- the model contracts' float64 scores, decided in a few float64 steps ----
+//
+// rounded_sigmoid and sqrt_softplus above are the oracle's formulas through
+// the device's float64 libm, called out of line: a chain of a few hundred
+// float64 cycles per value, one value after another (3-6 us a launch at
+// M = 1). What the contract asks for is only the fp32 rounding of a float64
+// value, and that is decided by any approximation whose error is well below
+// the distance to the nearest fp32 rounding midpoint. So the fast forms:
+//   1. compute the float64 value v with short polynomials (relative error
+//      below 2^-44.5 against the exact function, error budget below; the
+//      oracle's float64 value is within 2^-51 of it);
+//   2. round v (1 - 2^-42) and v (1 + 2^-42) to fp32: equal, and the exact
+//      value, the oracle's and the libm form's all lie between them, so all
+//      round to that fp32 value, which is returned;
+//   3. otherwise (v within 2^-42 of a midpoint: about one value in 2^17),
+//      and outside the fast forms' ranges (NaN, infinities, the far tails),
+//      the out-of-line libm form.
+// So the fast forms return the libm forms' bits for every input
+// (kernels/radix4/lab/radix4_model_scores_exhaustive.cu compares all 2^32
+// inputs on the device). Four values a call, out of line: their four chains
+// overlap (float64 issue rate, not latency, bounds a lane), and one copy of
+// the code serves every kernel of the build.
+//
+// Error budget (relative, against the exact function):
+//   e^y, |y| <= 87.5: y log2(e) split exactly into n + f, |f| <= 1/2, with
+//     the product's rounding error carried (fma) and log2(e) to 106 bits:
+//     f within 2^-53; 2^f by its Taylor polynomial of degree 11: truncation
+//     below 2^-46.6 (0.5 ln 2)^12 / 12! / 2^-0.5), Horner's rounding below
+//     2^-51; times 2^n exactly. Below 2^-46.
+//   sigmoid, 1 / (1 + e): 1 + e rounded (2^-53); the reciprocal from fp32's
+//     correctly rounded one (2^-23) and one Newton step (squares it: 2^-46).
+//     Below 2^-45 in all.
+//   log1p(u), u = e^-|x| in (0, 1]: 2 atanh(z), z = u / (2 + u) in (0, 1/3]
+//     (u's error passes through at most once: log1p(u) >= u / (1 + u)); z
+//     from fp32's reciprocal and one Newton step (2^-46); the series to
+//     z^25 / 25 (truncation below 2^-46), Horner below 2^-51. softplus adds
+//     max(x, 0) (no cancellation), the correctly rounded sqrt halves the
+//     error: below 2^-44.5.
+namespace fast64 {
+
+constexpr double kLog2e = 0x1.71547652b82fep+0, kLog2eLow = 0x1.777d0ffda0d24p-56;  // log2(e) = sum, 106 bits
+constexpr double kTolerance = 0x1p-42;
+// 2^f = exp(f ln 2) by Taylor's polynomial of degree 11: coefficients (ln 2)^k / k!, k = 11..0.
+__device__ __forceinline__ double exp2_taylor(double f) {
+    double p = 0x1.e8cac7351bb25p-32;
+    p = fma(p, f, 0x1.e4cf5158b8ecap-28);
+    p = fma(p, f, 0x1.b5253d395e7c4p-24);
+    p = fma(p, f, 0x1.62c0223a5c824p-20);
+    p = fma(p, f, 0x1.ffcbfc588b0c7p-17);
+    p = fma(p, f, 0x1.430912f86c787p-13);
+    p = fma(p, f, 0x1.5d87fe78a6731p-10);
+    p = fma(p, f, 0x1.3b2ab6fba4e77p-7);
+    p = fma(p, f, 0x1.c6b08d704a0c0p-5);
+    p = fma(p, f, 0x1.ebfbdff82c58fp-3);
+    p = fma(p, f, 0x1.62e42fefa39efp-1);
+    p = fma(p, f, 0x1p+0);
+    return p;
 }
-template <class C, class L, bool kAlt = false>
-__device__ __forceinline__ float exact_score(float x) {
-    if constexpr (C::kScore == ScoreFn::kSqrtSoftplus || (C::kScore == ScoreFn::kChosen && kAlt)) {
-        return sqrt_softplus(x);
-    } else if constexpr (C::kRoundedSigmoid) {
-        return rounded_sigmoid(x);
+
+// atanh(z) / z = sum z^2k / (2k + 1), k = 0..12, in z2 = z^2.
+__device__ __forceinline__ double atanh_series(double z2) {
+    double p = 0x1.47ae147ae147bp-5;
+    p = fma(p, z2, 0x1.642c8590b2164p-5);
+    p = fma(p, z2, 0x1.8618618618618p-5);
+    p = fma(p, z2, 0x1.af286bca1af28p-5);
+    p = fma(p, z2, 0x1.e1e1e1e1e1e1ep-5);
+    p = fma(p, z2, 0x1.1111111111111p-4);
+    p = fma(p, z2, 0x1.3b13b13b13b14p-4);
+    p = fma(p, z2, 0x1.745d1745d1746p-4);
+    p = fma(p, z2, 0x1.c71c71c71c71cp-4);
+    p = fma(p, z2, 0x1.2492492492492p-3);
+    p = fma(p, z2, 0x1.999999999999ap-3);
+    p = fma(p, z2, 0x1.5555555555555p-2);
+    p = fma(p, z2, 0x1p+0);
+    return p;
+}
+
+// e^y for |y| <= 87.5 (2^n stays a normal float64).
+template <class L>
+__device__ __forceinline__ double exp(double y) {
+    const double t = y * kLog2e;
+    const double t_low = fma(y, kLog2eLow, fma(y, kLog2e, -t));  // the product's rounding error, and log2(e)'s tail
+    const double n = rint(t);
+    const double f = (t - n) + t_low;  // t - n is exact
+    return exp2_taylor(f) * L::pow2(static_cast<int>(n));
+}
+
+// 1 / d for 1 <= d < 2^126: fp32's reciprocal, one Newton step.
+template <class L>
+__device__ __forceinline__ double reciprocal(double d) {
+    const double r = static_cast<double>(L::reciprocal(static_cast<float>(d)));
+    return fma(r, fma(-d, r, 1.0), r);
+}
+
+// v rounded to fp32, and whether every value within kTolerance of v rounds the same.
+__device__ __forceinline__ float decided(double v, bool& sure) {
+    const float lo = static_cast<float>(fma(v, -kTolerance, v)), hi = static_cast<float>(fma(v, kTolerance, v));
+    sure = lo == hi;
+    return hi;
+}
+
+// rounded_sigmoid(x), decided; x in (-87, 38) (sure is false elsewhere).
+template <class L>
+__device__ __forceinline__ float sigmoid(float x, bool& sure) {
+    const bool in_range = x > -87.0f && x < 38.0f;  // NaN is not
+    const double e = fast64::exp<L>(in_range ? -static_cast<double>(x) : 0.0);  // (2^-55, 2^126)
+    const float s = decided(reciprocal<L>(1.0 + e), sure);
+    sure = sure && in_range;
+    return s;
+}
+
+// sqrt_softplus(x), decided; x in [-87, 87] (sure is false elsewhere).
+template <class L>
+__device__ __forceinline__ float sqrt_softplus(float x, bool& sure) {
+    const bool in_range = x >= -87.0f && x <= 87.0f;  // NaN is not
+    const double x64 = in_range ? static_cast<double>(x) : 0.0;
+    const double u = fast64::exp<L>(-fabs(x64));  // e^-|x| in (0, 1]
+    const double w = 2.0 + u;
+    const double r = reciprocal<L>(w);
+    const double z0 = u * r;
+    const double z = fma(r, fma(-z0, w, u), z0);  // u / (2 + u), refined once
+    const double soft = (x64 > 0.0 ? x64 : 0.0) + (z + z) * atanh_series(z * z);  // max(x, 0) + log1p(u)
+    const float q = decided(sqrt(soft), sure);
+    sure = sure && in_range;
+    return q;
+}
+
+}  // namespace fast64
+
+// The model contracts' sigmoid for every input, rounded_sigmoid's bits: the
+// tails are constants (x >= 38: e^-x < 2^-54, 1 + e rounds to 1; x <= -88.75:
+// e rounds to an fp32 inf, the oracle's 0), the rest fast64's or libm's.
+template <class L>
+__device__ __forceinline__ float model_sigmoid(float x) {
+    if (x >= 38.0f) return 1.0f;
+    if (x <= -88.75f) return 0.0f;
+    bool sure;
+    const float s = fast64::sigmoid<L>(x, sure);
+    return sure ? s : rounded_sigmoid(x);
+}
+template <class L>
+__device__ __forceinline__ float model_sqrt_softplus(float x) {
+    bool sure;
+    const float q = fast64::sqrt_softplus<L>(x, sure);
+    return sure ? q : sqrt_softplus(x);
+}
+
+struct Score4 {
+    float v[4];
+};
+// Four model-contract scores a call (the header's note above).
+template <class L, bool kSqrtSoftplus>
+__device__ __noinline__ Score4 model_scores4(Score4 x) {
+    Score4 r;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.v[i] = kSqrtSoftplus ? model_sqrt_softplus<L>(x.v[i]) : model_sigmoid<L>(x.v[i]);
+    return r;
+}
+
+// Whether contract C's score is a model contract's float64 one (kAlt: a
+// kChosen contract's sqrt(softplus(x)) this launch).
+template <class C, bool kAlt>
+constexpr bool kScoreIsSqrtSoftplus = C::kScore == ScoreFn::kSqrtSoftplus || (C::kScore == ScoreFn::kChosen && kAlt);
+template <class C, bool kAlt>
+constexpr bool kScoreIsFloat64 = kScoreIsSqrtSoftplus<C, kAlt> || C::kRoundedSigmoid;
+
+// The contract's exact score of four values: contract_sigmoid (the
+// reciprocal with its range test), or a model contract's float64 score
+// (model_scores4, which has no quicker form).
+template <class C, class L, bool kAlt>
+__device__ __forceinline__ void contract_scores4(const float* x, float* out) {
+    if constexpr (kScoreIsFloat64<C, kAlt>) {
+        const Score4 r = model_scores4<L, kScoreIsSqrtSoftplus<C, kAlt>>(Score4{{x[0], x[1], x[2], x[3]}});
+#pragma unroll
+        for (int i = 0; i < 4; ++i) out[i] = r.v[i];
     } else {
-        return contract_sigmoid<C, L>(x);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) out[i] = contract_sigmoid<C, L>(x[i]);
     }
 }
 
@@ -800,7 +957,8 @@ struct Slice {
     // where the quick reciprocal flushes), or a key outside
     // [C::lowest_key, ordered_bits(+inf)] (NaN, or a value the contract maps
     // to 0). Then, in one branch the token's lanes take together, the exact
-    // way for every value, reading the logits and the bias again.
+    // way for every value, reading the logits and the bias again. (A model
+    // contract's float64 score has one form, four values a call.)
     template <class L, class Score, class Bias, int kVec, bool kAlt = false>
     __device__ __forceinline__ void compute_keys(const typename Score::Raw* row, const typename Bias::Raw* bias,
                                                  const float x[kVals], const float b[kVals], bool vec = true) {
@@ -808,10 +966,18 @@ struct Slice {
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
             const bool here = slot_valid(s);
+            if constexpr (kScoreIsFloat64<C, kAlt>) {
+                if (here) {
+                    contract_scores4<C, L, kAlt>(x + 4 * s, sig + 4 * s);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) sig[4 * s + i] = 0.0f;
+                }
+            }
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int j = 4 * s + i;
-                sig[j] = here ? quick_score<C, L, kAlt>(x[j]) : 0.0f;
+                if constexpr (!kScoreIsFloat64<C, kAlt>) sig[j] = here ? L::reciprocal(C::template denominator<L>(x[j])) : 0.0f;
                 key[j] = here ? ordered_bits<L>(sig[j] + b[j]) : 0u;
                 if (here) {
                     const uint32_t sig_bits = L::as_uint(sig[j]);  // sig >= +0 or NaN: ordered as its bits
@@ -851,9 +1017,9 @@ struct Slice {
                 float again[4], b[4];  // loaded again rather than kept live in registers
                 load4<Score, L, kVec>(row + 4 * vector(s), again);
                 load4<Bias, L, kVec>(bias + 4 * vector(s), b);
+                contract_scores4<C, L, kAlt>(again, sig + 4 * s);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    sig[4 * s + i] = exact_score<C, L, kAlt>(again[i]);
                     key[4 * s + i] = C::template rank_key<L>(sig[4 * s + i] + b[i]);
                     lane_max = key[4 * s + i] > lane_max ? key[4 * s + i] : lane_max;
                 }
