@@ -126,8 +126,8 @@ def test_cuda_build_spills_only_in_the_dense_kernel_and_within_budget(contract):
     spills = _ptxas_report(sm90_build(contract).ptxas)
     kimi = 3 * 4 * 2 * 3  # the Kimi shapes: 3 shapes x 4 dtype pairs x 2 load kinds x 3 launch shapes
     # radix4.cu also: fp16 logits at the Kimi shapes (2 bias dtypes), aiter at the 5 other shapes (3 x 2 dtypes),
-    # the model contracts at all 8 (3 x 2), the grouped one at 1 (3 x 2): a warp per token, one load kind.
-    assert len(spills) == (kimi if contract == "serial" else kimi + 3 * 2 + (5 + 8 + 1) * 3 * 2)
+    # the model contracts at all 8 (3 x 2), the two grouped ones at 1 (3 x 2): a warp per token, one load kind.
+    assert len(spills) == (kimi if contract == "serial" else kimi + 3 * 2 + (5 + 8 + 2) * 3 * 2)
     for name, n in spills.items():
         found = re.search(r"ELi(\d+)EEEv", name)  # the last template argument, kMinBlocks
         assert found, f"kernel name not understood: {name}"
@@ -656,7 +656,8 @@ int model_lanes(int lanes, int sdt, int bdt, int block, const void* s, int64_t s
 }
 
 // contract: 2 = the ungrouped model contracts with the sigmoid, 4 = the
-// same build with sqrt(softplus(x)) (mode bit 4), 3 = deepseek-v3 (groups);
+// same build with sqrt(softplus(x)) (mode bit 4), 3 = deepseek-v3 (groups),
+// 5 = deepseek-v3-reference (groups, dropped experts ranked 0.0);
 // 0 (aiter) at a model shape. rn: 0 none, 1 sum + 1e-20, 2 the raw sum.
 int with_model_shape(int contract, int lanes, int block, const void* s, int sdt, int64_t st, const void* b, int bdt,
                      int rows, int E, int K, int rn, float rs, float* w, int32_t* i) {
@@ -670,11 +671,12 @@ int with_model_shape(int contract, int lanes, int block, const void* s, int sdt,
         EMU_MODEL(radix4::ModelContract, 256, 6)
     }
     if (contract == 3) { EMU_MODEL(radix4::GroupedContract, 256, 8) }
+    if (contract == 5) { EMU_MODEL(radix4::GroupedZeroContract, 256, 8) }
 #undef EMU_MODEL
     return 1;
 }
 
-// contract: 0 = aiter, 1 = serial, 2..4 the model contracts (with_model_shape).
+// contract: 0 = aiter, 1 = serial, 2..5 the model contracts (with_model_shape).
 extern "C" int emu_route(int contract, int lanes, int block, const void* s, int sdt, int64_t st, const void* b, int bdt,
                          int rows, int E, int K, int vec, int rn, float rs, float* w, int32_t* i) {
     emu_deadlocked = false;
@@ -781,7 +783,7 @@ def emulation_one_path(tmp_path_factory, request):
 
 
 CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-CONTRACTS = {"aiter": 0, "serial": 1, "lowest": 2, "grouped": 3, "sqrt_softplus": 4}
+CONTRACTS = {"aiter": 0, "serial": 1, "lowest": 2, "grouped": 3, "sqrt_softplus": 4, "grouped_zero": 5}
 
 
 def emulated_route(lib, lanes, scores, bias, topk, renormalize, rs, *, block=0, vec=True, contract="aiter"):

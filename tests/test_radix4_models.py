@@ -8,7 +8,7 @@ that only the selection, the groups and the weights are compared, bit for bit:
 - ungrouped sigmoid + bias, lowest-index ties, NaN last, at every model shape
   and dtype pairing the build has, and contract aiter at a model shape;
 - deepseek-v3's groups: top-2 sums (NaN lowest), kept groups by score then
-  lower index, the rest masked to -inf;
+  lower index, the rest masked to -inf (deepseek-v3-reference: to 0.0);
 - sqrt(softplus(x)) scores (deepseek-v4), and the score itself against the
   oracle's float64 formula;
 - the sum rules: sum + 1e-20, the raw sum, none.
@@ -50,8 +50,9 @@ def _key(v: float) -> tuple:
     return (0, 0.0) if math.isnan(v) else (1, v + 0.0)
 
 
-def model_reference(lib, scores, bias, topk, rule, rs, *, sqrt_softplus=False, groups=None):
-    """The rule plainly, per row: rule 0 no renormalization, 1 / (sum + 1e-20), 2 / sum; groups (n, kept)."""
+def model_reference(lib, scores, bias, topk, rule, rs, *, sqrt_softplus=False, groups=None, mask=-math.inf):
+    """The rule plainly, per row: rule 0 no renormalization, 1 / (sum + 1e-20), 2 / sum; groups (n, kept), the
+    dropped groups' experts ranked ``mask``."""
     sig = emulated_score(lib, scores, sqrt_softplus)
     r = sig + bias.float()
     E = scores.shape[1]
@@ -67,7 +68,7 @@ def model_reference(lib, scores, bias, topk, rule, rs, *, sqrt_softplus=False, g
                 total = torch.tensor(top[0], dtype=torch.float32) + torch.tensor(top[1], dtype=torch.float32)
                 score.append(float(total))
             kept = sorted(range(n), key=lambda g: (_key(score[g]), -g), reverse=True)[:kept_n]
-            values = [v if e // size in kept else -math.inf for e, v in enumerate(values)]
+            values = [v if e // size in kept else mask for e, v in enumerate(values)]
         chosen = sorted(range(E), key=lambda e: (_key(values[e]), -e), reverse=True)[:topk]
         w = sig[row, chosen]
         total = torch.zeros((), dtype=torch.float32)
@@ -199,31 +200,55 @@ def _grouped_cases():
     nan[3, ::2] = float("nan")
     yield "NaN in groups", nan, torch.randn(E, generator=g) * 0.05
     yield "-inf bias masks", torch.randn(2, E, generator=g), torch.where(torch.rand(E, generator=g) < 0.6, float("-inf"), 0.0)
+    # Ranking values below 0.0 in the kept groups: under the 0.0 mask the dropped groups' experts outrank them.
+    # Groups 0-3 kept (one expert near 1.0 each, the rest at -0.4975), groups 4-7 dropped (every value -0.1975):
+    # the -inf mask fills the last four slots from the kept groups' negatives, the 0.0 mask from the dropped groups.
+    below = torch.full((2, E), -6.0)
+    below[:, 0:128:32] = 6.0
+    below_bias = torch.cat([torch.full((128,), -0.5), torch.full((128,), -0.2)])
+    below_bias[0:128:32] = 0.0
+    yield "kept groups below zero", below, below_bias
+    yield "every value below zero", torch.randn(2, E, generator=g), torch.full((E,), -1.5)
 
 
 GROUPED = list(_grouped_cases())
 
 
+MASKS = {"grouped": -math.inf, "grouped_zero": 0.0}  # deepseek-v3, deepseek-v3-reference
+
+
 @needs_gxx
+@pytest.mark.parametrize("entry", list(MASKS))
 @pytest.mark.parametrize("case", GROUPED, ids=[c[0] for c in GROUPED])
-def test_grouped_contract_matches_the_plain_rule(emulation, case):
+def test_grouped_contract_matches_the_plain_rule(emulation, case, entry):
     _, scores, bias = case
-    want = model_reference(emulation, scores, bias, 8, 1, 2.5, groups=(8, 4))
-    assert_same(emulated_route(emulation, 32, scores, bias, 8, 1, 2.5, contract="grouped"), want, "warp32")
+    want = model_reference(emulation, scores, bias, 8, 1, 2.5, groups=(8, 4), mask=MASKS[entry])
+    assert_same(emulated_route(emulation, 32, scores, bias, 8, 1, 2.5, contract=entry), want, "warp32")
     if scores.dtype == torch.bfloat16 and bias.dtype == torch.float32:
-        assert_same(emulated_route(emulation, 64, scores, bias, 8, 1, 2.5, contract="grouped"), want, "wave64")
+        assert_same(emulated_route(emulation, 64, scores, bias, 8, 1, 2.5, contract=entry), want, "wave64")
+
+
+def test_the_masks_differ_where_the_kept_values_fall_below_zero(emulation):
+    """The 0.0-mask case above is not vacuous: there the two contracts choose different experts."""
+    _, scores, bias = next(c for c in GROUPED if c[0] == "kept groups below zero")
+    a = model_reference(emulation, scores[:1], bias, 8, 1, 2.5, groups=(8, 4), mask=-math.inf)[1]
+    b = model_reference(emulation, scores[:1], bias, 8, 1, 2.5, groups=(8, 4), mask=0.0)[1]
+    assert not torch.equal(a, b)
 
 
 @needs_gxx
-def test_grouped_random_rows_agree_with_the_oracle(emulation):
+@pytest.mark.parametrize(("entry", "contract"), [("grouped", "deepseek-v3"), ("grouped_zero", "deepseek-v3-reference")])
+def test_grouped_random_rows_agree_with_the_oracle(emulation, entry, contract):
     import oracle
 
     g = torch.Generator().manual_seed(11)
-    scores, bias = (torch.randn(24, 256, generator=g) * 2).bfloat16(), torch.randn(256, generator=g) * 0.05
-    w, ids = emulated_route(emulation, 32, scores, bias, 8, 1, 2.5, contract="grouped")
-    ow, oids = oracle.route(scores, bias, 8, renormalize=True, routed_scaling_factor=2.5, contract="deepseek-v3")
-    assert torch.equal(ids, oids)
-    torch.testing.assert_close(w, ow, rtol=1e-5, atol=1e-6)
+    cases = [((torch.randn(24, 256, generator=g) * 2).bfloat16(), torch.randn(256, generator=g) * 0.05)]
+    cases += [(c[1].float(), c[2]) for c in GROUPED if c[0] in ("kept groups below zero", "every value below zero")]
+    for scores, bias in cases:  # random rows, then rows where the two masks choose differently
+        w, ids = emulated_route(emulation, 32, scores, bias, 8, 1, 2.5, contract=entry)
+        ow, oids = oracle.route(scores, bias, 8, renormalize=True, routed_scaling_factor=2.5, contract=contract)
+        assert torch.equal(ids, oids)
+        torch.testing.assert_close(w, ow, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------- gates and the candidate

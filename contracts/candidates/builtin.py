@@ -115,10 +115,11 @@ register(
 )
 # radix4 follows the contract --contract names (kernels.radix4.MODEL_RULES; its covered gate is the union
 # of what they serve, which every one of its libraries serves ungrouped).
-_RADIX4_CONTRACTS = ("aiter", "kimi-k2", "glm4-moe", "dots1", "minimax-m2", "deepseek-v3", "deepseek-v4", "deepseek-v4-flash")
+_RADIX4_CONTRACTS = ("aiter", "kimi-k2", "glm4-moe", "dots1", "minimax-m2", "deepseek-v3", "deepseek-v3-reference",
+                     "deepseek-v4", "deepseek-v4-flash")  # fmt: skip
 _RADIX4_COVERAGE = ("radix4 serves up to 4,096 rows, logits bf16/fp16/fp32, any float bias, ungrouped (E, k) = (896, 16), "
                     "(384, 8), (224, 16), (256, 8), (160, 8), (128, 6), (256, 6), (384, 6), and grouped (256, 8) with "
-                    "8 groups keep 4 (deepseek-v3)")  # fmt: skip
+                    "8 groups keep 4 (deepseek-v3, deepseek-v3-reference)")  # fmt: skip
 
 
 def _radix4_router(name: str, pdl: bool):

@@ -109,15 +109,17 @@ KIMI_SHAPES = frozenset({(896, 16), (384, 8), (224, 16)})
 MODEL_SHAPES = frozenset({(256, 8), (160, 8), (128, 6)})  # minimax-m2 / kimi-linear, glm4-moe, dots1
 SQRT_SOFTPLUS_SHAPES = frozenset({(256, 6), (384, 6)})  # deepseek-v4 (flash), deepseek-v4 at 384 experts
 SHAPES = KIMI_SHAPES | MODEL_SHAPES | SQRT_SOFTPLUS_SHAPES  # every ungrouped contract but serial serves these
-# The grouped shapes: (experts, topk, n_group, topk_group), contract deepseek-v3.
+# The grouped shapes: (experts, topk, n_group, topk_group), contracts deepseek-v3 and deepseek-v3-reference.
 GROUPED_SHAPES = frozenset({(256, 8, 8, 4)})
 # contract -> (CUDA source, HIP source, C entry point): one library per source; "lowest" (the model contracts,
-# sigmoid or sqrt(softplus(x)) by a flag) and "grouped" (deepseek-v3) are entries of the aiter library.
+# sigmoid or sqrt(softplus(x)) by a flag), "grouped" (deepseek-v3) and "grouped_zero" (deepseek-v3-reference:
+# dropped groups' experts rank 0.0, not -inf) are entries of the aiter library.
 CONTRACTS = {
     "aiter": ("radix4.cu", "radix4.hip", "radix4_route"),
     "serial": ("radix4_serial.cu", "radix4_serial.hip", "radix4_serial_route"),
     "lowest": ("radix4.cu", "radix4.hip", "radix4_lowest_route"),
     "grouped": ("radix4.cu", "radix4.hip", "radix4_grouped_route"),
+    "grouped_zero": ("radix4.cu", "radix4.hip", "radix4_grouped_zero_route"),
 }
 
 
@@ -140,6 +142,7 @@ MODEL_RULES: dict[str, ModelRule] = {
     "dots1": ModelRule("lowest"),
     "minimax-m2": ModelRule("lowest", raw_sum=True),
     "deepseek-v3": ModelRule("grouped", groups=(8, 4)),
+    "deepseek-v3-reference": ModelRule("grouped_zero", groups=(8, 4)),  # dropped groups' experts rank 0.0
     "deepseek-v4": ModelRule("lowest", sqrt_softplus=True),
     "deepseek-v4-flash": ModelRule("lowest", sqrt_softplus=True),
 }
@@ -364,7 +367,8 @@ def covered_kimi(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bo
 
 # The (experts, topk) each library entry serves (radix4_entry.h's `served`).
 _SERVED = {"aiter": SHAPES, "serial": KIMI_SHAPES, "lowest": SHAPES,
-           "grouped": frozenset((e, k) for e, k, _, _ in GROUPED_SHAPES)}  # fmt: skip
+           "grouped": frozenset((e, k) for e, k, _, _ in GROUPED_SHAPES),
+           "grouped_zero": frozenset((e, k) for e, k, _, _ in GROUPED_SHAPES)}  # fmt: skip
 
 
 def _check_args(scores, bias, topk, renormalize, routed_scaling_factor, name: str = NAME,
@@ -415,7 +419,7 @@ def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_fact
 def route_contract(contract: str, scores, bias, topk: int, renormalize: bool = True,
                    routed_scaling_factor: float = 1.0, *, launch_shape: str | None = None, pdl: bool = False,
                    name: str = NAME, extra_flags: int = 0):  # fmt: skip
-    """``route`` for one library entry (CONTRACTS: 'aiter', 'serial', 'lowest', 'grouped'); ``name`` goes
+    """``route`` for one library entry (CONTRACTS: 'aiter', 'serial', 'lowest', 'grouped', 'grouped_zero'); ``name`` goes
     into error messages; ``extra_flags``: the model contracts' sum and score flags (``router``)."""
     import torch
 

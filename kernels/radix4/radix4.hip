@@ -27,6 +27,7 @@ extern "C" int radix4_route(const void* scores, int scores_dtype, int64_t row_st
 // unit: lowest-index ties, NaN last, sum + 1e-20 or the raw sum (flag 32).
 //   radix4_lowest_route    sigmoid + bias, or sqrt(softplus(x)) + bias with flag 64 (deepseek-v4), ungrouped
 //   radix4_grouped_route   deepseek-v3: sigmoid + bias, 8 groups, top-2 sum, 4 kept, the rest -inf
+//   radix4_grouped_zero_route  deepseek-v3-reference: the same groups, the rest ranked 0.0
 #define RADIX4_MODEL_ENTRY(NAME, CONTRACT)                                                                              \
     extern "C" int NAME(const void* scores, int scores_dtype, int64_t row_stride, const void* bias, int bias_dtype,     \
                         int64_t rows, int experts, int topk, int flags, float routed_scaling_factor, float* weights,    \
@@ -36,3 +37,4 @@ extern "C" int radix4_route(const void* scores, int scores_dtype, int64_t row_st
     }
 RADIX4_MODEL_ENTRY(radix4_lowest_route, radix4::ModelContract)
 RADIX4_MODEL_ENTRY(radix4_grouped_route, radix4::GroupedContract)
+RADIX4_MODEL_ENTRY(radix4_grouped_zero_route, radix4::GroupedZeroContract)

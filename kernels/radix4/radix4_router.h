@@ -378,6 +378,7 @@ struct LowestContract {
 // The model contracts the C entries serve (radix4.cu / radix4.hip).
 using ModelContract = LowestContract<ScoreFn::kChosen>;                 // sigmoid or sqrt(softplus(x)), + bias
 using GroupedContract = LowestContract<ScoreFn::kSigmoid, 8, 4, false>;  // deepseek-v3
+using GroupedZeroContract = LowestContract<ScoreFn::kSigmoid, 8, 4, true>;  // deepseek-v3-reference: dropped groups rank 0.0
 
 // The model contracts' sigmoid (sigmoid_formula "correctly_rounded"), as the
 // oracle computes it (oracle/_scores.py's _sigmoid_exact): e = exp(-x) in
