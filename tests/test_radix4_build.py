@@ -694,8 +694,8 @@ extern "C" void emu_score(int contract, const float* x, float* out, int64_t n) {
     for (int64_t k = 0; k < n; k += 4) {
         float in[4] = {0.0f, 0.0f, 0.0f, 0.0f}, r[4];
         for (int i = 0; i < 4 && k + i < n; ++i) in[i] = x[k + i];
-        if (contract == 4) radix4::contract_scores4<radix4::ModelContract, EmuLanes<32>, true>(in, r);
-        if (contract == 2) radix4::contract_scores4<radix4::ModelContract, EmuLanes<32>, false>(in, r);
+        if (contract == 4) radix4::float64_scores4<radix4::ModelContract, EmuLanes<32>, true>(in, r);
+        if (contract == 2) radix4::float64_scores4<radix4::ModelContract, EmuLanes<32>, false>(in, r);
         for (int i = 0; i < 4; ++i) {
             if (contract == 12) r[i] = radix4::rounded_sigmoid(in[i]);
             if (contract == 14) r[i] = radix4::sqrt_softplus(in[i]);

@@ -574,19 +574,13 @@ constexpr bool kScoreIsSqrtSoftplus = C::kScore == ScoreFn::kSqrtSoftplus || (C:
 template <class C, bool kAlt>
 constexpr bool kScoreIsFloat64 = kScoreIsSqrtSoftplus<C, kAlt> || C::kRoundedSigmoid;
 
-// The contract's exact score of four values: contract_sigmoid (the
-// reciprocal with its range test), or a model contract's float64 score
-// (model_scores4, which has no quicker form).
+// A model contract's float64 score of four values (model_scores4).
 template <class C, class L, bool kAlt>
-__device__ __forceinline__ void contract_scores4(const float* x, float* out) {
-    if constexpr (kScoreIsFloat64<C, kAlt>) {
-        const Score4 r = model_scores4<L, kScoreIsSqrtSoftplus<C, kAlt>>(Score4{{x[0], x[1], x[2], x[3]}});
+__device__ __forceinline__ void float64_scores4(const float* x, float* out) {
+    static_assert(kScoreIsFloat64<C, kAlt>, "the sigmoid of contracts aiter and serial is fp32 (contract_sigmoid)");
+    const Score4 r = model_scores4<L, kScoreIsSqrtSoftplus<C, kAlt>>(Score4{{x[0], x[1], x[2], x[3]}});
 #pragma unroll
-        for (int i = 0; i < 4; ++i) out[i] = r.v[i];
-    } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) out[i] = contract_sigmoid<C, L>(x[i]);
-    }
+    for (int i = 0; i < 4; ++i) out[i] = r.v[i];
 }
 
 // ---- one radix round: histogram, sum over the token's threads, bin walk ----
@@ -969,7 +963,7 @@ struct Slice {
             const bool here = slot_valid(s);
             if constexpr (kScoreIsFloat64<C, kAlt>) {
                 if (here) {
-                    contract_scores4<C, L, kAlt>(x + 4 * s, sig + 4 * s);
+                    float64_scores4<C, L, kAlt>(x + 4 * s, sig + 4 * s);
                 } else {
 #pragma unroll
                     for (int i = 0; i < 4; ++i) sig[4 * s + i] = 0.0f;
@@ -1018,9 +1012,10 @@ struct Slice {
                 float again[4], b[4];  // loaded again rather than kept live in registers
                 load4<Score, L, kVec>(row + 4 * vector(s), again);
                 load4<Bias, L, kVec>(bias + 4 * vector(s), b);
-                contract_scores4<C, L, kAlt>(again, sig + 4 * s);
+                if constexpr (kScoreIsFloat64<C, kAlt>) float64_scores4<C, L, kAlt>(again, sig + 4 * s);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
+                    if constexpr (!kScoreIsFloat64<C, kAlt>) sig[4 * s + i] = contract_sigmoid<C, L>(again[i]);
                     key[4 * s + i] = C::template rank_key<L>(sig[4 * s + i] + b[i]);
                     lane_max = key[4 * s + i] > lane_max ? key[4 * s + i] : lane_max;
                 }
