@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import subprocess
 
 import pytest
 import torch
@@ -334,3 +335,28 @@ def test_fast_float64_scores_decide_nearly_every_value_and_only_rightly(emulatio
     assert undecided <= 4, f"{undecided} of {int(inside.sum())} values in range were left to libm (about 1 in 2^17 expected)"
     kernel = emulated_score(emulation, x.view(1, -1), sqrt_softplus).view(-1)
     assert bool(_bits_equal(kernel, libm).all()), "the kernel's score (fast form, libm where unsure) is not libm's"
+
+
+def test_each_contract_routes_through_its_own_entry_of_the_shared_library(tmp_path, monkeypatch):
+    """aiter, lowest, grouped and grouped_zero are entries of one shared object, which the loader hands out once.
+
+    A stand-in library whose entries return their own codes, loaded for every contract in turn: routing under one
+    contract after another must still reach its own entry (once, every contract's view shared the last one set,
+    so a process that routed under aiter and then kimi-k2 ran the aiter kernel for both)."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not on PATH")
+    codes = {"radix4_route": 100, "radix4_lowest_route": 101, "radix4_grouped_route": 102, "radix4_grouped_zero_route": 103}
+    src = tmp_path / "standin.c"
+    src.write_text("".join(f"int {name}(void) {{ return {code}; }}\n" for name, code in codes.items())
+                   + 'const char* radix4_status_string(int s) { return "standin"; }\n'
+                   + 'const char* radix4_runtime_error_string(void) { return ""; }\n')  # fmt: skip
+    so = tmp_path / "standin.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    monkeypatch.setattr(radix4, "_device_arch", lambda: ("cuda", "sm_90"))
+    monkeypatch.setattr(radix4, "build", lambda **kw: so)
+    monkeypatch.setattr(radix4, "_libraries", {})
+    args = (None, 0, 0, None, 0, 0, 0, 0, 0, 0.0, None, None, None)
+    order = ["aiter", "lowest", "grouped", "aiter", "grouped_zero", "lowest", "grouped", "aiter"]
+    got = [radix4.library(contract=c).route(*args) for c in order]
+    assert got == [codes[radix4.CONTRACTS[c][2]] for c in order]
+    assert radix4.library(contract="lowest").radix4_status_string(1) == b"standin"

@@ -289,22 +289,36 @@ def build(*, arch: str | None = None, defines: tuple[str, ...] = (), contract: s
     return _compile(source, arch, depends=headers(backend), defines=tuple(defines))
 
 
-_libraries: dict[tuple[str, str, tuple[str, ...]], ctypes.CDLL] = {}
+class ContractLibrary:
+    """One contract's view of a loaded library: ``route`` is that contract's C entry; any other name is the
+    library's own (``radix4_status_string``, the lab builds' clocks).
+
+    Several contracts share one shared object (CONTRACTS: aiter, lowest, grouped and grouped_zero are entries of
+    radix4.cu), which the loader hands out once; each view holds its own function pointer, so routing under one
+    contract never rebinds another's entry."""
+
+    def __init__(self, lib: ctypes.CDLL, entry_name: str):
+        p, i, i64, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
+        self._lib = lib
+        self.route = lib[entry_name]  # indexing makes a new function pointer; attribute access would share one
+        self.route.argtypes, self.route.restype = [p, i, i64, p, i, i64, i, i, i, f, p, p, p], i
+        lib.radix4_status_string.argtypes, lib.radix4_status_string.restype = [i], ctypes.c_char_p
+        lib.radix4_runtime_error_string.argtypes, lib.radix4_runtime_error_string.restype = [], ctypes.c_char_p
+
+    def __getattr__(self, name: str):
+        return getattr(self._lib, name)
 
 
-def library(*, defines: tuple[str, ...] = (), contract: str = "aiter") -> ctypes.CDLL:
+_libraries: dict[tuple[str, str, tuple[str, ...]], ContractLibrary] = {}
+
+
+def library(*, defines: tuple[str, ...] = (), contract: str = "aiter") -> ContractLibrary:
     """The loaded library for the current device, built on first use; its route entry is ``lib.route``."""
     _, arch = _device_arch()
     key = (contract, arch, tuple(defines))
     if key not in _libraries:
         lib = load_library(build(arch=arch, defines=tuple(defines), contract=contract))
-        p, i, i64, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
-        entry = getattr(lib, _contract(contract)[2])
-        entry.argtypes, entry.restype = [p, i, i64, p, i, i64, i, i, i, f, p, p, p], i
-        lib.route = entry
-        lib.radix4_status_string.argtypes, lib.radix4_status_string.restype = [i], ctypes.c_char_p
-        lib.radix4_runtime_error_string.argtypes, lib.radix4_runtime_error_string.restype = [], ctypes.c_char_p
-        _libraries[key] = lib
+        _libraries[key] = ContractLibrary(lib, _contract(contract)[2])
     return _libraries[key]
 
 
