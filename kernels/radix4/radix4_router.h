@@ -509,14 +509,17 @@ __device__ __forceinline__ float decided(double v, bool& sure) {
     return hi;
 }
 
-// rounded_sigmoid(x), decided; x in (-87, 38) (sure is false elsewhere).
+// rounded_sigmoid(x), decided for x in (-87, 38) and the tails (x >= 38: e^-x
+// < 2^-54, 1 + e rounds to 1, the sigmoid to 1; x <= -88.75: e rounds to an
+// fp32 inf, the oracle's 0); sure is false for NaN and (-88.75, -87].
 template <class L>
 __device__ __forceinline__ float sigmoid(float x, bool& sure) {
     const bool in_range = x > -87.0f && x < 38.0f;  // NaN is not
+    const bool one = x >= 38.0f, zero = x <= -88.75f;
     const double e = fast64::exp<L>(in_range ? -static_cast<double>(x) : 0.0);  // (2^-55, 2^126)
     const float s = decided(reciprocal<L>(1.0 + e), sure);
-    sure = sure && in_range;
-    return s;
+    sure = (sure && in_range) || one || zero;
+    return one ? 1.0f : zero ? 0.0f : s;
 }
 
 // sqrt_softplus(x), decided; x in [-87, 87] (sure is false elsewhere).
@@ -537,33 +540,25 @@ __device__ __forceinline__ float sqrt_softplus(float x, bool& sure) {
 
 }  // namespace fast64
 
-// The model contracts' sigmoid for every input, rounded_sigmoid's bits: the
-// tails are constants (x >= 38: e^-x < 2^-54, 1 + e rounds to 1; x <= -88.75:
-// e rounds to an fp32 inf, the oracle's 0), the rest fast64's or libm's.
-template <class L>
-__device__ __forceinline__ float model_sigmoid(float x) {
-    if (x >= 38.0f) return 1.0f;
-    if (x <= -88.75f) return 0.0f;
-    bool sure;
-    const float s = fast64::sigmoid<L>(x, sure);
-    return sure ? s : rounded_sigmoid(x);
-}
-template <class L>
-__device__ __forceinline__ float model_sqrt_softplus(float x) {
-    bool sure;
-    const float q = fast64::sqrt_softplus<L>(x, sure);
-    return sure ? q : sqrt_softplus(x);
-}
-
 struct Score4 {
     float v[4];
 };
-// Four model-contract scores a call (the header's note above).
+// Four model-contract scores a call (the header's note above): the four fast
+// forms first, with no call between them, so that their float64 chains
+// overlap (a call in between would serialize them: the compiler does not
+// move work across one); then libm for the rare values fast64 left.
 template <class L, bool kSqrtSoftplus>
 __device__ __noinline__ Score4 model_scores4(Score4 x) {
     Score4 r;
+    bool sure[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) r.v[i] = kSqrtSoftplus ? model_sqrt_softplus<L>(x.v[i]) : model_sigmoid<L>(x.v[i]);
+    for (int i = 0; i < 4; ++i) {
+        r.v[i] = kSqrtSoftplus ? fast64::sqrt_softplus<L>(x.v[i], sure[i]) : fast64::sigmoid<L>(x.v[i], sure[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        if (!sure[i]) r.v[i] = kSqrtSoftplus ? sqrt_softplus(x.v[i]) : rounded_sigmoid(x.v[i]);
+    }
     return r;
 }
 
