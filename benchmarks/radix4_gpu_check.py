@@ -3,7 +3,8 @@
 1. Builds the library for the device (and, for timing, the builds that
    VARIANTS names).
 2. The branch-free reciprocal of the CUDA sigmoid (kernels/radix4/lab/radix4_sigmoid_exhaustive.cu)
-   equals IEEE division for every denominator and every fp32 input.
+   equals IEEE division for every denominator and every fp32 input, and the model contracts' fast
+   float64 scores (radix4_model_scores_exhaustive.cu) give libm's bits for every fp32 input.
 3. Correctness against a plain torch reference of contract ``aiter`` that
    does the kernel's arithmetic on the same device (exp2 sigmoid, IEEE
    reciprocal, rank keys, composite (key, tie priority) sort): ids must be
@@ -392,12 +393,17 @@ def ptxas_report(arch: str) -> str:
     return "\n".join(sorted(set(lines)))
 
 
-def run_sigmoid_exhaustive(arch: str) -> tuple[bool, str]:
-    """Build and run radix4_sigmoid_exhaustive.cu: the branch-free reciprocal and sigmoid, bit for bit."""
-    src = Path(__file__).resolve().parents[1] / "kernels" / "radix4" / "lab" / "radix4_sigmoid_exhaustive.cu"
+# The exhaustive lab programs (kernels/radix4/lab): contract aiter's and serial's branch-free sigmoid, and the
+# model contracts' fast float64 scores (model_scores4 against libm's forms), each over all 2^32 inputs.
+EXHAUSTIVE = ("radix4_sigmoid_exhaustive.cu", "radix4_model_scores_exhaustive.cu")
+
+
+def run_sigmoid_exhaustive(arch: str, program: str = EXHAUSTIVE[0]) -> tuple[bool, str]:
+    """Build and run one EXHAUSTIVE program: exit 0 when every input gives the reference's bits."""
+    src = Path(__file__).resolve().parents[1] / "kernels" / "radix4" / "lab" / program
     flags = [f for f in radix4.CUDA_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
     with tempfile.TemporaryDirectory() as tmp:
-        exe = Path(tmp) / "sigmoid_exhaustive"
+        exe = Path(tmp) / src.stem
         subprocess.run(["nvcc", *flags, f"-arch={arch}", f"-I{radix4.HERE}", str(src), "-o", str(exe)], check=True)
         run = subprocess.run([str(exe)], capture_output=True, text=True)
     return run.returncode == 0, run.stdout.strip() + run.stderr.strip()
@@ -420,8 +426,11 @@ def main(argv=None) -> int:
     if torch.version.cuda:
         print("ptxas:\n" + ptxas_report(arch))
     if torch.version.cuda:
-        exhaustive_ok, text = run_sigmoid_exhaustive(arch)
-        print(f"{'ok  ' if exhaustive_ok else 'FAIL'} exhaustive sigmoid: {text}")
+        exhaustive_ok = True
+        for program in EXHAUSTIVE:
+            ok, text = run_sigmoid_exhaustive(arch, program)
+            exhaustive_ok &= ok
+            print(f"{'ok  ' if ok else 'FAIL'} exhaustive ({program}): {text}")
     else:
         exhaustive_ok = True
     checks_ok, results = run_checks(device)

@@ -225,9 +225,10 @@ def test_lab_build_exports_its_step_clocks():
 
 @gpu_compile  # slow: see gpu_compile
 @needs_nvcc
-def test_exhaustive_sigmoid_check_compiles(tmp_path):
-    """kernels/radix4/lab/radix4_sigmoid_exhaustive.cu (run on a GPU by radix4_gpu_check.py) still builds."""
-    src = Path(radix4.__file__).resolve().parent / "lab" / "radix4_sigmoid_exhaustive.cu"
+@pytest.mark.parametrize("program", ["radix4_sigmoid_exhaustive.cu", "radix4_model_scores_exhaustive.cu"])
+def test_exhaustive_sigmoid_check_compiles(tmp_path, program):
+    """kernels/radix4/lab's exhaustive checks (run on a GPU by radix4_gpu_check.py) still build."""
+    src = Path(radix4.__file__).resolve().parent / "lab" / program
     flags = [f for f in radix4.CUDA_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
     subprocess.run(["nvcc", *flags, "-arch=sm_90", f"-I{HERE}", str(src), "-o", str(tmp_path / "exe")], check=True)
     assert (tmp_path / "exe").exists()
@@ -477,6 +478,7 @@ struct EmuLanes {
     static bool any(bool p) { return exchange(p, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t |= s[i]; return t; }) != 0; }
     static constexpr float kReciprocalLimit = 0x1p126f;  // as on CUDA, so the redo path runs here too
     static float reciprocal(float y) { return 1.0f / y; }
+    static float rsqrt_approx(float y) { return 1.0f / std::sqrt(y); }
     static double pow2(int n) { const uint64_t u = static_cast<uint64_t>(n + 1023) << 52; double d; std::memcpy(&d, &u, 8); return d; }
     template <class F> static uint64_t exchange(uint64_t v, F f) {
         uint64_t* mine = slot[group()];
@@ -688,14 +690,14 @@ extern "C" int emu_route(int contract, int lanes, int block, const void* s, int 
     return rc != 0 ? rc : emu_deadlocked ? 6 : 0;  // 6: some lanes never reached a barrier the others wait at
 }
 
-// The model contracts' score as the kernel computes it (four a call): 2 the
+// The model contracts' score as the kernel computes it (model_scores, four a call): 2 the
 // sigmoid, 4 sqrt(softplus(x)); 12 and 14 the same through libm alone.
 extern "C" void emu_score(int contract, const float* x, float* out, int64_t n) {
     for (int64_t k = 0; k < n; k += 4) {
         float in[4] = {0.0f, 0.0f, 0.0f, 0.0f}, r[4];
         for (int i = 0; i < 4 && k + i < n; ++i) in[i] = x[k + i];
-        if (contract == 4) radix4::float64_scores4<radix4::ModelContract, EmuLanes<32>, true>(in, r);
-        if (contract == 2) radix4::float64_scores4<radix4::ModelContract, EmuLanes<32>, false>(in, r);
+        if (contract == 4) radix4::float64_scores<radix4::ModelContract, EmuLanes<32>, true, 4>(in, r);
+        if (contract == 2) radix4::float64_scores<radix4::ModelContract, EmuLanes<32>, false, 4>(in, r);
         for (int i = 0; i < 4; ++i) {
             if (contract == 12) r[i] = radix4::rounded_sigmoid(in[i]);
             if (contract == 14) r[i] = radix4::sqrt_softplus(in[i]);

@@ -153,6 +153,9 @@ struct Warp32 {
         return __fmaf_rn(r, __fmaf_rn(-y, r, 1.0f), r);
     }
 
+    // 1 / sqrt(y) within 2^-22 (one MUFU.RSQ; the caller refines it).
+    static __device__ __forceinline__ float rsqrt_approx(float y) { return rsqrtf(y); }
+
     // 2^n as a double, for -1022 <= n <= 1023 (the exponent field alone).
     static __device__ __forceinline__ double pow2(int n) { return __hiloint2double((n + 1023) << 20, 0); }
 

@@ -110,6 +110,8 @@ struct Wave64 {
     // v_div_fixup), so it serves every y.
     static constexpr float kReciprocalLimit = __builtin_huge_valf();
     static __device__ __forceinline__ float reciprocal(float y) { return 1.0f / y; }
+    // 1 / sqrt(y) within 2^-22 (v_rsq_f32; the caller refines it).
+    static __device__ __forceinline__ float rsqrt_approx(float y) { return rsqrtf(y); }
     // 2^n as a double, for -1022 <= n <= 1023 (the exponent field alone).
     static __device__ __forceinline__ double pow2(int n) {
         return __builtin_bit_cast(double, static_cast<uint64_t>(n + 1023) << 52);

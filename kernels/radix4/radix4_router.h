@@ -427,15 +427,15 @@ __device__ __forceinline__ float contract_sigmoid(float x) {
 //      the out-of-line libm form.
 // So the fast forms return the libm forms' bits for every input
 // (kernels/radix4/lab/radix4_model_scores_exhaustive.cu compares all 2^32
-// inputs on the device). Four values a call, out of line: their four chains
-// overlap (float64 issue rate, not latency, bounds a lane), and one copy of
-// the code serves every kernel of the build.
+// inputs on the device). Eight values a call (model_scores), out of line:
+// their chains overlap (float64 issue rate, not latency, bounds a lane), and
+// one copy of the code serves every kernel of the build.
 //
 // Error budget (relative, against the exact function):
 //   e^y, |y| <= 87.5: y log2(e) split exactly into n + f, |f| <= 1/2, with
 //     the product's rounding error carried (fma) and log2(e) to 106 bits:
 //     f within 2^-53; 2^f by its Taylor polynomial of degree 11: truncation
-//     below 2^-46.6 (0.5 ln 2)^12 / 12! / 2^-0.5), Horner's rounding below
+//     below 2^-46.6 ((0.5 ln 2)^12 / 12! / 2^-0.5), Horner's rounding below
 //     2^-51; times 2^n exactly. Below 2^-46.
 //   sigmoid, 1 / (1 + e): 1 + e rounded (2^-53); the reciprocal from fp32's
 //     correctly rounded one (2^-23) and one Newton step (squares it: 2^-46).
@@ -444,8 +444,8 @@ __device__ __forceinline__ float contract_sigmoid(float x) {
 //     (u's error passes through at most once: log1p(u) >= u / (1 + u)); z
 //     from fp32's reciprocal and one Newton step (2^-46); the series to
 //     z^25 / 25 (truncation below 2^-46), Horner below 2^-51. softplus adds
-//     max(x, 0) (no cancellation), the correctly rounded sqrt halves the
-//     error: below 2^-44.5.
+//     max(x, 0) (no cancellation), the sqrt halves the error and adds
+//     below 2^-52 (sqrt_of_normal): below 2^-44.5.
 namespace fast64 {
 
 constexpr double kLog2e = 0x1.71547652b82fep+0, kLog2eLow = 0x1.777d0ffda0d24p-56;  // log2(e) = sum, 106 bits
@@ -502,6 +502,18 @@ __device__ __forceinline__ double reciprocal(double d) {
     return fma(r, fma(-d, r, 1.0), r);
 }
 
+// sqrt(v) for v in [2^-126, 2^126): fp32's approximate 1 / sqrt, one Newton
+// step for it (error 2^-21 squared), one for the root (below 2^-52). No
+// branch: the IEEE float64 sqrt calls a slow path out of line for special
+// inputs, and a call between the chains of model_scores serializes them.
+template <class L>
+__device__ __forceinline__ double sqrt_of_normal(double v) {
+    const double y0 = static_cast<double>(L::rsqrt_approx(static_cast<float>(v)));
+    const double y = fma(0.5 * y0, fma(-v * y0, y0, 1.0), y0);  // 1 / sqrt(v) within 2^-41
+    const double q = v * y;
+    return fma(fma(-q, q, v), 0.5 * y, q);
+}
+
 // v rounded to fp32, and whether every value within kTolerance of v rounds the same.
 __device__ __forceinline__ float decided(double v, bool& sure) {
     const float lo = static_cast<float>(fma(v, -kTolerance, v)), hi = static_cast<float>(fma(v, kTolerance, v));
@@ -533,30 +545,32 @@ __device__ __forceinline__ float sqrt_softplus(float x, bool& sure) {
     const double z0 = u * r;
     const double z = fma(r, fma(-z0, w, u), z0);  // u / (2 + u), refined once
     const double soft = (x64 > 0.0 ? x64 : 0.0) + (z + z) * atanh_series(z * z);  // max(x, 0) + log1p(u)
-    const float q = decided(sqrt(soft), sure);
+    const float q = decided(sqrt_of_normal<L>(soft), sure);
     sure = sure && in_range;
     return q;
 }
 
 }  // namespace fast64
 
-struct Score4 {
-    float v[4];
+// A model contract's scores of kN values, by value in and out of model_scores.
+template <int kN>
+struct Scores {
+    float v[kN];
 };
-// Four model-contract scores a call (the header's note above): the four fast
+// kN model-contract scores a call (the header's note above): the kN fast
 // forms first, with no call between them, so that their float64 chains
 // overlap (a call in between would serialize them: the compiler does not
 // move work across one); then libm for the rare values fast64 left.
-template <class L, bool kSqrtSoftplus>
-__device__ __noinline__ Score4 model_scores4(Score4 x) {
-    Score4 r;
-    bool sure[4];
+template <class L, bool kSqrtSoftplus, int kN>
+__device__ __noinline__ Scores<kN> model_scores(Scores<kN> x) {
+    Scores<kN> r;
+    bool sure[kN];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kN; ++i) {
         r.v[i] = kSqrtSoftplus ? fast64::sqrt_softplus<L>(x.v[i], sure[i]) : fast64::sigmoid<L>(x.v[i], sure[i]);
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kN; ++i) {
         if (!sure[i]) r.v[i] = kSqrtSoftplus ? sqrt_softplus(x.v[i]) : rounded_sigmoid(x.v[i]);
     }
     return r;
@@ -569,13 +583,16 @@ constexpr bool kScoreIsSqrtSoftplus = C::kScore == ScoreFn::kSqrtSoftplus || (C:
 template <class C, bool kAlt>
 constexpr bool kScoreIsFloat64 = kScoreIsSqrtSoftplus<C, kAlt> || C::kRoundedSigmoid;
 
-// A model contract's float64 score of four values (model_scores4).
-template <class C, class L, bool kAlt>
-__device__ __forceinline__ void float64_scores4(const float* x, float* out) {
+// A model contract's float64 scores of kN values (model_scores).
+template <class C, class L, bool kAlt, int kN>
+__device__ __forceinline__ void float64_scores(const float* x, float* out) {
     static_assert(kScoreIsFloat64<C, kAlt>, "the sigmoid of contracts aiter and serial is fp32 (contract_sigmoid)");
-    const Score4 r = model_scores4<L, kScoreIsSqrtSoftplus<C, kAlt>>(Score4{{x[0], x[1], x[2], x[3]}});
+    Scores<kN> in;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) out[i] = r.v[i];
+    for (int i = 0; i < kN; ++i) in.v[i] = x[i];
+    const Scores<kN> r = model_scores<L, kScoreIsSqrtSoftplus<C, kAlt>, kN>(in);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) out[i] = r.v[i];
 }
 
 // ---- one radix round: histogram, sum over the token's threads, bin walk ----
@@ -948,26 +965,27 @@ struct Slice {
     // [C::lowest_key, ordered_bits(+inf)] (NaN, or a value the contract maps
     // to 0). Then, in one branch the token's lanes take together, the exact
     // way for every value, reading the logits and the bias again. (A model
-    // contract's float64 score has one form, four values a call.)
+    // contract's float64 score has one form, eight values a call.)
     template <class L, class Score, class Bias, int kVec, bool kAlt = false>
     __device__ __forceinline__ void compute_keys(const typename Score::Raw* row, const typename Bias::Raw* bias,
                                                  const float x[kVals], const float b[kVals], bool vec = true) {
         uint32_t sig_min = ~0u, key_min = ~0u, key_max = 0u;
+        if constexpr (kScoreIsFloat64<C, kAlt>) {  // eight values a call (two slots), the odd last slot alone
+#pragma unroll
+            for (int s = 0; s + 1 < kSlots; s += 2) float64_scores<C, L, kAlt, 8>(x + 4 * s, sig + 4 * s);
+            if constexpr (kSlots % 2 == 1) float64_scores<C, L, kAlt, 4>(x + 4 * (kSlots - 1), sig + 4 * (kSlots - 1));
+        }
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
             const bool here = slot_valid(s);
-            if constexpr (kScoreIsFloat64<C, kAlt>) {
-                if (here) {
-                    float64_scores4<C, L, kAlt>(x + 4 * s, sig + 4 * s);
-                } else {
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) sig[4 * s + i] = 0.0f;
-                }
-            }
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int j = 4 * s + i;
-                if constexpr (!kScoreIsFloat64<C, kAlt>) sig[j] = here ? L::reciprocal(C::template denominator<L>(x[j])) : 0.0f;
+                if constexpr (kScoreIsFloat64<C, kAlt>) {
+                    sig[j] = here ? sig[j] : 0.0f;  // float64_scores above, phantom slots too
+                } else {
+                    sig[j] = here ? L::reciprocal(C::template denominator<L>(x[j])) : 0.0f;
+                }
                 key[j] = here ? ordered_bits<L>(sig[j] + b[j]) : 0u;
                 if (here) {
                     const uint32_t sig_bits = L::as_uint(sig[j]);  // sig >= +0 or NaN: ordered as its bits
@@ -1007,7 +1025,7 @@ struct Slice {
                 float again[4], b[4];  // loaded again rather than kept live in registers
                 load4<Score, L, kVec>(row + 4 * vector(s), again);
                 load4<Bias, L, kVec>(bias + 4 * vector(s), b);
-                if constexpr (kScoreIsFloat64<C, kAlt>) float64_scores4<C, L, kAlt>(again, sig + 4 * s);
+                if constexpr (kScoreIsFloat64<C, kAlt>) float64_scores<C, L, kAlt, 4>(again, sig + 4 * s);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     if constexpr (!kScoreIsFloat64<C, kAlt>) sig[4 * s + i] = contract_sigmoid<C, L>(again[i]);
