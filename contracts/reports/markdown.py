@@ -6,6 +6,7 @@ nowhere else.
 
 from __future__ import annotations
 
+from .expert_load import load_rows
 from .schema import CheckResult, RowDetail, Status
 from .text import CELLS_NOTE, clean, tie_group_matters, ulp_meaning
 
@@ -141,8 +142,6 @@ def render_markdown(result: CheckResult) -> str:
         out.append("\n## Mismatched rows by call option (exact counts)\n")
         out.append(md_table(option_rows(s)))
     if s.expert_load:
-        from ..run.expert_load import load_rows
-
         out.append("\n## Expert load (captured logits)\n\nTokens per expert, per layer: the oracle's histogram and the candidate's difference "
                    "from it (every count is in summary.json, `expert_load`).\n\n")  # fmt: skip
         out.append(md_table(load_rows(s.expert_load)))

@@ -23,6 +23,7 @@ from pathlib import Path
 from ..command_words import without_options
 from .bundle import BundleError, open_check, write_check_bundle, write_index
 from .cells import CellKeeper
+from .expert_load import sum_records
 from .schema import (
     INT64_MAX,
     CELL_COLUMNS,
@@ -153,7 +154,6 @@ def sum_summaries(parts: list[Summary], base: Summary) -> Summary:
             if d.inexact_rows is not None:
                 into.inexact_rows = (into.inexact_rows or 0) + d.inexact_rows
     merged.expected_deviations = deviations
-    from ..run.expert_load import sum_records  # torch: here, not at import (the commands refuse bad names before torch loads)
 
     merged.expert_load = sum_records([s.expert_load for s in parts])  # captured logits: one histogram for the whole file
     merged.error = next((s.error for s in parts if s.error), None)
