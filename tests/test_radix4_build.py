@@ -458,9 +458,6 @@ inline uint32_t atomicAdd(uint32_t* p, uint32_t v) {  // one lane runs at a time
 // How many lanes took each way of the selection (radix4::RankPath).
 inline std::atomic<long> emu_paths[5];
 #define RADIX4_NOTE_PATH(path) (++emu_paths[static_cast<int>(path)])
-// How many lanes got their model-contract scores each way (radix4::ScorePath).
-inline std::atomic<long> emu_score_paths[2];
-#define RADIX4_NOTE_SCORES(path) (++emu_score_paths[static_cast<int>(path)])
 
 #include "radix4_router.h"
 
@@ -728,10 +725,6 @@ extern "C" void emu_sigmoid(int contract, const float* x, float* out, int64_t n)
 
 extern "C" void emu_hook_counts(int* out) { out[0] = emu_waits.load(); out[1] = emu_triggers.load(); }
 
-extern "C" void emu_score_path_counts(long* out) {
-    for (int p = 0; p < 2; ++p) out[p] = emu_score_paths[p].exchange(0);
-}
-
 extern "C" void emu_path_counts(long* out, int reset) {
     for (int p = 0; p < 5; ++p) out[p] = reset ? emu_paths[p].exchange(0) : emu_paths[p].load();
 }
@@ -770,7 +763,6 @@ def _build_emulation(tmp_path_factory, rank_max=None, defines=(), launches=None)
     lib.emu_fast_score.argtypes = [i, p, p, p, i64]
     lib.emu_hook_counts.argtypes = [p]
     lib.emu_path_counts.argtypes = [p, i]
-    lib.emu_score_path_counts.argtypes = [p]
     return lib
 
 

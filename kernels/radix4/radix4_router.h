@@ -582,26 +582,6 @@ template <class C, bool kAlt>
 constexpr bool kScoreIsSqrtSoftplus = C::kScore == ScoreFn::kSqrtSoftplus || (C::kScore == ScoreFn::kChosen && kAlt);
 template <class C, bool kAlt>
 constexpr bool kScoreIsFloat64 = kScoreIsSqrtSoftplus<C, kAlt> || C::kRoundedSigmoid;
-// The ungrouped model contracts score in two phases (Slice::two_phase_keys).
-template <class C, bool kAlt>
-constexpr bool kTwoPhase = kScoreIsFloat64<C, kAlt> && C::kGroups == 1;
-
-// A model contract's score in fp32, for the first phase: within 2^-15 of its
-// size of the float64 score (or 2^-126 of it) for |x| <= 87.
-//   sigmoid: aiter's form, 1 / (1 + exp2(-log2(e) x)): the product's
-//     rounding moves exp2 by |x| 2^-23 of its size at most (2^-16.5 at 87),
-//     exp2 2 ulp, 1 + e and the reciprocal an ulp each; the quick reciprocal
-//     flushes only below 2^-126.
-//   sqrt(softplus(x)): expf (2 ulp), log1pf (1 ulp; passes u's error once),
-//     the sum, sqrtf (halves the error): below 2^-20.
-template <class C, class L, bool kAlt>
-__device__ __forceinline__ float approximate_score(float x) {
-    if constexpr (kScoreIsSqrtSoftplus<C, kAlt>) {
-        return sqrtf((x > 0.0f ? x : 0.0f) + log1pf(expf(-fabsf(x))));
-    } else {
-        return L::reciprocal(C::template denominator<L>(x));
-    }
-}
 
 // A model contract's float64 scores of kN values (model_scores).
 template <class C, class L, bool kAlt, int kN>
@@ -748,15 +728,6 @@ enum class RankPath : int { kPacked = 0, kKeys = 1, kComposites = 2, kRegions = 
 #ifndef RADIX4_NOTE_PATH
 #define RADIX4_NOTE_PATH(path) \
     do {                       \
-    } while (0)
-#endif
-// How a model contract's token got its float64 scores (the same tests):
-// kTwoPhase, only the values near the cutoff (Slice::two_phase_keys), or
-// kEvery, every value (the groups, NaN rows, too many near the cutoff).
-enum class ScorePath : int { kTwoPhase = 0, kEvery = 1 };
-#ifndef RADIX4_NOTE_SCORES
-#define RADIX4_NOTE_SCORES(path) \
-    do {                         \
     } while (0)
 #endif
 
@@ -916,16 +887,7 @@ struct TokenExchange {
     }
 };
 
-// The float a rank key came from (key 0, NaN's, gives a NaN).
-template <class L>
-__device__ __forceinline__ float key_value(uint32_t key) {
-    return L::as_float((key & 0x80000000u) ? key ^ 0x80000000u : ~key);
-}
-
 // ---- step 1: load, sigmoid, rank keys (this thread's share of the token) ----
-
-template <class S, class L>
-__device__ __forceinline__ uint32_t lanes_larger(uint32_t v);  // step 2 (the two-phase scores use it too)
 
 template <class S, class C>
 struct Slice {
@@ -1008,9 +970,10 @@ struct Slice {
     __device__ __forceinline__ void compute_keys(const typename Score::Raw* row, const typename Bias::Raw* bias,
                                                  const float x[kVals], const float b[kVals], bool vec = true) {
         uint32_t sig_min = ~0u, key_min = ~0u, key_max = 0u;
-        if constexpr (kScoreIsFloat64<C, kAlt> && !kTwoPhase<C, kAlt>) {  // the groups: every value, four a call
+        if constexpr (kScoreIsFloat64<C, kAlt>) {  // eight values a call (two slots), the odd last slot alone
 #pragma unroll
-            for (int s = 0; s < kSlots; ++s) float64_scores<C, L, kAlt, 4>(x + 4 * s, sig + 4 * s);
+            for (int s = 0; s + 1 < kSlots; s += 2) float64_scores<C, L, kAlt, 8>(x + 4 * s, sig + 4 * s);
+            if constexpr (kSlots % 2 == 1) float64_scores<C, L, kAlt, 4>(x + 4 * (kSlots - 1), sig + 4 * (kSlots - 1));
         }
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
@@ -1018,10 +981,8 @@ struct Slice {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int j = 4 * s + i;
-                if constexpr (kTwoPhase<C, kAlt>) {
-                    sig[j] = here ? approximate_score<C, L, kAlt>(x[j]) : 0.0f;
-                } else if constexpr (kScoreIsFloat64<C, kAlt>) {
-                    sig[j] = here ? sig[j] : 0.0f;  // float64_scores above (phantom slots too)
+                if constexpr (kScoreIsFloat64<C, kAlt>) {
+                    sig[j] = here ? sig[j] : 0.0f;  // float64_scores above, phantom slots too
                 } else {
                     sig[j] = here ? L::reciprocal(C::template denominator<L>(x[j])) : 0.0f;
                 }
@@ -1038,14 +999,7 @@ struct Slice {
         const uint32_t kInfKey = ordered_bits<L>(__builtin_huge_valf());
         const bool unusual = sig_min < kSmallestQuickSig || key_min < C::template lowest_key<L>() || key_max > kInfKey;
         lane_max = key_max;
-        bool exact_all = L::any(unusual);
-        if constexpr (kTwoPhase<C, kAlt>) {
-            if (__builtin_expect(!exact_all, 1)) exact_all = !two_phase_keys<L, kAlt>(x, b);
-            RADIX4_NOTE_SCORES(exact_all ? ScorePath::kEvery : ScorePath::kTwoPhase);
-        } else if constexpr (kScoreIsFloat64<C, kAlt>) {
-            RADIX4_NOTE_SCORES(ScorePath::kEvery);
-        }
-        if (__builtin_expect(exact_all, 0)) {
+        if (__builtin_expect(L::any(unusual), 0)) {
             if constexpr (kVec == 2) {
                 if (vec) {
                     exact_keys<L, Score, Bias, 1, kAlt>(row, bias);
@@ -1056,86 +1010,6 @@ struct Slice {
                 exact_keys<L, Score, Bias, kVec, kAlt>(row, bias);
             }
         }
-    }
-
-    // The second phase of the ungrouped model contracts' scores. The first
-    // (compute_keys) gave every value its fp32 approximate_score and key; the
-    // float64 score is needed only where it can change the result: at the
-    // winners (their weights and order) and wherever a value could reach the
-    // k-th largest ranking value T. So, with e_j an upper bound of the
-    // approximate ranking value's error (2^-15 of the score, 2^-20 of the
-    // value, 2^-100; infinite for |x| > 87, outside approximate_score's bound):
-    //   lb = the k-th largest over lanes of max_j (r'_j - e_j): k values reach
-    //        it (each lane's), so lb <= T;
-    //   the float64 score for every value with r'_j + e_j >= lb (collected
-    //        over the token's lanes in shared memory, four a lane at most, one
-    //        call: their chains overlap);
-    //   every other value keeps its approximate key, strictly below lb (and
-    //        its exact one is too): it neither wins nor moves the cutoff, the
-    //        bound step's lo (a lane maximum, each >= lb) or the candidates.
-    // So the selection and the weights are the all-float64 ones. False (the
-    // caller scores every value in float64) when more than four a lane would
-    // need it (ties, levels).
-    template <class L, bool kAlt>
-    __device__ __forceinline__ bool two_phase_keys(const float x[kVals], const float b[kVals]) {
-        static_assert(S::kWarps == 1, "the model contracts route a warp (wave) per token");
-        constexpr int kList = 4 * L::kLanes;
-        __shared__ float list[S::kTokens][kList];  // this token's values to score, then their scores
-        auto error_bound = [&](int j) {  // of r'_j = key_value(key[j])
-            return fabsf(x[j]) <= 87.0f ? 0x1p-15f * sig[j] + 0x1p-20f * fabsf(key_value<L>(key[j])) + 0x1p-100f
-                                        : __builtin_huge_valf();
-        };
-        float lower = -__builtin_huge_valf();  // max_j (r'_j - e_j) (fmaxf passes over NaN)
-#pragma unroll
-        for (int j = 0; j < kVals; ++j) {
-            if (valid(j)) lower = fmaxf(lower, key_value<L>(key[j]) - error_bound(j));
-        }
-        const uint32_t lower_key = ordered_bits<L>(lower);
-        const uint32_t larger = lanes_larger<S, L>(lower_key);
-        const float lb = key_value<L>(L::all_min(larger < static_cast<uint32_t>(S::K) ? lower_key : ~0u));
-        uint32_t maybe = 0u;  // bit j: value j needs its float64 score
-#pragma unroll
-        for (int j = 0; j < kVals; ++j) {
-            if (valid(j) && !(key_value<L>(key[j]) + error_bound(j) < lb)) maybe |= 1u << j;
-        }
-        const uint32_t count = static_cast<uint32_t>(__popcll(maybe));
-        const uint32_t total = L::sum(count);
-        if (total > static_cast<uint32_t>(kList)) return false;
-        float* mine = list[L::group()];
-        uint32_t at = L::exclusive_scan(count);
-#pragma unroll
-        for (int j = 0; j < kVals; ++j) {
-            if ((maybe >> j) & 1u) mine[at++] = x[j];
-        }
-        L::sync();
-        const int lane = L::lane();
-        float in[4], out[4];
-#pragma unroll
-        for (int t = 0; t < 4; ++t) in[t] = lane + t * L::kLanes < static_cast<int>(total) ? mine[lane + t * L::kLanes] : 0.0f;
-        if (total <= static_cast<uint32_t>(L::kLanes)) {
-            float64_scores<C, L, kAlt, 1>(in, out);
-        } else if (total <= static_cast<uint32_t>(2 * L::kLanes)) {
-            float64_scores<C, L, kAlt, 2>(in, out);
-        } else {
-            float64_scores<C, L, kAlt, 4>(in, out);
-        }
-        L::sync();  // every lane has read its inputs
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            if (lane + t * L::kLanes < static_cast<int>(total)) mine[lane + t * L::kLanes] = out[t];
-        }
-        L::sync();
-        at -= count;
-        lane_max = 0u;
-#pragma unroll
-        for (int j = 0; j < kVals; ++j) {
-            if ((maybe >> j) & 1u) {
-                sig[j] = mine[at++];
-                key[j] = ordered_bits<L>(sig[j] + b[j]);
-            }
-            if (valid(j)) lane_max = key[j] > lane_max ? key[j] : lane_max;
-        }
-        return true;
     }
 
     // The contract's sigmoid and rank key for every value, and lane_max
@@ -1171,6 +1045,11 @@ struct Slice {
 
 // ---- step 1b: expert groups (contracts with C::kGroups > 1) ----
 
+// The float a rank key came from (key 0, NaN's, gives a NaN).
+template <class L>
+__device__ __forceinline__ float key_value(uint32_t key) {
+    return L::as_float((key & 0x80000000u) ? key ^ 0x80000000u : ~key);
+}
 
 // The group scores, the kept groups and the mask, in the registers of the
 // load step: a group's vectors sit on kVecPerGroup consecutive lanes of one
