@@ -27,7 +27,7 @@ import pytest
 import torch
 
 import kernels.radix4 as radix4
-from test_radix4_build import CONTRACTS, emulated_route, reference
+from test_radix4_build import CONTRACTS, emulated_route, emulated_sigmoid, reference
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
 
@@ -361,3 +361,36 @@ def test_each_contract_routes_through_its_own_entry_of_the_shared_library(tmp_pa
     got = [radix4.library(contract=c).route(*args) for c in order]
     assert got == [codes[radix4.CONTRACTS[c][2]] for c in order]
     assert radix4.library(contract="lowest").radix4_status_string(1) == b"standin"
+
+
+def _cutoff_rows():
+    """Rows where aiter's fp32 sigmoid and the correctly rounded one choose different experts at the cutoff."""
+    g = torch.Generator().manual_seed(52)
+    # One value a lane (experts 4l are lane l's first), rising by about an ulp of the sigmoid: the k-th largest lane
+    # maximum is the cutoff itself.
+    lanes = torch.full((64, 256), -6.0)
+    steps = torch.rand(64, 32, generator=g) * 5e-7 + 1e-7
+    lanes[:, 0:128:4] = torch.rand(64, 1, generator=g) * 1.5 + 0.5 + steps.cumsum(1)
+    yield "one value a lane at the cutoff", lanes, torch.zeros(256)
+    # The same with a bias of about an ulp on every expert.
+    yield "the same with a bias of an ulp", lanes, torch.randn(256, generator=g) * 1e-7
+
+
+CUTOFF = list(_cutoff_rows())
+
+
+@needs_gxx
+@pytest.mark.parametrize("sqrt_softplus", [False, True], ids=["sigmoid", "sqrt_softplus"])
+@pytest.mark.parametrize("case", CUTOFF, ids=[c[0] for c in CUTOFF])
+def test_model_scores_choose_by_the_float64_score_at_the_cutoff(emulation, case, sqrt_softplus):
+    """Ids and weight bits of the plain rule on the float64 scores, on rows where an fp32 score chooses otherwise
+    (checked first, so the rows are not vacuous): a kernel that ranked by a cheaper score would fail here."""
+    _, scores, bias = case
+    def chosen(v):  # the top 8, ties to the lower index
+        return torch.sort(v, dim=1, descending=True, stable=True).indices[:, :8].sort(dim=1).values
+
+    if not sqrt_softplus:
+        assert not torch.equal(chosen(emulated_sigmoid(emulation, scores) + bias), chosen(emulated_score(emulation, scores, False) + bias))
+    contract = "sqrt_softplus" if sqrt_softplus else "lowest"
+    want = model_reference(emulation, scores, bias, 8, 1, 2.5, sqrt_softplus=sqrt_softplus)
+    assert_same(emulated_route(emulation, 32, scores, bias, 8, 1, 2.5, contract=contract), want, "warp32")

@@ -1,12 +1,12 @@
 // Exhaustive check of the model contracts' fast float64 scores (CUDA).
 //
-// radix4_router.h's model_scores (the kernel's scores of eight or four values
-// under the model contracts) decides the fp32 rounding of the float64 scores with
+// radix4_router.h's model_scores (the kernel's scores of four values under
+// the model contracts) decides the fp32 rounding of the float64 scores with
 // short polynomials (fast64) and asks the libm forms (rounded_sigmoid,
 // sqrt_softplus: the oracle's float64 steps) only where fast64 is not sure.
 // For every one of the 2^32 float bit patterns x this program compares, bit
 // for bit (NaN == NaN), under both scores:
-//   model_scores<Warp32, kSqrtSoftplus, 8> with the libm form,
+//   model_scores<Warp32, kSqrtSoftplus, 4> with the libm form,
 // and counts, for each score, the inputs fast64 called sure but got wrong
 // (must be 0: the fallback never sees them) and the inputs inside fast64's
 // ranges that it left to libm (about one in 2^17 expected). Exit code 0 only
@@ -29,12 +29,12 @@ __device__ bool same_bits(float a, float b) { return __float_as_uint(a) == __flo
 template <bool kSqrtSoftplus>
 __global__ void check_all() {
     unsigned long long mine[3] = {0, 0, 0};
-    for (uint64_t u = 8 * (blockIdx.x * uint64_t{blockDim.x} + threadIdx.x); u < (uint64_t{1} << 32);
-         u += 8 * uint64_t{gridDim.x} * blockDim.x) {
-        radix4::Scores<8> x;
-        for (int i = 0; i < 8; ++i) x.v[i] = __uint_as_float(static_cast<uint32_t>(u + i));
-        const radix4::Scores<8> got = radix4::model_scores<Warp32, kSqrtSoftplus, 8>(x);
-        for (int i = 0; i < 8; ++i) {
+    for (uint64_t u = 4 * (blockIdx.x * uint64_t{blockDim.x} + threadIdx.x); u < (uint64_t{1} << 32);
+         u += 4 * uint64_t{gridDim.x} * blockDim.x) {
+        radix4::Scores<4> x;
+        for (int i = 0; i < 4; ++i) x.v[i] = __uint_as_float(static_cast<uint32_t>(u + i));
+        const radix4::Scores<4> got = radix4::model_scores<Warp32, kSqrtSoftplus, 4>(x);
+        for (int i = 0; i < 4; ++i) {
             const float v = x.v[i];
             const float want = kSqrtSoftplus ? radix4::sqrt_softplus(v) : radix4::rounded_sigmoid(v);
             bool sure;
