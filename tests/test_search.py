@@ -118,3 +118,22 @@ def test_torch_native_with_default_settings_breaks_only_what_it_declares(tmp_pat
     out = capsys.readouterr().out
     assert code == 0, out
     assert "no unexpected mismatch" in out
+
+
+@pytest.mark.slow  # two searches with their shrinking phase: about 8 s
+def test_search_under_a_per_expert_scale_passes_the_scale_and_replays_it(tmp_path):
+    """Under gemma4 (a per-expert weight scale) the search draws a scale per example and passes it to both: a router
+    that drops it fails with `scaling`, the saved input keeps the scale, and its replay fails again; the oracle passes."""
+    from contracts.candidates import get_candidate
+    from contracts.run.search import replay
+
+    code, out, _ = _search(tmp_path, "tests.adversarial.verdicts:gemma4_scale_ignored", "--contract", "gemma4", examples=8)
+    doc = json.loads((out / "search.json").read_text())
+    assert code == 1 and "scaling" in doc["clauses"], doc["clauses"]
+    minimal = torch.load(out / "minimal.pt", weights_only=True)
+    scale = minimal["expert_scale"]
+    assert scale.shape == (minimal["scores"].shape[1],) and float(scale.min()) >= 0.25 and float(scale.max()) < 2.0
+    assert replay(out / "minimal.pt", get_candidate("tests.adversarial.verdicts:gemma4_scale_ignored"), contract="gemma4")
+    (tmp_path / "oracle").mkdir()
+    code, out, _ = _search(tmp_path / "oracle", "oracle", "--contract", "gemma4", examples=8)
+    assert code == 0, json.loads((out / "search.json").read_text())["clauses"]

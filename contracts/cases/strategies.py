@@ -168,6 +168,9 @@ class RoutingExample:
     theme: str = "any"  # the palette the values came from (see THEMES)
     row_offset: int = 0  # > 0: scores are a column slice of a wider buffer starting at this column
     contract: str = "aiter"  # whose sigmoid BiasTie solves with
+    # A contract with a per-expert weight scale (Gemma 4): the seed of the [E] scales the call passes, distinct values
+    # in [0.25, 2) as the checks draw them (a router that drops or misplaces them must show it); None otherwise.
+    expert_scale_seed: int | None = None
     _cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     @property
@@ -200,6 +203,13 @@ class RoutingExample:
                 idx = Patch(0.0, tie.start, tie.count, tie.stride).experts(e)
                 bias[idx] = torch.tensor(tie.target, dtype=torch.float32) - row[idx]
         return scores, bias.to(DTYPES[self.bias_dtype])
+
+    def expert_scale(self) -> torch.Tensor | None:
+        """The call's ``[E]`` fp32 per-expert weight scale (CPU, fresh), or None for a contract without one."""
+        if self.expert_scale_seed is None:
+            return None
+        g = torch.Generator().manual_seed(self.expert_scale_seed)
+        return 0.25 + 1.75 * torch.rand(self.experts, generator=g)
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scores [M, E], bias [E])`` on the CPU, in the example's dtypes (fresh copies)."""
@@ -376,4 +386,5 @@ def routing_examples(
         theme=theme,
         row_offset=draw(st.sampled_from((0, 0, 1, 33))),
         contract=contract,
+        expert_scale_seed=draw(st.integers(0, 2**31 - 1)) if admitted.get("expert_scale") else None,
     )

@@ -17,7 +17,8 @@ The bundle (``--out``, default ``reports/<UTC time>-search-<candidate>``):
 
 - ``minimal.pt``: ``torch.save`` of a dict ``scores, bias, topk, renormalize,
   routed_scaling_factor, contract, candidate`` (plus ``row``, ``clause``,
-  ``reason``, ``example``: the strategy's description of the input). Other
+  ``reason``, ``example``: the strategy's description of the input; and
+  ``expert_scale`` under a contract with a per-expert weight scale). Other
   clauses that broke get ``minimal-<clause>.pt``.
 - ``search.md``: the minimal failing row side by side (expected vs actual
   ids and weights) with the one-line replay command.
@@ -80,6 +81,7 @@ class Finding:
     routed_scaling_factor: float
     detail: dict  # compare's row detail: expected/actual ids and weights
     example: dict | None = None  # the strategy's description, when it came from one
+    expert_scale: torch.Tensor | None = None  # the call's per-expert weight scale (contracts with one), CPU
 
 
 class Mismatch(AssertionError):
@@ -132,14 +134,17 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a.view(as_int), b.view(as_int)))
 
 
-def check_input(route, contract: str, deviations: dict, scores, bias, topk, renormalize, rsf, device: str):
-    """Run ``route`` and the oracle on one input; ``(outcome, first unexpected mismatch detail or None)``."""
+def check_input(route, contract: str, deviations: dict, scores, bias, topk, renormalize, rsf, device: str,
+                expert_scale: torch.Tensor | None = None):  # fmt: skip
+    """Run ``route`` and the oracle on one input; ``(outcome, first unexpected mismatch detail or None)``.
+    ``expert_scale``: the call's per-expert weight scale, passed to both (contracts that have one)."""
     scores_d, bias_d = _to_device(scores, device), bias.to(device)
+    scale_d = None if expert_scale is None else expert_scale.to(device)
     rows, experts = scores.shape
-    case = Case(CaseSpec("search", 0, rows, experts, topk), scores_d, bias_d, renormalize, rsf)
+    case = Case(CaseSpec("search", 0, rows, experts, topk), scores_d, bias_d, renormalize, rsf, scale_d)
     before = (scores_d.clone(), bias_d.clone())
     try:
-        actual = route(scores_d, bias_d, topk, renormalize, rsf)
+        actual = route(scores_d, bias_d, topk, renormalize, rsf, **case.call_kwargs)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         raised = None
@@ -224,12 +229,14 @@ def search(
         )  # fmt: skip
         result.examples_run += 1
         scores, bias = example.tensors()
-        _, bad = check_input(route, contract, deviations, scores, bias, example.topk, example.renormalize, example.routed_scaling_factor, device)
+        scale = example.expert_scale()
+        _, bad = check_input(route, contract, deviations, scores, bias, example.topk, example.renormalize,
+                             example.routed_scaling_factor, device, expert_scale=scale)  # fmt: skip
         if bad is not None:
             finding = Finding(
                 clause=bad["clause"], reason=bad["reason"], row=bad["row"], scores=scores, bias=bias, topk=example.topk,
                 renormalize=example.renormalize, routed_scaling_factor=example.routed_scaling_factor, detail=bad,
-                example=_describe(example),
+                example=_describe(example), expert_scale=scale,
             )  # fmt: skip
             raise _mismatch_type(finding.clause)(finding)
 
@@ -314,6 +321,7 @@ def _finding_dict(f: Finding, candidate: str, contract: str, device: str) -> dic
         "reason": f.reason,
         "example": f.example,
         "schema_version": SCHEMA_VERSION,
+        **({} if f.expert_scale is None else {"expert_scale": f.expert_scale}),
     }
 
 
@@ -462,12 +470,14 @@ def replay(path: Path, candidate: Candidate, *, contract: str | None = None, dev
     contract = contract or data.get("contract") or candidate.contract
     scores, bias = data["scores"], data["bias"]
     args = (data["topk"], bool(data["renormalize"]), float(data["routed_scaling_factor"]))
-    outcome, bad = check_input(candidate.route_under(contract), contract, candidate.deviations(contract), scores, bias, *args, device)
+    scale = data.get("expert_scale")  # saved by searches under a contract with a per-expert weight scale
+    outcome, bad = check_input(candidate.route_under(contract), contract, candidate.deviations(contract), scores, bias, *args, device,
+                               expert_scale=scale)  # fmt: skip
     print(f"replay {path} on {candidate.name} ({contract}, {device}): {outcome.verdict_counts}")
     if bad is None:
         print("no unexpected mismatch: the input no longer fails")
         return False
-    finding = Finding(bad["clause"], bad["reason"], bad["row"], scores, bias, *args, detail=bad)
+    finding = Finding(bad["clause"], bad["reason"], bad["row"], scores, bias, *args, detail=bad, expert_scale=scale)
     print("\n".join(side_by_side(finding, contract)))
     return True
 
