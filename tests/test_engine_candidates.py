@@ -28,7 +28,7 @@ import torch
 
 from contracts import check
 from contracts.candidates import Candidate, all_candidates, get_candidate, register
-from contracts.candidates.engines import ENGINE_DEVIATIONS, GPU_ONLY_DEVIATIONS, MEASURED_WITH
+from contracts.candidates.engines import ENGINE_DEVIATIONS, MEASURED_WITH
 from contracts.commands._common import ExitCode
 from kernels import engines
 
@@ -115,7 +115,7 @@ def test_grouped_declarations_are_what_the_harness_measures(name, tmp_path):
     shown = {clause for f in summary["families"].values() for clause in f["expected_clauses"]}
     declared = set(ENGINE_DEVIATIONS[name]["deepseek-v3"])
     assert declared == set(summary["expected_deviations"])
-    assert shown == declared - set(GPU_ONLY_DEVIATIONS.get(name, {}).get("deepseek-v3", ())), "this CPU run shows every other declared clause"
+    assert shown == declared, "this CPU run shows every declared clause"
 
 
 def test_engine_path_option_reaches_the_adapters(tmp_path):

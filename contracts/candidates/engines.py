@@ -43,7 +43,7 @@ from kernels.engines import set_engine_path as _set_engine_path
 
 from .registry import Candidate, register
 
-__all__ = ["CONTRACTS", "COVERAGE", "DESCRIPTIONS", "ENGINE_DEVIATIONS", "ENV_ENGINE_PATH", "GPU_ONLY_DEVIATIONS", "MEASURED_WITH", "engine_candidate",
+__all__ = ["CONTRACTS", "COVERAGE", "DESCRIPTIONS", "ENGINE_DEVIATIONS", "ENV_ENGINE_PATH", "MEASURED_WITH", "engine_candidate",
            "set_engine_path"]  # fmt: skip
 
 DESCRIPTIONS = {
@@ -93,12 +93,9 @@ _GROUPED_TORCH_ROUTER = {
     **{k: v for k, v in _TORCH_ROUTER.items() if k != "output_order"},  # deepseek-v3 compares the ids as a set
     "group_mask": "group scores summed in bf16 keep other groups than the fp32 sums, and torch.topk breaks exact "
                   "group-score ties in its own order: experts of groups the contract drops are chosen",
-    "group_selection": "on CUDA, bf16 group sums keep other groups than the contract's (3 of 20,000 rows on the H200, "
-                       "family tie_pool_above; none on the CPU)",
+    "group_selection": "bf16 group sums keep other groups than the contract's fp32 sums (family random_bf16 on the CPU, "
+                       "tie_pool_above on CUDA)",
 }  # fmt: skip
-
-# Declared clauses that only a GPU run shows (a CPU run lists them as declared but not observed).
-GPU_ONLY_DEVIATIONS = {name: {"deepseek-v3": ("group_selection",)} for name in ("sglang-torch", "vllm-torch", "lmdeploy-torch")}
 
 # contract -> {clause: why}, per candidate. Measured with MEASURED_WITH[name][contract]: every clause a row of the
 # run broke (rows counted under each clause they break: the families' clauses_broken, expected_clauses once

@@ -72,6 +72,7 @@ R_TIE_SET, R_TIE_ORDER, R_SIGNED_ZERO, R_NEAR_ULP, R_NEAR_SET, R_NAN_TIE = 40, 4
 R_SELECTION, R_SELECTION_FTZ, R_ORDER, R_ORDER_FTZ, R_NOT_TOP_NUMBERS, R_NOT_TOP_ELIGIBLE = 50, 51, 52, 53, 54, 55
 R_BIAS, R_GUARD_DIVIDED, R_NOT_RENORMALIZED, R_SCALING, R_ACCURACY = 60, 61, 62, 63, 64
 R_RENORMALIZED, R_SOFTMAX_OF_CHOSEN, R_SOFTMAX_OF_ALL, R_FACTOR, R_EPS_MISSING = 65, 66, 67, 68, 69
+R_EPS_ADDED = 74
 # a per-expert weight scale (weight_scale="per_expert") ignored, applied before renormalizing, taken by slot, or twice
 R_SCALE_IGNORED, R_SCALE_BEFORE_RENORM, R_SCALE_BY_SLOT, R_SCALE_TWICE = 70, 71, 72, 73
 # the shared expert's column (shared_expert_slot="last", contracts.compare.shared): its id, its weight
@@ -639,6 +640,13 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
         # the raw sum where the contract adds its epsilon (a tiny sum): the division rule, not a factor
         assign(close_to(raw) & differs(raw) & torch.isfinite(raw).all(1), "renorm_guard", R_EPS_MISSING)
         assign(~(total > 0) & ~torch.isfinite(r.w).all(1) & torch.isfinite(reference).all(1), "renorm_guard", R_GUARD_DIVIDED)
+    if renormalize and c.renormalize != "eps":
+        # The sum plus the engines' epsilon (1e-20) where the contract divides by the raw sum: a sum of underflowed
+        # sigmoids then divides to nearly nothing. Before the renormalization flag, whose counterfactual (the raw
+        # sigmoids) lies within atol of such weights too.
+        eps = oracle.weights_from(chosen, contract=c.replace(renormalize="eps", renorm_eps=1e-20), renormalize=True,
+                                  routed_scaling_factor=rsf, logits_dtype=case.scores.dtype, slot_scale=slot_scale)  # fmt: skip
+        assign(close_to(eps) & differs(eps) & torch.isfinite(eps).all(1), "renorm_guard", R_EPS_ADDED)
     if c.has_bias:
         with_bias = formula(_gather(r.ranking, r.a))
         # an all-zero bias gives the same weights; NaN or infinite biases make both formulas NaN: that

@@ -102,6 +102,19 @@ def _zero_sum_case(contract):
     return _case(x, b, 8)
 
 
+def _tiny_sum_case(contract):
+    x = torch.full((1, 64), -4.0)
+    x[0, :8] = -88.5 + torch.arange(8.0) * 0.1  # the eight largest ranking values: subnormal sigmoids, 3e-39 to 8e-39
+    b = torch.zeros(64)
+    b[:8] = 1.0
+    return _case(x, b, 8)
+
+
+def _epsilon_added(w, ids, exp):
+    s = exp.scores.gather(1, ids.long())
+    return s / (s.sum(1, keepdim=True) + 1e-20), ids
+
+
 def _divide_by_zero(w, ids, exp):
     s = exp.scores.gather(1, ids.long())
     return s / s.sum(1, keepdim=True), ids
@@ -389,6 +402,8 @@ PLANTS = [
     Plant("bias_in_weight", "aiter", lambda: (_rows_case("aiter"), _bias_in_weight), "mismatch", "bias_in_weight", reason="sig + bias"),
     Plant("not_renormalized", "aiter", lambda: (_rows_case("aiter"), _unnormalized), "mismatch", "renormalization", reason="not renormalized"),
     Plant("zero_sum_divided", "aiter", lambda: (_zero_sum_case("aiter"), _divide_by_zero), "mismatch", "renorm_guard", reason="must not divide"),
+    Plant("epsilon_added_to_a_tiny_sum", "aiter", lambda: (_tiny_sum_case("aiter"), _epsilon_added), "mismatch", "renorm_guard",
+          reason="plus 1e-20"),
     Plant("accuracy", "aiter", lambda: (_rows_case("aiter"), _scaled(1.01)), "mismatch", "weight_accuracy"),
     Plant("serial_zero_sum", "serial", lambda: (_zero_sum_case("serial"), _divide_by_zero), "mismatch", "renorm_guard", reason="must not divide"),
     Plant("serial_sentinel", "serial", lambda: (_few_valid_case("serial"), _garbage_beyond_valid), "mismatch", "sentinel_fallback",
