@@ -144,28 +144,29 @@ def test_cuda_build_spills_only_in_the_dense_kernel_and_within_budget(contract):
 def test_programmatic_launch_hooks_are_in_the_sm90_code_only(contract, tmp_path):
     """griddepcontrol.launch_dependents at entry and griddepcontrol.wait before the logits: sm_90 only.
 
-    sm_90: the PTX of the shipped build. sm_80: aiter's unit alone, its Kimi shapes only (RADIX4_KIMI_ONLY): the
-    hooks sit in the launch code every shape and contract shares, and a whole second compile costs minutes."""
+    sm_90: the PTX of the shipped build, one wait and one trigger per kernel (so none outside the hooks). sm_80: the
+    hooks themselves (lanes_cuda.cuh's Warp32, which every kernel calls) compiled in a kernel of their own for both
+    architectures: present on sm_90, nothing on sm_80. (A second compile of the whole unit for sm_80 cost half a
+    minute of CI for the same answer.)"""
     flags = [f for f in radix4.CUDA_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    hooks = tmp_path / "hooks.cu"
+    hooks.write_text('#include "lanes_cuda.cuh"\n__global__ void hooks() {\n'
+                     '    radix4::Warp32::launch_dependents();\n    radix4::Warp32::wait_for_prior_grids();\n}\n')
     for arch, present in (("sm_90", True), ("sm_80", False)):
-        if arch == "sm_90":
-            ptx = sm90_build(contract).ptx
-        elif contract == "aiter":
-            out = tmp_path / f"{contract}_{arch}.ptx"
-            subprocess.run(["nvcc", *flags, "-DRADIX4_KIMI_ONLY=1", f"-arch={arch}", "--ptx", "-o", str(out),
-                            str(radix4.cuda_source(contract))], check=True, capture_output=True)  # fmt: skip
-            ptx = out.read_text()
-        else:
-            continue
-        entries = ptx.count(".entry ")
-        assert entries > 0
-        assert ptx.count("griddepcontrol.wait") == (entries if present else 0)
-        assert ptx.count("griddepcontrol.launch_dependents") == (entries if present else 0)
-        if contract == "aiter":
-            # RADIX4_EX2_FTZ defaults to on: every exp2 of aiter's sigmoid is the flushed one
-            # (an #if read before the switch's default once left it off in every default build).
-            assert ptx.count("ex2.approx.ftz.f32") > 0
-            assert ptx.count("ex2.approx.f32") == 0
+        out = tmp_path / f"hooks_{arch}.ptx"
+        subprocess.run(["nvcc", *flags, f"-I{HERE}", f"-arch={arch}", "--ptx", "-o", str(out), str(hooks)], check=True,
+                       capture_output=True)  # fmt: skip
+        text = out.read_text()
+        assert text.count("griddepcontrol.wait") == text.count("griddepcontrol.launch_dependents") == (1 if present else 0), arch
+    ptx = sm90_build(contract).ptx
+    entries = ptx.count(".entry ")
+    assert entries > 0
+    assert ptx.count("griddepcontrol.wait") == ptx.count("griddepcontrol.launch_dependents") == entries
+    if contract == "aiter":
+        # RADIX4_EX2_FTZ defaults to on: every exp2 of aiter's sigmoid is the flushed one
+        # (an #if read before the switch's default once left it off in every default build).
+        assert ptx.count("ex2.approx.ftz.f32") > 0
+        assert ptx.count("ex2.approx.f32") == 0
 
 
 def _defaults_and_uses(text: str) -> tuple[dict[str, int], dict[str, list[int]]]:
