@@ -18,7 +18,7 @@ import torch
 from .families import FAMILIES
 from .plan import CaseSpec
 
-__all__ = ["SCALING_FACTORS", "Case", "build_case", "logits_dtype_name"]
+__all__ = ["SCALING_FACTORS", "Case", "build_case", "draw_expert_scale", "logits_dtype_name"]
 
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 _NAMES = {v: k for k, v in _DTYPES.items()}
@@ -69,6 +69,13 @@ class Case:
                     renormalize=self.renormalize, **self.group_args)  # fmt: skip
 
 
+def draw_expert_scale(experts: int, generator: torch.Generator) -> torch.Tensor:
+    """A per-expert weight scale as the checks and the search draw it: distinct values in [0.25, 2), so that a router
+    that ignores them, indexes them by slot or applies them before renormalizing gives other weights on nearly every
+    row (on the generator's device)."""
+    return 0.25 + 1.75 * torch.rand(experts, generator=generator, device=generator.device)
+
+
 def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     """The inputs of ``spec`` placed on ``device``: a coverage case is drawn on the CPU (the same bits on
     every machine), a bulk case on ``device`` itself (the same bits on every machine of that device kind).
@@ -104,9 +111,8 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     # Move the whole backing buffer, so strided rows keep their row stride on the device.
     scores = backing.to(device)[:, offset : offset + spec.experts]
     bias = bias.to(device) if spec.bias else None  # a contract without a correction bias: the candidate gets None
-    # Drawn last, so a case's other draws stay what they were: distinct scales in [0.25, 2), so that a router that
-    # ignores them, indexes them by slot or applies them before renormalizing gives other weights on nearly every row.
-    scale = (0.25 + 1.75 * torch.rand(spec.experts, **on)).to(device) if spec.expert_scale else None
+    # Drawn last, so a case's other draws stay what they were.
+    scale = draw_expert_scale(spec.experts, gen).to(device) if spec.expert_scale else None
     return Case(spec, scores, bias, renormalize, rsf, scale)
 
 

@@ -40,6 +40,8 @@ from hypothesis import strategies as st
 
 import oracle
 
+from .build import draw_expert_scale
+
 __all__ = [
     "BIAS_PALETTE",
     "LOGIT_PALETTE",
@@ -168,8 +170,8 @@ class RoutingExample:
     theme: str = "any"  # the palette the values came from (see THEMES)
     row_offset: int = 0  # > 0: scores are a column slice of a wider buffer starting at this column
     contract: str = "aiter"  # whose sigmoid BiasTie solves with
-    # A contract with a per-expert weight scale (Gemma 4): the seed of the [E] scales the call passes, distinct values
-    # in [0.25, 2) as the checks draw them (a router that drops or misplaces them must show it); None otherwise.
+    # A contract with a per-expert weight scale (Gemma 4): the seed of the [E] scales the call passes
+    # (contracts.cases.build.draw_expert_scale, as the checks draw them); None otherwise.
     expert_scale_seed: int | None = None
     _cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
@@ -208,8 +210,7 @@ class RoutingExample:
         """The call's ``[E]`` fp32 per-expert weight scale (CPU, fresh), or None for a contract without one."""
         if self.expert_scale_seed is None:
             return None
-        g = torch.Generator().manual_seed(self.expert_scale_seed)
-        return 0.25 + 1.75 * torch.rand(self.experts, generator=g)
+        return draw_expert_scale(self.experts, torch.Generator().manual_seed(self.expert_scale_seed))
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scores [M, E], bias [E])`` on the CPU, in the example's dtypes (fresh copies)."""

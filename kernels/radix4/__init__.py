@@ -380,9 +380,8 @@ def covered_kimi(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bo
 
 
 # The (experts, topk) each library entry serves (radix4_entry.h's `served`).
-_SERVED = {"aiter": SHAPES, "serial": KIMI_SHAPES, "lowest": SHAPES,
-           "grouped": frozenset((e, k) for e, k, _, _ in GROUPED_SHAPES),
-           "grouped_zero": frozenset((e, k) for e, k, _, _ in GROUPED_SHAPES)}  # fmt: skip
+_GROUPED_EK = frozenset((e, k) for e, k, _, _ in GROUPED_SHAPES)
+_SERVED = {"aiter": SHAPES, "serial": KIMI_SHAPES, "lowest": SHAPES, "grouped": _GROUPED_EK, "grouped_zero": _GROUPED_EK}
 
 
 def _check_args(scores, bias, topk, renormalize, routed_scaling_factor, name: str = NAME,
