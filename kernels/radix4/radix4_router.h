@@ -451,39 +451,44 @@ namespace fast64 {
 
 constexpr double kLog2e = 0x1.71547652b82fep+0, kLog2eLow = 0x1.777d0ffda0d24p-56;  // log2(e) = sum, 106 bits
 constexpr double kTolerance = 0x1p-42;
-// 2^f = exp(f ln 2) by Taylor's polynomial of degree 11: coefficients (ln 2)^k / k!, k = 11..0.
-__device__ __forceinline__ double exp2_taylor(double f) {
-    double p = 0x1.e8cac7351bb25p-32;
-    p = fma(p, f, 0x1.e4cf5158b8ecap-28);
-    p = fma(p, f, 0x1.b5253d395e7c4p-24);
-    p = fma(p, f, 0x1.62c0223a5c824p-20);
-    p = fma(p, f, 0x1.ffcbfc588b0c7p-17);
-    p = fma(p, f, 0x1.430912f86c787p-13);
-    p = fma(p, f, 0x1.5d87fe78a6731p-10);
-    p = fma(p, f, 0x1.3b2ab6fba4e77p-7);
-    p = fma(p, f, 0x1.c6b08d704a0c0p-5);
-    p = fma(p, f, 0x1.ebfbdff82c58fp-3);
-    p = fma(p, f, 0x1.62e42fefa39efp-1);
-    p = fma(p, f, 0x1p+0);
-    return p;
+// c_n x^n + ... + c_0 by Horner's rule, the coefficients highest first: one fma a coefficient.
+__device__ __forceinline__ double horner(double, double c0) { return c0; }
+template <class... Rest>
+__device__ __forceinline__ double horner(double x, double c, double next, Rest... rest) {
+    return horner(x, fma(c, x, next), rest...);
 }
 
-// atanh(z) / z = sum z^2k / (2k + 1), k = 0..12, in z2 = z^2.
+// 2^f = exp(f ln 2) by Taylor's polynomial of degree 11: coefficients (ln 2)^k / k!, k = 11..0.
+__device__ __forceinline__ double exp2_taylor(double f) {
+    return horner(f, 0x1.e8cac7351bb25p-32,
+                  0x1.e4cf5158b8ecap-28,
+                  0x1.b5253d395e7c4p-24,
+                  0x1.62c0223a5c824p-20,
+                  0x1.ffcbfc588b0c7p-17,
+                  0x1.430912f86c787p-13,
+                  0x1.5d87fe78a6731p-10,
+                  0x1.3b2ab6fba4e77p-7,
+                  0x1.c6b08d704a0c0p-5,
+                  0x1.ebfbdff82c58fp-3,
+                  0x1.62e42fefa39efp-1,
+                  0x1p+0);
+}
+
+// atanh(z) / z = sum z^2k / (2k + 1), k = 0..12, in z2 = z^2 (coefficients k = 12..0).
 __device__ __forceinline__ double atanh_series(double z2) {
-    double p = 0x1.47ae147ae147bp-5;
-    p = fma(p, z2, 0x1.642c8590b2164p-5);
-    p = fma(p, z2, 0x1.8618618618618p-5);
-    p = fma(p, z2, 0x1.af286bca1af28p-5);
-    p = fma(p, z2, 0x1.e1e1e1e1e1e1ep-5);
-    p = fma(p, z2, 0x1.1111111111111p-4);
-    p = fma(p, z2, 0x1.3b13b13b13b14p-4);
-    p = fma(p, z2, 0x1.745d1745d1746p-4);
-    p = fma(p, z2, 0x1.c71c71c71c71cp-4);
-    p = fma(p, z2, 0x1.2492492492492p-3);
-    p = fma(p, z2, 0x1.999999999999ap-3);
-    p = fma(p, z2, 0x1.5555555555555p-2);
-    p = fma(p, z2, 0x1p+0);
-    return p;
+    return horner(z2, 0x1.47ae147ae147bp-5,
+                  0x1.642c8590b2164p-5,
+                  0x1.8618618618618p-5,
+                  0x1.af286bca1af28p-5,
+                  0x1.e1e1e1e1e1e1ep-5,
+                  0x1.1111111111111p-4,
+                  0x1.3b13b13b13b14p-4,
+                  0x1.745d1745d1746p-4,
+                  0x1.c71c71c71c71cp-4,
+                  0x1.2492492492492p-3,
+                  0x1.999999999999ap-3,
+                  0x1.5555555555555p-2,
+                  0x1p+0);
 }
 
 // e^y for |y| <= 87.5 (2^n stays a normal float64).
