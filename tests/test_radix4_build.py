@@ -308,9 +308,11 @@ def test_covered_gates_shape_rows_and_dtypes():
     assert radix4.covered(**ok)
     assert radix4.covered(**{**ok, "experts": 384, "topk": 8, "dtype": "float32", "bias_dtype": "bfloat16"})
     assert radix4.covered(**{**ok, "experts": 224, "topk": 16})
-    assert not radix4.covered(**{**ok, "experts": 224, "topk": 8})
+    assert not radix4.covered(**{**ok, "experts": 224, "topk": 8, "contract": "aiter"})
+    assert radix4.covered(**{**ok, "experts": 224, "topk": 8})  # the model contracts' generic path
     assert not radix4.covered(**{**ok, "rows": radix4.MAX_ROWS + 1})
-    assert not radix4.covered(**{**ok, "topk": 8})
+    assert not radix4.covered(**{**ok, "topk": 8, "contract": "aiter"})
+    assert not radix4.covered(**{**ok, "topk": 17})
     assert radix4.covered(**{**ok, "dtype": torch.float16, "bias_dtype": torch.float16})  # fp16 logits; the bias widened
     assert not radix4.covered(**{**ok, "dtype": torch.float64})
 
@@ -553,8 +555,10 @@ inline bool emu_run_lanes(int lanes, unsigned block_index, std::function<void()>
 }
 
 // One block after another; a block of kTokens tokens of kWarps warps each.
-template <class C, int N, int E, int K, class S, class B, bool kVec, int kWarps, int kTokens>
-void run(const void* scores, int64_t stride, const void* bias, int rows, int renorm, float rs, float* w, int32_t* ids) {
+// kDynamic: the generic path, E and K bounds for `experts` and `topk`.
+template <class C, int N, int E, int K, class S, class B, int kVec, int kWarps, int kTokens, bool kDynamic = false>
+void run(const void* scores, int64_t stride, const void* bias, int rows, int renorm, float rs, float* w, int32_t* ids,
+         int experts = E, int topk = K) {
     constexpr int kGroups = kWarps * kTokens;
     std::vector<std::unique_ptr<EmuBarrier>> warps;
     for (int i = 0; i < kGroups; ++i) {
@@ -565,9 +569,9 @@ void run(const void* scores, int64_t stride, const void* bias, int rows, int ren
     emu_block_barrier = &block;
     for (int blk = 0; blk * kTokens < rows && !emu_deadlocked; ++blk) {
         emu_deadlocked = !emu_run_lanes(N * kGroups, blk, [=] {
-            radix4::route_kernel<C, EmuLanes<N>, E, K, S, B, kVec, kWarps, kTokens>(
+            radix4::route_kernel<C, EmuLanes<N>, E, K, S, B, kVec, kWarps, kTokens, 1, kDynamic>(
                 static_cast<const typename S::Raw*>(scores), stride, static_cast<const typename B::Raw*>(bias),
-                rows, renorm, rs, w, ids);
+                rows, renorm, rs, w, ids, experts, topk);
         });
     }
 }
@@ -679,6 +683,52 @@ int with_model_shape(int contract, int lanes, int block, const void* s, int sdt,
     return 1;
 }
 
+// The generic path (radix4_entry.h's dispatch_generic) under the model
+// contracts (2 sigmoid, 4 sqrt(softplus(x))): any experts up to the bound,
+// topk up to 16, a warp per token (block 0; 4: two tokens a block), the
+// kernel testing alignment itself (kVec 2) as built. The bounds of CUDA's
+// warp32 (128 .. 1024) and of HIP's wave64 (256 .. 1024); dtypes as
+// model_shaped's.
+template <int N, int E>
+int generic_bound(int sdt, int bdt, int block, const void* s, int64_t st, const void* b, int rows, int E_, int K_,
+                  int rn, float rs, float* w, int32_t* i) {
+    using radix4::Bf16; using radix4::F16; using radix4::F32; using C = radix4::ModelContract;
+    if (block != 0 && block != 4) return 4;
+    if (block == 4) {
+        if (sdt == 1 && bdt == 0 && N == 32) return run<C, N, E, 16, Bf16, F32, 2, 1, 2, true>(s, st, b, rows, rn, rs, w, i, E_, K_), 0;
+        return 4;
+    }
+    if (sdt == 1 && bdt == 0) return run<C, N, E, 16, Bf16, F32, 2, 1, 1, true>(s, st, b, rows, rn, rs, w, i, E_, K_), 0;
+    if constexpr (N == 32) {
+        if (sdt == 0 && bdt == 0) return run<C, N, E, 16, F32, F32, 2, 1, 1, true>(s, st, b, rows, rn, rs, w, i, E_, K_), 0;
+        if (sdt == 2 && bdt == 1) return run<C, N, E, 16, F16, Bf16, 2, 1, 1, true>(s, st, b, rows, rn, rs, w, i, E_, K_), 0;
+    }
+    return 2;
+}
+
+int with_generic(int contract, int lanes, int block, const void* s, int sdt, int64_t st, const void* b, int bdt,
+                 int rows, int E, int K, int rn, float rs, float* w, int32_t* i) {
+    if (contract != 2 && contract != 4) return 1;
+    if (E < 8 || E > 1024 || K < 1 || K > 16 || K > E) return 1;
+    if (contract == 4) rn |= 4;
+    if (lanes == 32) {
+        if (E <= 128) return generic_bound<32, 128>(sdt, bdt, block, s, st, b, rows, E, K, rn, rs, w, i);
+        if (E <= 256) return generic_bound<32, 256>(sdt, bdt, block, s, st, b, rows, E, K, rn, rs, w, i);
+        if (E <= 512) return generic_bound<32, 512>(sdt, bdt, block, s, st, b, rows, E, K, rn, rs, w, i);
+        return generic_bound<32, 1024>(sdt, bdt, block, s, st, b, rows, E, K, rn, rs, w, i);
+    }
+    if (E <= 256) return generic_bound<64, 256>(sdt, bdt, block, s, st, b, rows, E, K, rn, rs, w, i);
+    if (E <= 512) return generic_bound<64, 512>(sdt, bdt, block, s, st, b, rows, E, K, rn, rs, w, i);
+    return generic_bound<64, 1024>(sdt, bdt, block, s, st, b, rows, E, K, rn, rs, w, i);
+}
+
+extern "C" int emu_route_generic(int contract, int lanes, int block, const void* s, int sdt, int64_t st, const void* b,
+                                 int bdt, int rows, int E, int K, int rn, float rs, float* w, int32_t* i) {
+    emu_deadlocked = false;
+    const int rc = with_generic(contract, lanes, block, s, sdt, st, b, bdt, rows, E, K, rn, rs, w, i);
+    return rc != 0 ? rc : emu_deadlocked ? 6 : 0;
+}
+
 // contract: 0 = aiter, 1 = serial, 2..5 the model contracts (with_model_shape).
 extern "C" int emu_route(int contract, int lanes, int block, const void* s, int sdt, int64_t st, const void* b, int bdt,
                          int rows, int E, int K, int vec, int rn, float rs, float* w, int32_t* i) {
@@ -759,6 +809,8 @@ def _build_emulation(tmp_path_factory, rank_max=None, defines=(), launches=None)
     p, i, i64, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
     lib.emu_route.argtypes = [i, i, i, p, i, i64, p, i, i, i, i, i, i, f, p, p]
     lib.emu_route.restype = i
+    lib.emu_route_generic.argtypes = [i, i, i, p, i, i64, p, i, i, i, i, i, f, p, p]
+    lib.emu_route_generic.restype = i
     lib.emu_sigmoid.argtypes = [i, p, p, i64]
     lib.emu_score.argtypes = [i, p, p, i64]
     lib.emu_fast_score.argtypes = [i, p, p, p, i64]

@@ -259,7 +259,10 @@ def test_covered_says_exactly_the_served_shapes():
     basics = dict(rows=4096, dtype=torch.bfloat16, bias_dtype=torch.float32)
     for e, k in radix4.SHAPES:
         assert radix4.covered(experts=e, topk=k, **basics)
-    for e, k in ((256, 7), (512, 8), (64, 8), (160, 6)):
+    for e, k in ((256, 7), (512, 8), (64, 8), (160, 6)):  # the generic path's, under the model contracts only
+        assert not radix4.covered(experts=e, topk=k, contract="aiter", **basics)
+        assert radix4.covered(experts=e, topk=k, contract="kimi-k2", **basics)
+    for e, k in ((4, 2), (2048, 8), (256, 17)):
         assert not radix4.covered(experts=e, topk=k, **basics)
     assert radix4.covered(experts=256, topk=8, num_expert_group=8, topk_group=4, **basics)
     assert not radix4.covered(experts=256, topk=8, num_expert_group=8, topk_group=3, **basics)

@@ -138,7 +138,7 @@ def batched(base: Candidate, side: str, m0: int, *, base_lookup: str | None = No
         return wrap(real().route_under(contract), m0)
 
     def covered(*, rows: int, **shape) -> bool:
-        ask = real().covered
+        ask = real().covers  # which filters the call's options (and the contract) for the base's gate
         if side == AT_LEAST:
             return ask(rows=max(rows, m0), **shape) and (base.max_rows is None or max(rows, m0) <= base.max_rows)
         if rows < m0:
@@ -161,6 +161,7 @@ def batched(base: Candidate, side: str, m0: int, *, base_lookup: str | None = No
         third_party=base.third_party,
         origin=base.origin,
         route_for_contract=route_for_contract if base.route_for_contract else None,
+        gate_takes_contract=True,  # handed on to the base's covers, which passes it only to a gate that takes it
         max_rows=base.max_rows,
         coverage=base.coverage,
         contracts=tuple(base.contracts),

@@ -118,8 +118,16 @@ register(
 _RADIX4_CONTRACTS = ("aiter", "kimi-k2", "glm4-moe", "dots1", "minimax-m2", "deepseek-v3", "deepseek-v3-reference",
                      "deepseek-v4", "deepseek-v4-flash")  # fmt: skip
 _RADIX4_COVERAGE = ("radix4 serves up to 4,096 rows, logits bf16/fp16/fp32, any float bias, ungrouped (E, k) = (896, 16), "
-                    "(384, 8), (224, 16), (256, 8), (160, 8), (128, 6), (256, 6), (384, 6), and grouped (256, 8) with "
-                    "8 groups keep 4 (deepseek-v3, deepseek-v3-reference)")  # fmt: skip
+                    "(384, 8), (224, 16), (256, 8), (160, 8), (128, 6), (256, 6), (384, 6), under the ungrouped model "
+                    "contracts any E in 8..1024 with top-k up to min(16, E), and grouped (256, 8) with 8 groups keep 4 "
+                    "(deepseek-v3, deepseek-v3-reference)")  # fmt: skip
+
+
+def _radix4_covered(*, rows, experts, topk, dtype, bias_dtype, num_expert_group=None, topk_group=None, contract=None):
+    """radix4's gate, told the contract of the check (the generic path serves other shapes than contract aiter)."""
+    return importlib.import_module("kernels.radix4").covered(
+        rows=rows, experts=experts, topk=topk, dtype=dtype, bias_dtype=bias_dtype, num_expert_group=num_expert_group,
+        topk_group=topk_group, contract=contract)  # fmt: skip
 
 
 def _radix4_router(name: str, pdl: bool):
@@ -138,6 +146,7 @@ def _radix4(name: str, module: str, description: str, *, pdl: bool, pdl_variant:
                    description=description, pdl_variant=pdl_variant)  # fmt: skip
     base.contracts = _RADIX4_CONTRACTS
     base.route_for_contract = _radix4_router(name, pdl)
+    base.covered, base.gate_takes_contract = _radix4_covered, True
     return base
 
 

@@ -111,6 +111,9 @@ class Candidate:
     # False: ``--candidate all`` checks it only when ``--contract`` names a contract it serves (the models' own
     # routers, hf-*: eighteen more full checks would swamp the main job on a host with transformers installed)
     in_all: bool = True
+    # The ``covered`` gate takes ``contract=`` (the routing contract of the check, as given): a candidate that follows
+    # several contracts (route_for_contract) and serves other shapes under each. Other gates are never passed it.
+    gate_takes_contract: bool = False
     # ``bench``'s path: ``prepare_launch(scores, bias, topk, renormalize, routed_scaling_factor) -> launch``, where
     # ``launch()`` makes exactly the launches its engine makes per forward and the call did, once and untimed, what
     # the engine does at load (bias dtype, layouts, outputs, workspaces). None: ``bench`` times ``route``.
@@ -123,10 +126,13 @@ class Candidate:
                 raise ValueError(f"candidate {self.name!r}: expected_deviations[{contract!r}] declares 'validity', which cannot be "
                                  "declared; fix the router's outputs (ids in [0, E), no repeats, fp32/int32 [M, topk]) instead")
 
-    def covers(self, **shape) -> bool:
+    def covers(self, *, contract: str | None = None, **shape) -> bool:
         """``covered`` asked about one call: rows, experts, topk, dtype and bias_dtype always; the call's other
-        options (renormalize, num_expert_group, topk_group) only if the gate takes them, so older gates keep working."""
+        options (renormalize, num_expert_group, topk_group) only if the gate takes them, so older gates keep working;
+        ``contract`` (the contract being checked) only to a gate that says it takes it (``gate_takes_contract``)."""
         gate = self.covered
+        if contract is not None and self.gate_takes_contract:
+            return bool(gate(**_gate_arguments(gate, {**shape, "contract": contract})))
         if gate in _BASICS_ONLY:
             return bool(gate(**{k: v for k, v in shape.items() if k in _GATE_BASICS}))
         try:

@@ -431,9 +431,11 @@ class _Serving:
         self.candidate = self.against = self.runner = None
         self.call_rows: int | None = None
         self.device = "cpu"
+        self.contract: str | None = None
 
     def _covered(self, **shape) -> bool:
-        return self.candidate.covers(**shape) and (self.against is None or self.against.covers(**shape))
+        return self.candidate.covers(contract=self.contract, **shape) and (
+            self.against is None or self.against.covers(contract=self.contract, **shape))  # fmt: skip
 
     def handle(self, msg: dict) -> dict:
         op = msg["op"]
@@ -458,6 +460,7 @@ class _Serving:
             if self.device == "cpu":
                 torch.set_num_threads(cpu_thread_shares(torch.get_num_threads())[1])
             contract, repeat = msg["contract"], msg["repeat"]
+            self.contract = contract
             call_rows = None
             if ok and msg.get("experts"):
                 call_rows = bulk_rows_for(self._covered, experts=msg["experts"], topk=msg["topk"], device=self.device,

@@ -235,7 +235,7 @@ def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions,
     entry: dict = {"m": M}
     shape = dict(rows=M, experts=args.experts, topk=args.topk, dtype=scores[0].dtype, bias_dtype=bias.dtype)
     try:
-        covered = candidate.covers(**shape, renormalize=RENORMALIZE)
+        covered = candidate.covers(**shape, renormalize=RENORMALIZE, contract=candidate.contract)  # the contract route follows
     except Exception as exc:  # noqa: BLE001 -- a gate must not take the run down
         covered, why = False, f"covered() raised {_first_line(exc)}"
     else:

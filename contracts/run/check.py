@@ -110,7 +110,7 @@ class _Step:
 
     def __init__(self, candidate, against, c, contract: str, device, exact, tally: Tally, should_stop, call_rows: int | None):
         self.candidate, self.against, self.c, self.device, self.exact = candidate, against, c, device, exact
-        self.call_rows = call_rows
+        self.call_rows, self.contract = call_rows, contract
         self.tally, self.should_stop = tally, should_stop
         self.load = ExpertLoad()  # per layer of captured logits
         notes = [x.coverage for x in (candidate, against) if x is not None and x.coverage]
@@ -142,7 +142,8 @@ class _Step:
         spec = case.spec
         shape = case.call_shape(call_size(spec, self.call_rows))
         try:
-            return self.candidate.covers(**shape) and (self.against is None or self.against.covers(**shape))
+            return self.candidate.covers(contract=self.contract, **shape) and (
+                self.against is None or self.against.covers(contract=self.contract, **shape))  # fmt: skip
         except Exception as exc:  # noqa: BLE001 -- a gate that raises ends the candidate's run
             self.tally.failed("gate_failed", spec, f"covered() raised {type(exc).__name__}: {exc}", fatal=True)
             raise _Stop from None

@@ -317,7 +317,7 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
         call_rows = None
         if ok:
             def covered(**shape):
-                return cand.covers(**shape) and (against_c is None or against_c.covers(**shape))
+                return cand.covers(contract=contract, **shape) and (against_c is None or against_c.covers(contract=contract, **shape))
 
             caps = [m for m in (cand.max_rows, getattr(against_c, "max_rows", None)) if m]
             call_rows = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=min(caps) if caps else None)

@@ -85,12 +85,14 @@ class _Member:
         self.runner = None
         self.live = False
         self.call_rows: int | None = None  # the most rows one of its calls gets in a bulk case (from its gates)
+        self.contract: str | None = None  # as given (a name or a .toml path), set by open
 
     @property
     def name(self) -> str:
         return self.record.name
 
     def open(self, *, contract: str, device: str, shape, isolate: bool | None, timeout: float, stop) -> None:
+        self.contract = contract
         """Start it (a worker, or a runner here) and ask its gates, as ``check`` does (a bulk case comes in calls it serves)."""
         import torch
 
@@ -145,7 +147,8 @@ class _Member:
                 return self.worker.run(spec)
             from ..cases.plan import call_size
 
-            return self.runner.run(case) if self.candidate.covers(**case.call_shape(call_size(spec, self.call_rows))) else None
+            shape = case.call_shape(call_size(spec, self.call_rows))
+            return self.runner.run(case) if self.candidate.covers(contract=self.contract, **shape) else None
         finally:
             self.record.duration_s += time.perf_counter() - started
 

@@ -223,7 +223,7 @@ def search(
     def contract_holds(example):
         assume(
             candidate.covers(
-                rows=example.total_rows, experts=example.experts, topk=example.topk,
+                contract=contract, rows=example.total_rows, experts=example.experts, topk=example.topk,
                 dtype=getattr(torch, example.dtype), bias_dtype=getattr(torch, example.bias_dtype), renormalize=example.renormalize,
             )
         )  # fmt: skip

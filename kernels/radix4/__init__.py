@@ -17,7 +17,8 @@ Inputs: ``scores`` ``[M, E]`` bf16, fp16 or fp32, column stride 1, row stride >=
 ``bias`` ``[E]`` any float dtype, stride 1 (the kernel reads bf16 or fp32; any other is
 widened to fp32 first). Shapes: (E, topk) = (896, 16) (Kimi-K3), (384, 8) (Kimi-K2),
 (224, 16) (the pruned Kimi-K3 checkpoint), and the model shapes (256, 8), (160, 8),
-(128, 6), (256, 6), (384, 6) (``SHAPES``).
+(128, 6), (256, 6), (384, 6) (``SHAPES``); under the ungrouped model contracts also any
+E in 8..1024 with topk in 1..min(16, E) (the generic path, ``GENERIC_EXPERTS``).
 
 The model contracts (docs/radix4_models.md): ``router(contract)`` routes under one of
 ``MODEL_RULES`` (``kimi-k2``, ``glm4-moe``, ``dots1``, ``minimax-m2``, ``deepseek-v3``
@@ -30,7 +31,7 @@ with 8 groups keep 4 at (256, 8), ``deepseek-v4`` with sqrt(softplus(x)) scores,
     supported_hardware() -> tuple[bool, str]     # CUDA sm_80+ or ROCm gfx942/gfx950; never raises
     build(*, arch=None, defines=()) -> pathlib.Path   # BuildError on compiler error
     available() -> tuple[bool, str]              # never raises
-    covered(*, rows, experts, topk, dtype, bias_dtype, num_expert_group=None, topk_group=None) -> bool
+    covered(*, rows, experts, topk, dtype, bias_dtype, num_expert_group=None, topk_group=None, contract=None) -> bool
     router(contract, *, pdl=False) -> route(scores, bias, topk, renormalize, routed_scaling_factor, *,
         num_expert_group=None, topk_group=None, launch_shape=None)
     route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, launch_shape=None, pdl=False)
@@ -76,6 +77,8 @@ from .._build import BuildError, compile_shared, load_library
 __all__ = [
     "BATCH_SWITCH_POINTS",
     "CONTRACTS",
+    "GENERIC_EXPERTS",
+    "GENERIC_MAX_TOPK",
     "GROUPED_SHAPES",
     "KIMI_SHAPES",
     "MODEL_RULES",
@@ -111,6 +114,11 @@ SQRT_SOFTPLUS_SHAPES = frozenset({(256, 6), (384, 6)})  # deepseek-v4 (flash), d
 SHAPES = KIMI_SHAPES | MODEL_SHAPES | SQRT_SOFTPLUS_SHAPES  # every ungrouped contract but serial serves these
 # The grouped shapes: (experts, topk, n_group, topk_group), contracts deepseek-v3 and deepseek-v3-reference.
 GROUPED_SHAPES = frozenset({(256, 8, 8, 4)})
+# The generic path (radix4_entry.h's dispatch_generic): the ungrouped model contracts (entry "lowest") route any E
+# in GENERIC_EXPERTS with topk in 1..min(GENERIC_MAX_TOPK, E), SHAPES at their own kernels, the rest through a
+# warp-per-token kernel built for the next bound (128, 256, 512 or 1024 experts on CUDA) with phantom experts past E.
+GENERIC_EXPERTS = range(8, 1025)
+GENERIC_MAX_TOPK = 16
 # contract -> (CUDA source, HIP source, C entry point): one library per source; "lowest" (the model contracts,
 # sigmoid or sqrt(softplus(x)) by a flag), "grouped" (deepseek-v3) and "grouped_zero" (deepseek-v3-reference:
 # dropped groups' experts rank 0.0, not -inf) are entries of the aiter library.
@@ -353,14 +361,29 @@ def launch_shape_for(rows: int, experts: int, topk: int) -> str:
 _FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
+def _entry_serves(entry: str, experts: int, topk: int) -> bool:
+    """Whether library entry ``entry`` (CONTRACTS' key) takes (experts, topk): radix4_entry.h's ``served``."""
+    if (experts, topk) in _SERVED[entry]:
+        return True
+    return entry == "lowest" and experts in GENERIC_EXPERTS and 1 <= topk <= min(GENERIC_MAX_TOPK, experts)
+
+
 def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert_group: int | None = None,
-            topk_group: int | None = None) -> bool:  # fmt: skip
-    """Whether radix4 serves this call, under any contract it implements (the gate is not told which):
-    ungrouped, (experts, topk) in SHAPES; grouped (``num_expert_group`` > 1), (experts, topk, n_group,
+            topk_group: int | None = None, contract: str | None = None) -> bool:  # fmt: skip
+    """Whether radix4 serves this call under routing contract ``contract`` (a MODEL_RULES name; None: under any
+    it implements): ungrouped, (experts, topk) in SHAPES, or under the ungrouped model contracts any E in
+    GENERIC_EXPERTS with 1 <= topk <= min(16, E); grouped (``num_expert_group`` > 1), (experts, topk, n_group,
     topk_group) in GROUPED_SHAPES; 0 <= rows <= MAX_ROWS; logits bf16, fp16 or fp32; any float bias (a bias
     that is not bf16 or fp32 is widened to fp32 before the launch, as the contracts read it)."""
     grouped = num_expert_group is not None and num_expert_group > 1
-    shape_ok = (experts, topk, num_expert_group, topk_group) in GROUPED_SHAPES if grouped else (experts, topk) in SHAPES
+    if contract is not None and contract not in MODEL_RULES:
+        return False
+    rules = [MODEL_RULES[contract]] if contract is not None else list(MODEL_RULES.values())
+    if grouped:
+        shape_ok = any(rule.groups == (num_expert_group, topk_group) for rule in rules) and (
+            experts, topk, num_expert_group, topk_group) in GROUPED_SHAPES  # fmt: skip
+    else:
+        shape_ok = any(rule.groups is None and _entry_serves(rule.entry, experts, topk) for rule in rules)
     return (
         shape_ok
         and 0 <= rows <= MAX_ROWS
@@ -391,9 +414,10 @@ def _check_args(scores, bias, topk, renormalize, routed_scaling_factor, name: st
     M, E, row_stride, rs = check_route_args(scores, bias, topk, renormalize, routed_scaling_factor, dtypes=logits,
                                             bias_dtypes=None if contract != "serial" else _KERNEL_BIAS_DTYPES,
                                             dtype_hint=f"pass {', '.join(logits)} logits")  # fmt: skip
-    served = _SERVED[contract]
-    if (E, int(topk)) not in served:
-        shapes = ", ".join(f"E={e} with topk={k}" for e, k in sorted(served))
+    if not _entry_serves(contract, E, int(topk)):
+        shapes = ", ".join(f"E={e} with topk={k}" for e, k in sorted(_SERVED[contract]))
+        if contract == "lowest":
+            shapes += f", and any E in {GENERIC_EXPERTS.start}..{GENERIC_EXPERTS.stop - 1} with topk in 1..min({GENERIC_MAX_TOPK}, E)"
         raise ValueError(f"(E, topk)=({E}, {topk}) is not supported; {name} takes {shapes}; use the oracle or aiter")
     if M >= 2**31 - 16:
         raise ValueError(f"M={M} rows is more than one launch takes; split the batch below 2**31 - 16 rows")

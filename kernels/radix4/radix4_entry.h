@@ -28,7 +28,9 @@
 //            radix4_runtime_error_string() gives the runtime's own message.
 //
 // Shapes: (experts, topk) in {(896, 16), (384, 8), (224, 16)}: Kimi-K3,
-// Kimi-K2 and the pruned Kimi-K3 checkpoint.
+// Kimi-K2 and the pruned Kimi-K3 checkpoint; the model shapes (`dispatch`);
+// under the ungrouped model contracts also any experts in 8..1024 with topk
+// in 1..min(16, experts) (`dispatch_generic`).
 // Launch shapes (radix4_router.h): a block per token spreads one token's
 // experts over RADIX4_WARPS_PER_TOKEN warps (4 on CUDA, 4 waves on HIP for
 // E=896; fewer when the experts fill fewer) and has the lowest latency; a
@@ -161,29 +163,37 @@ struct Args {
     float* weights;
     int32_t* ids;
     Runtime::Stream stream;
+    int experts, topk;  // read by the generic path's kernels only
 };
 
-template <class C, class L, int E, int K, class Score, class Bias, int kVec, int kWarps, int kTokens, int kMinBlocks>
+template <class C, class L, int E, int K, class Score, class Bias, int kVec, int kWarps, int kTokens, int kMinBlocks,
+          bool kDynamic = false>
 int launch_shape(const Args& a) {
     const int blocks = (a.rows + kTokens - 1) / kTokens;
-    return Runtime::launch(route_kernel<C, L, E, K, Score, Bias, kVec, kWarps, kTokens, kMinBlocks>, blocks,
+    return Runtime::launch(route_kernel<C, L, E, K, Score, Bias, kVec, kWarps, kTokens, kMinBlocks, kDynamic>, blocks,
                            L::kLanes * kWarps * kTokens, a.stream, a.programmatic,
                            static_cast<const typename Score::Raw*>(a.scores), a.row_stride,
                            static_cast<const typename Bias::Raw*>(a.bias), a.rows, a.renormalize,
-                           a.routed_scaling_factor, a.weights, a.ids);
+                           a.routed_scaling_factor, a.weights, a.ids, a.experts, a.topk);
 }
 
-// kAllShapes: the three launch shapes (the Kimi shapes under contracts aiter
-// and serial); otherwise only a warp per token is built, and every flag
-// launches it (the model shapes' experts fill at most a few vectors a lane).
-template <class C, int E, int K, class Score, class Bias, int kVec, bool kAllShapes>
+// The kernels built for one (experts, topk): kAll the three launch shapes
+// (the Kimi shapes under contracts aiter and serial); kWarp only a warp per
+// token, which every flag launches (the model shapes' experts fill at most a
+// few vectors a lane); kGeneric a warp per token of the generic path, E and
+// K bounds for the launch's experts and topk (Shape's kDynamic).
+enum class Kernels { kWarp, kAll, kGeneric };
+
+template <class C, int E, int K, class Score, class Bias, int kVec, Kernels kKernels>
 int launch(const Args& a) {
     constexpr int kFull = (E / 4 + Lanes::kLanes - 1) / Lanes::kLanes;
     constexpr int kAsked = RADIX4_WARPS_PER_TOKEN;
     constexpr int kWarpsPerToken = kAsked > 0 && kAsked < kFull ? kAsked : kFull;
     int err = 0;
-    if constexpr (!kAllShapes) {
+    if constexpr (kKernels == Kernels::kWarp) {
         err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock, RADIX4_WARP_MIN_BLOCKS>(a);
+    } else if constexpr (kKernels == Kernels::kGeneric) {
+        err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock, RADIX4_WARP_MIN_BLOCKS, true>(a);
     } else switch (a.shape) {
         case LaunchShape::kBlockPerToken:
             err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, kWarpsPerToken, 1, 1>(a);
@@ -213,37 +223,38 @@ bool vector_loads_aligned(const Args& a) {
 // The Kimi shapes' three launch shapes: a kernel with vector loads and one
 // with scalar loads, picked here. The warp-per-token-only kernels test the
 // alignment themselves (kVec 2): one kernel, half the build.
-template <class C, int E, int K, class Score, class Bias, bool kAllShapes>
+template <class C, int E, int K, class Score, class Bias, Kernels kKernels>
 int launch_aligned_or_not(const Args& a) {
-    if constexpr (!kAllShapes) {
-        return launch<C, E, K, Score, Bias, 2, false>(a);
+    if constexpr (kKernels != Kernels::kAll) {
+        return launch<C, E, K, Score, Bias, 2, kKernels>(a);
     } else {
-        return vector_loads_aligned<Score, Bias>(a) ? launch<C, E, K, Score, Bias, 1, true>(a)
-                                                    : launch<C, E, K, Score, Bias, 0, true>(a);
+        return vector_loads_aligned<Score, Bias>(a) ? launch<C, E, K, Score, Bias, 1, kKernels>(a)
+                                                    : launch<C, E, K, Score, Bias, 0, kKernels>(a);
     }
 }
 
-template <class C, int E, int K, class Score, bool kAllShapes>
+template <class C, int E, int K, class Score, Kernels kKernels>
 int launch_bias_dtype(const Args& a, int bias_dtype) {
     switch (bias_dtype) {
-        case kFloat32: return launch_aligned_or_not<C, E, K, Score, F32, kAllShapes>(a);
-        case kBFloat16: return launch_aligned_or_not<C, E, K, Score, Bf16, kAllShapes>(a);
+        case kFloat32: return launch_aligned_or_not<C, E, K, Score, F32, kKernels>(a);
+        case kBFloat16: return launch_aligned_or_not<C, E, K, Score, Bf16, kKernels>(a);
         default: return kUnsupportedDtype;
     }
 }
 
 // fp16 logits take the warp-per-token kernel at every shape (they are no
 // Kimi checkpoint's: the three launch shapes stay bf16 / fp32 only).
-template <class C, int E, int K, bool kAllShapes>
+template <class C, int E, int K, Kernels kKernels>
 int launch_dtypes(const Args& a, int scores_dtype, int bias_dtype) {
+    constexpr Kernels kFp16 = kKernels == Kernels::kAll ? Kernels::kWarp : kKernels;
     switch (scores_dtype) {
-        case kFloat32: return launch_bias_dtype<C, E, K, F32, kAllShapes>(a, bias_dtype);
-        case kBFloat16: return launch_bias_dtype<C, E, K, Bf16, kAllShapes>(a, bias_dtype);
+        case kFloat32: return launch_bias_dtype<C, E, K, F32, kKernels>(a, bias_dtype);
+        case kBFloat16: return launch_bias_dtype<C, E, K, Bf16, kKernels>(a, bias_dtype);
         case kFloat16:
             if constexpr (C::kFillWithExpertZero) {
                 return kUnsupportedDtype;  // serial: the scan reads bf16 or fp32
             } else {
-                return launch_bias_dtype<C, E, K, F16, false>(a, bias_dtype);
+                return launch_bias_dtype<C, E, K, F16, kFp16>(a, bias_dtype);
             }
         default: return kUnsupportedDtype;
     }
@@ -276,12 +287,38 @@ int launch_dtypes(const Args& a, int scores_dtype, int bias_dtype) {
 #define RADIX4_GROUPED_SHAPES(X) X(256, 8)
 #endif
 
+// The generic path: the ungrouped model contracts (lowest-index ties, no
+// fill) route any experts in [kGenericMinExperts, kGenericMaxExperts] and any
+// topk in [1, min(16, experts)] that no shape above names, through a
+// warp-per-token kernel whose E is the least bound >= experts: 4 * lanes *
+// slots experts for slots 1, 2, 4, 8 (on CUDA 128, 256, 512, 1024; on HIP's
+// wave64 256, 512, 1024). (aiter's tie order depends on E through its lane
+// table, and serial is the Kimi scan's: neither has a generic path.)
+constexpr int kGenericMinExperts = 8, kGenericMaxExperts = 1024, kGenericMaxTopk = 16;
+template <class C>
+constexpr bool kHasGenericPath =
+    !RADIX4_KIMI_ONLY && C::kGroups == 1 && !C::kLaunchShapes && !C::kFillWithExpertZero;
+
+template <class C>
+int dispatch_generic(const Args& a, int experts, int scores_dtype, int bias_dtype) {
+    constexpr int kPerSlot = 4 * Lanes::kLanes;  // experts per slot: a vector of 4 on each lane
+#define RADIX4_GENERIC(SLOTS_)                                                                                          \
+    if constexpr ((SLOTS_) == 1 || kPerSlot * (SLOTS_) / 2 < kGenericMaxExperts) {                                     \
+        if (experts <= kPerSlot * (SLOTS_)) {                                                                          \
+            return launch_dtypes<C, kPerSlot*(SLOTS_), kGenericMaxTopk, Kernels::kGeneric>(a, scores_dtype, bias_dtype); \
+        }                                                                                                              \
+    }
+    RADIX4_GENERIC(1) RADIX4_GENERIC(2) RADIX4_GENERIC(4) RADIX4_GENERIC(8)
+#undef RADIX4_GENERIC
+    return kUnsupportedShape;
+}
+
 template <class C>
 int dispatch(const Args& a, int experts, int topk, int scores_dtype, int bias_dtype) {
 #define RADIX4_CASE(E_, K_, ALL_) \
     if (experts == E_ && topk == K_) return launch_dtypes<C, E_, K_, ALL_>(a, scores_dtype, bias_dtype);
-#define RADIX4_CASE_ALL(E_, K_) RADIX4_CASE(E_, K_, true)
-#define RADIX4_CASE_WARP(E_, K_) RADIX4_CASE(E_, K_, false)
+#define RADIX4_CASE_ALL(E_, K_) RADIX4_CASE(E_, K_, Kernels::kAll)
+#define RADIX4_CASE_WARP(E_, K_) RADIX4_CASE(E_, K_, Kernels::kWarp)
     if constexpr (C::kGroups > 1) {
         RADIX4_GROUPED_SHAPES(RADIX4_CASE_WARP)
     } else if constexpr (C::kFillWithExpertZero) {
@@ -298,12 +335,19 @@ int dispatch(const Args& a, int experts, int topk, int scores_dtype, int bias_dt
 #undef RADIX4_CASE_WARP
 #undef RADIX4_CASE_ALL
 #undef RADIX4_CASE
+    if constexpr (kHasGenericPath<C>) return dispatch_generic<C>(a, experts, scores_dtype, bias_dtype);
     return kUnsupportedShape;
 }
 
 // Whether contract C serves (experts, topk): the shapes dispatch takes.
 template <class C>
 bool served(int experts, int topk) {
+    if constexpr (kHasGenericPath<C>) {
+        if (experts >= kGenericMinExperts && experts <= kGenericMaxExperts && topk >= 1 && topk <= kGenericMaxTopk &&
+            topk <= experts) {
+            return true;
+        }
+    }
     bool yes = false;
 #define RADIX4_IS(E_, K_) yes = yes || (experts == E_ && topk == K_);
     if constexpr (C::kGroups > 1) {
@@ -355,7 +399,7 @@ int route(const void* scores, int scores_dtype, int64_t row_stride, const void* 
     // and bit 4: sqrt(softplus(x)) (ScoreFn::kChosen).
     const int mode = ((flags & kRenormalize) == 0 ? 0 : (flags & kRawSum) != 0 ? 2 : 1) | ((flags & kSqrtSoftplus) != 0 ? 4 : 0);
     const Args a{scores, row_stride, bias, static_cast<int>(rows), mode, shape, programmatic,
-                 routed_scaling_factor, weights, ids, static_cast<Runtime::Stream>(stream)};
+                 routed_scaling_factor, weights, ids, static_cast<Runtime::Stream>(stream), experts, topk};
     return dispatch<C>(a, experts, topk, scores_dtype, bias_dtype);
 }
 
@@ -367,8 +411,9 @@ const char* radix4_status_string(int status) {
     switch (status) {
         case radix4::kOk: return "ok";
         case radix4::kUnsupportedShape:
-            return "unsupported (experts, topk) for this contract: serial takes (896, 16), (384, 8), (224, 16); aiter and "
-                   "the model contracts those and (256, 8), (160, 8), (128, 6), (256, 6), (384, 6); grouped (256, 8)";
+            return "unsupported (experts, topk) for this contract: serial takes (896, 16), (384, 8), (224, 16); aiter "
+                   "those and (256, 8), (160, 8), (128, 6), (256, 6), (384, 6); the ungrouped model contracts any "
+                   "experts in 8..1024 with topk in 1..min(16, experts); grouped (256, 8)";
         case radix4::kUnsupportedDtype: return "unsupported dtype code: logits 0 = float32, 1 = bfloat16, 2 = float16; bias 0 or 1";
         case radix4::kBadArgument: return "bad argument: rows out of range, row_stride < experts, unknown or conflicting flags, or null pointer";
         case radix4::kLaunchFailed: return "kernel launch failed (see radix4_runtime_error_string)";

@@ -746,9 +746,16 @@ enum class RankPath : int { kPacked = 0, kKeys = 1, kComposites = 2, kRegions = 
 // beyond the warp. Many warps per token cut a token's latency (small
 // batches); one warp per token has the least overhead per token (large
 // batches).
-template <class L, int E_, int K_, int kWarpsPerToken, int kTokensPerBlock>
+//
+// kDynamic: the generic path. E and K are then bounds (a padded expert count
+// and 16), and a launch routes any experts <= E and topk <= K: the experts
+// at and past `experts` are phantoms, like a ragged shape's phantom slots
+// (never valid, key 0), and every count of winners is the launch's topk
+// (Dims below).
+template <class L, int E_, int K_, int kWarpsPerToken, int kTokensPerBlock, bool kDynamic_ = false>
 struct Shape {
     static constexpr int E = E_, K = K_;
+    static constexpr bool kDynamic = kDynamic_;
     static constexpr int kLanes = L::kLanes;
     static constexpr int kWarps = kWarpsPerToken;
     static constexpr int kTokens = kTokensPerBlock;
@@ -778,6 +785,28 @@ struct Shape {
     static_assert(!kShared || kTokensPerBlock == 1, "a token spread over warps owns its block");
     static_assert(kWarpsPerToken >= 1 && kWarpsPerToken * kLanes <= 1024 && kBlockThreads <= 1024, "one block");
     static_assert(kRankMax >= 0 && kRankMax <= 1024, "RADIX4_RANK_MAX must be 0..1024");
+    static_assert(!kDynamic || (!kShared && !kRagged), "the generic path is a warp per token over whole slots");
+};
+
+// The experts and the topk a launch routes: the shape's own, or (kDynamic)
+// the launch's. Constant-folded away for a fixed shape.
+template <class S>
+struct Dims {
+    int experts_, topk_;
+    __device__ __forceinline__ int experts() const {
+        if constexpr (S::kDynamic) {
+            return experts_;
+        } else {
+            return S::E;
+        }
+    }
+    __device__ __forceinline__ int topk() const {
+        if constexpr (S::kDynamic) {
+            return topk_;
+        } else {
+            return S::K;
+        }
+    }
 };
 
 // One expert's entry in shared memory: its composite (larger ranks first),
@@ -838,9 +867,11 @@ struct Coords {
     int region;  // this warp's candidate region
     int tid;     // this thread's index among the token's threads
     int token;
+    Dims<S> dims;
 
-    static __device__ __forceinline__ Coords here() {
+    static __device__ __forceinline__ Coords here(Dims<S> dims) {
         Coords c;
+        c.dims = dims;
         c.lane = L::lane();
         c.warp = L::group();
         c.local = S::kShared ? 0 : c.warp;
@@ -906,10 +937,18 @@ struct Slice {
     uint32_t word[kSlots];
     uint32_t lane_max;  // the largest key of this thread's values
     int tid;
+    Dims<S> dims;
 
     __device__ __forceinline__ int vector(int s) const { return tid + S::kThreads * s; }
     __device__ __forceinline__ bool slot_valid(int s) const { return !S::kRagged || s < kSlots - 1 || vector(s) < S::kGroups; }
-    __device__ __forceinline__ bool valid(int j) const { return slot_valid(j / 4); }
+    // Value j is one of the token's experts (not a phantom).
+    __device__ __forceinline__ bool valid(int j) const {
+        if constexpr (S::kDynamic) {
+            return 4 * vector(j / 4) + (j & 3) < dims.experts();
+        } else {
+            return slot_valid(j / 4);
+        }
+    }
     __device__ __forceinline__ uint32_t low_word(int j) const {
         constexpr uint32_t kStep = (1u << S::kPrioBits) - 1u;
         return word[j / 4] - static_cast<uint32_t>(j & 3) * kStep;
@@ -953,8 +992,31 @@ struct Slice {
                                                 float x[kVals], float b[kVals]) const {
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
-            load4<Score, L, kVec>(row + 4 * clamped(s), x + 4 * s);
-            load4<Bias, L, kVec>(bias + 4 * clamped(s), b + 4 * s);
+            if constexpr (S::kDynamic) {
+                load_dynamic<Score, L, kVec>(row, s, x + 4 * s);
+                load_dynamic<Bias, L, kVec>(bias, s, b + 4 * s);
+            } else {
+                load4<Score, L, kVec>(row + 4 * clamped(s), x + 4 * s);
+                load4<Bias, L, kVec>(bias + 4 * clamped(s), b + 4 * s);
+            }
+        }
+    }
+    // The generic path's slot s, its phantoms reading the token's last expert
+    // again (their values are dropped): by vectors when experts % 4 == 0 and
+    // the row and the bias are aligned (kVec 1; the caller checks), else
+    // element by element.
+    template <class T, class L, int kVec>
+    __device__ __forceinline__ void load_dynamic(const typename T::Raw* p, int s, float out[4]) const {
+        const int last = dims.experts() - 1;
+        if constexpr (kVec) {
+            const int v = vector(s) < last / 4 ? vector(s) : last / 4;
+            load4<T, L, 1>(p + 4 * v, out);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int e = 4 * vector(s) + i;
+                out[i] = T::template widen<L>(p[e < last ? e : last]);
+            }
         }
     }
 
@@ -982,10 +1044,11 @@ struct Slice {
         }
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
-            const bool here = slot_valid(s);
+            const bool slot_here = slot_valid(s);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int j = 4 * s + i;
+                const bool here = S::kDynamic ? valid(j) : slot_here;
                 if constexpr (kScoreIsFloat64<C, kAlt>) {
                     sig[j] = here ? sig[j] : 0.0f;  // float64_scores above, phantom slots too
                 } else {
@@ -1028,13 +1091,25 @@ struct Slice {
         for (int s = 0; s < kSlots; ++s) {
             if (slot_valid(s)) {
                 float again[4], b[4];  // loaded again rather than kept live in registers
-                load4<Score, L, kVec>(row + 4 * vector(s), again);
-                load4<Bias, L, kVec>(bias + 4 * vector(s), b);
+                if constexpr (S::kDynamic) {
+                    load_dynamic<Score, L, kVec>(row, s, again);
+                    load_dynamic<Bias, L, kVec>(bias, s, b);
+                } else {
+                    load4<Score, L, kVec>(row + 4 * vector(s), again);
+                    load4<Bias, L, kVec>(bias + 4 * vector(s), b);
+                }
                 if constexpr (kScoreIsFloat64<C, kAlt>) float64_scores<C, L, kAlt, 4>(again, sig + 4 * s);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     if constexpr (!kScoreIsFloat64<C, kAlt>) sig[4 * s + i] = contract_sigmoid<C, L>(again[i]);
-                    key[4 * s + i] = C::template rank_key<L>(sig[4 * s + i] + b[i]);
+                    if constexpr (S::kDynamic) {
+                        // A phantom keeps sig 0 and key 0, and no maximum.
+                        const bool here = valid(4 * s + i);
+                        sig[4 * s + i] = here ? sig[4 * s + i] : 0.0f;
+                        key[4 * s + i] = here ? C::template rank_key<L>(sig[4 * s + i] + b[i]) : 0u;
+                    } else {
+                        key[4 * s + i] = C::template rank_key<L>(sig[4 * s + i] + b[i]);
+                    }
                     lane_max = key[4 * s + i] > lane_max ? key[4 * s + i] : lane_max;
                 }
             }
@@ -1169,7 +1244,7 @@ struct BoundStep {
         auto nth_lane_max = [&](uint32_t n) { return L::all_min(larger < n ? lane_max : ~0u); };
 #endif
         if constexpr (!S::kShared) {
-            bound.lo = nth_lane_max(S::K);
+            bound.lo = nth_lane_max(static_cast<uint32_t>(at.dims.topk()));
         } else {
             // Bound m (m = 1..groups): every group has ceil(k / m) keys at or
             // above its v_ceil(k/m), so any m groups together have k; the
@@ -1383,7 +1458,7 @@ struct RankStep {
     static __device__ __forceinline__ void run(Storage<S>& storage, const Coords<S, L>& at, CandidateCount c,
                                                Bound bound, float sig0) {
         auto place = [&](bool is_candidate, uint32_t rank, uint64_t composite, float sig) {
-            if (is_candidate && rank < static_cast<uint32_t>(S::K)) {
+            if (is_candidate && rank < static_cast<uint32_t>(at.dims.topk())) {
                 place_winner<S, C>(storage, at.local, rank, composite, sig, sig0);
             }
         };
@@ -1488,9 +1563,11 @@ struct Cutoff {
     uint32_t kshift, khi, qshift, qhi;
 
     // Every key equal to kmax: the winners are the k first in tie priority.
+    // (Inverted priorities: the k first hold E - k .. E - 1, phantoms included
+    // among the losers.)
     template <class S>
-    static __device__ __forceinline__ Cutoff all_equal(uint32_t kmax) {
-        return Cutoff{0u, kmax, 0u, static_cast<uint32_t>(S::E - S::K)};
+    static __device__ __forceinline__ Cutoff all_equal(uint32_t kmax, Dims<S> dims) {
+        return Cutoff{0u, kmax, 0u, static_cast<uint32_t>(S::E - dims.topk())};
     }
 };
 
@@ -1531,7 +1608,7 @@ struct RadixSelect {
                                                  TokenExchange<S, L>& exchange, const Coords<S, L>& at) {
         Cutoff cut{0u, bound.kmax, 31u, 0u};
         const uint32_t differ = bound.lo ^ bound.kmax;
-        uint32_t needed = S::K;
+        uint32_t needed = static_cast<uint32_t>(at.dims.topk());
         bool key_tied = true;  // whole keys tie at the cutoff: rank them by priority
         if (differ != 0u) {
             int shift = (31 - L::count_leading_zeros(differ)) & ~3;
@@ -1590,11 +1667,12 @@ struct GatherStep {
         TokenExchange<S, L>::sync();
         if (S::kShared && at.warp != 0) return false;
         const float sig0 = expert_zero_sig<S, L>(slice);
-        if (at.lane < S::K) {
+        const int k = at.dims.topk();
+        if (at.lane < k) {
             const Entry w = mine[at.lane];
             uint32_t rank = 0;
 #pragma unroll
-            for (int i = 0; i < S::K; ++i) rank += static_cast<uint32_t>(mine[i].composite > w.composite);
+            for (int i = 0; i < S::K; ++i) rank += static_cast<uint32_t>(i < k && mine[i].composite > w.composite);
             place_winner<S, C>(storage, at.local, rank, w.composite, w.sig, sig0);
         }
         L::sync();
@@ -1615,14 +1693,15 @@ struct WriteStep {
         // nothing) before the total's chain of adds, which hides those
         // reads; behind an `if (lane < k)` the compiler sank them below the
         // chain.
-        const bool writes = at.lane < S::K;
-        const int i = writes ? at.lane : S::K - 1;
+        const int k = at.dims.topk();
+        const bool writes = at.lane < k;
+        const int i = writes ? at.lane : k - 1;
         const float sig = storage.ranked_sig[at.local][i];
         const int32_t id = storage.ranked_id[at.local][i];
-        const int64_t out = static_cast<int64_t>(at.token) * S::K + i;
+        const int64_t out = static_cast<int64_t>(at.token) * k + i;
         float total = 0.0f;
 #pragma unroll
-        for (int r = 0; r < S::K; ++r) total += storage.ranked_sig[at.local][r];
+        for (int r = 0; r < S::K; ++r) total += r < k ? storage.ranked_sig[at.local][r] : 0.0f;
         L::store_global_if(writes, weights + out, C::weight(sig, total, renormalize, routed_scaling_factor));
         L::store_global_if(writes, ids + out, id);
     }
@@ -1658,29 +1737,36 @@ struct WriteStep {
 //
 // kMinBlocks: ptxas keeps registers low enough for that many blocks per SM
 // (1: as many registers as it likes, no spills).
+//
+// kDynamic: the generic path (Shape); `experts` and `topk` are read only then.
 template <class C, class L, int E, int K, class Score, class Bias, int kVec, int kWarpsPerToken, int kTokensPerBlock,
-          int kMinBlocks = 1>
+          int kMinBlocks = 1, bool kDynamic = false>
 __global__ void __launch_bounds__(L::kLanes * kWarpsPerToken * kTokensPerBlock, kMinBlocks)
 route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
              const typename Bias::Raw* __restrict__ bias, int rows, int mode, float routed_scaling_factor,
-             float* __restrict__ weights, int32_t* __restrict__ ids) {
-    using S = Shape<L, E, K, kWarpsPerToken, kTokensPerBlock>;
+             float* __restrict__ weights, int32_t* __restrict__ ids, int experts, int topk) {
+    using S = Shape<L, E, K, kWarpsPerToken, kTokensPerBlock, kDynamic>;
+    static_assert(!kDynamic || C::kGroups == 1, "expert groups have fixed shapes");
+    const Dims<S> dims{experts, topk};
     constexpr bool kLateTrigger = RADIX4_PDL_LATE_TRIGGER && !S::kShared;
     // The dependent grid may start now: it waits for this one to complete
     // before it reads anything this grid writes.
     if constexpr (!kLateTrigger) L::launch_dependents();
     __shared__ Storage<S> storage;
-    const Coords<S, L> at = Coords<S, L>::here();
+    const Coords<S, L> at = Coords<S, L>::here(dims);
     if (at.token >= rows) return;  // whole warps leave together
     RADIX4_STAMP(0);
 
     Slice<S, C> slice;
     slice.tid = at.tid;
+    slice.dims = dims;
     const typename Score::Raw* row = scores + static_cast<int64_t>(at.token) * row_stride;
     {
-        // kVec 2: vector loads where this row and the bias allow them.
+        // kVec 2: vector loads where this row and the bias allow them (and,
+        // on the generic path, whole vectors of 4 experts).
         const bool vec = kVec != 2 || ((reinterpret_cast<uintptr_t>(row) % (4 * sizeof(typename Score::Raw))) |
-                                       (reinterpret_cast<uintptr_t>(bias) % (4 * sizeof(typename Bias::Raw)))) == 0;
+                                       (reinterpret_cast<uintptr_t>(bias) % (4 * sizeof(typename Bias::Raw))) |
+                                       static_cast<uintptr_t>(dims.experts() % 4)) == 0;
         float x[S::kVals], b[S::kVals];
         slice.template load<L, Score, Bias, kVec>(row, bias, x, b, vec);
         // Cleared while the loads are in flight.
@@ -1716,12 +1802,12 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
             // Every key equal (lo is some key, so every key >= lo == max
             // means every key == max): no selection, the k first in tie
             // priority win. (Counted here rather than by a min of the keys.)
-            all_equal = bound.lo == bound.kmax && c.count == static_cast<uint32_t>(S::E);
+            all_equal = bound.lo == bound.kmax && c.count == static_cast<uint32_t>(dims.experts());
         }
     }
     if (__builtin_expect(!ranked, 0)) {
         RADIX4_NOTE_PATH(RankPath::kRadix);
-        const Cutoff cut = all_equal ? Cutoff::all_equal<S>(bound.kmax) : RadixSelect<S, L>::run(slice, bound, exchange, at);
+        const Cutoff cut = all_equal ? Cutoff::all_equal<S>(bound.kmax, dims) : RadixSelect<S, L>::run(slice, bound, exchange, at);
         if (!GatherStep<S, L>::run(slice, cut, storage, at)) return;
     } else {
         L::sync();  // the ranking group's placements, before its reads below
