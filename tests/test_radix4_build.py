@@ -634,15 +634,21 @@ int with_shape(int lanes, int block, const void* s, int sdt, int64_t st, const v
 }
 
 // The model shapes and contracts (radix4_entry.h's dispatch builds them a
-// warp per token only), with vector loads: a warp per token, logits bf16 /
-// fp32 / fp16 with an fp32 bias or fp32 logits with a bf16 bias; two tokens
-// per block (block 4) and wave64 with bf16 logits and an fp32 bias only (a
-// small build: 6 instantiations a shape).
+// warp per token, and some a block per token too), with vector loads: a warp
+// per token, logits bf16 / fp32 / fp16 with an fp32 bias or fp32 logits with
+// a bf16 bias; two tokens per block (block 4), a block per token (block 1,
+// the ungrouped contracts, the in-kernel alignment test of radix4_entry.h's
+// kBlockAndWarp) and wave64 with bf16 logits and an fp32 bias only.
 template <class C, int N, int E, int K>
 int model_shaped(int sdt, int bdt, int block, const void* s, int64_t st, const void* b, int rows, int rn, float rs, float* w, int32_t* i) {
     using radix4::Bf16; using radix4::F16; using radix4::F32;
-    if (block != 0 && block != 4) return 4;
+    if (block != 0 && block != 4 && block != 1) return 4;
     if (sdt == 1 && bdt == 0) {
+        constexpr int kFull = (E / 4 + N - 1) / N;  // a block per token as radix4_entry.h builds it (kBlockAndWarp)
+        if constexpr (C::kGroups == 1) {
+            if (block == 1) return run<C, N, E, K, Bf16, F32, 2, (kFull < 4 ? kFull : 4), 1>(s, st, b, rows, rn, rs, w, i), 0;
+        }
+        if (block == 1) return 4;
         if (block == 4 && N == 32) return run<C, N, E, K, Bf16, F32, true, 1, 2>(s, st, b, rows, rn, rs, w, i), 0;
         if (block == 0) return run<C, N, E, K, Bf16, F32, true, 1, 1>(s, st, b, rows, rn, rs, w, i), 0;
         return 4;
@@ -675,7 +681,8 @@ int with_model_shape(int contract, int lanes, int block, const void* s, int sdt,
     if (contract == 2 || contract == 4) {
         EMU_MODEL(radix4::ModelContract, 256, 8) EMU_MODEL(radix4::ModelContract, 160, 8)
         EMU_MODEL(radix4::ModelContract, 128, 6) EMU_MODEL(radix4::ModelContract, 384, 8)
-        EMU_MODEL(radix4::ModelContract, 256, 6)
+        EMU_MODEL(radix4::ModelContract, 256, 6) EMU_MODEL(radix4::ModelContract, 384, 6)
+        EMU_MODEL(radix4::ModelContract, 896, 16)
     }
     if (contract == 3) { EMU_MODEL(radix4::GroupedContract, 256, 8) }
     if (contract == 5) { EMU_MODEL(radix4::GroupedZeroContract, 256, 8) }

@@ -94,7 +94,7 @@ def assert_same(got, want, what):
 
 def _ungrouped_cases():
     g = torch.Generator().manual_seed(38)
-    for E, K in ((256, 8), (160, 8), (128, 6), (384, 8), (256, 6)):
+    for E, K in ((256, 8), (160, 8), (128, 6), (384, 8), (256, 6), (384, 6), (896, 16)):
         yield f"{E}/{K} random bf16 / fp32 bias", (torch.randn(3, E, generator=g) * 2).bfloat16(), torch.randn(E, generator=g) * 0.05, K
         yield f"{E}/{K} random fp16 / fp32 bias", (torch.randn(2, E, generator=g) * 2).half(), torch.randn(E, generator=g) * 0.05, K
         yield f"{E}/{K} random fp32 / bf16 bias", torch.randn(2, E, generator=g) * 3, (torch.randn(E, generator=g) * 0.1).bfloat16(), K
@@ -125,17 +125,21 @@ def test_lowest_contract_matches_the_plain_rule(emulation, case):
         assert_same(got, want, f"rule {rule}")
     if scores.dtype == torch.bfloat16 and bias.dtype == torch.float32:  # the other launches: wave64, two tokens a block
         want = model_reference(emulation, scores, bias, topk, 1, 2.5)
-        for lanes, block in ((64, 0), (32, 4)):
+        blocks = ((32, 1), (64, 1)) if (scores.shape[1], topk) in radix4.MODEL_BATCH_SWITCH_POINTS else ()
+        for lanes, block in ((64, 0), (32, 4), *blocks):  # and a block per token where the entry builds one
             assert_same(emulated_route(emulation, lanes, scores, bias, topk, 1, 2.5, block=block, contract="lowest"), want,
                         f"lanes {lanes}, block {block}")  # fmt: skip
 
 
 @needs_gxx
-@pytest.mark.parametrize("case", [c for c in UNGROUPED if c[0].startswith("256/6")], ids=lambda c: c[0])
+@pytest.mark.parametrize("case", [c for c in UNGROUPED if c[0].startswith(("256/6", "384/6"))], ids=lambda c: c[0])
 def test_sqrt_softplus_contract_matches_the_plain_rule(emulation, case):
     _, scores, bias, topk = case
     want = model_reference(emulation, scores, bias, topk, 1, 1.5, sqrt_softplus=True)
     assert_same(emulated_route(emulation, 32, scores, bias, topk, 1, 1.5, contract="sqrt_softplus"), want, "sqrt_softplus")
+    if scores.dtype == torch.bfloat16 and bias.dtype == torch.float32:  # a block per token, as small batches launch
+        got = emulated_route(emulation, 32, scores, bias, topk, 1, 1.5, block=1, contract="sqrt_softplus")
+        assert_same(got, want, "sqrt_softplus, a block per token")
 
 
 @needs_gxx

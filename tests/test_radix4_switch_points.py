@@ -40,3 +40,26 @@ def test_launch_shape_for_changes_exactly_at_the_switch_points(shape):
     assert changes == sorted({m for m in (first_warp, first_dense) if 2 <= m <= radix4.MAX_ROWS})
     assert taken[0] == ("block" if first_warp > 1 else "warp" if first_dense > 1 else "dense")
     assert set(taken) <= set(radix4.LAUNCH_SHAPES)
+
+
+def test_the_model_contracts_switch_points_equal_the_c_entrys():
+    """The ungrouped model contracts' block-per-token shapes: the Python data, the header's defines and its list of
+    shapes that build the block kernel (RADIX4_MODEL_BLOCK_SHAPES) name the same shapes and batches."""
+    text = ENTRY.read_text()
+    defined = {(int(e), int(k)): int(v) for e, k, v in re.findall(r"#define RADIX4_MODEL_FIRST_WARP_ROWS_(\d+)_(\d+) (\d+)\n", text)}
+    assert defined == radix4.MODEL_BATCH_SWITCH_POINTS
+    built = re.search(r"#define RADIX4_MODEL_BLOCK_SHAPES\(X\) (.+)\n", text).group(1)
+    assert {(int(e), int(k)) for e, k in re.findall(r"X\((\d+), (\d+)\)", built)} == set(radix4.MODEL_BATCH_SWITCH_POINTS)
+    for (e, k), first_warp in radix4.MODEL_BATCH_SWITCH_POINTS.items():
+        assert (e, k) in radix4.SHAPES and 1 < first_warp <= radix4.MAX_ROWS
+        assert radix4.launch_shape_for(first_warp - 1, e, k, entry="lowest") == "block"
+        assert radix4.launch_shape_for(first_warp, e, k, entry="lowest") == "warp"
+    assert radix4.launch_shape_for(1, 128, 6, entry="lowest") == "warp"  # one vector a lane: no block kernel
+    assert radix4.launch_shape_for(1, 256, 8, entry="grouped") == "warp"
+
+
+def test_the_case_plans_pin_both_sides_of_every_switch_point():
+    from contracts.cases.plan import switch_points
+
+    for first_warp in radix4.MODEL_BATCH_SWITCH_POINTS.values():
+        assert first_warp in switch_points()

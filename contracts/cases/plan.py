@@ -120,7 +120,8 @@ _KERNEL_PACKAGES = ("kernels.radix4", "kernels.serial", "kernels.adapters.aiter"
 @functools.lru_cache(maxsize=1)
 def switch_points() -> tuple[int, ...]:
     """The batch sizes at which a known kernel switches launch shape, read as data from the kernel packages
-    (``BATCH_SWITCH_POINTS``; a package without it, or one that does not import here, adds none)."""
+    (``BATCH_SWITCH_POINTS`` and ``MODEL_BATCH_SWITCH_POINTS``; a package without them, or one that does not import
+    here, adds none)."""
     import importlib
 
     points: set[int] = set()
@@ -129,12 +130,13 @@ def switch_points() -> tuple[int, ...]:
             module = importlib.import_module(name)
         except Exception:  # noqa: BLE001 -- an engine not installed here publishes nothing; the powers of two still run
             continue
-        published = getattr(module, "BATCH_SWITCH_POINTS", ()) or ()
-        if isinstance(published, dict):  # per (experts, topk) shape, as kernels.radix4 publishes them: every shape's points
-            published = [p for value in published.values() for p in (value if isinstance(value, (tuple, list)) else (value,))]
-        for point in published:
-            if isinstance(point, int) and point >= 1:
-                points.add(point)
+        for attribute in ("BATCH_SWITCH_POINTS", "MODEL_BATCH_SWITCH_POINTS"):  # the second: per contract family
+            published = getattr(module, attribute, ()) or ()
+            if isinstance(published, dict):  # per (experts, topk) shape, as kernels.radix4 publishes them: every shape's points
+                published = [p for value in published.values() for p in (value if isinstance(value, (tuple, list)) else (value,))]
+            for point in published:
+                if isinstance(point, int) and point >= 1:
+                    points.add(point)
     return tuple(sorted(points))
 
 

@@ -76,6 +76,7 @@ from .._build import BuildError, compile_shared, load_library
 
 __all__ = [
     "BATCH_SWITCH_POINTS",
+    "MODEL_BATCH_SWITCH_POINTS",
     "CONTRACTS",
     "GENERIC_EXPERTS",
     "GENERIC_MAX_TOPK",
@@ -173,6 +174,18 @@ BATCH_SWITCH_POINTS: dict[tuple[int, int], tuple[int, int]] = {
     (896, 16): (61, 1585),
     (384, 8): (1, 3465),  # a warp per token wins from M = 1 (1.92 vs 1.96 us at M = 1)
     (224, 16): (1, 2677),  # 1.98 vs 2.16 us at M = 1
+}
+# The ungrouped model contracts (entry "lowest"): (experts, topk) -> the first batch that takes a warp per token;
+# smaller batches take a block per token, which spreads the float64 scores over more threads (384/6 at M = 1 on
+# the H200: 3.61 -> 2.53 us). No dense kernel. The other shapes take a warp per token at every batch. Measured on
+# the H200 (reports/baselines/h200-issue38-generic/model-launch-shapes.json); mirrors radix4_entry.h's
+# RADIX4_MODEL_FIRST_WARP_ROWS_<E>_<K>.
+MODEL_BATCH_SWITCH_POINTS: dict[tuple[int, int], int] = {
+    (896, 16): 768,
+    (384, 8): 1024,  # 3.56 vs 3.77 us at M = 768, 3.93 vs 3.81 at 1024
+    (256, 8): 1024,
+    (256, 6): 1024,
+    (384, 6): 1024,
 }
 
 CUDA_COMPILER = "nvcc"
@@ -349,10 +362,14 @@ def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def launch_shape_for(rows: int, experts: int, topk: int) -> str:
-    """The launch shape ``route`` takes by default for a batch of ``rows`` (one of LAUNCH_SHAPES): the
-    model shapes (not in BATCH_SWITCH_POINTS) take a warp per token at every batch."""
-    if (experts, topk) not in BATCH_SWITCH_POINTS:
+def launch_shape_for(rows: int, experts: int, topk: int, *, entry: str = "aiter") -> str:
+    """The launch shape library entry ``entry`` (CONTRACTS' key) takes by default for a batch of ``rows`` (one of
+    LAUNCH_SHAPES): aiter and serial by BATCH_SWITCH_POINTS, the ungrouped model contracts ("lowest") by
+    MODEL_BATCH_SWITCH_POINTS; every other shape and entry a warp per token at every batch."""
+    if entry == "lowest":
+        first_warp = MODEL_BATCH_SWITCH_POINTS.get((experts, topk), 1)
+        return "block" if rows < first_warp else "warp"
+    if entry not in ("aiter", "serial") or (experts, topk) not in BATCH_SWITCH_POINTS:
         return "warp"
     first_warp, first_dense = BATCH_SWITCH_POINTS[(experts, topk)]
     return "dense" if rows >= first_dense else "warp" if rows >= first_warp else "block"

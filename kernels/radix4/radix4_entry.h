@@ -93,6 +93,30 @@
 #define RADIX4_FIRST_DENSE_ROWS_384_8 (RADIX4_DENSE_MIN_ROWS + 1)
 #define RADIX4_FIRST_DENSE_ROWS_224_16 (RADIX4_DENSE_MIN_ROWS + 1)
 #endif
+// The model contracts' switch points (the ungrouped lowest-index entry):
+// the first batch that takes a warp per token at a shape that also builds a
+// block per token; smaller batches take the block, whose threads each score
+// fewer of the token's values (the float64 scores are the long chain of a
+// small batch: at M = 1 on the H200, 384/6 3.61 -> 2.53 us, 384/8 2.70 ->
+// 2.08, 896/16 4.32 -> 2.81). Chosen by measurement on the H200
+// (reports/baselines/h200-issue38-generic/model-launch-shapes.json); kernels/radix4/__init__.py's
+// MODEL_BATCH_SWITCH_POINTS mirrors these. The other model shapes fill one
+// or two vectors a lane and take a warp per token at every batch.
+#ifndef RADIX4_MODEL_FIRST_WARP_ROWS_896_16
+#define RADIX4_MODEL_FIRST_WARP_ROWS_896_16 768
+#endif
+#ifndef RADIX4_MODEL_FIRST_WARP_ROWS_384_8
+#define RADIX4_MODEL_FIRST_WARP_ROWS_384_8 1024
+#endif
+#ifndef RADIX4_MODEL_FIRST_WARP_ROWS_256_8
+#define RADIX4_MODEL_FIRST_WARP_ROWS_256_8 1024
+#endif
+#ifndef RADIX4_MODEL_FIRST_WARP_ROWS_256_6
+#define RADIX4_MODEL_FIRST_WARP_ROWS_256_6 1024
+#endif
+#ifndef RADIX4_MODEL_FIRST_WARP_ROWS_384_6
+#define RADIX4_MODEL_FIRST_WARP_ROWS_384_6 1024
+#endif
 // The dense kernel's minimum blocks per SM (register cap; 4 x 128 threads:
 // 128 registers).
 #ifndef RADIX4_DENSE_MIN_BLOCKS
@@ -144,6 +168,15 @@ inline SwitchPoints switch_points(int experts, int topk) {
     if (experts == 896 && topk == 16) return {RADIX4_FIRST_WARP_ROWS_896_16, RADIX4_FIRST_DENSE_ROWS_896_16};
     return {1, INT64_MAX};
 }
+// The ungrouped model contracts' (no dense kernel: it was no faster than the warp one there).
+inline SwitchPoints model_switch_points(int experts, int topk) {
+#define RADIX4_MODEL_POINT(E_, K_) \
+    if (experts == E_ && topk == K_) return {RADIX4_MODEL_FIRST_WARP_ROWS_##E_##_##K_, INT64_MAX};
+    RADIX4_MODEL_POINT(896, 16) RADIX4_MODEL_POINT(384, 8) RADIX4_MODEL_POINT(256, 8) RADIX4_MODEL_POINT(256, 6)
+    RADIX4_MODEL_POINT(384, 6)
+#undef RADIX4_MODEL_POINT
+    return {1, INT64_MAX};
+}
 static_assert(RADIX4_DENSE_MIN_BLOCKS >= 1 && RADIX4_WARP_MIN_BLOCKS >= 1, "minimum blocks per SM are >= 1");
 
 inline int& last_runtime_error() {
@@ -181,8 +214,10 @@ int launch_shape(const Args& a) {
 // (the Kimi shapes under contracts aiter and serial); kWarp only a warp per
 // token, which every flag launches (the model shapes' experts fill at most a
 // few vectors a lane); kGeneric a warp per token of the generic path, E and
-// K bounds for the launch's experts and topk (Shape's kDynamic).
-enum class Kernels { kWarp, kAll, kGeneric };
+// K bounds for the launch's experts and topk (Shape's kDynamic); kBlockAndWarp
+// a block per token and a warp per token (the model contracts' shapes of
+// model_switch_points; the dense flag launches the warp kernel).
+enum class Kernels { kWarp, kAll, kGeneric, kBlockAndWarp };
 
 template <class C, int E, int K, class Score, class Bias, int kVec, Kernels kKernels>
 int launch(const Args& a) {
@@ -194,6 +229,10 @@ int launch(const Args& a) {
         err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock, RADIX4_WARP_MIN_BLOCKS>(a);
     } else if constexpr (kKernels == Kernels::kGeneric) {
         err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock, RADIX4_WARP_MIN_BLOCKS, true>(a);
+    } else if constexpr (kKernels == Kernels::kBlockAndWarp) {
+        err = a.shape == LaunchShape::kBlockPerToken
+                  ? launch_shape<C, Lanes, E, K, Score, Bias, kVec, kWarpsPerToken, 1, 1>(a)
+                  : launch_shape<C, Lanes, E, K, Score, Bias, kVec, 1, kTokensPerBlock, RADIX4_WARP_MIN_BLOCKS>(a);
     } else switch (a.shape) {
         case LaunchShape::kBlockPerToken:
             err = launch_shape<C, Lanes, E, K, Score, Bias, kVec, kWarpsPerToken, 1, 1>(a);
@@ -246,7 +285,7 @@ int launch_bias_dtype(const Args& a, int bias_dtype) {
 // Kimi checkpoint's: the three launch shapes stay bf16 / fp32 only).
 template <class C, int E, int K, Kernels kKernels>
 int launch_dtypes(const Args& a, int scores_dtype, int bias_dtype) {
-    constexpr Kernels kFp16 = kKernels == Kernels::kAll ? Kernels::kWarp : kKernels;
+    constexpr Kernels kFp16 = kKernels == Kernels::kAll || kKernels == Kernels::kBlockAndWarp ? Kernels::kWarp : kKernels;
     switch (scores_dtype) {
         case kFloat32: return launch_bias_dtype<C, E, K, F32, kKernels>(a, bias_dtype);
         case kBFloat16: return launch_bias_dtype<C, E, K, Bf16, kKernels>(a, bias_dtype);
@@ -264,9 +303,11 @@ int launch_dtypes(const Args& a, int scores_dtype, int bias_dtype) {
 // contract serial the three Kimi shapes; contract aiter and the ungrouped
 // model contracts (sigmoid or sqrt(softplus(x)), one build) those, the
 // sigmoid model shapes (256, 8), (160, 8), (128, 6) and DeepSeek-V4's
-// (256, 6), (384, 6) (every ungrouped contract the same shapes: the Python
-// gate does not know the contract); the grouped contract (256, 8). Only the
-// Kimi shapes under aiter and serial build the three launch shapes.
+// (256, 6), (384, 6), and the ungrouped model contracts also the generic
+// path's shapes (dispatch_generic); the grouped contracts (256, 8). Only the
+// Kimi shapes under aiter and serial build the three launch shapes; the
+// ungrouped model contracts build a block per token too at
+// RADIX4_MODEL_BLOCK_SHAPES (model_switch_points).
 // RADIX4_KIMI_ONLY (on in the step-clock lab builds, which time the Kimi
 // shapes): the Kimi shapes alone, a third of the build.
 #ifndef RADIX4_KIMI_ONLY
@@ -281,7 +322,10 @@ int launch_dtypes(const Args& a, int scores_dtype, int bias_dtype) {
 #define RADIX4_MODEL_SHAPES(X)
 #define RADIX4_SQRT_SOFTPLUS_SHAPES(X)
 #define RADIX4_GROUPED_SHAPES(X)
+#define RADIX4_MODEL_BLOCK_SHAPES(X)
 #else
+// The ungrouped model contracts' shapes with a block per token too (model_switch_points).
+#define RADIX4_MODEL_BLOCK_SHAPES(X) X(896, 16) X(384, 8) X(256, 8) X(256, 6) X(384, 6)
 #define RADIX4_MODEL_SHAPES(X) X(256, 8) X(160, 8) X(128, 6)
 #define RADIX4_SQRT_SOFTPLUS_SHAPES(X) X(256, 6) X(384, 6)
 #define RADIX4_GROUPED_SHAPES(X) X(256, 8)
@@ -319,6 +363,7 @@ int dispatch(const Args& a, int experts, int topk, int scores_dtype, int bias_dt
     if (experts == E_ && topk == K_) return launch_dtypes<C, E_, K_, ALL_>(a, scores_dtype, bias_dtype);
 #define RADIX4_CASE_ALL(E_, K_) RADIX4_CASE(E_, K_, Kernels::kAll)
 #define RADIX4_CASE_WARP(E_, K_) RADIX4_CASE(E_, K_, Kernels::kWarp)
+#define RADIX4_CASE_BLOCK(E_, K_) RADIX4_CASE(E_, K_, Kernels::kBlockAndWarp)
     if constexpr (C::kGroups > 1) {
         RADIX4_GROUPED_SHAPES(RADIX4_CASE_WARP)
     } else if constexpr (C::kFillWithExpertZero) {
@@ -328,10 +373,12 @@ int dispatch(const Args& a, int experts, int topk, int scores_dtype, int bias_dt
         RADIX4_MODEL_SHAPES(RADIX4_CASE_WARP)
         RADIX4_SQRT_SOFTPLUS_SHAPES(RADIX4_CASE_WARP)
     } else {
+        RADIX4_MODEL_BLOCK_SHAPES(RADIX4_CASE_BLOCK)  // first: these take precedence over the lists below
         RADIX4_KIMI_SHAPES(RADIX4_CASE_WARP)
         RADIX4_MODEL_SHAPES(RADIX4_CASE_WARP)
         RADIX4_SQRT_SOFTPLUS_SHAPES(RADIX4_CASE_WARP)
     }
+#undef RADIX4_CASE_BLOCK
 #undef RADIX4_CASE_WARP
 #undef RADIX4_CASE_ALL
 #undef RADIX4_CASE
@@ -388,7 +435,9 @@ int route(const void* scores, int scores_dtype, int64_t row_stride, const void* 
     }
     if (rows == 0) return kOk;
     if (scores == nullptr || bias == nullptr || weights == nullptr || ids == nullptr) return kBadArgument;
-    const SwitchPoints at = switch_points(experts, topk);
+    const SwitchPoints at = C::kLaunchShapes || C::kFillWithExpertZero ? switch_points(experts, topk)
+                            : C::kGroups == 1                         ? model_switch_points(experts, topk)
+                                                                      : SwitchPoints{1, INT64_MAX};
     const LaunchShape shape = forced == kBlockPerToken       ? LaunchShape::kBlockPerToken
                               : forced == kWarpPerToken      ? LaunchShape::kWarpPerToken
                               : forced == kDenseWarpPerToken ? LaunchShape::kDenseWarpPerToken
