@@ -652,10 +652,7 @@ int model_shaped(int sdt, int bdt, int block, const void* s, int64_t st, const v
     if (block != 0 && block != 4 && block != 1) return 4;
     if (sdt == 1 && bdt == 0) {
         constexpr int kFull = (E / 4 + N - 1) / N;  // a block per token as radix4_entry.h builds it (kBlockAndWarp)
-        if constexpr (C::kGroups == 1) {
-            if (block == 1) return run<C, N, E, K, Bf16, F32, 2, (kFull < 4 ? kFull : 4), 1>(s, st, b, rows, rn, rs, w, i), 0;
-        }
-        if (block == 1) return 4;
+        if (block == 1) return run<C, N, E, K, Bf16, F32, 2, (kFull < 4 ? kFull : 4), 1>(s, st, b, rows, rn, rs, w, i), 0;
         if (block == 4 && N == 32) return run<C, N, E, K, Bf16, F32, true, 1, 2>(s, st, b, rows, rn, rs, w, i), 0;
         if (block == 0) return run<C, N, E, K, Bf16, F32, true, 1, 1>(s, st, b, rows, rn, rs, w, i), 0;
         return 4;

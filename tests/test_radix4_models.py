@@ -231,6 +231,8 @@ def test_grouped_contract_matches_the_plain_rule(emulation, case, entry):
     assert_same(emulated_route(emulation, 32, scores, bias, 8, 1, 2.5, contract=entry), want, "warp32")
     if scores.dtype == torch.bfloat16 and bias.dtype == torch.float32:
         assert_same(emulated_route(emulation, 64, scores, bias, 8, 1, 2.5, contract=entry), want, "wave64")
+        # a block per token (small batches): two warps, the group scores exchanged through shared memory
+        assert_same(emulated_route(emulation, 32, scores, bias, 8, 1, 2.5, block=1, contract=entry), want, "block per token")
 
 
 def test_the_masks_differ_where_the_kept_values_fall_below_zero(emulation):

@@ -55,7 +55,8 @@ def test_the_model_contracts_switch_points_equal_the_c_entrys():
         assert radix4.launch_shape_for(first_warp - 1, e, k, entry="lowest") == "block"
         assert radix4.launch_shape_for(first_warp, e, k, entry="lowest") == "warp"
     assert radix4.launch_shape_for(1, 128, 6, entry="lowest") == "warp"  # one vector a lane: no block kernel
-    assert radix4.launch_shape_for(1, 256, 8, entry="grouped") == "warp"
+    assert radix4.launch_shape_for(1, 256, 8, entry="grouped") == "block"  # the groups exchange through shared memory
+    assert radix4.launch_shape_for(1, 256, 8, entry="serial") == "warp"
 
 
 def test_the_case_plans_pin_both_sides_of_every_switch_point():

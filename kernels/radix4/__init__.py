@@ -175,7 +175,8 @@ BATCH_SWITCH_POINTS: dict[tuple[int, int], tuple[int, int]] = {
     (384, 8): (1, 3465),  # a warp per token wins from M = 1 (1.92 vs 1.96 us at M = 1)
     (224, 16): (1, 2677),  # 1.98 vs 2.16 us at M = 1
 }
-# The ungrouped model contracts (entry "lowest"): (experts, topk) -> the first batch that takes a warp per token;
+# The model contracts (entry "lowest", and at (256, 8) the grouped ones): (experts, topk) -> the first batch that
+# takes a warp per token;
 # smaller batches take a block per token, which spreads the float64 scores over more threads (384/6 at M = 1 on
 # the H200: 3.61 -> 2.53 us). No dense kernel. The other shapes take a warp per token at every batch. Measured on
 # the H200 (reports/baselines/h200-issue38-generic/model-launch-shapes.json); mirrors radix4_entry.h's
@@ -364,9 +365,9 @@ def _dtype_name(dtype) -> str:
 
 def launch_shape_for(rows: int, experts: int, topk: int, *, entry: str = "aiter") -> str:
     """The launch shape library entry ``entry`` (CONTRACTS' key) takes by default for a batch of ``rows`` (one of
-    LAUNCH_SHAPES): aiter and serial by BATCH_SWITCH_POINTS, the ungrouped model contracts ("lowest") by
-    MODEL_BATCH_SWITCH_POINTS; every other shape and entry a warp per token at every batch."""
-    if entry == "lowest":
+    LAUNCH_SHAPES): aiter and serial by BATCH_SWITCH_POINTS, the model contracts ("lowest", "grouped",
+    "grouped_zero") by MODEL_BATCH_SWITCH_POINTS; every other shape a warp per token at every batch."""
+    if entry in ("lowest", "grouped", "grouped_zero"):
         first_warp = MODEL_BATCH_SWITCH_POINTS.get((experts, topk), 1)
         return "block" if rows < first_warp else "warp"
     if entry not in ("aiter", "serial") or (experts, topk) not in BATCH_SWITCH_POINTS:

@@ -168,7 +168,8 @@ inline SwitchPoints switch_points(int experts, int topk) {
     if (experts == 896 && topk == 16) return {RADIX4_FIRST_WARP_ROWS_896_16, RADIX4_FIRST_DENSE_ROWS_896_16};
     return {1, INT64_MAX};
 }
-// The ungrouped model contracts' (no dense kernel: it was no faster than the warp one there).
+// The model contracts' (no dense kernel: it was no faster than the warp one there); the grouped ones at
+// (256, 8) too (their groups exchange scores through shared memory in a block).
 inline SwitchPoints model_switch_points(int experts, int topk) {
 #define RADIX4_MODEL_POINT(E_, K_) \
     if (experts == E_ && topk == K_) return {RADIX4_MODEL_FIRST_WARP_ROWS_##E_##_##K_, INT64_MAX};
@@ -365,7 +366,7 @@ int dispatch(const Args& a, int experts, int topk, int scores_dtype, int bias_dt
 #define RADIX4_CASE_WARP(E_, K_) RADIX4_CASE(E_, K_, Kernels::kWarp)
 #define RADIX4_CASE_BLOCK(E_, K_) RADIX4_CASE(E_, K_, Kernels::kBlockAndWarp)
     if constexpr (C::kGroups > 1) {
-        RADIX4_GROUPED_SHAPES(RADIX4_CASE_WARP)
+        RADIX4_GROUPED_SHAPES(RADIX4_CASE_BLOCK)
     } else if constexpr (C::kFillWithExpertZero) {
         RADIX4_KIMI_SHAPES(RADIX4_CASE_ALL)
     } else if constexpr (C::kLaunchShapes) {
@@ -436,8 +437,7 @@ int route(const void* scores, int scores_dtype, int64_t row_stride, const void* 
     if (rows == 0) return kOk;
     if (scores == nullptr || bias == nullptr || weights == nullptr || ids == nullptr) return kBadArgument;
     const SwitchPoints at = C::kLaunchShapes || C::kFillWithExpertZero ? switch_points(experts, topk)
-                            : C::kGroups == 1                         ? model_switch_points(experts, topk)
-                                                                      : SwitchPoints{1, INT64_MAX};
+                                                                      : model_switch_points(experts, topk);
     const LaunchShape shape = forced == kBlockPerToken       ? LaunchShape::kBlockPerToken
                               : forced == kWarpPerToken      ? LaunchShape::kWarpPerToken
                               : forced == kDenseWarpPerToken ? LaunchShape::kDenseWarpPerToken

@@ -847,6 +847,9 @@ struct Candidates {
 #endif
 };
 
+// The most expert groups a grouped contract has (GroupStep's exchange).
+constexpr int kMaxGroups = 64;
+
 // Every step's shared memory, one struct per block (CUB's TempStorage).
 template <class S>
 struct Storage {
@@ -857,6 +860,9 @@ struct Storage {
     uint32_t partial[2][S::kWarps][S::kPartialWords];  // double-buffered by round
     uint32_t cand_count[S::kTokens][S::kWarps];
     uint32_t winner_count;
+    // The group scores a block per token exchanges (GroupStep; last, so that
+    // the members above keep their offsets in every kernel).
+    uint32_t group_key[S::kShared ? kMaxGroups : 1];
 };
 
 // Where this thread is: its lane, its lane group, its token.
@@ -1133,22 +1139,24 @@ __device__ __forceinline__ float key_value(uint32_t key) {
 
 // The group scores, the kept groups and the mask, in the registers of the
 // load step: a group's vectors sit on kVecPerGroup consecutive lanes of one
-// slot (vector g on thread g % lanes, slot g / lanes), so the lanes of a
+// slot (vector g on thread g % threads, slot g / threads), so the lanes of a
 // group merge their two largest keys by xor shuffles, every lane gathers the
-// n_group group keys (one shuffle each) and ranks its own groups against
-// them: kept iff fewer than topk_group groups score more, or as much with a
+// n_group group keys (one shuffle each; with a block per token, through
+// shared memory and one barrier) and ranks its own groups against them:
+// kept iff fewer than topk_group groups score more, or as much with a
 // lower index. The keys of a dropped group's experts become the mask's key
 // (its sig, the weight, stays). Group scores are sums of fp32 ranking
 // values, as the oracle's (+0.0 added: -0 and +0 rank as one), NaN lowest.
 template <class S, class L>
 struct GroupStep {
     template <class C>
-    static __device__ __forceinline__ void run(Slice<S, C>& slice) {
+    static __device__ __forceinline__ void run(Slice<S, C>& slice, Storage<S>& storage) {
         constexpr int G = C::kGroups;
         constexpr int kVecPerGroup = S::kGroups / G;
         constexpr int kGroupsPerSlot = S::kThreads / kVecPerGroup;
         static_assert(S::kGroups % G == 0, "n_group must divide E / 4: a group is whole vectors of 4");
-        static_assert(!S::kShared && !S::kRagged, "groups are routed a warp (wave) per token, every slot full");
+        static_assert(!S::kRagged, "groups are routed with every slot full");
+        static_assert(G <= kMaxGroups, "at most kMaxGroups groups");
         static_assert(kVecPerGroup >= 1 && S::kLanes % kVecPerGroup == 0, "a group's vectors sit on lanes of one warp");
         static_assert(kGroupsPerSlot * S::kSlots == G, "each slot holds whole groups");
         constexpr uint32_t kMaskKey = C::kMaskZero ? 0x80000000u : 0x007fffffu;  // ordered_bits(0.0) or (-inf)
@@ -1170,8 +1178,19 @@ struct GroupStep {
         }
         if constexpr (C::kTopkGroups < G) {
             uint32_t all[G];
+            if constexpr (S::kShared) {
+                // A block per token: a group's first thread publishes its score.
 #pragma unroll
-            for (int h = 0; h < G; ++h) all[h] = L::shfl(group_key[h / kGroupsPerSlot], (h % kGroupsPerSlot) * kVecPerGroup);
+                for (int s = 0; s < S::kSlots; ++s) {
+                    if (slice.tid % kVecPerGroup == 0) storage.group_key[slice.tid / kVecPerGroup + kGroupsPerSlot * s] = group_key[s];
+                }
+                __syncthreads();
+#pragma unroll
+                for (int h = 0; h < G; ++h) all[h] = storage.group_key[h];
+            } else {
+#pragma unroll
+                for (int h = 0; h < G; ++h) all[h] = L::shfl(group_key[h / kGroupsPerSlot], (h % kGroupsPerSlot) * kVecPerGroup);
+            }
             uint32_t lane_max = 0u;
 #pragma unroll
             for (int s = 0; s < S::kSlots; ++s) {
@@ -1782,7 +1801,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
             slice.template compute_keys<L, Score, Bias, kVec>(row, bias, x, b, vec);
         }
     }
-    if constexpr (C::kGroups > 1) GroupStep<S, L>::run(slice);
+    if constexpr (C::kGroups > 1) GroupStep<S, L>::run(slice, storage);
     if (S::kShared && threadIdx.x == 0) storage.winner_count = 0;  // ordered by the first barrier below
     RADIX4_STAMP(1);
 
