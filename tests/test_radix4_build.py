@@ -127,8 +127,9 @@ def test_cuda_build_spills_only_in_the_dense_kernel_and_within_budget(contract):
     kimi = 3 * 4 * 2 * 3  # the Kimi shapes: 3 shapes x 4 dtype pairs x 2 load kinds x 3 launch shapes
     # radix4.cu also: fp16 logits at the Kimi shapes (2 bias dtypes), aiter at the 5 other shapes (3 x 2 dtypes),
     # the model contracts at all 8 (3 x 2), the two grouped ones at 1 (3 x 2): a warp per token, one load kind;
-    # the model contracts' block per token at 5 shapes (2 x 2: no fp16 logits) and the generic path's 4 bounds (3 x 2).
-    assert len(spills) == (kimi if contract == "serial" else kimi + 3 * 2 + (5 + 8 + 2) * 3 * 2 + 5 * 2 * 2 + 4 * 3 * 2)
+    # the model contracts' block per token at 5 shapes and the grouped ones' at 1 (2 x 2: no fp16 logits), and the
+    # generic path's 4 bounds (3 x 2).
+    assert len(spills) == (kimi if contract == "serial" else kimi + 3 * 2 + (5 + 8 + 2) * 3 * 2 + (5 + 2) * 2 * 2 + 4 * 3 * 2)
     for name, n in spills.items():
         found = re.search(r"ELi(\d+)ELb[01]EEEv", name)  # the template arguments kMinBlocks, then kDynamic
         assert found, f"kernel name not understood: {name}"
