@@ -16,6 +16,7 @@ import oracle
 from contracts import cases as families
 from contracts.check import main
 from contracts.candidates import Candidate, get_candidate
+from contracts.candidates.worker import Worker
 from contracts.cases import iter_plan, planned_rows
 from contracts.run.check import check_candidate
 from contracts.run.checks import bundle_dirname
@@ -69,6 +70,20 @@ def test_runner_consumes_specs_one_at_a_time_and_stops_when_asked():
     assert len(pulled) == stop_after  # an endless plan is never materialized
     assert s["status"] == "interrupted" and s["interrupted"] == "SIGINT"
     assert s["rows_checked"] == sum(p.rows for p in pulled) and s["mismatched_rows"] == 0
+
+
+def test_a_stop_keeps_an_answer_the_worker_already_sent():
+    # A stop that comes while the parent is still busy with the case before must not throw away the next case's
+    # answer, already in the pipe: "stop after the current case" counts every case the candidate answered.
+    stop = []
+    spec = next(iter_plan(["random_fp32"], 64, 0, 64, 4))
+    with Worker("oracle", should_stop=lambda: "SIGINT" if stop else None) as worker:
+        assert worker.load(contract="aiter", device="cpu")[0]
+        worker.submit(spec)
+        assert worker._from.poll(60), "the worker never answered"
+        stop.append(True)
+        answered, outcome = worker.collect()
+        assert answered == spec and outcome is not None  # (a stop with no answer sent: the hung-candidate test below)
 
 
 def _reversed_ids(scores, bias, topk, renormalize, rsf):

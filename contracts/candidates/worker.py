@@ -190,7 +190,8 @@ class Worker:
     from its gates; ``run(spec)`` -> ``CallOutcome`` or None when the case is
     not covered. Raises ``WorkerFailure`` when the worker dies or hangs (it is
     then dead for good) and ``Interrupted`` when ``should_stop()`` turns true
-    while it waits.
+    while it waits for an answer not yet sent (one already sent is returned:
+    its case ran).
     """
 
     def __init__(self, lookup: str, *, timeout: float = 60.0, should_stop: Callable[[], object] | None = None):
@@ -308,6 +309,8 @@ class Worker:
         proc = self._proc
         deadline = time.monotonic() + timeout
         while True:
+            if self._from.poll(0):  # an answer already sent is kept, even after a stop: its case ran
+                break
             reason = self.should_stop()
             if reason:
                 self._kill(proc)
