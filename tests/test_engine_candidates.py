@@ -16,6 +16,7 @@ What is asserted:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import json
 import os
@@ -171,3 +172,27 @@ def test_batched_candidates_ask_the_base_about_the_batches_they_make():
     assert above.covered(rows=10, **shape) is False  # tiled to 512 rows, more than the base serves
     assert below.description.startswith("recording-oracle in batches of fewer than 64")
     assert get_candidate("torch-native@M<8").deviations("aiter") == get_candidate("torch-native").deviations("aiter")
+
+
+def narrow_gate(*, rows, experts, topk, dtype, bias_dtype):
+    """A gate that takes the basics only (for the lazy-gate test below)."""
+    return experts == 64
+
+
+def test_a_lazy_gate_shows_the_real_signature_so_covers_passes_only_what_it_takes():
+    from contracts.candidates.lazy import LazyFunction
+    from contracts.candidates.registry import _BASICS_ONLY
+
+    lazy = LazyFunction(__name__, "narrow_gate")
+    assert inspect.signature(lazy) == inspect.signature(narrow_gate)
+    cand = Candidate(name="lazy-narrow", route=lambda *a: None, covered=lazy)
+    shape = dict(rows=1, experts=64, topk=4, dtype=torch.float32, bias_dtype=torch.float32, num_expert_group=8, topk_group=4)
+    assert cand.covers(**shape) and not cand.covers(**{**shape, "experts": 32})
+    assert lazy not in _BASICS_ONLY  # filtered by its signature, not found out by a TypeError
+    for c in all_candidates().values():  # every built-in and engine gate that loads here answers with its module's signature
+        if isinstance(c.covered, LazyFunction):
+            try:
+                real = c.covered.target()
+            except ImportError:
+                continue
+            assert inspect.signature(c.covered) == inspect.signature(real), c.name

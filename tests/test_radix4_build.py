@@ -102,6 +102,27 @@ def test_cuda_source_builds_for_sm90_and_its_abi_checks_arguments():
     assert b"9.0" in lib.radix4_status_string(5)
 
 
+@gpu_compile  # slow: see gpu_compile (the sm_90 builds the ABI and spill tests share)
+@needs_nvcc
+def test_every_entry_serves_the_shapes_its_python_gate_names():
+    # kernels.radix4 restates radix4_entry.h's `served` (the shape lists and the generic path's bounds) to answer
+    # covered() without loading a library: ask each built entry about every (E, k) near the range, rows = 0 (it
+    # returns before any CUDA call), and hold the two to each other.
+    differ = []
+    for entry, (source, _hip, symbol) in radix4.CONTRACTS.items():
+        lib = ctypes.CDLL(str(sm90_build("serial" if "serial" in source else "aiter").library))  # one build a source
+        fn = getattr(lib, symbol)
+        p, i, i64, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
+        fn.argtypes, fn.restype = [p, i, i64, p, i, i64, i, i, i, f, p, p, p], i
+        for experts in range(1, 1100):
+            for topk in range(0, 20):
+                rc = fn(None, 1, experts, None, 0, 0, experts, topk, 0, 1.0, None, None, None)
+                assert rc in (0, 1), f"{symbol}({experts}, {topk}) returned {rc}"
+                if (rc == 0) != radix4._entry_serves(entry, experts, topk):
+                    differ.append((entry, experts, topk, rc == 0))
+    assert not differ, f"{len(differ)} (entry, E, k, library serves) disagree with _entry_serves, first {differ[:5]}"
+
+
 # The dense warp-per-token kernel (kMinBlocks > 1, for batches above one wave)
 # trades a few dozen bytes of spills for more warps per SM
 # (docs/radix4_tuning.md); at most this many bytes (stores + loads) per thread.

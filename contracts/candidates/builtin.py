@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 
+from .lazy import LazyFunction
 from .registry import Candidate, register
 
 _TORCH_NATIVE_DEVIATIONS = {
@@ -23,14 +24,6 @@ _AITER_MODEL_DEVIATIONS = {
 }
 
 
-def _lazy(module: str, attr: str):
-    def call(*args, **kwargs):
-        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
-
-    call.__qualname__ = f"{module}.{attr}"
-    return call
-
-
 def _kernel(name, module, *, contract, devices, description, gates_take_device=True, coverage="", pdl_variant="") -> Candidate:
     """A candidate for one of our kernel modules (route, supported_hardware, build, covered), imported lazily."""
 
@@ -43,13 +36,13 @@ def _kernel(name, module, *, contract, devices, description, gates_take_device=T
 
     return Candidate(
         name=name,
-        route=_lazy(module, "route"),
+        route=LazyFunction(module, "route"),
         contract=contract,
         devices=devices,
         description=description,
         supported_hardware=gate("supported_hardware"),
         build=gate("build"),
-        covered=_lazy(module, "covered"),
+        covered=LazyFunction(module, "covered"),
         origin=module,
         coverage=coverage,
         pdl_variant=pdl_variant,
@@ -85,7 +78,7 @@ register(
 register(
     Candidate(
         name="torch-native",
-        route=_lazy("kernels.adapters.torch_native", "route"),
+        route=LazyFunction("kernels.adapters.torch_native", "route"),
         contract="aiter",
         description="sigmoid + bias + torch.topk + gather + renormalize, as serving engines' fallback",
         expected_deviations={
@@ -102,7 +95,7 @@ register(
 register(
     Candidate(
         name="aiter-model",
-        route=_lazy("kernels.adapters.aiter_model", "route"),
+        route=LazyFunction("kernels.adapters.aiter_model", "route"),
         contract="aiter",
         description="pure-torch behavioural model of AMD aiter's generic biased_grouped_topk",
         expected_deviations={"aiter": dict(_AITER_MODEL_DEVIATIONS)},
@@ -123,13 +116,6 @@ _RADIX4_COVERAGE = ("radix4 serves up to 4,096 rows, logits bf16/fp16/fp32, any 
                     "(deepseek-v3, deepseek-v3-reference)")  # fmt: skip
 
 
-def _radix4_covered(*, rows, experts, topk, dtype, bias_dtype, num_expert_group=None, topk_group=None, contract=None):
-    """radix4's gate, told the contract of the check (the generic path serves other shapes than contract aiter)."""
-    return importlib.import_module("kernels.radix4").covered(
-        rows=rows, experts=experts, topk=topk, dtype=dtype, bias_dtype=bias_dtype, num_expert_group=num_expert_group,
-        topk_group=topk_group, contract=contract)  # fmt: skip
-
-
 def _radix4_router(name: str, pdl: bool):
     def route_for_contract(contract: str):
         def route(*args, **kwargs):
@@ -146,7 +132,7 @@ def _radix4(name: str, module: str, description: str, *, pdl: bool, pdl_variant:
                    description=description, pdl_variant=pdl_variant)  # fmt: skip
     base.contracts = _RADIX4_CONTRACTS
     base.route_for_contract = _radix4_router(name, pdl)
-    base.covered, base.gate_takes_contract = _radix4_covered, True
+    base.gate_takes_contract = True  # kernels.radix4.covered(..., contract=): the generic path is the model contracts'
     return base
 
 
@@ -175,13 +161,13 @@ register(_kernel("block-argmax", "kernels.serial.block_argmax", contract="serial
 register(
     Candidate(
         name="aiter",
-        route=_lazy("kernels.adapters.aiter", "route"),
+        route=LazyFunction("kernels.adapters.aiter", "route"),
         contract="aiter",
         devices=("cuda",),
         description="AMD aiter's biased_grouped_topk, generic path (ROCm gfx942/gfx950; pip install amd-aiter)",
-        supported_hardware=_lazy("kernels.adapters.aiter", "available"),
-        build=_lazy("kernels.adapters.aiter", "build"),
-        covered=_lazy("kernels.adapters.aiter", "covered"),
+        supported_hardware=LazyFunction("kernels.adapters.aiter", "available"),
+        build=LazyFunction("kernels.adapters.aiter", "build"),
+        covered=LazyFunction("kernels.adapters.aiter", "covered"),
         expected_deviations={"aiter": dict(_AITER_MODEL_DEVIATIONS)},
         origin="kernels.adapters.aiter",
     )

@@ -41,6 +41,7 @@ import importlib
 from kernels.engines import ADAPTERS, ENV_ENGINE_PATH, Adapter
 from kernels.engines import set_engine_path as _set_engine_path
 
+from .lazy import LazyFunction
 from .registry import Candidate, register
 
 __all__ = ["CONTRACTS", "COVERAGE", "DESCRIPTIONS", "ENGINE_DEVIATIONS", "ENV_ENGINE_PATH", "MEASURED_WITH", "engine_candidate",
@@ -212,31 +213,23 @@ def _gate(module: str, fn: str):
     return call
 
 
-def _lazy(module: str, attr: str):
-    def call(*args, **kwargs):
-        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
-
-    call.__qualname__ = f"{module}.{attr}"
-    return call
-
-
 def engine_candidate(adapter: Adapter) -> Candidate:
     """The candidate for one adapter: its route and gates imported on first use."""
     return Candidate(
         name=adapter.name,
-        route=_lazy(adapter.module, adapter.route),
+        route=LazyFunction(adapter.module, adapter.route),
         contract="aiter",
         devices=adapter.devices,
         description=DESCRIPTIONS.get(adapter.name, f"{adapter.module}.{adapter.route}"),
         supported_hardware=_gate(adapter.module, "supported_hardware"),
         build=_gate(adapter.module, "build"),
-        covered=_lazy(adapter.module, "covered"),
+        covered=LazyFunction(adapter.module, "covered"),
         expected_deviations={contract: dict(d) for contract, d in ENGINE_DEVIATIONS.get(adapter.name, {}).items()},
         third_party=True,
         origin=adapter.module,
         coverage=COVERAGE.get(adapter.name, ""),
         contracts=CONTRACTS[adapter.name],
-        prepare_launch=_lazy(adapter.module, adapter.bench),
+        prepare_launch=LazyFunction(adapter.module, adapter.bench),
     )
 
 
