@@ -50,7 +50,7 @@ def check_route_args(scores, bias, topk, renormalize, routed_scaling_factor, *, 
     if scores.dim() != 2:
         _fail(f"scores.shape={tuple(scores.shape)} must be 2-D [M, E]; reshape to (-1, E)")
     if scores.dtype not in LOGIT_DTYPES:
-        _fail(f"scores.dtype={scores.dtype} is not supported; use torch.bfloat16 or torch.float32")
+        _fail(f"scores.dtype={scores.dtype} is not supported; use torch.bfloat16, torch.float16 or torch.float32")
     if scores.device.type == "meta":
         _fail("scores is on the 'meta' device, which holds no values; pass a cpu or cuda tensor")
     experts = scores.shape[1]
@@ -70,7 +70,7 @@ def _check_bias(bias, scores, experts) -> None:
     if bias.dim() != 1 or bias.shape[0] != experts:
         _fail(f"bias.shape={tuple(bias.shape)} must be [{experts}] (one correction bias per expert, E={experts})")
     if bias.dtype not in LOGIT_DTYPES:
-        _fail(f"bias.dtype={bias.dtype} is not supported; use torch.float32 or torch.bfloat16")
+        _fail(f"bias.dtype={bias.dtype} is not supported; use torch.float32, torch.bfloat16 or torch.float16")
     if bias.device != scores.device:
         _fail(f"bias.device={bias.device} differs from scores.device={scores.device}; move both to one device")
 

@@ -9,15 +9,17 @@ import json
 
 import pandas as pd
 import pytest
+import torch
 
 from contracts.run.checks import run_checks
 from contracts.run.options import OptionError, parse_replay
 from contracts.reports.schema import Status
+from contracts.cases.plan import pinned_rows
 
 ROWS = 40_000  # random_fp32's coverage cases, then bulk cases of 16,384 rows
 
 
-PINNED = 128  # random_fp32's two pinned bias-dtype cases of 64 rows (contracts.cases.plan.pinned_specs)
+PINNED = pinned_rows("random_fp32", 1025)  # random_fp32's pinned dtype cases (contracts.cases.plan.pinned_specs)
 
 
 def _check(name, tmp_path, family="random_fp32", **kw):
@@ -66,6 +68,23 @@ def test_bulk_replay_ids_parse_and_bad_ones_name_the_form():
     assert not parse_replay("random_fp32:7:100", 896, 16).bulk
     with pytest.raises(OptionError, match="FAMILY:SEED:ROWS:bulk"):
         parse_replay("random_fp32:7:100:big", 896, 16)
+
+
+def test_every_pinned_case_replays_from_its_id_and_builds_its_dtypes():
+    from contracts.cases import build_case, iter_plan
+
+    names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    pinned = [s for s in iter_plan(["random_bf16", "random_fp32", "strided"], 10, 0, 64, 4, max_batch=9) if s.tags]
+    assert len(pinned) == 3 + 6 + 1
+    for spec in pinned:
+        assert parse_replay(spec.replay_id, 64, 4) == spec, spec.replay_id
+        case = build_case(spec)
+        if spec.logits_dtype:
+            assert case.scores.dtype == names[spec.logits_dtype]
+        if spec.bias_dtype:
+            assert case.bias.dtype == names[spec.bias_dtype]
+    with pytest.raises(OptionError, match="logits-fp16"):
+        parse_replay("random_fp32:7:64:logits-fp8", 64, 4)
 
 
 def test_a_gate_that_takes_renormalize_is_told_it_and_an_older_gate_is_not():

@@ -16,6 +16,7 @@ from contracts.run.checks import should_isolate
 from contracts.candidates.calling import fatal_kind
 from contracts.candidates.worker import _decode_tensor, _encode_tensor
 from contracts.candidates import Candidate, get_candidate
+from contracts.cases.plan import pinned_rows
 
 PLANTED = ["segfault", "hang", "abort", "oom", "exits", "wrong_device", "healthy"]
 ROWS = 300  # random_bf16 plans cases of 1, 64 and 235 rows, then its two pinned bias-dtype cases of 64
@@ -101,14 +102,14 @@ def test_sys_exit_inside_a_candidate_is_an_error(acceptance):
 @pytest.mark.slow  # reads the module's one command (every planted candidate in its worker, a hang waited out): ~20 s, paid by the first
 def test_outputs_on_the_wrong_device_are_a_validity_finding(acceptance, tmp_path):
     s = _summary(acceptance, "wrong_device")
-    assert s["status"] == "fail" and s["clauses"]["validity"] == s["rows_checked"] == ROWS + 128
+    assert s["status"] == "fail" and s["clauses"]["validity"] == s["rows_checked"] == ROWS + pinned_rows("random_bf16", 1025)
     report = (acceptance[1] / _bundle_name("wrong_device") / "report.md").read_text()
     assert "outputs on meta/meta; the inputs were on cpu" in report
     # the same finding without a worker
     out = tmp_path / "in-process"
     code = main(["--candidate", "tests.planted.wrong_device:route", "--no-isolate", "--families", "random_bf16", "--rows", "70", "--out", str(out), "--quiet"])
     local = json.loads((out / "summary.json").read_text())
-    assert code == 1 and local["status"] == "fail" and local["clauses"]["validity"] == local["rows_checked"] == 70 + 128  # two pinned bias-dtype cases of 64
+    assert code == 1 and local["status"] == "fail" and local["clauses"]["validity"] == local["rows_checked"] == 70 + pinned_rows("random_bf16", 1025)
     assert not local["isolated"] and s["isolated"]
 
 

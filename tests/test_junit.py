@@ -16,7 +16,7 @@ import pytest
 from contracts import check
 from contracts.candidates import get_candidate
 from contracts.cases import iter_plan
-from contracts.cases.plan import PINNED_ROWS
+from contracts.cases.plan import pinned_rows
 from contracts.reports.bundle import write_check_bundle
 from contracts.reports.junit import entries_for_bundle, first_mismatch, write_junit
 from contracts.reports.schema import CheckResult, Determinism, FamilyCounts, RowDetail, Status, Summary, to_json
@@ -164,6 +164,6 @@ def test_a_candidate_that_raised_is_an_error_and_its_rows_are_not_passes(tmp_pat
     error = cases[(label, "run")].find("error")
     assert error.get("message").startswith("the candidate raised in case random_bf16:") and "planted failure" in error.text
     skipped = cases[(f"{label}.random_bf16", "selection")].find("skipped")
-    raised = 100 + 2 * PINNED_ROWS  # the budget's rows and random_bf16's two pinned cases
+    raised = 100 + pinned_rows("random_bf16", 1025)  # the budget's rows and random_bf16's pinned cases
     assert skipped.get("message") == f"not compared: the candidate raised on all {raised} rows (see the testcase 'run')"
     assert root.get("errors") == "1" and root.get("failures") == "0"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from contracts.cases.plan import PINNED_ROWS
+from contracts.cases.plan import pinned_rows
 from contracts.check import main
 
 PLANTED = "tests.broken_candidates:"
@@ -76,8 +76,8 @@ def test_candidate_that_raises_is_reported_not_fatal(tmp_path):
     # Issue 22 item 14: an exception is an error of the candidate (status error, its message and
     # replay line), no longer a validity mismatch on every row.
     code, s, out = _check(tmp_path, PLANTED + "raises", "random_bf16", rows=200)
-    # the 200 rows of the budget and random_bf16's two pinned cases (a bf16 and an fp32 bias)
-    assert code == 1 and s["status"] == "error" and s["raised_rows"] == s["rows_checked"] == 200 + 2 * PINNED_ROWS
+    # the 200 rows of the budget and random_bf16's pinned cases (a bf16, an fp16 and an fp32 bias)
+    assert code == 1 and s["status"] == "error" and s["raised_rows"] == s["rows_checked"] == 200 + pinned_rows("random_bf16", 1025)
     assert s["clauses"]["validity"] == 0 and s["mismatched_rows"] == 0
     assert s["error"]["kind"] == "exception" and "planted failure" in s["error"]["message"]
     assert "--replay " + s["error"]["case"] in s["error"]["replay"]

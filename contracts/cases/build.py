@@ -20,7 +20,7 @@ from .plan import CaseSpec
 
 __all__ = ["SCALING_FACTORS", "Case", "build_case", "draw_expert_scale", "logits_dtype_name"]
 
-_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _NAMES = {v: k for k, v in _DTYPES.items()}
 
 SCALING_FACTORS = (1.0, 2.5, 2.827)
@@ -97,6 +97,7 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     bias_in_logits_dtype = bool(torch.randint(0, 2, (1,), **on))
     groups = {"n_group": spec.n_group, "topk_group": spec.topk_group} if family.grouped else {}
     x, bias, dtype = family.make_for(spec.bulk)(gen, spec.rows, spec.experts, spec.topk, **groups)
+    dtype = dtype if spec.logits_dtype is None else _DTYPES[spec.logits_dtype]  # pinned (fp16 logits exist only so)
     scores = x.to(dtype)
     backing, offset = scores, 0
     if family.strided:
@@ -123,5 +124,7 @@ def _family_dtype(family: str, experts: int, topk: int, n_group: int, topk_group
 
 
 def logits_dtype_name(spec: CaseSpec) -> str:
-    """The logits dtype of ``spec``'s family ("bf16", "fp32"), from a one-row case of it."""
+    """The logits dtype of ``spec`` ("bf16", "fp16", "fp32"): pinned, or its family's, from a one-row case of it."""
+    if spec.logits_dtype is not None:
+        return spec.logits_dtype
     return _family_dtype(spec.family, spec.experts, spec.topk, spec.n_group, spec.topk_group)

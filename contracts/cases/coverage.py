@@ -15,7 +15,7 @@ __all__ = ["coverage_of"]
 def coverage_of(specs: Iterable["CaseSpec"]) -> dict:
     """What a plan covers: its batch sizes, its (logits, bias) dtype pairs, its layouts, for ``check --plan`` and
     the summary. Dtype pairs are read off the built cases' makers without building them (the logits dtype is the
-    family's; a drawn bias dtype may be either)."""
+    family's unless pinned; a drawn bias dtype may be either)."""
     specs = list(specs)
     sizes: set[int] = set()
     pairs: set[str] = set()

@@ -23,9 +23,10 @@ its **pinned cases**, at every ``--rows`` and on top of its budget: the
 ``max_batch`` (the first size past each power of two, ``max_batch`` itself,
 and each side of every launch-shape boundary the kernel packages publish as
 ``BATCH_SWITCH_POINTS``); ``random_bf16`` and ``random_fp32`` one case of each
-bias dtype (fp32 logits with a bf16 bias included); ``strided`` one case at
+bias dtype (bf16, fp16, fp32), and ``random_fp32`` the same with fp16 logits,
+so that all nine (logits, bias) dtype pairs are made; ``strided`` one case at
 storage offset 0. A pinned case names what it pins in its replay id
-(``strided:SEED:64:offset-0``, ``random_fp32:SEED:64:bias-bf16``).
+(``strided:SEED:64:offset-0``, ``random_fp32:SEED:64:logits-fp16:bias-bf16``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Iterable, Iterator
 from .families import FAMILIES
 
 __all__ = ["CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "default_max_batch", "env_max_batch",
-           "iter_plan", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
+           "iter_plan", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class CaseSpec:
     topk_group: int = 1
     bulk: bool = False  # drawn on the candidate's device by the family's vectorized maker
     bias: bool = True  # the contract has a correction bias (else the candidate gets ``bias=None``)
-    bias_dtype: str | None = None  # pinned: "bf16" or "fp32" (None: drawn from the seed, fp32 or the logits' dtype)
+    bias_dtype: str | None = None  # pinned: "bf16", "fp16" or "fp32" (None: drawn from the seed, fp32 or the logits' dtype)
+    logits_dtype: str | None = None  # pinned: "fp16" (None: the family's, bf16 or fp32)
     offset: int | None = None  # pinned storage offset of a strided family's rows (None: drawn, 1..63)
 
     # The call options the contract admits (``oracle.Contract.admitted_options``): build_case draws only these.
@@ -64,8 +66,9 @@ class CaseSpec:
 
     @property
     def tags(self) -> tuple[str, ...]:
-        """What the spec pins, as replay-id parts: ``bulk``, ``bias-bf16``, ``offset-0``."""
-        return (("bulk",) if self.bulk else ()) + ((f"bias-{self.bias_dtype}",) if self.bias_dtype else ()) + (
+        """What the spec pins, as replay-id parts: ``bulk``, ``logits-fp16``, ``bias-bf16``, ``offset-0``."""
+        return (("bulk",) if self.bulk else ()) + ((f"logits-{self.logits_dtype}",) if self.logits_dtype else ()) + (
+            (f"bias-{self.bias_dtype}",) if self.bias_dtype else ()) + (
             (f"offset-{self.offset}",) if self.offset is not None else ())  # fmt: skip
 
     @property
@@ -106,8 +109,13 @@ def _budgets(families: list[str], total_rows: int) -> dict[str, int]:
 
 def planned_rows(families: list[str], total_rows: int, *, max_batch: int | None = None, bias: bool = True) -> int:
     """Rows ``iter_plan`` yields in all (each family's budget, at least 1, and its pinned cases)."""
-    pinned = sum(rows for name in families for rows, _ in pinned_specs(name, max_batch, bias=bias))
+    pinned = sum(pinned_rows(name, max_batch, bias=bias) for name in families)
     return sum(_budgets(families, total_rows).values()) + pinned
+
+
+def pinned_rows(name: str, max_batch: int | None, *, bias: bool = True) -> int:
+    """Rows of family ``name``'s pinned cases (``pinned_specs``), on top of its budget."""
+    return sum(rows for rows, _ in pinned_specs(name, max_batch, bias=bias))
 
 
 GPU_MAX_BATCH = 65_536  # the largest batch the plan makes on a GPU by default (--max-batch)
@@ -184,6 +192,9 @@ def sweep_sizes(max_batch: int, points: tuple[int, ...] = ()) -> tuple[int, ...]
 
 
 PINNED_ROWS = 64  # the rows of a pinned dtype or layout case
+# The dtypes a pinned case gives the bias: with the families' logits (bf16, fp32) and pinned fp16 logits, every
+# (logits, bias) pair of the three float dtypes the contracts read is made (kernels load each pair differently).
+BIAS_DTYPES = ("bf16", "fp16", "fp32")
 
 
 def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points: tuple[int, ...] | None = None) -> list[tuple[int, dict]]:
@@ -193,7 +204,12 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
     if name == "batch_sizes":
         return [(n, {}) for n in sweep_sizes(max_batch, switch_points() if points is None else points)]
     if name in ("random_bf16", "random_fp32") and bias:
-        return [(PINNED_ROWS, {"bias_dtype": "bf16"}), (PINNED_ROWS, {"bias_dtype": "fp32"})]
+        cases = [(PINNED_ROWS, {"bias_dtype": dtype}) for dtype in BIAS_DTYPES]
+        if name == "random_fp32":  # fp16 logits, with each bias dtype (the family's values are fp16-exact enough)
+            cases += [(PINNED_ROWS, {"logits_dtype": "fp16", "bias_dtype": dtype}) for dtype in BIAS_DTYPES]
+        return cases
+    if name in ("random_bf16", "random_fp32"):  # no bias: the logits dtype alone
+        return [(PINNED_ROWS, {"logits_dtype": "fp16"})] if name == "random_fp32" else []
     if FAMILIES[name].strided:
         return [(PINNED_ROWS, {"offset": 0})]
     return []

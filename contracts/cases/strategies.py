@@ -44,6 +44,7 @@ from .build import draw_expert_scale
 
 __all__ = [
     "BIAS_PALETTE",
+    "DTYPE_PAIRS",
     "LOGIT_PALETTE",
     "SHAPES",
     "BiasTie",
@@ -59,7 +60,11 @@ __all__ = [
 ]
 
 SHAPES = ((896, 16), (384, 8), (256, 8), (224, 16), (64, 4), (16, 4), (8, 2))
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+# (logits, bias) dtype pairs, the shrink target first: the four of the families, then fp16 in either place.
+DTYPE_PAIRS = (("bfloat16", "float32"), ("bfloat16", "bfloat16"), ("float32", "float32"), ("float32", "bfloat16"),
+               ("float16", "float32"), ("float16", "float16"), ("float16", "bfloat16"), ("bfloat16", "float16"),
+               ("float32", "float16"))  # fmt: skip
 # First entries are the shrink targets. 20 and 100 saturate the sigmoid to 1.0, -120 to 0.0.
 LOGIT_PALETTE = (0.0, 1.0, -1.0, 2.0, 0.5, 3.0, -2.0, 20.0, 100.0, -120.0, -0.0, math.nan, math.inf, -math.inf, 1.5, 4.0, -4.0)
 BIAS_PALETTE = (0.0, 0.5, -0.5, 1.0, 2.0**-9, -(2.0**-9), 2.0**-8, -0.0, -math.inf, math.inf, math.nan, 1e-3, 2.0**-140)
@@ -336,7 +341,7 @@ def routing_examples(
     draw,
     *,
     shapes=SHAPES,
-    dtypes=(("bfloat16", "float32"), ("bfloat16", "bfloat16"), ("float32", "float32"), ("float32", "bfloat16")),
+    dtypes=DTYPE_PAIRS,
     contract: str = "aiter",
     max_rows: int = 4,
     pad_rows=PAD_ROWS,

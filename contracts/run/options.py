@@ -53,22 +53,24 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
     from ..cases.plan import CaseSpec
 
     parts = text.split(":")
-    tags = parts[3:]  # what the case pins: bulk (drawn on the device), bias-bf16 / bias-fp32, offset-N
+    tags = parts[3:]  # what the case pins: bulk (drawn on the device), logits-fp16, bias-bf16 / -fp16 / -fp32, offset-N
     pinned: dict = {}
     for tag in tags:
         kind, _, value = tag.partition("-")
         if tag == "bulk":
             pinned["bulk"] = True
-        elif kind == "bias" and value in ("bf16", "fp32"):
+        elif kind == "bias" and value in ("bf16", "fp16", "fp32"):
             pinned["bias_dtype"] = value
+        elif kind == "logits" and value in ("bf16", "fp16", "fp32"):
+            pinned["logits_dtype"] = value
         elif kind == "offset" and value.isdigit() and int(value) < 64:
             pinned["offset"] = int(value)
         else:
             pinned = None
             break
     if len(parts) < 3 or pinned is None or len(pinned) != len(tags):
-        raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk (a pinned case adds :bias-bf16, "
-                          ":bias-fp32 or :offset-N), as printed in a report's replay line")  # fmt: skip
+        raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk (a pinned case adds :logits-fp16, "
+                          ":bias-bf16, :bias-fp16, :bias-fp32 or :offset-N), as printed in a report's replay line")  # fmt: skip
     family, seed_text, rows_text = parts[:3]
     if family not in FAMILY_NAMES:
         raise OptionError(f"{option} family {family!r} is unknown; known: {', '.join(FAMILY_NAMES)}")

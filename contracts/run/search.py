@@ -60,7 +60,6 @@ __all__ = ["DEFAULT_DATABASE", "DEFAULT_EXAMPLES", "Finding", "SearchResult", "S
 SCHEMA_VERSION = 1
 DEFAULT_EXAMPLES = 200
 DEFAULT_DATABASE = Path("reports") / ".hypothesis-db"
-_DTYPE_PAIRS = (("bfloat16", "float32"), ("bfloat16", "bfloat16"), ("float32", "float32"), ("float32", "bfloat16"))
 
 
 class SearchSetupError(ValueError):
@@ -167,7 +166,7 @@ def covered_space(candidate: Candidate):
     """(shapes, dtype pairs) the candidate covers at one row, the Kimi-K3 shape first."""
     shapes, pairs = [], []
     for experts, topk in strat.SHAPES:
-        ok = [p for p in _DTYPE_PAIRS if candidate.covered(rows=1, experts=experts, topk=topk, dtype=getattr(torch, p[0]), bias_dtype=getattr(torch, p[1]))]
+        ok = [p for p in strat.DTYPE_PAIRS if candidate.covered(rows=1, experts=experts, topk=topk, dtype=getattr(torch, p[0]), bias_dtype=getattr(torch, p[1]))]
         if ok:
             shapes.append((experts, topk))
             pairs.extend(p for p in ok if p not in pairs)

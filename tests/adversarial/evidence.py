@@ -58,6 +58,23 @@ def wrong_on_fp32_logits_bf16_bias(scores, bias, topk, renormalize, rsf):
     return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), pair)
 
 
+def wrong_on_fp16_logits(scores, bias, topk, renormalize, rsf):
+    """Wrong on fp16 logits only (no plan made them before the pinned dtype cases)."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), scores.dtype == torch.float16)
+
+
+def wrong_on_fp16_bias(scores, bias, topk, renormalize, rsf):
+    """Wrong on an fp16 bias only, whatever the logits."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), bias is not None and bias.dtype == torch.float16)
+
+
+def reads_fp16_logits_as_bf16(scores, bias, topk, renormalize, rsf):
+    """A kernel whose fp16 path rounds the logits to bf16 first (a loader written for bf16 only)."""
+    if scores.dtype == torch.float16:
+        scores = scores.to(torch.bfloat16)
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
 def wrong_on_strided_offset_0(scores, bias, topk, renormalize, rsf):
     """Wrong on rows further apart than E at storage offset 0 (the old strided family always had an offset)."""
     strided = scores.stride(0) > scores.shape[1] and scores.storage_offset() == 0

@@ -107,6 +107,21 @@ def test_a_router_wrong_only_where_the_old_plan_never_looked_fails(router, tmp_p
     assert s.clauses_broken.get("output_order") or s.clauses.get("output_order"), s.clauses
 
 
+@pytest.mark.parametrize("router", ["wrong_on_fp16_logits", "wrong_on_fp16_bias", "reads_fp16_logits_as_bf16"])
+def test_a_router_wrong_only_on_fp16_logits_or_bias_fails(router, tmp_path):
+    # Every (logits, bias) pair of bf16 / fp16 / fp32 is made by the pinned cases (no family draws fp16).
+    run = run_checks([f"{ADV}:{router}"], families=["random_bf16", "random_fp32"], rows=200, isolate=False,
+                     out=tmp_path / router, progress=False)  # fmt: skip
+    s = run.summaries[0]
+    assert s.status.value == "fail" and s.mismatched_rows >= 1, s
+
+
+def test_the_plan_makes_all_nine_dtype_pairs():
+    specs = iter_plan(["random_bf16", "random_fp32"], 200, 0, 896, 16, max_batch=1025)
+    pairs = set(coverage_of(specs)["dtype_pairs"])
+    assert pairs == {f"{logits}/{bias}" for logits in ("bf16", "fp16", "fp32") for bias in ("bf16", "fp16", "fp32")}
+
+
 # ---------------------------------------------------------------- the split view keeps the layout
 
 
