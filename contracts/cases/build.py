@@ -112,6 +112,10 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     # Move the whole backing buffer, so strided rows keep their row stride on the device.
     scores = backing.to(device)[:, offset : offset + spec.experts]
     bias = bias.to(device) if spec.bias else None  # a contract without a correction bias: the candidate gets None
+    if bias is not None and spec.bias_offset:  # pinned: contiguous, but not where an allocation would start
+        backing_bias = torch.zeros(spec.bias_offset + spec.experts, dtype=bias.dtype, device=bias.device)
+        backing_bias[spec.bias_offset :] = bias
+        bias = backing_bias[spec.bias_offset :]
     # Drawn last, so a case's other draws stay what they were.
     scale = draw_expert_scale(spec.experts, gen).to(device) if spec.expert_scale else None
     return Case(spec, scores, bias, renormalize, rsf, scale)

@@ -29,6 +29,8 @@ def coverage_of(specs: Iterable["CaseSpec"]) -> dict:
             pairs.add(f"{logits}/{spec.bias_dtype}")
         else:
             pairs.update({f"{logits}/{logits}", f"{logits}/fp32"})
+        if spec.bias_offset:
+            layouts.add("bias at an offset")
         if FAMILIES[spec.family].strided:
             layouts.add("strided at offset 0" if spec.offset == 0 else "strided at an offset")
         else:

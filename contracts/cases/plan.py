@@ -24,8 +24,9 @@ its **pinned cases**, at every ``--rows`` and on top of its budget: the
 and each side of every launch-shape boundary the kernel packages publish as
 ``BATCH_SWITCH_POINTS``); ``random_bf16`` and ``random_fp32`` one case of each
 bias dtype (bf16, fp16, fp32), and ``random_fp32`` the same with fp16 logits,
-so that all nine (logits, bias) dtype pairs are made; ``strided`` one case at
-storage offset 0. A pinned case names what it pins in its replay id
+so that all nine (logits, bias) dtype pairs are made, and ``random_bf16`` one
+whose bias starts one element into its buffer (not aligned for vector loads);
+``strided`` one case at storage offset 0. A pinned case names what it pins in its replay id
 (``strided:SEED:64:offset-0``, ``random_fp32:SEED:64:logits-fp16:bias-bf16``).
 """
 
@@ -57,6 +58,7 @@ class CaseSpec:
     bias_dtype: str | None = None  # pinned: "bf16", "fp16" or "fp32" (None: drawn from the seed, fp32 or the logits' dtype)
     logits_dtype: str | None = None  # pinned: "fp16" (None: the family's, bf16 or fp32)
     offset: int | None = None  # pinned storage offset of a strided family's rows (None: drawn, 1..63)
+    bias_offset: int = 0  # pinned: the bias starts this many elements into its buffer (1: not aligned for vector loads)
 
     # The call options the contract admits (``oracle.Contract.admitted_options``): build_case draws only these.
     renormalize_options: tuple[bool, ...] = (True, False)
@@ -66,10 +68,12 @@ class CaseSpec:
 
     @property
     def tags(self) -> tuple[str, ...]:
-        """What the spec pins, as replay-id parts: ``bulk``, ``logits-fp16``, ``bias-bf16``, ``offset-0``."""
+        """What the spec pins, as replay-id parts: ``bulk``, ``logits-fp16``, ``bias-bf16``, ``offset-0``,
+        ``bias_offset-1``."""
         return (("bulk",) if self.bulk else ()) + ((f"logits-{self.logits_dtype}",) if self.logits_dtype else ()) + (
             (f"bias-{self.bias_dtype}",) if self.bias_dtype else ()) + (
-            (f"offset-{self.offset}",) if self.offset is not None else ())  # fmt: skip
+            (f"offset-{self.offset}",) if self.offset is not None else ()) + (
+            (f"bias_offset-{self.bias_offset}",) if self.bias_offset else ())  # fmt: skip
 
     @property
     def replay_id(self) -> str:
@@ -205,7 +209,10 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
         return [(n, {}) for n in sweep_sizes(max_batch, switch_points() if points is None else points)]
     if name in ("random_bf16", "random_fp32") and bias:
         cases = [(PINNED_ROWS, {"bias_dtype": dtype}) for dtype in BIAS_DTYPES]
-        if name == "random_fp32":  # fp16 logits, with each bias dtype (the family's values are fp16-exact enough)
+        if name == "random_bf16":  # aligned contiguous logits, a bias one element into its buffer: a kernel that
+            # tests the logits' alignment for vector loads but not the bias's reads the bias misaligned
+            cases.append((PINNED_ROWS, {"bias_dtype": "fp32", "bias_offset": 1}))
+        if name == "random_fp32":  # fp16 logits (randn * 2: no overflow), with each bias dtype
             cases += [(PINNED_ROWS, {"logits_dtype": "fp16", "bias_dtype": dtype}) for dtype in BIAS_DTYPES]
         return cases
     if name in ("random_bf16", "random_fp32"):  # no bias: the logits dtype alone

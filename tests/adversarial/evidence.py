@@ -75,6 +75,14 @@ def reads_fp16_logits_as_bf16(scores, bias, topk, renormalize, rsf):
     return correct(scores, bias, topk, renormalize, rsf)
 
 
+def reads_a_misaligned_bias_from_below(scores, bias, topk, renormalize, rsf):
+    """Vector loads of the bias from the aligned address below it when the bias does not start on 16 bytes (an
+    alignment test that looks at the logits only): every expert gets its left neighbour's bias."""
+    if bias is not None and bias.data_ptr() % 16:
+        bias = torch.cat([bias.new_zeros(1), bias[:-1]])
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
 def wrong_on_strided_offset_0(scores, bias, topk, renormalize, rsf):
     """Wrong on rows further apart than E at storage offset 0 (the old strided family always had an offset)."""
     strided = scores.stride(0) > scores.shape[1] and scores.storage_offset() == 0

@@ -107,9 +107,11 @@ def test_a_router_wrong_only_where_the_old_plan_never_looked_fails(router, tmp_p
     assert s.clauses_broken.get("output_order") or s.clauses.get("output_order"), s.clauses
 
 
-@pytest.mark.parametrize("router", ["wrong_on_fp16_logits", "wrong_on_fp16_bias", "reads_fp16_logits_as_bf16"])
-def test_a_router_wrong_only_on_fp16_logits_or_bias_fails(router, tmp_path):
-    # Every (logits, bias) pair of bf16 / fp16 / fp32 is made by the pinned cases (no family draws fp16).
+@pytest.mark.parametrize("router", ["wrong_on_fp16_logits", "wrong_on_fp16_bias", "reads_fp16_logits_as_bf16",
+                                    "reads_a_misaligned_bias_from_below"])  # fmt: skip
+def test_a_router_wrong_only_on_a_dtype_pair_or_bias_layout_no_family_makes_fails(router, tmp_path):
+    # Every (logits, bias) pair of bf16 / fp16 / fp32 is made by the pinned cases (no family draws fp16), and a bias
+    # that does not start where an allocation would.
     run = run_checks([f"{ADV}:{router}"], families=["random_bf16", "random_fp32"], rows=200, isolate=False,
                      out=tmp_path / router, progress=False)  # fmt: skip
     s = run.summaries[0]
