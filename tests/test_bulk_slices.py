@@ -19,7 +19,7 @@ from contracts.cases.plan import pinned_rows
 ROWS = 40_000  # random_fp32's coverage cases, then bulk cases of 16,384 rows
 
 
-PINNED = pinned_rows("random_fp32", 1025)  # random_fp32's pinned dtype cases (contracts.cases.plan.pinned_specs)
+PINNED = pinned_rows("random_fp32", 1025, experts=896, topk=16, contract="aiter")  # random_fp32's pinned dtype cases (contracts.cases.plan.pinned_specs)
 
 
 def _check(name, tmp_path, family="random_fp32", **kw):
@@ -75,7 +75,7 @@ def test_every_pinned_case_replays_from_its_id_and_builds_its_dtypes():
 
     names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     pinned = [s for s in iter_plan(["random_bf16", "random_fp32", "strided"], 10, 0, 64, 4, max_batch=9) if s.tags]
-    assert len(pinned) == 4 + 6 + 1
+    assert len(pinned) == 2 * (4 + 6 + 1)  # each at 1 row and at max_batch (64 capped at 9)
     for spec in pinned:
         assert parse_replay(spec.replay_id, 64, 4) == spec, spec.replay_id
         case = build_case(spec)

@@ -237,7 +237,7 @@ def test_merged_shard_bundles_of_captured_logits_have_the_whole_files_expert_loa
 
 def _plan(families, rows, seed=0):
     """The cases a CPU check of 896/16 runs: the budget's and every family's pinned coverage cases."""
-    return list(iter_plan(list(families), rows, seed, 896, 16, max_batch=default_max_batch("cpu", switch_points())))
+    return list(iter_plan(list(families), rows, seed, 896, 16, max_batch=default_max_batch("cpu", switch_points()), contract="aiter"))
 
 
 @torchrun

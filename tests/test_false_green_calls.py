@@ -141,7 +141,7 @@ def test_a_keyboard_interrupt_raised_by_the_candidate_is_its_error_not_a_stop(tm
     s = json.loads((Path(index["tests.adversarial.process:raises_keyboard_interrupt"]["bundle"]) / "summary.json").read_text())
     assert code == 1 and index["oracle"]["status"] == "pass"
     assert s["status"] == "error" and s["error"]["kind"] == "exception" and "KeyboardInterrupt" in s["error"]["message"]
-    rows = 100 + pinned_rows("random_fp32", 1025)  # every case ran, the pinned dtype cases too
+    rows = 100 + pinned_rows("random_fp32", 1025, experts=896, topk=16, contract="aiter")  # every case ran, the pinned dtype cases too
     assert s["rows_checked"] == rows and s["raised_rows"] == rows
 
 
@@ -154,7 +154,7 @@ def test_a_thread_writing_into_the_outputs_does_not_abort_the_process(tmp_path):
                  "--rows", "100", "--out", str(out)])  # fmt: skip
     s = json.loads((out / "summary.json").read_text())
     assert done.returncode == (0 if s["status"] == "pass" else 1), done.stderr
-    assert s["rows_checked"] == 100 + pinned_rows("random_fp32", 1025) and "terminate called" not in done.stderr  # with the pinned cases
+    assert s["rows_checked"] == 100 + pinned_rows("random_fp32", 1025, experts=896, topk=16, contract="aiter") and "terminate called" not in done.stderr  # with the pinned cases
 
 
 # ---------------------------------------------------------------- item 15: torch.compile falling back to eager

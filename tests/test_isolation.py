@@ -19,7 +19,7 @@ from contracts.candidates import Candidate, get_candidate
 from contracts.cases.plan import pinned_rows
 
 PLANTED = ["segfault", "hang", "abort", "oom", "exits", "wrong_device", "healthy"]
-ROWS = 300  # random_bf16 plans cases of 1, 64 and 235 rows, then its two pinned bias-dtype cases of 64
+ROWS = 300  # random_bf16 plans cases of 1, 64 and 235 rows, then its pinned dtype and layout cases (plan.pinned_specs)
 
 
 def _bundle_name(module):
@@ -54,7 +54,7 @@ def test_one_command_with_a_crash_a_hang_and_healthy_candidates_completes_and_ex
     assert status["oracle"] == "pass" and status["tests.planted.healthy:route"] == "pass"
     from contracts.cases.plan import planned_rows
 
-    assert summaries["oracle"]["rows_checked"] == planned_rows(["random_bf16"], ROWS, max_batch=16_385)  # every planned row, pinned ones too
+    assert summaries["oracle"]["rows_checked"] == planned_rows(["random_bf16"], ROWS, max_batch=1025, experts=896, topk=16, contract="aiter")  # every planned row, pinned ones too
     assert summaries["tests.planted.healthy:route"]["rows_checked"] == summaries["oracle"]["rows_checked"]
 
 
@@ -102,14 +102,14 @@ def test_sys_exit_inside_a_candidate_is_an_error(acceptance):
 @pytest.mark.slow  # reads the module's one command (every planted candidate in its worker, a hang waited out): ~20 s, paid by the first
 def test_outputs_on_the_wrong_device_are_a_validity_finding(acceptance, tmp_path):
     s = _summary(acceptance, "wrong_device")
-    assert s["status"] == "fail" and s["clauses"]["validity"] == s["rows_checked"] == ROWS + pinned_rows("random_bf16", 1025)
+    assert s["status"] == "fail" and s["clauses"]["validity"] == s["rows_checked"] == ROWS + pinned_rows("random_bf16", 1025, experts=896, topk=16, contract="aiter")
     report = (acceptance[1] / _bundle_name("wrong_device") / "report.md").read_text()
     assert "outputs on meta/meta; the inputs were on cpu" in report
     # the same finding without a worker
     out = tmp_path / "in-process"
     code = main(["--candidate", "tests.planted.wrong_device:route", "--no-isolate", "--families", "random_bf16", "--rows", "70", "--out", str(out), "--quiet"])
     local = json.loads((out / "summary.json").read_text())
-    assert code == 1 and local["status"] == "fail" and local["clauses"]["validity"] == local["rows_checked"] == 70 + pinned_rows("random_bf16", 1025)
+    assert code == 1 and local["status"] == "fail" and local["clauses"]["validity"] == local["rows_checked"] == 70 + pinned_rows("random_bf16", 1025, experts=896, topk=16, contract="aiter")
     assert not local["isolated"] and s["isolated"]
 
 

@@ -77,7 +77,7 @@ def test_candidate_that_raises_is_reported_not_fatal(tmp_path):
     # replay line), no longer a validity mismatch on every row.
     code, s, out = _check(tmp_path, PLANTED + "raises", "random_bf16", rows=200)
     # the 200 rows of the budget and random_bf16's pinned cases (a bf16, an fp16 and an fp32 bias)
-    assert code == 1 and s["status"] == "error" and s["raised_rows"] == s["rows_checked"] == 200 + pinned_rows("random_bf16", 1025)
+    assert code == 1 and s["status"] == "error" and s["raised_rows"] == s["rows_checked"] == 200 + pinned_rows("random_bf16", 1025, experts=896, topk=16, contract="aiter")
     assert s["clauses"]["validity"] == 0 and s["mismatched_rows"] == 0
     assert s["error"]["kind"] == "exception" and "planted failure" in s["error"]["message"]
     assert "--replay " + s["error"]["case"] in s["error"]["replay"]

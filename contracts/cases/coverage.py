@@ -14,28 +14,36 @@ __all__ = ["coverage_of"]
 
 def coverage_of(specs: Iterable["CaseSpec"]) -> dict:
     """What a plan covers: its batch sizes, its (logits, bias) dtype pairs, its layouts, for ``check --plan`` and
-    the summary. Dtype pairs are read off the built cases' makers without building them (the logits dtype is the
+    the summary, and the batch sizes each pinned dtype pair or layout runs at (``pinned_batch_sizes``, keyed by its
+    family and replay tags: one of every launch class). Dtype pairs are read off the built cases' makers without building them (the logits dtype is the
     family's unless pinned; a drawn bias dtype may be either)."""
     specs = list(specs)
     sizes: set[int] = set()
     pairs: set[str] = set()
     layouts: set[str] = set()
+    pinned: dict[str, set[int]] = {}  # each pinned dtype pair or layout -> the batch sizes it runs at
     for spec in specs:
         sizes.add(spec.rows)
         logits = logits_dtype_name(spec)
         if not spec.bias:
-            pairs.add(f"{logits}/none")
+            pair = f"{logits}/none"
         elif spec.bias_dtype:
-            pairs.add(f"{logits}/{spec.bias_dtype}")
+            pair = f"{logits}/{spec.bias_dtype}"
         else:
+            pair = None
             pairs.update({f"{logits}/{logits}", f"{logits}/fp32"})
+        if pair:
+            pairs.add(pair)
         if spec.bias_offset:
             layouts.add("bias at an offset")
         if FAMILIES[spec.family].strided:
             layouts.add("strided at offset 0" if spec.offset == 0 else "strided at an offset")
         else:
             layouts.add("contiguous")
-    return {"batch_sizes": sorted(sizes), "dtype_pairs": sorted(pairs), "layouts": sorted(layouts)}
+        if spec.tags and not spec.bulk:
+            pinned.setdefault(":".join((spec.family, *spec.tags)), set()).add(spec.rows)
+    return {"batch_sizes": sorted(sizes), "dtype_pairs": sorted(pairs), "layouts": sorted(layouts),
+            "pinned_batch_sizes": {tag: sorted(rows) for tag, rows in sorted(pinned.items())}}
 
 
 COVERAGE_PASSES = 2

@@ -22,12 +22,17 @@ its **pinned cases**, at every ``--rows`` and on top of its budget: the
 ``batch_sizes`` family one case of every batch-size class from 1 to
 ``max_batch`` (the first size past each power of two, ``max_batch`` itself,
 and each side of every launch-shape boundary the kernel packages publish as
-``BATCH_SWITCH_POINTS``); ``random_bf16`` and ``random_fp32`` one case of each
+``BATCH_SWITCH_POINTS``); ``random_bf16`` and ``random_fp32`` cases of each
 bias dtype (bf16, fp16, fp32), and ``random_fp32`` the same with fp16 logits,
 so that all nine (logits, bias) dtype pairs are made, and ``random_bf16`` one
 whose bias starts one element into its buffer (not aligned for vector loads);
-``strided`` one case at storage offset 0. A pinned case names what it pins in its replay id
-(``strided:SEED:64:offset-0``, ``random_fp32:SEED:64:logits-fp16:bias-bf16``).
+``strided`` cases at storage offset 0. Each of those dtype and layout pins
+runs in **every launch class** of the checked shape: at 1 row, at 64, and at
+the first batch of each launch shape the kernels use there under the
+contract (``launch_points``; radix4 at 896/16 under aiter: 61 and 1,585), so
+a loader written per launch shape meets every pair and layout. A pinned case
+names what it pins in its replay id (``strided:SEED:64:offset-0``,
+``random_fp32:SEED:1585:logits-fp16:bias-bf16``).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from typing import Iterable, Iterator
 from .families import FAMILIES
 
 __all__ = ["CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "default_max_batch", "env_max_batch",
-           "iter_plan", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
+           "iter_plan", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
 
 
 @dataclass(frozen=True)
@@ -111,15 +116,18 @@ def _budgets(families: list[str], total_rows: int) -> dict[str, int]:
     return {name: max(1, rows) for name, rows in budgets.items()}
 
 
-def planned_rows(families: list[str], total_rows: int, *, max_batch: int | None = None, bias: bool = True) -> int:
+def planned_rows(families: list[str], total_rows: int, *, max_batch: int | None = None, bias: bool = True,
+                 experts: int | None = None, topk: int | None = None, contract: str | None = None) -> int:
     """Rows ``iter_plan`` yields in all (each family's budget, at least 1, and its pinned cases)."""
-    pinned = sum(pinned_rows(name, max_batch, bias=bias) for name in families)
+    shape = dict(bias=bias, experts=experts, topk=topk, contract=contract)
+    pinned = sum(pinned_rows(name, max_batch, **shape) for name in families)
     return sum(_budgets(families, total_rows).values()) + pinned
 
 
-def pinned_rows(name: str, max_batch: int | None, *, bias: bool = True) -> int:
+def pinned_rows(name: str, max_batch: int | None, *, bias: bool = True, experts: int | None = None, topk: int | None = None,
+                contract: str | None = None) -> int:
     """Rows of family ``name``'s pinned cases (``pinned_specs``), on top of its budget."""
-    return sum(rows for rows, _ in pinned_specs(name, max_batch, bias=bias))
+    return sum(rows for rows, _ in pinned_specs(name, max_batch, bias=bias, experts=experts, topk=topk, contract=contract))
 
 
 GPU_MAX_BATCH = 65_536  # the largest batch the plan makes on a GPU by default (--max-batch)
@@ -129,27 +137,77 @@ _KERNEL_PACKAGES = ("kernels.radix4", "kernels.serial", "kernels.adapters.aiter"
                     "kernels.engines.sglang_triton", "kernels.engines.flashinfer_noaux", "kernels.engines.vllm_torch")  # fmt: skip
 
 
+@dataclass(frozen=True)
+class _Published:
+    """What one kernel package publishes about its launch shapes."""
+
+    general: tuple[int, ...]  # points at every shape
+    by_shape: dict  # (experts, topk) -> points
+    points_for: object = None  # switch_points_for(contract, experts, topk), where the package has one
+
+
 @functools.lru_cache(maxsize=1)
-def switch_points() -> tuple[int, ...]:
-    """The batch sizes at which a known kernel switches launch shape, read as data from the kernel packages
-    (``BATCH_SWITCH_POINTS`` and ``MODEL_BATCH_SWITCH_POINTS``; a package without them, or one that does not import
-    here, adds none)."""
+def _published() -> tuple[_Published, ...]:
+    """The switch points of each kernel package that imports here (``BATCH_SWITCH_POINTS``,
+    ``MODEL_BATCH_SWITCH_POINTS``: a list, or a dict per ``(experts, topk)``; ``switch_points_for``)."""
     import importlib
 
-    points: set[int] = set()
+    packages = []
     for name in _KERNEL_PACKAGES:
         try:
             module = importlib.import_module(name)
         except Exception:  # noqa: BLE001 -- an engine not installed here publishes nothing; the powers of two still run
             continue
+        general: set[int] = set()
+        by_shape: dict[tuple[int, int], set[int]] = {}
         for attribute in ("BATCH_SWITCH_POINTS", "MODEL_BATCH_SWITCH_POINTS"):  # the second: per contract family
             published = getattr(module, attribute, ()) or ()
-            if isinstance(published, dict):  # per (experts, topk) shape, as kernels.radix4 publishes them: every shape's points
-                published = [p for value in published.values() for p in (value if isinstance(value, (tuple, list)) else (value,))]
-            for point in published:
-                if isinstance(point, int) and point >= 1:
-                    points.add(point)
+            if isinstance(published, dict):  # per (experts, topk) shape, as kernels.radix4 publishes them
+                for shape, value in published.items():
+                    by_shape.setdefault(tuple(shape), set()).update(_whole(value if isinstance(value, (tuple, list)) else (value,)))
+            else:
+                general.update(_whole(published))
+        points_for = getattr(module, "switch_points_for", None)
+        packages.append(_Published(tuple(sorted(general)), {k: tuple(sorted(v)) for k, v in by_shape.items()},
+                                   points_for if callable(points_for) else None))
+    return tuple(packages)
+
+
+def _whole(points) -> set[int]:
+    return {p for p in points if isinstance(p, int) and not isinstance(p, bool) and p >= 1}
+
+
+def switch_points() -> tuple[int, ...]:
+    """The batch sizes at which a known kernel switches launch shape, at any shape, read as data from the kernel
+    packages: the batch-size sweep's boundaries."""
+    points: set[int] = set()
+    for package in _published():
+        points.update(package.general, *package.by_shape.values())
     return tuple(sorted(points))
+
+
+def launch_points(experts: int, topk: int, contract: str | None = None) -> tuple[int, ...]:
+    """The batch sizes at which a known kernel switches launch shape at ``(experts, topk)``: under ``contract``
+    those a package's ``switch_points_for`` names, else every point the package publishes for the shape. Each
+    is the first batch of a launch class; the pinned dtype and layout cases run in every class."""
+    points: set[int] = set()
+    for package in _published():
+        points.update(package.general)
+        shape_points = package.by_shape.get((experts, topk), ())
+        if contract is None or package.points_for is None:
+            points.update(shape_points)
+            continue
+        try:
+            points.update(_whole(package.points_for(contract, experts, topk)))
+        except Exception:  # noqa: BLE001 -- a package that cannot say for this contract: all it publishes for the shape
+            points.update(shape_points)
+    return tuple(sorted(points))
+
+
+def launch_class_sizes(max_batch: int, points: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """One batch size of every launch class up to ``max_batch``, the smallest: 1, each switch point (the first batch
+    of its class), and ``PINNED_ROWS`` (rows enough for a dtype's data; capped at ``max_batch``)."""
+    return tuple(sorted({1, min(PINNED_ROWS, max_batch), *(p for p in points if p <= max_batch)}))
 
 
 # The default of --max-batch for every run of this environment, where set. The test suite sets it (tests/conftest.py:
@@ -201,25 +259,32 @@ PINNED_ROWS = 64  # the rows of a pinned dtype or layout case
 BIAS_DTYPES = ("bf16", "fp16", "fp32")
 
 
-def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points: tuple[int, ...] | None = None) -> list[tuple[int, dict]]:
-    """The pinned cases of family ``name`` as ``(rows, fields)`` (see the module docstring); none without ``max_batch``."""
+def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points: tuple[int, ...] | None = None,
+                 experts: int | None = None, topk: int | None = None, contract: str | None = None) -> list[tuple[int, dict]]:
+    """The pinned cases of family ``name`` as ``(rows, fields)`` (see the module docstring); none without
+    ``max_batch``. The dtype and layout cases run at one batch of every launch class (``launch_class_sizes``) of
+    the kernels at ``(experts, topk)`` under ``contract`` (``launch_points``); ``points``, where given, are the
+    switch points of both the sweep and the classes."""
     if max_batch is None:
         return []
     if name == "batch_sizes":
         return [(n, {}) for n in sweep_sizes(max_batch, switch_points() if points is None else points)]
+    if points is None:
+        points = launch_points(experts, topk, contract) if experts is not None and topk is not None else ()
+    fields: list[dict] = []
     if name in ("random_bf16", "random_fp32") and bias:
-        cases = [(PINNED_ROWS, {"bias_dtype": dtype}) for dtype in BIAS_DTYPES]
+        fields = [{"bias_dtype": dtype} for dtype in BIAS_DTYPES]
         if name == "random_bf16":  # aligned contiguous logits, a bias one element into its buffer: a kernel that
             # tests the logits' alignment for vector loads but not the bias's reads the bias misaligned
-            cases.append((PINNED_ROWS, {"bias_dtype": "fp32", "bias_offset": 1}))
+            fields.append({"bias_dtype": "fp32", "bias_offset": 1})
         if name == "random_fp32":  # fp16 logits (randn * 2: no overflow), with each bias dtype
-            cases += [(PINNED_ROWS, {"logits_dtype": "fp16", "bias_dtype": dtype}) for dtype in BIAS_DTYPES]
-        return cases
-    if name in ("random_bf16", "random_fp32"):  # no bias: the logits dtype alone
-        return [(PINNED_ROWS, {"logits_dtype": "fp16"})] if name == "random_fp32" else []
-    if FAMILIES[name].strided:
-        return [(PINNED_ROWS, {"offset": 0})]
-    return []
+            fields += [{"logits_dtype": "fp16", "bias_dtype": dtype} for dtype in BIAS_DTYPES]
+    elif name == "random_fp32":  # no bias: the logits dtype alone
+        fields = [{"logits_dtype": "fp16"}]
+    elif FAMILIES[name].strided:
+        fields = [{"offset": 0}]
+    # every pinned dtype pair and layout in every launch class: a kernel's loads are written per launch shape
+    return [(rows, f) for f in fields for rows in launch_class_sizes(max_batch, points)]
 
 
 COVERAGE_PASSES = 2
@@ -264,7 +329,7 @@ def _coverage_rows(name: str) -> int:
 
 def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int, *, bulk_rows: int | None = DEFAULT_BULK_ROWS,
               n_group: int = 1, topk_group: int = 1, bias: bool = True, admitted: dict | None = None, max_batch: int | None = None,
-              points: tuple[int, ...] | None = None) -> Iterator[CaseSpec]:  # fmt: skip
+              points: tuple[int, ...] | None = None, contract: str | None = None) -> Iterator[CaseSpec]:  # fmt: skip
     """Spread ``total_rows`` over ``families`` by share, one spec at a time; deterministic in ``seed``.
 
     Coverage cases first (see the module docstring), then bulk cases of
@@ -273,7 +338,8 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
     ``admitted``: the contract's ``admitted_options()``; cases draw only those call options.
     ``max_batch``: also run each family's pinned cases (``pinned_specs``),
     at every ``total_rows``; ``points``: the switch points (default: read
-    from the kernel packages).
+    from the kernel packages); ``contract``: the contract checked, whose
+    kernels' launch classes the pinned dtype and layout cases run in.
     """
     import torch  # here, not at import: the plan's names and specs load no torch
 
@@ -300,7 +366,8 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
             yield CaseSpec(name, _seed(seed, name, index), rows, **shape, **extra)
             used += rows
             index += 1
-        for position, (rows, pinned) in enumerate(pinned_specs(name, max_batch, bias=bias, points=points)):
+        pinned_cases = pinned_specs(name, max_batch, bias=bias, points=points, experts=experts, topk=topk, contract=contract)
+        for position, (rows, pinned) in enumerate(pinned_cases):
             yield CaseSpec(name, _seed(seed, name, "pinned", position), rows, **shape, **extra, **pinned)
         while used < budget:
             rows = min(bulk_rows, budget - used)

@@ -275,7 +275,7 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     groups = dict(n_group=c.n_group, topk_group=c.topk_group) if c.is_grouped else {}
     # the contract's admitted call options, as the check draws them: the plan shows the cases the run would route
     specs = list(iter_plan(chosen, args.rows, args.seed, experts, topk, max_batch=max_batch, bias=c.has_bias,
-                           admitted=c.admitted_options(), **groups))  # fmt: skip
+                           admitted=c.admitted_options(), contract=c.name, **groups))  # fmt: skip
     covers = coverage_of(specs)
     print(f"plan: contract {c.name}, E={experts}, k={topk}, device {device}, {args.rows:,} rows and the pinned cases: "
           f"{len(specs):,} cases, {sum(s.rows for s in specs):,} rows")  # fmt: skip
@@ -285,6 +285,10 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
           + ", ".join(f"{n:,}" for n in covers["batch_sizes"]))
     print(f"dtype pairs (logits/bias): {', '.join(covers['dtype_pairs'])}")
     print(f"layouts: {', '.join(covers['layouts'])}")
+    classes = sorted({n for rows in covers["pinned_batch_sizes"].values() for n in rows})
+    if classes:  # every pinned dtype pair and layout runs at each: one batch of every launch class at this shape
+        print(f"pinned dtype pairs and layouts at batch sizes {', '.join(f'{n:,}' for n in classes)} "
+              f"(1, 64 and the first batch of each launch shape published for E={experts}, k={topk} under {c.name})")
     return ExitCode.OK
 
 

@@ -175,7 +175,7 @@ class _Plan:
         applied = [f for f in chosen if FAMILIES[f].applies_to(c)]
         dropped = [f for f in chosen if f not in applied]
         groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
-        return _Shape(self, experts, topk, groups, c.has_bias, applied, dropped, c.admitted_options())
+        return _Shape(self, experts, topk, groups, c.has_bias, applied, dropped, c.admitted_options(), contract_name=c.name)
 
     def _captured_shape(self, c) -> "_Shape":
         f = self.captured
@@ -205,6 +205,7 @@ class _Shape:
     dropped: list[str]
     admitted: dict | None = None  # the contract's admitted call options: the only ones cases draw
     contract: object = None  # captured logits: the contract whose call options (renormalize, scaling) the cases use
+    contract_name: str | None = None  # the contract checked: its kernels' launch classes get the pinned dtype cases
 
     def max_batch(self, device: str) -> int:
         return self.plan.max_batch or default_max_batch(device, switch_points())
@@ -223,10 +224,11 @@ class _Shape:
         def full():
             return iter_plan(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows,
                              n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias, admitted=self.admitted,
-                             max_batch=max_batch)  # fmt: skip
+                             max_batch=max_batch, contract=self.contract_name)  # fmt: skip
 
         if p.shard is None:
-            return full(), planned_rows(self.families, p.rows, max_batch=max_batch, bias=self.bias)
+            return full(), planned_rows(self.families, p.rows, max_batch=max_batch, bias=self.bias, experts=self.experts,
+                                        topk=self.topk, contract=self.contract_name)  # fmt: skip
         return shard_of(full(), *p.shard), sum(s.rows for s in shard_of(full(), *p.shard))
 
     def _captured_specs(self, bulk_rows: int | None):

@@ -77,6 +77,7 @@ from .._build import BuildError, compile_shared, load_library
 __all__ = [
     "BATCH_SWITCH_POINTS",
     "MODEL_BATCH_SWITCH_POINTS",
+    "switch_points_for",
     "CONTRACTS",
     "GENERIC_EXPERTS",
     "GENERIC_MAX_TOPK",
@@ -188,6 +189,20 @@ MODEL_BATCH_SWITCH_POINTS: dict[tuple[int, int], int] = {
     (256, 6): 1024,
     (384, 6): 1024,
 }
+
+def switch_points_for(contract: str, experts: int, topk: int) -> tuple[int, ...]:
+    """The batch sizes at which radix4 changes launch shape at ``(experts, topk)`` under routing contract
+    ``contract`` (a MODEL_RULES name, or "serial"): the points of the library entry that serves it (what
+    ``launch_shape_for`` walks through); none for a contract radix4 does not implement."""
+    rule = MODEL_RULES.get(contract)
+    entry = "serial" if contract == "serial" else rule.entry if rule else None
+    if entry in ("aiter", "serial"):
+        return tuple(BATCH_SWITCH_POINTS.get((experts, topk), ()))
+    if entry is not None:
+        point = MODEL_BATCH_SWITCH_POINTS.get((experts, topk))
+        return (point,) if point else ()
+    return ()
+
 
 CUDA_COMPILER = "nvcc"
 HIP_COMPILER = "hipcc"

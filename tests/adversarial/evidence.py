@@ -83,6 +83,33 @@ def reads_a_misaligned_bias_from_below(scores, bias, topk, renormalize, rsf):
     return correct(scores, bias, topk, renormalize, rsf)
 
 
+# Wrong on a pinned dtype pair or layout in one launch class only: radix4 at 896/16 under aiter takes a block per
+# token below 61 rows, a warp from 61 and the dense kernel from 1,585, with loaders written per launch shape. The
+# pinned cases used to run at 64 rows only.
+def wrong_on_fp16_logits_below_61_rows(scores, bias, topk, renormalize, rsf):
+    """Wrong on fp16 logits in block launches (fewer than 61 rows) only."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), scores.dtype == torch.float16 and scores.shape[0] < 61)
+
+
+def wrong_on_fp16_bias_from_1585_rows(scores, bias, topk, renormalize, rsf):
+    """Wrong on an fp16 bias in dense launches (1,585 rows and more) only."""
+    fp16_bias = bias is not None and bias.dtype == torch.float16
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), fp16_bias and scores.shape[0] >= 1585)
+
+
+def reads_a_misaligned_bias_from_below_from_1585_rows(scores, bias, topk, renormalize, rsf):
+    """The misaligned-bias read of ``reads_a_misaligned_bias_from_below``, in dense launches only."""
+    if bias is not None and bias.data_ptr() % 16 and scores.shape[0] >= 1585:
+        bias = torch.cat([bias.new_zeros(1), bias[:-1]])
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
+def wrong_on_strided_offset_0_in_one_row_calls(scores, bias, topk, renormalize, rsf):
+    """Wrong on one-row calls whose row lies at storage offset 0 of a wider buffer."""
+    strided = scores.stride(0) > scores.shape[1] and scores.storage_offset() == 0
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), strided and scores.shape[0] == 1)
+
+
 def wrong_on_strided_offset_0(scores, bias, topk, renormalize, rsf):
     """Wrong on rows further apart than E at storage offset 0 (the old strided family always had an offset)."""
     strided = scores.stride(0) > scores.shape[1] and scores.storage_offset() == 0
