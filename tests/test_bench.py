@@ -413,3 +413,71 @@ def test_the_summary_prints_what_each_timed_call_launched(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "launched: a: 1 kernel per call (engine launch)" in out
     assert "launched: b: 2 kernels + 1 copies/memsets per call (engine launch)" in out
+
+
+# ---------------------------------------------------------------- --contract: every candidate timed under one contract
+
+
+def test_a_contract_sets_the_shape_groups_bias_and_the_call_options_it_admits():
+    v3 = bench.options_for_contract("deepseek-v3", m=(1,))
+    assert (v3.experts, v3.topk, v3.group_args, v3.bias) == (256, 8, {"num_expert_group": 8, "topk_group": 4}, True)
+    assert (v3.renormalize, v3.routed_scaling_factor) == (True, 2.5)
+    assert bench.options_for_contract("deepseek-v3", experts=128, topk=4).experts == 128  # a given shape wins
+    mixtral, gpt_oss = bench.options_for_contract("mixtral"), bench.options_for_contract("gpt-oss")
+    assert not mixtral.bias and mixtral.group_args == {} and mixtral.routed_scaling_factor == 1.0  # no scaling admitted
+    assert gpt_oss.renormalize is False  # its router never renormalizes: the bench calls it as it is called
+    with pytest.raises(ValueError, match="per-expert weight scale"):
+        bench.options_for_contract("gemma4")
+
+
+def test_under_a_contract_every_route_gate_and_bench_path_gets_its_groups_and_others_are_unavailable():
+    seen = []
+
+    def gate(*, rows, experts, topk, num_expert_group=1, topk_group=1, contract=None, **_):
+        seen.append(("gate", experts, topk, num_expert_group, topk_group, contract))
+        return True
+
+    def route_for(contract):
+        def route(scores, bias, topk, renormalize, routed_scaling_factor, **groups):
+            seen.append(("route", contract, scores.shape[1], topk, groups))
+            return torch.zeros(scores.shape[0], topk), torch.zeros(scores.shape[0], topk, dtype=torch.int32)
+
+        return route
+
+    def prepare(scores, bias, topk, renormalize, routed_scaling_factor, **groups):
+        seen.append(("prepare", scores.shape[1], groups))
+        return lambda: None
+
+    follows = Candidate(name="test-bench-follows", route=route_for("own"), covered=gate, contracts=("*",), gate_takes_contract=True,
+                        route_for_contract=route_for)  # fmt: skip
+    engine = Candidate(name="test-bench-engine-v3", route=route_for("engine"), contracts=("deepseek-v3",), prepare_launch=prepare)
+    other = Candidate(name="test-bench-aiter-only", route=route_for("aiter"))
+    options = bench.options_for_contract("deepseek-v3", m=(1, 4), repeats=1)
+    report = bench.run_bench([follows, engine, other], options, device="cpu", log=lambda _: None)
+    status = {c["name"]: (c["status"], c["reason"]) for c in report["candidates"]}
+    assert status["test-bench-aiter-only"] == ("unavailable", "test-bench-aiter-only follows contract aiter, not deepseek-v3")
+    groups = {"num_expert_group": 8, "topk_group": 4}
+    assert ("gate", 256, 8, 8, 4, "deepseek-v3") in seen
+    assert any(e[0] == "route" for e in seen) and all(e[1:3] == ("deepseek-v3", 256) and e[4] == groups for e in seen if e[0] == "route")  # the contract's route
+    assert [e for e in seen if e[0] == "prepare"] == [("prepare", 256, groups)] * 2  # the engine's path, once per M
+    assert report["method"]["contract"] == "deepseek-v3" and report["method"]["groups"] == [8, 4]
+    assert {c["contract"] for c in report["candidates"]} == {"deepseek-v3"}
+
+
+def test_a_contract_without_a_bias_times_every_candidate_with_bias_none(tmp_path):
+    code, stdout, stderr = run_bench(["--candidate", "oracle", "--contract", "mixtral", "--m", "1,4", "--repeats", "2",
+                                      "--device", "cpu", "--out", str(tmp_path)])  # fmt: skip
+    assert code == 0, stderr
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert report["method"]["bias_dtype"] is None and report["method"]["experts"] == 8 and report["method"]["topk"] == 2
+    assert all(p["status"] == "timed" for p in _entry(report, "oracle")["results"])
+    assert "contract mixtral" in stdout
+
+
+@pytest.mark.parametrize("contract, words", [("deepsek-v3", "did you mean 'deepseek-v3'"), ("gemma4", "per-expert weight scale"),
+                                             ("mine.toml", "built-in contract's name")])  # fmt: skip
+def test_a_contract_bench_cannot_take_is_one_line_naming_the_option(contract, words, tmp_path):
+    code, stdout, stderr = run_bench(["--candidate", "oracle", "--contract", contract, "--device", "cpu", "--out", str(tmp_path / "o")])
+    lines = stderr.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "--contract" in lines[0] and words in lines[0], stderr
+    assert not (tmp_path / "o" / "bench.json").exists()

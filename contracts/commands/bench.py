@@ -18,7 +18,7 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, run_main
+from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, refuse_unknown_contract, run_main
 
 __all__ = ["build_parser", "main", "print_summary", "run"]
 
@@ -52,8 +52,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--dtype", choices=DTYPE_NAMES, default="bf16", help="logits dtype (default bf16)")
     ap.add_argument("--bias-dtype", choices=["same", *DTYPE_NAMES], default="same",
                     help="bias dtype (default: the logits dtype, as aiter reads it)")  # fmt: skip
-    ap.add_argument("--experts", type=positive_int("--experts 896"), default=896)
-    ap.add_argument("--topk", type=positive_int("--topk 16"), default=16)
+    ap.add_argument("--contract", metavar="NAME",
+                    help="time every candidate under this built-in routing contract (its shape, groups, bias and call "
+                         "options); a candidate that does not serve it is listed unavailable (default: each its own, "
+                         "at 896/16)")  # fmt: skip
+    ap.add_argument("--experts", type=positive_int("--experts 896"), help="experts (default: the contract's, else 896)")
+    ap.add_argument("--topk", type=positive_int("--topk 16"), help="top-k (default: the contract's, else 16)")
     ap.add_argument("--device", help="cpu or cuda (default: cuda when torch sees a GPU, else cpu)")
     ap.add_argument("--out", type=Path, help="output directory (default reports/<UTC time>-bench)")
     ap.add_argument("--replays", type=positive_int("--replays 25"), default=25, help="GPU: timed graph replays (default 25)")
@@ -72,6 +76,11 @@ def print_summary(report: dict, out: Path) -> None:
     timer = report["method"]["timer"]
     table = results_table(report)
     print(f"us per launch ({timer}; median of samples; spread in bench.json); (ratio) = candidate / {report['baseline']}")
+    m = report["method"]
+    if m.get("contract") and m["contract"] != "each candidate's own":
+        groups = f", {m['groups'][0]} groups keep {m['groups'][1]}" if m.get("groups") and m["groups"][0] > 1 else ""
+        print(f"every candidate under contract {m['contract']}: {m['experts']} experts, top-{m['topk']}{groups}, "
+              f"bias {m['bias_dtype'] or 'none'}, renormalize={m['renormalize']}, routed_scaling_factor={m['routed_scaling_factor']:g}")
     if report["method"].get("pdl"):
         print(report["method"]["pdl"])
     if report["method"].get("launch_floor_us") is not None:
@@ -110,12 +119,31 @@ def _names(values: list[str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     names = _names(args.candidate)
-    if args.topk > args.experts:
-        raise UsageError(f"--topk {args.topk} is larger than --experts {args.experts}; lower --topk")
+    if args.contract is not None:
+        if args.contract.endswith(".toml"):
+            raise UsageError(f"--contract {args.contract}: bench takes a built-in contract's name (the candidates say which "
+                             "they serve by name); check a contract file with: python -m contracts check --contract FILE.toml")
+        refuse_unknown_contract(args.contract)  # before torch is imported: a typo is answered at once
     import torch
 
     from ..candidates import CandidateLoadError, get_candidate
-    from ..run.bench import BenchOptions, run_bench, write_bench
+    from ..run.bench import BenchOptions, options_for_contract, run_bench, write_bench
+
+    timing = dict(m=tuple(args.m), dtype=args.dtype, bias_dtype=args.bias_dtype, replays=args.replays, launches=args.launches,
+                  warmup=args.warmup, repeats=args.repeats, rotate=args.rotate, seed=args.seed)  # fmt: skip
+    shape = {k: v for k, v in (("experts", args.experts), ("topk", args.topk)) if v is not None}
+    if args.contract is None:
+        options = BenchOptions(**{"experts": 896, "topk": 16, **shape}, **timing)
+    else:
+        try:
+            options = options_for_contract(args.contract, **shape, **timing)
+        except ValueError as exc:
+            raise UsageError(f"--contract {args.contract}: {exc}") from None
+    if options.topk > options.experts:
+        raise UsageError(f"--topk {options.topk} is larger than --experts {options.experts}; lower --topk")
+    if options.num_expert_group > 1 and options.experts % options.num_expert_group:
+        raise UsageError(f"--experts {options.experts} does not split into the {options.num_expert_group} groups of contract "
+                         f"{options.contract}; use a multiple of {options.num_expert_group}")  # fmt: skip
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.split(":")[0] not in ("cpu", "cuda"):
@@ -134,10 +162,6 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out {out} is not writable ({exc.strerror or exc}); choose another directory") from None
-    options = BenchOptions(
-        m=tuple(args.m), dtype=args.dtype, bias_dtype=args.bias_dtype, experts=args.experts, topk=args.topk, replays=args.replays,
-        launches=args.launches, warmup=args.warmup, repeats=args.repeats, rotate=args.rotate, seed=args.seed,
-    )  # fmt: skip
     report = run_bench(candidates, options, device=device, command=args.command_line)
     write_bench(out, report)
     print_summary(report, out)

@@ -66,7 +66,7 @@ from ..reports._atomic import write_atomic, write_json
 from ..reports.environment import environment
 
 __all__ = ["BENCH_SCHEMA_VERSION", "DEFAULT_M", "BenchOptions", "count_kernels", "crossovers", "launcher", "launches_by_candidate",
-           "results_table", "run_bench", "write_bench"]  # fmt: skip
+           "options_for_contract", "results_table", "run_bench", "write_bench"]  # fmt: skip
 
 BENCH_SCHEMA_VERSION = 1
 DEFAULT_M = (1, 8, 64, 256, 1024, 1536, 4096)
@@ -93,6 +93,44 @@ class BenchOptions:
     repeats: int = 10
     rotate: int = 1
     seed: int = 0
+    # The routing contract every candidate is timed under (None: each its own): a candidate that follows several
+    # (radix4) routes it, one that does not serve it is listed unavailable. ``options_for_contract`` fills the rest.
+    contract: str | None = None
+    num_expert_group: int = 1  # a grouped contract's groups, passed to every route, gate and bench path
+    topk_group: int = 1
+    bias: bool = True  # False: the contract has no correction bias; every candidate gets bias=None
+    renormalize: bool = RENORMALIZE
+    routed_scaling_factor: float = ROUTED_SCALING_FACTOR
+
+    @property
+    def group_args(self) -> dict:
+        """``num_expert_group`` / ``topk_group`` for a grouped contract, else nothing (as a check calls)."""
+        return dict(num_expert_group=self.num_expert_group, topk_group=self.topk_group) if self.num_expert_group > 1 else {}
+
+
+def options_for_contract(contract: str, **options) -> BenchOptions:
+    """``BenchOptions`` that time every candidate under built-in contract ``contract``: its shape where ``options``
+    give none, its groups, whether it has a bias, and call options it admits (renormalize and a scaling of 2.5 where
+    it admits them). ValueError (one line) for a name that is not a built-in contract, or one whose calls take a
+    per-expert scale (not benched)."""
+    import oracle
+
+    try:
+        c = oracle.get_contract(contract)
+    except Exception as exc:  # noqa: BLE001 -- the oracle's message names the choices
+        raise ValueError(str(exc).splitlines()[0]) from None
+    admitted = c.admitted_options()
+    if admitted.get("expert_scale"):
+        raise ValueError(f"contract {contract!r} calls its router with a per-expert weight scale, which bench does not draw; "
+                         "time it under a contract without one (e.g. aiter)")  # fmt: skip
+    renorm = admitted["renormalize"]
+    factors = admitted["routed_scaling_factor"]
+    options.setdefault("experts", c.experts)
+    options.setdefault("topk", c.topk)
+    groups = dict(num_expert_group=c.n_group, topk_group=c.topk_group) if c.is_grouped else {}
+    return BenchOptions(contract=c.name, bias=c.has_bias, renormalize=RENORMALIZE if RENORMALIZE in renorm else renorm[0],
+                        routed_scaling_factor=ROUTED_SCALING_FACTOR if factors is None or ROUTED_SCALING_FACTOR in factors else factors[0],
+                        **groups, **options)  # fmt: skip
 
 
 # ---------------------------------------------------------------- timers
@@ -165,11 +203,12 @@ def _cycle(calls: list):
     return call
 
 
-def _caller(route, scores: list, bias, topk: int):
-    return _cycle([lambda s=s: route(s, bias, topk, RENORMALIZE, ROUTED_SCALING_FACTOR) for s in scores])
+def _caller(route, scores: list, bias, topk: int, args: BenchOptions):
+    call = (args.renormalize, args.routed_scaling_factor)
+    return _cycle([lambda s=s: route(s, bias, topk, *call, **args.group_args) for s in scores])
 
 
-def launcher(candidate: Candidate, route, scores: list, bias, topk: int) -> tuple[object, str]:
+def launcher(candidate: Candidate, route, scores: list, bias, topk: int, args: BenchOptions | None = None) -> tuple[object, str]:
     """The zero-argument call the timer times, and which path it is.
 
     A candidate with a bench path (``prepare_launch``: the engines) is prepared here, once per logits buffer and
@@ -177,10 +216,12 @@ def launcher(candidate: Candidate, route, scores: list, bias, topk: int) -> tupl
     forward ("engine launch"). Otherwise the call is ``route`` itself ("route"). A ``route`` other than the
     candidate's own (a test's wrapper) is timed as given.
     """
+    args = args or BenchOptions()
     if candidate.prepare_launch is not None and route is candidate.route:
-        prepared = [candidate.prepare_launch(s, bias, topk, RENORMALIZE, ROUTED_SCALING_FACTOR) for s in scores]
+        call = (args.renormalize, args.routed_scaling_factor)
+        prepared = [candidate.prepare_launch(s, bias, topk, *call, **args.group_args) for s in scores]
         return _cycle(prepared), "engine launch"
-    return _caller(route, scores, bias, topk), "route"
+    return _caller(route, scores, bias, topk, args), "route"
 
 
 def count_launched(launchers: list) -> None:
@@ -233,18 +274,20 @@ def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions,
     ``(point, call)``, for ``count_launched`` to profile after every timing is taken."""
     scores, bias = inputs
     entry: dict = {"m": M}
-    shape = dict(rows=M, experts=args.experts, topk=args.topk, dtype=scores[0].dtype, bias_dtype=bias.dtype)
-    try:
-        covered = candidate.covers(**shape, renormalize=RENORMALIZE, contract=candidate.contract)  # the contract route follows
+    shape = dict(rows=M, experts=args.experts, topk=args.topk, dtype=scores[0].dtype,
+                 bias_dtype=scores[0].dtype if bias is None else bias.dtype, **args.group_args)  # as a check asks a gate
+    try:  # under the contract the route follows: --contract's, else the candidate's own
+        covered = candidate.covers(**shape, renormalize=args.renormalize, contract=args.contract or candidate.contract)
     except Exception as exc:  # noqa: BLE001 -- a gate must not take the run down
         covered, why = False, f"covered() raised {_first_line(exc)}"
     else:
         why = f"not covered: {candidate.name} does not serve rows={M}, experts={args.experts}, topk={args.topk}, " \
-              f"dtype={args.dtype}, bias {_dtype_word(bias.dtype)}"  # fmt: skip
+              f"dtype={args.dtype}, bias {'none' if bias is None else _dtype_word(bias.dtype)}" + (
+              f", groups {args.num_expert_group} keep {args.topk_group}" if args.group_args else "")  # fmt: skip
     if not covered:
         return {**entry, "status": "skipped", "reason": why, "median_us": None, "spread": None, "samples": []}
     try:
-        fn, path = launcher(candidate, route, scores, bias, args.topk)
+        fn, path = launcher(candidate, route, scores, bias, args.topk, args)
     except Exception as exc:  # preparing is the candidate's code too: a finding, not a crash
         tb = traceback.format_exc(limit=2)[-600:]
         return {**entry, "status": "error", "reason": f"bench path preparation raised {_first_line(exc)}", "traceback": tb,
@@ -289,8 +332,9 @@ def _method(args: BenchOptions, device: str) -> dict:
         else f"rotated: {args.rotate} distinct logits buffers, cycled launch by launch"
     )
     common = {
-        "dtype": args.dtype, "bias_dtype": bias_dtype, "experts": args.experts, "topk": args.topk,
-        "renormalize": RENORMALIZE, "routed_scaling_factor": ROUTED_SCALING_FACTOR, "seed": args.seed,
+        "contract": args.contract or "each candidate's own", "groups": [args.num_expert_group, args.topk_group],
+        "dtype": args.dtype, "bias_dtype": bias_dtype if args.bias else None, "experts": args.experts, "topk": args.topk,
+        "renormalize": args.renormalize, "routed_scaling_factor": args.routed_scaling_factor, "seed": args.seed,
         "rotate": args.rotate, "inputs": inputs + "; the same tensors for every candidate (logits randn*2, bias randn*0.05)",
         "statistic": "median over samples; spread min/p25/p75/p90/max over the same samples",
         "path": "an engine candidate is timed through its bench path (path 'engine launch'): prepared once, untimed, "
@@ -496,15 +540,20 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
     entries = []
     for cand in candidates:
         ok, why = cand.available(device)
-        entries.append({"name": cand.name, "contract": cand.contract, "status": "ok" if ok else "unavailable",
+        if ok and args.contract and not cand.serves(args.contract):  # racing another contract's routing is not a race
+            ok, why = False, f"{cand.name} follows contract {cand.contract}, not {args.contract}"
+        entries.append({"name": cand.name, "contract": args.contract or cand.contract, "status": "ok" if ok else "unavailable",
                         "reason": None if ok else why, "results": []})  # fmt: skip
     usable = [(c, e) for c, e in zip(candidates, entries) if e["status"] == "ok"]
     floor = launch_floor(args, device)  # first: nothing run before it can slow it
     launchers: list | None = [] if device.startswith("cuda") else None
     for M in args.m:
         inputs = make_inputs(M, experts=args.experts, dtype=dtype, bias_dtype=bias_dtype, device=device, seed=args.seed, rotate=args.rotate)
+        if not args.bias:
+            inputs = (inputs[0], None)
         for cand, entry in usable:
-            point = bench_point(cand, cand.route, M, inputs, args, device, launchers)
+            route = cand.route_under(args.contract) if args.contract else cand.route
+            point = bench_point(cand, route, M, inputs, args, device, launchers)
             entry["results"].append(point)
             shown = f"{point['median_us']:.2f} us" if point["status"] == "timed" else point["status"]
             log(f"  {cand.name:>16} M={M:<6} {shown}")
