@@ -58,3 +58,18 @@ def test_the_table_fits_120_columns_with_notes_below(tmp_path):
     assert lines[2].split() == ["aiter", "cpu", "FAIL", "250,000", "0", "12,345", "0", "0", "4,321"]
     assert lines[3].startswith("    note: clause_0:1000, clause_1:1001")
     assert all(line.startswith("          ") for line in lines[4:])
+
+
+def test_an_errors_note_keeps_the_cause_at_the_end_of_a_long_message():
+    # On the H200 the note of a worker error ended "...bias_offset-1: r": a cut at 120 characters kept the case and
+    # dropped the CUDA error that was the finding.
+    from contracts.reports.schema import ErrorRecord
+    from contracts.reports.terminal import note_for
+
+    case = "random_bf16:679834766:1:bias-fp32:bias_offset-1"
+    message = f"the harness failed inside the worker while running case {case}: raised AcceleratorError: CUDA error: misaligned address"
+    summary = Summary(candidate="c", status=Status.ERROR, error=ErrorRecord("worker_error", case, message))
+    assert note_for(summary).endswith("CUDA error: misaligned address") and case in note_for(summary)
+    longer = Summary(candidate="c", status=Status.ERROR, error=ErrorRecord("worker_error", case, "context " * 60 + "the cause"))
+    note = note_for(longer)
+    assert len(note) <= 240 and note.startswith("worker_error: context") and note.endswith("the cause") and " ... " in note

@@ -16,7 +16,7 @@ def note_for(s: Summary) -> str:
     if s.determinism and s.determinism.rows_differing:
         parts.append(f"determinism:{s.determinism.rows_differing}")
     if s.status is Status.ERROR and s.error:
-        parts.insert(0, clean(f"{s.error.kind}: {s.error.message}")[:120])
+        parts.insert(0, _shortened(clean(f"{s.error.kind}: {s.error.message}"), ERROR_NOTE_CHARS))
     if s.status is Status.INTERRUPTED:
         parts.insert(0, f"interrupted ({s.interrupted or 'signal'})")
     skipped: dict[str, int] = {}
@@ -32,6 +32,18 @@ def note_for(s: Summary) -> str:
     if gone:
         parts.append("declared but not seen: " + ", ".join(gone))
     return ", ".join(parts)
+
+
+ERROR_NOTE_CHARS = 240  # an error's note: the message ends with its cause, which a cut must keep
+
+
+def _shortened(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters: its start and its end (where a message names the cause: "... while
+    running case C: raised AcceleratorError: CUDA error: misaligned address"), the middle elided."""
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return f"{text[:head]} ... {text[-(limit - head - 5):]}"
 
 
 NOTE_WIDTH = 110  # notes wrap below their row: the table stays readable at 100-120 columns
