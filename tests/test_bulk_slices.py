@@ -75,7 +75,7 @@ def test_every_pinned_case_replays_from_its_id_and_builds_its_dtypes():
 
     names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     pinned = [s for s in iter_plan(["random_bf16", "random_fp32", "strided"], 10, 0, 64, 4, max_batch=9) if s.tags]
-    assert len(pinned) == 2 * (4 + 6 + 1)  # each at 1 row and at max_batch (64 capped at 9)
+    assert len(pinned) == 3 * (4 + 6 + 1)  # each at 1 and 2 rows and at max_batch (64 capped at 9)
     for spec in pinned:
         assert parse_replay(spec.replay_id, 64, 4) == spec, spec.replay_id
         case = build_case(spec)

@@ -27,9 +27,10 @@ bias dtype (bf16, fp16, fp32), and ``random_fp32`` the same with fp16 logits,
 so that all nine (logits, bias) dtype pairs are made, and ``random_bf16`` one
 whose bias starts one element into its buffer (not aligned for vector loads);
 ``strided`` cases at storage offset 0. Each of those dtype and layout pins
-runs in **every launch class** of the checked shape: at 1 row, at 64, and at
-the first batch of each launch shape the kernels use there under the
-contract (``launch_points``; radix4 at 896/16 under aiter: 61 and 1,585), so
+runs in **every launch class** of the checked shape: at 1 and 2 rows (one
+row is often a class of its own, the decode step), at 64, and at the first
+batch of each launch shape the kernels use there under the contract
+(``launch_points``; radix4 at 896/16 under aiter: 61 and 1,585), so
 a loader written per launch shape meets every pair and layout. A pinned case
 names what it pins in its replay id (``strided:SEED:64:offset-0``,
 ``random_fp32:SEED:1585:logits-fp16:bias-bf16``).
@@ -205,9 +206,10 @@ def launch_points(experts: int, topk: int, contract: str | None = None) -> tuple
 
 
 def launch_class_sizes(max_batch: int, points: tuple[int, ...] = ()) -> tuple[int, ...]:
-    """One batch size of every launch class up to ``max_batch``, the smallest: 1, each switch point (the first batch
-    of its class), and ``PINNED_ROWS`` (rows enough for a dtype's data; capped at ``max_batch``)."""
-    return tuple(sorted({1, min(PINNED_ROWS, max_batch), *(p for p in points if p <= max_batch)}))
+    """One batch size of every launch class up to ``max_batch``, the smallest: 1 and 2 (one row is a class of
+    its own in many kernels, the decode step, unpublished), each switch point (the first batch of its class), and
+    ``PINNED_ROWS`` (rows enough for a dtype's data; capped at ``max_batch``)."""
+    return tuple(sorted(n for n in {1, 2, min(PINNED_ROWS, max_batch), *points} if n <= max_batch))
 
 
 # The default of --max-batch for every run of this environment, where set. The test suite sets it (tests/conftest.py:

@@ -288,7 +288,7 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     classes = sorted({n for rows in covers["pinned_batch_sizes"].values() for n in rows})
     if classes:  # every pinned dtype pair and layout runs at each: one batch of every launch class at this shape
         print(f"pinned dtype pairs and layouts at batch sizes {', '.join(f'{n:,}' for n in classes)} "
-              f"(1, 64 and the first batch of each launch shape published for E={experts}, k={topk} under {c.name})")
+              f"(1, 2, 64 and the first batch of each launch shape published for E={experts}, k={topk} under {c.name})")
     return ExitCode.OK
 
 

@@ -91,6 +91,11 @@ def wrong_on_fp16_logits_below_61_rows(scores, bias, topk, renormalize, rsf):
     return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), scores.dtype == torch.float16 and scores.shape[0] < 61)
 
 
+def wrong_on_fp16_logits_from_2_to_60_rows(scores, bias, topk, renormalize, rsf):
+    """Wrong on fp16 logits in block launches of more than one row (one row is a decode path of its own)."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), scores.dtype == torch.float16 and 2 <= scores.shape[0] < 61)
+
+
 def wrong_on_fp16_bias_from_1585_rows(scores, bias, topk, renormalize, rsf):
     """Wrong on an fp16 bias in dense launches (1,585 rows and more) only."""
     fp16_bias = bias is not None and bias.dtype == torch.float16

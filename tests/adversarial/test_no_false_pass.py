@@ -119,12 +119,14 @@ def test_a_router_wrong_only_on_a_dtype_pair_or_bias_layout_no_family_makes_fail
 
 
 # Each names the batch the plan must reach: 1,025 is the suite's sweep; the dense launches start at 1,585.
-@pytest.mark.parametrize("router, max_batch", [("wrong_on_fp16_logits_below_61_rows", 1025), ("wrong_on_strided_offset_0_in_one_row_calls", 1025),
+@pytest.mark.parametrize("router, max_batch", [("wrong_on_fp16_logits_below_61_rows", 1025), ("wrong_on_fp16_logits_from_2_to_60_rows", 1025),
+                                               ("wrong_on_strided_offset_0_in_one_row_calls", 1025),
                                                ("wrong_on_fp16_bias_from_1585_rows", 1585),
                                                ("reads_a_misaligned_bias_from_below_from_1585_rows", 1585)])  # fmt: skip
 def test_a_router_wrong_on_a_pinned_dtype_or_layout_in_one_launch_class_fails(router, max_batch, tmp_path):
     # The pinned dtype pairs and layouts run at one batch of every launch class radix4 has at the shape (896/16 under
-    # aiter: 1, 61 and 1,585 rows) and at 64: a kernel whose loader for a pair is wrong in one launch shape only.
+    # aiter: 1, 61 and 1,585 rows), at 2 (one row is often a decode path of its own) and at 64: a kernel whose loader
+    # for a pair is wrong in one launch shape only.
     run = run_checks([f"{ADV}:{router}"], families=["random_bf16", "random_fp32", "strided"], rows=200, max_batch=max_batch,
                      isolate=False, out=tmp_path / router, progress=False)  # fmt: skip
     s = run.summaries[0]
@@ -139,7 +141,7 @@ def test_the_pinned_pairs_and_layouts_run_in_every_launch_class_of_the_contract(
         specs = iter_plan(["random_bf16", "random_fp32", "strided"], 200, 0, experts, topk, max_batch=4096, contract=contract)
         pinned = coverage_of(specs)["pinned_batch_sizes"]
         assert len(pinned) == 11, pinned  # 9 dtype pairs' pins, the misaligned bias, strided at offset 0
-        assert all(rows == sorted({1, 64, *points}) for rows in pinned.values()), (contract, pinned)
+        assert all(rows == sorted({1, 2, 64, *points}) for rows in pinned.values()), (contract, pinned)
     # a model contract's point is not aiter's: 896/16 switches at 768 under kimi-k2 only
     assert 768 not in coverage_of(iter_plan(["random_fp32"], 10, 0, 896, 16, max_batch=4096, contract="aiter"))["batch_sizes"]
     assert 768 in coverage_of(iter_plan(["random_fp32"], 10, 0, 896, 16, max_batch=4096, contract="kimi-k2"))["batch_sizes"]
