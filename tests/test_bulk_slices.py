@@ -75,7 +75,7 @@ def test_every_pinned_case_replays_from_its_id_and_builds_its_dtypes():
 
     names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     pinned = [s for s in iter_plan(["random_bf16", "random_fp32", "strided"], 10, 0, 64, 4, max_batch=9) if s.tags]
-    assert len(pinned) == 3 * (4 + 6 + 1)  # each at 1 and 2 rows and at max_batch (64 capped at 9)
+    assert len(pinned) == 3 * (7 + 8 + 1)  # each at 1 and 2 rows and at max_batch (64 capped at 9)
     for spec in pinned:
         assert parse_replay(spec.replay_id, 64, 4) == spec, spec.replay_id
         case = build_case(spec)
@@ -84,6 +84,8 @@ def test_every_pinned_case_replays_from_its_id_and_builds_its_dtypes():
         if spec.bias_dtype:
             assert case.bias.dtype == names[spec.bias_dtype]
         assert case.bias.is_contiguous() and case.bias.storage_offset() == spec.bias_offset
+        if spec.logits_offset:  # contiguous, one element into the buffer: not on 16 bytes
+            assert case.scores.is_contiguous() and case.scores.storage_offset() == 1 and case.scores.data_ptr() % 16
     with pytest.raises(OptionError, match="logits-fp16"):
         parse_replay("random_fp32:7:64:logits-fp8", 64, 4)
 

@@ -112,6 +112,10 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     # Move the whole backing buffer, so strided rows keep their row stride on the device.
     scores = backing.to(device)[:, offset : offset + spec.experts]
     bias = bias.to(device) if spec.bias else None  # a contract without a correction bias: the candidate gets None
+    if spec.logits_offset and not family.strided:  # pinned: contiguous rows, not where an allocation would start
+        backing_logits = torch.zeros(spec.logits_offset + scores.numel(), dtype=scores.dtype, device=scores.device)
+        backing_logits[spec.logits_offset :] = scores.reshape(-1)
+        scores = backing_logits[spec.logits_offset :].view(spec.rows, spec.experts)
     if bias is not None and spec.bias_offset:  # pinned: contiguous, but not where an allocation would start
         backing_bias = torch.zeros(spec.bias_offset + spec.experts, dtype=bias.dtype, device=bias.device)
         backing_bias[spec.bias_offset :] = bias

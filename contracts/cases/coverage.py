@@ -36,6 +36,8 @@ def coverage_of(specs: Iterable["CaseSpec"]) -> dict:
             pairs.add(pair)
         if spec.bias_offset:
             layouts.add("bias at an offset")
+        if spec.logits_offset:
+            layouts.add("contiguous logits at an offset")
         if FAMILIES[spec.family].strided:
             layouts.add("strided at offset 0" if spec.offset == 0 else "strided at an offset")
         else:

@@ -24,8 +24,9 @@ its **pinned cases**, at every ``--rows`` and on top of its budget: the
 and each side of every launch-shape boundary the kernel packages publish as
 ``BATCH_SWITCH_POINTS``); ``random_bf16`` and ``random_fp32`` cases of each
 bias dtype (bf16, fp16, fp32), and ``random_fp32`` the same with fp16 logits,
-so that all nine (logits, bias) dtype pairs are made, and ``random_bf16`` one
-whose bias starts one element into its buffer (not aligned for vector loads);
+so that all nine (logits, bias) dtype pairs are made, ``random_bf16`` a bias
+of each dtype that starts one element into its buffer (not aligned for vector
+loads), and both families contiguous logits one element into theirs;
 ``strided`` cases at storage offset 0. Each of those dtype and layout pins
 runs in **every launch class** of the checked shape: at 1 and 2 rows (one
 row is often a class of its own, the decode step), at 64, and at the first
@@ -65,6 +66,7 @@ class CaseSpec:
     logits_dtype: str | None = None  # pinned: "fp16" (None: the family's, bf16 or fp32)
     offset: int | None = None  # pinned storage offset of a strided family's rows (None: drawn, 1..63)
     bias_offset: int = 0  # pinned: the bias starts this many elements into its buffer (1: not aligned for vector loads)
+    logits_offset: int = 0  # pinned: contiguous logits (row stride E) that start this many elements into their buffer
 
     # The call options the contract admits (``oracle.Contract.admitted_options``): build_case draws only these.
     renormalize_options: tuple[bool, ...] = (True, False)
@@ -75,11 +77,12 @@ class CaseSpec:
     @property
     def tags(self) -> tuple[str, ...]:
         """What the spec pins, as replay-id parts: ``bulk``, ``logits-fp16``, ``bias-bf16``, ``offset-0``,
-        ``bias_offset-1``."""
+        ``bias_offset-1``, ``logits_offset-1``."""
         return (("bulk",) if self.bulk else ()) + ((f"logits-{self.logits_dtype}",) if self.logits_dtype else ()) + (
             (f"bias-{self.bias_dtype}",) if self.bias_dtype else ()) + (
             (f"offset-{self.offset}",) if self.offset is not None else ()) + (
-            (f"bias_offset-{self.bias_offset}",) if self.bias_offset else ())  # fmt: skip
+            (f"bias_offset-{self.bias_offset}",) if self.bias_offset else ()) + (
+            (f"logits_offset-{self.logits_offset}",) if self.logits_offset else ())  # fmt: skip
 
     @property
     def replay_id(self) -> str:
@@ -276,13 +279,17 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
     fields: list[dict] = []
     if name in ("random_bf16", "random_fp32") and bias:
         fields = [{"bias_dtype": dtype} for dtype in BIAS_DTYPES]
-        if name == "random_bf16":  # aligned contiguous logits, a bias one element into its buffer: a kernel that
-            # tests the logits' alignment for vector loads but not the bias's reads the bias misaligned
-            fields.append({"bias_dtype": "fp32", "bias_offset": 1})
+        if name == "random_bf16":  # aligned contiguous logits, a bias of each dtype one element into its buffer: a
+            # kernel that tests the logits' alignment for vector loads but not the bias's reads the bias misaligned
+            fields += [{"bias_dtype": dtype, "bias_offset": 1} for dtype in BIAS_DTYPES]
         if name == "random_fp32":  # fp16 logits (randn * 2: no overflow), with each bias dtype
             fields += [{"logits_dtype": "fp16", "bias_dtype": dtype} for dtype in BIAS_DTYPES]
-    elif name == "random_fp32":  # no bias: the logits dtype alone
-        fields = [{"logits_dtype": "fp16"}]
+        # contiguous logits (row stride E) one element into their buffer: a kernel that picks vector loads by
+        # is_contiguous() alone reads them misaligned (the strided family's rows are never contiguous)
+        fields += [{"logits_offset": 1}] + ([{"logits_dtype": "fp16", "logits_offset": 1}] if name == "random_fp32" else [])
+    elif name in ("random_bf16", "random_fp32"):  # no bias: the logits' dtype and offset alone
+        fields = [{"logits_offset": 1}] + ([{"logits_dtype": "fp16"}, {"logits_dtype": "fp16", "logits_offset": 1}]
+                                           if name == "random_fp32" else [])
     elif FAMILIES[name].strided:
         fields = [{"offset": 0}]
     # every pinned dtype pair and layout in every launch class: a kernel's loads are written per launch shape

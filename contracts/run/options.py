@@ -65,14 +65,14 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
             pinned["logits_dtype"] = value
         elif kind == "offset" and value.isdigit() and int(value) < 64:
             pinned["offset"] = int(value)
-        elif kind == "bias_offset" and value.isdigit() and 0 < int(value) < 64:
-            pinned["bias_offset"] = int(value)
+        elif kind in ("bias_offset", "logits_offset") and value.isdigit() and 0 < int(value) < 64:
+            pinned[kind] = int(value)
         else:
             pinned = None
             break
     if len(parts) < 3 or pinned is None or len(pinned) != len(tags):
         raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk (a pinned case adds :logits-fp16, "
-                          ":bias-bf16, :bias-fp16, :bias-fp32, :offset-N or :bias_offset-N), as printed in a report's replay line")  # fmt: skip
+                          ":bias-bf16, :bias-fp16, :bias-fp32, :offset-N, :bias_offset-N or :logits_offset-N), as printed in a report's replay line")  # fmt: skip
     family, seed_text, rows_text = parts[:3]
     if family not in FAMILY_NAMES:
         raise OptionError(f"{option} family {family!r} is unknown; known: {', '.join(FAMILY_NAMES)}")

@@ -115,6 +115,22 @@ def wrong_on_strided_offset_0_in_one_row_calls(scores, bias, topk, renormalize, 
     return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), strided and scores.shape[0] == 1)
 
 
+def reads_a_misaligned_bf16_bias_from_below(scores, bias, topk, renormalize, rsf):
+    """``reads_a_misaligned_bias_from_below`` for a bf16 bias only (its vector loader tests no alignment either)."""
+    if bias is not None and bias.dtype == torch.bfloat16 and bias.data_ptr() % 16:
+        bias = torch.cat([bias.new_zeros(1), bias[:-1]])
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
+def reads_misaligned_contiguous_logits_from_below(scores, bias, topk, renormalize, rsf):
+    """Vector loads of contiguous logits (chosen by is_contiguous() alone) from the aligned address below a start
+    that is not on 16 bytes: every value is its left neighbour in the buffer."""
+    if scores.is_contiguous() and scores.data_ptr() % 16:
+        flat = scores.reshape(-1)
+        scores = torch.cat([flat.new_zeros(1), flat[:-1]]).view_as(scores)
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
 def wrong_on_strided_offset_0(scores, bias, topk, renormalize, rsf):
     """Wrong on rows further apart than E at storage offset 0 (the old strided family always had an offset)."""
     strided = scores.stride(0) > scores.shape[1] and scores.storage_offset() == 0

@@ -108,7 +108,8 @@ def test_a_router_wrong_only_where_the_old_plan_never_looked_fails(router, tmp_p
 
 
 @pytest.mark.parametrize("router", ["wrong_on_fp16_logits", "wrong_on_fp16_bias", "reads_fp16_logits_as_bf16",
-                                    "reads_a_misaligned_bias_from_below"])  # fmt: skip
+                                    "reads_a_misaligned_bias_from_below", "reads_a_misaligned_bf16_bias_from_below",
+                                    "reads_misaligned_contiguous_logits_from_below"])  # fmt: skip
 def test_a_router_wrong_only_on_a_dtype_pair_or_bias_layout_no_family_makes_fails(router, tmp_path):
     # Every (logits, bias) pair of bf16 / fp16 / fp32 is made by the pinned cases (no family draws fp16), and a bias
     # that does not start where an allocation would.
@@ -140,7 +141,9 @@ def test_the_pinned_pairs_and_layouts_run_in_every_launch_class_of_the_contract(
                                               ("kimi-k2", (384, 8), (MODEL_BATCH_SWITCH_POINTS[(384, 8)],))]:  # fmt: skip
         specs = iter_plan(["random_bf16", "random_fp32", "strided"], 200, 0, experts, topk, max_batch=4096, contract=contract)
         pinned = coverage_of(specs)["pinned_batch_sizes"]
-        assert len(pinned) == 11, pinned  # 9 dtype pairs' pins, the misaligned bias, strided at offset 0
+        # 9 dtype pairs' pins, the misaligned bias of each dtype, contiguous logits at an offset (bf16, fp32, fp16),
+        # strided at offset 0
+        assert len(pinned) == 9 + 3 + 3 + 1, pinned
         assert all(rows == sorted({1, 2, 64, *points}) for rows in pinned.values()), (contract, pinned)
     # a model contract's point is not aiter's: 896/16 switches at 768 under kimi-k2 only
     assert 768 not in coverage_of(iter_plan(["random_fp32"], 10, 0, 896, 16, max_batch=4096, contract="aiter"))["batch_sizes"]
