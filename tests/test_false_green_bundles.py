@@ -264,8 +264,8 @@ def test_a_corrupt_summary_is_one_line_naming_file_and_field_and_exit_2(bundles,
 
 @pytest.mark.parametrize(
     "replay, needle",
-    [("random_bf16:99999999999999999999:3", "seed"), ("random_bf16:1:100000000", "rows must be 1..1,048,576"),
-     ("random_bf16:-1:3", "seed"), ("random_bf16:1:0", "rows"), ("no_such_family:1:3", "family")],
+    [("random_bf16:99999999999999999999:3", "seed"), ("random_bf16:1:100000000", "rows must be 0..1,048,576"),
+     ("random_bf16:-1:3", "seed"), ("random_bf16:1:-3", "rows"), ("no_such_family:1:3", "family")],
 )  # fmt: skip
 def test_replay_ids_out_of_range_are_one_line_usage_errors(tmp_path, capsys, replay, needle):
     """Before: tracebacks; the second tried to allocate 358 GB."""

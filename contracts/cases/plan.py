@@ -19,7 +19,9 @@ and the ranks of a torchrun).
 
 **Coverage by construction.** Given a ``max_batch``, every family also runs
 its **pinned cases**, at every ``--rows`` and on top of its budget: the
-``batch_sizes`` family one case of every batch-size class from 1 to
+``batch_sizes`` family an empty batch (0 rows: its answer must be two empty
+``[0, k]`` tensors; a raise or another answer is an error of the candidate)
+and one case of every batch-size class from 1 to
 ``max_batch`` (the first size past each power of two, ``max_batch`` itself,
 and each side of every launch-shape boundary the kernel packages publish as
 ``BATCH_SWITCH_POINTS``); ``random_bf16`` and ``random_fp32`` cases of each
@@ -272,8 +274,8 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
     switch points of both the sweep and the classes."""
     if max_batch is None:
         return []
-    if name == "batch_sizes":
-        return [(n, {}) for n in sweep_sizes(max_batch, switch_points() if points is None else points)]
+    if name == "batch_sizes":  # the empty batch first (an idle rank routes 0 tokens), then one of every size class
+        return [(0, {})] + [(n, {}) for n in sweep_sizes(max_batch, switch_points() if points is None else points)]
     if points is None:
         points = launch_points(experts, topk, contract) if experts is not None and topk is not None else ()
     fields: list[dict] = []

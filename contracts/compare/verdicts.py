@@ -53,6 +53,9 @@ class CaseOutcome:
     cells_rows: int = 0  # cells in ``cells``
     cells_total: int = 0  # every differing cell of the case, recorded or not
     rows_detail: list[dict] = field(default_factory=list)  # a few per clause, tie-straddling rows preferred
+    # Why the whole answer is unusable (not two tensors of [rows, k], modified inputs): on an empty batch no row
+    # carries it, so the tally makes it an error of the candidate.
+    case_problem: str | None = None
     # the unexpectedly mismatched rows (int64) and their primary clause (CLAUSE_ORDER index), for the diagnosis
     mismatched: torch.Tensor | None = None
     mismatched_primary: torch.Tensor | None = None
@@ -86,7 +89,7 @@ def validity_failure(actual, case) -> str | None:
 def _whole_case(case, problem: str, deviations) -> CaseOutcome:
     rows = case.spec.rows
     kind = "mismatch"  # validity cannot be declared: an answer that is not two tensors of the right kind never passes
-    out = CaseOutcome(rows=rows, verdict_counts={**dict.fromkeys(VERDICTS, 0), kind: rows})
+    out = CaseOutcome(rows=rows, verdict_counts={**dict.fromkeys(VERDICTS, 0), kind: rows}, case_problem=problem)
     bucket = out.expected_rows if kind == "expected" else out.clause_rows
     bucket["validity"] = rows
     (out.expected_clauses if kind == "expected" else out.clauses_broken)["validity"] = rows

@@ -82,8 +82,8 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
         raise OptionError(f"{option} {text!r}: SEED and ROWS must be integers, as printed in a report's replay line") from None
     if not 0 <= seed < 2**31:
         raise OptionError(f"{option} seed {seed} is out of range: case seeds are 0..2^31-1 (copy the replay line of a report)")
-    if not 1 <= rows <= MAX_REPLAY_ROWS:
-        raise OptionError(f"{option} rows must be 1..{MAX_REPLAY_ROWS:,} (one case), got {rows:,}")
+    if not 0 <= rows <= MAX_REPLAY_ROWS:  # 0: the empty batch
+        raise OptionError(f"{option} rows must be 0..{MAX_REPLAY_ROWS:,} (one case), got {rows:,}")
     return CaseSpec(family, seed, rows, experts, topk, **pinned)
 
 

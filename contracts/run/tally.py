@@ -99,6 +99,7 @@ class Tally:
         self.clauses = dict.fromkeys(self.clause_names, 0)
         self.clauses_broken: dict[str, int] = {}
         self.raised_rows = 0
+        self.empty_batch_failures = 0  # empty batches (0 rows) the candidate raised on or answered wrongly
         self.expected_seen = dict.fromkeys(self.deviations, 0)
         graph = self.device.startswith("cuda") and self.repeat > 1
         self.determinism = Determinism(repeat=self.repeat, graph_replay=graph, declared=self.deviations.get("determinism"))
@@ -131,7 +132,8 @@ class Tally:
     def skipped(self, spec: CaseSpec, reason: str) -> None:
         f = self.family(spec)
         f.rows_skipped += spec.rows
-        f.skip_reasons[reason] = f.skip_reasons.get(reason, 0) + spec.rows
+        if spec.rows:  # a gate that refuses the empty batch skips no row: nothing to report
+            f.skip_reasons[reason] = f.skip_reasons.get(reason, 0) + spec.rows
 
     def failed(self, kind: str, spec: CaseSpec | None, message: str, traceback_text: str = "", *, fatal: bool, stderr_tail: str | None = None, case: str | None = None) -> None:
         if self.error is None:
@@ -143,6 +145,8 @@ class Tally:
 
     def raised(self, case: Case) -> None:
         """The candidate raised on this case: its rows ran and failed as an error of the candidate, not a clause."""
+        if not case.spec.rows:  # an empty batch: no row carries the raise
+            self.empty_batch_failures += 1
         f = self.family(case.spec)
         f.rows += case.spec.rows
         f.rows_raised += case.spec.rows
@@ -151,6 +155,9 @@ class Tally:
 
     def compared(self, case: Case, outcome: CaseOutcome, *, oracle_side=None, message: str | None = None, actual=None) -> None:
         spec = case.spec
+        if not spec.rows and outcome.case_problem:  # a wrong answer to an empty batch: no row to count it under
+            self.empty_batch_failures += 1
+            self.failed("empty_batch", spec, f"on an empty batch (0 rows): {message or outcome.case_problem}", fatal=False)
         if actual is not None and outcome.mismatched is not None and not self.sample.full and not isinstance(actual, str):
             key = (spec.family, *call_options(case, self.call_rows).values())  # the sample spreads over these
             self.sample.add(case, outcome.mismatched, actual[0], actual[1], outcome.mismatched_primary, key)
@@ -310,7 +317,8 @@ class Tally:
             deviations["determinism"].observed = det.rows_differing > 0
         status = decide_status(
             interrupted=bool(self.interrupted), fatal=self.fatal, mismatched_rows=mismatched,
-            nondeterministic=det.rows_differing > 0 and not det.declared, raised=self.raised_rows > 0, rows_checked=rows_checked,
+            nondeterministic=det.rows_differing > 0 and not det.declared, rows_checked=rows_checked,
+            raised=self.raised_rows > 0 or self.empty_batch_failures > 0,  # an empty batch's failure has no rows
         )  # fmt: skip
         summary = Summary(
             candidate=self.candidate,

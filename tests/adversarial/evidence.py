@@ -131,6 +131,29 @@ def reads_misaligned_contiguous_logits_from_below(scores, bias, topk, renormaliz
     return correct(scores, bias, topk, renormalize, rsf)
 
 
+# The empty batch (an idle data-parallel rank routes 0 tokens): no plan made one, so a router that crashes on it,
+# or answers it with rows of its own, passed.
+def raises_on_an_empty_batch(scores, bias, topk, renormalize, rsf):
+    """Raises on 0 rows (a launch of an empty grid), right everywhere else."""
+    if scores.shape[0] == 0:
+        raise ValueError("grid of 0 blocks: invalid configuration argument")
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
+def one_row_for_an_empty_batch(scores, bias, topk, renormalize, rsf):
+    """Answers 0 rows with one row (a kernel that rounds its grid up to one block and writes it)."""
+    if scores.shape[0] == 0:
+        return torch.zeros(1, topk), torch.arange(topk, dtype=torch.int32)[None]
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
+def int64_ids_for_an_empty_batch(scores, bias, topk, renormalize, rsf):
+    """Answers 0 rows with empty tensors of the wrong dtype (an early return that allocates its own outputs)."""
+    if scores.shape[0] == 0:
+        return torch.zeros(0, topk), torch.zeros(0, topk, dtype=torch.int64)
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
 def wrong_on_strided_offset_0(scores, bias, topk, renormalize, rsf):
     """Wrong on rows further apart than E at storage offset 0 (the old strided family always had an offset)."""
     strided = scores.stride(0) > scores.shape[1] and scores.storage_offset() == 0

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from contracts.cases.families import FAMILIES
 from contracts.cases.coverage import coverage_of
@@ -148,6 +149,29 @@ def test_the_pinned_pairs_and_layouts_run_in_every_launch_class_of_the_contract(
     # a model contract's point is not aiter's: 896/16 switches at 768 under kimi-k2 only
     assert 768 not in coverage_of(iter_plan(["random_fp32"], 10, 0, 896, 16, max_batch=4096, contract="aiter"))["batch_sizes"]
     assert 768 in coverage_of(iter_plan(["random_fp32"], 10, 0, 896, 16, max_batch=4096, contract="kimi-k2"))["batch_sizes"]
+
+
+@pytest.mark.parametrize("router", ["raises_on_an_empty_batch", "one_row_for_an_empty_batch", "int64_ids_for_an_empty_batch"])
+def test_a_router_wrong_only_on_an_empty_batch_is_an_error(router, tmp_path):
+    run = run_checks([f"{ADV}:{router}"], families=["batch_sizes"], rows=20, max_batch=2, isolate=False, out=tmp_path / router,
+                     progress=False)  # fmt: skip
+    s = run.summaries[0]
+    assert s.status.value == "error" and s.mismatched_rows == 0 and s.rows_checked > 0, s
+    assert "batch_sizes:" in s.error.case and s.error.case.split(":")[2] == "0", s.error  # its replay id: 0 rows
+    if router != "raises_on_an_empty_batch":
+        assert s.error.kind == "empty_batch" and "on an empty batch (0 rows)" in s.error.message, s.error
+
+
+def test_a_correct_router_answers_the_empty_batch_and_passes(tmp_path):
+    from oracle import route
+
+    specs = [s for s in iter_plan(["batch_sizes"], 10, 0, 896, 16, max_batch=2)]
+    assert specs[0].rows == 0 or any(s.rows == 0 for s in specs)
+    run = run_checks(["oracle", "serial"], families=["batch_sizes"], rows=20, max_batch=2, isolate=False, out=tmp_path / "ok",
+                     progress=False)  # fmt: skip
+    assert [s.status.value for s in run.summaries] == ["pass", "pass"], [s.error for s in run.summaries]
+    weights, ids = route(torch.zeros(0, 896), torch.zeros(896), 16)
+    assert tuple(weights.shape) == tuple(ids.shape) == (0, 16)
 
 
 def test_the_plan_makes_all_nine_dtype_pairs():
