@@ -96,6 +96,9 @@ _GROUPED_TORCH_ROUTER = {
                   "group-score ties in its own order: experts of groups the contract drops are chosen",
     "group_selection": "bf16 group sums keep other groups than the contract's fp32 sums (family random_bf16 on the CPU, "
                        "tie_pool_above on CUDA)",
+    "group_tie_order": "torch.topk keeps, among groups whose scores tie exactly, its own pick, not the lowest group "
+                       "index (bf16 group sums tie: family random_bf16, 1 row of 8,337 in a 700-row CPU check with "
+                       "the pinned cases at 1,024 rows)",
 }  # fmt: skip
 
 # contract -> {clause: why}, per candidate. Measured with MEASURED_WITH[name][contract]: every clause a row of the
