@@ -64,3 +64,17 @@ def test_the_case_plans_pin_both_sides_of_every_switch_point():
 
     for first_warp in radix4.MODEL_BATCH_SWITCH_POINTS.values():
         assert first_warp in switch_points()
+
+
+def test_each_contracts_published_points_are_where_its_launch_shape_changes():
+    # The case plan pins every dtype pair and layout at the first batch of each launch class switch_points_for names
+    # (contracts.cases.plan.launch_points): a point missing there is a launch shape no pinned pair or layout meets.
+    entries = {contract: ("serial" if contract == "serial" else rule.entry)
+               for contract, rule in [*radix4.MODEL_RULES.items(), ("serial", None)]}  # fmt: skip
+    for contract, entry in entries.items():
+        for experts, topk in sorted(radix4._SERVED[entry]):
+            shapes = [radix4.launch_shape_for(m, experts, topk, entry=entry) for m in range(1, radix4.MAX_ROWS + 1)]
+            changes = tuple(m for m in range(2, radix4.MAX_ROWS + 1) if shapes[m - 1] != shapes[m - 2])
+            published = tuple(p for p in radix4.switch_points_for(contract, experts, topk) if 1 < p <= radix4.MAX_ROWS)  # 1: no block class
+            assert published == changes, (contract, experts, topk, published, changes)
+    assert radix4.switch_points_for("mixtral", 8, 2) == ()  # a contract radix4 does not implement: no launch of its own
