@@ -126,3 +126,16 @@ def test_a_lazy_wrapper_around_an_older_gate_still_gets_only_the_basics():
 
     radix4 = get_candidate("radix4")  # the module's covered() takes no renormalize
     assert radix4.covers(rows=8, experts=896, topk=16, dtype=torch.bfloat16, bias_dtype=torch.float32, renormalize=False)
+
+
+def test_every_pinned_call_option_case_replays_from_its_id_and_is_called_so():
+    from contracts.cases import build_case, iter_plan
+
+    pinned = [s for s in iter_plan(["batch_sizes"], 10, 0, 64, 4, max_batch=2) if s.renormalize is not None]
+    assert len(pinned) == 2 * 2 * 3  # 1 and 2 rows (max_batch 2), renormalize on / off, scaling 1, 2.5, 2.827
+    for spec in pinned:
+        assert parse_replay(spec.replay_id, 64, 4) == spec, spec.replay_id
+        case = build_case(spec)
+        assert (case.renormalize, case.routed_scaling_factor) == (spec.renormalize, spec.scaling), spec.replay_id
+    with pytest.raises(OptionError, match="renormalize-on"):
+        parse_replay("batch_sizes:7:2:scaling-3", 64, 4)

@@ -16,14 +16,12 @@ from dataclasses import dataclass
 import torch
 
 from .families import FAMILIES
-from .plan import CaseSpec
+from .plan import SCALING_FACTORS, CaseSpec  # the factors a case draws (the plan pins each per launch class too)
 
 __all__ = ["SCALING_FACTORS", "Case", "build_case", "draw_expert_scale", "logits_dtype_name"]
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _NAMES = {v: k for k, v in _DTYPES.items()}
-
-SCALING_FACTORS = (1.0, 2.5, 2.827)
 
 
 @dataclass
@@ -94,6 +92,11 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
         renormalize = spec.renormalize_options[0]
     if spec.scaling_options is not None and rsf not in spec.scaling_options:
         rsf = spec.scaling_options[0]
+    # Pinned options (the plan pins only admitted ones), after the draws, so the other draws stay put.
+    if spec.renormalize is not None and spec.renormalize in spec.renormalize_options:
+        renormalize = spec.renormalize
+    if spec.scaling is not None and (spec.scaling_options is None or spec.scaling in spec.scaling_options):
+        rsf = spec.scaling
     bias_in_logits_dtype = bool(torch.randint(0, 2, (1,), **on))
     groups = {"n_group": spec.n_group, "topk_group": spec.topk_group} if family.grouped else {}
     x, bias, dtype = family.make_for(spec.bulk)(gen, spec.rows, spec.experts, spec.topk, **groups)

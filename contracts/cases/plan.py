@@ -50,7 +50,7 @@ from typing import Iterable, Iterator
 from .families import FAMILIES
 
 __all__ = ["CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "default_max_batch", "env_max_batch",
-           "iter_plan", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
+           "SCALING_FACTORS", "iter_plan", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,8 @@ class CaseSpec:
     offset: int | None = None  # pinned storage offset of a strided family's rows (None: drawn, 1..63)
     bias_offset: int = 0  # pinned: the bias starts this many elements into its buffer (1: not aligned for vector loads)
     logits_offset: int = 0  # pinned: contiguous logits (row stride E) that start this many elements into their buffer
+    renormalize: bool | None = None  # pinned call option (None: drawn, 3 in 4 renormalize); one the contract admits
+    scaling: float | None = None  # pinned routed_scaling_factor (None: drawn from SCALING_FACTORS)
 
     # The call options the contract admits (``oracle.Contract.admitted_options``): build_case draws only these.
     renormalize_options: tuple[bool, ...] = (True, False)
@@ -79,12 +81,14 @@ class CaseSpec:
     @property
     def tags(self) -> tuple[str, ...]:
         """What the spec pins, as replay-id parts: ``bulk``, ``logits-fp16``, ``bias-bf16``, ``offset-0``,
-        ``bias_offset-1``, ``logits_offset-1``."""
+        ``bias_offset-1``, ``logits_offset-1``, ``renormalize-off``, ``scaling-2.5``."""
         return (("bulk",) if self.bulk else ()) + ((f"logits-{self.logits_dtype}",) if self.logits_dtype else ()) + (
             (f"bias-{self.bias_dtype}",) if self.bias_dtype else ()) + (
             (f"offset-{self.offset}",) if self.offset is not None else ()) + (
             (f"bias_offset-{self.bias_offset}",) if self.bias_offset else ()) + (
-            (f"logits_offset-{self.logits_offset}",) if self.logits_offset else ())  # fmt: skip
+            (f"logits_offset-{self.logits_offset}",) if self.logits_offset else ()) + (
+            (f"renormalize-{'on' if self.renormalize else 'off'}",) if self.renormalize is not None else ()) + (
+            (f"scaling-{self.scaling:g}",) if self.scaling is not None else ())  # fmt: skip
 
     @property
     def replay_id(self) -> str:
@@ -123,17 +127,18 @@ def _budgets(families: list[str], total_rows: int) -> dict[str, int]:
 
 
 def planned_rows(families: list[str], total_rows: int, *, max_batch: int | None = None, bias: bool = True,
-                 experts: int | None = None, topk: int | None = None, contract: str | None = None) -> int:
+                 experts: int | None = None, topk: int | None = None, contract: str | None = None, admitted: dict | None = None) -> int:
     """Rows ``iter_plan`` yields in all (each family's budget, at least 1, and its pinned cases)."""
-    shape = dict(bias=bias, experts=experts, topk=topk, contract=contract)
+    shape = dict(bias=bias, experts=experts, topk=topk, contract=contract, admitted=admitted)
     pinned = sum(pinned_rows(name, max_batch, **shape) for name in families)
     return sum(_budgets(families, total_rows).values()) + pinned
 
 
 def pinned_rows(name: str, max_batch: int | None, *, bias: bool = True, experts: int | None = None, topk: int | None = None,
-                contract: str | None = None) -> int:
+                contract: str | None = None, admitted: dict | None = None) -> int:
     """Rows of family ``name``'s pinned cases (``pinned_specs``), on top of its budget."""
-    return sum(rows for rows, _ in pinned_specs(name, max_batch, bias=bias, experts=experts, topk=topk, contract=contract))
+    return sum(rows for rows, _ in pinned_specs(name, max_batch, bias=bias, experts=experts, topk=topk, contract=contract,
+                                                **_option_choices(admitted)))
 
 
 GPU_MAX_BATCH = 65_536  # the largest batch the plan makes on a GPU by default (--max-batch)
@@ -177,6 +182,13 @@ def _published() -> tuple[_Published, ...]:
         packages.append(_Published(tuple(sorted(general)), {k: tuple(sorted(v)) for k, v in by_shape.items()},
                                    points_for if callable(points_for) else None))
     return tuple(packages)
+
+
+def _option_choices(admitted: dict | None) -> dict:
+    """``pinned_specs``' option keywords for a contract's ``admitted_options()`` (None: every option admitted)."""
+    if not admitted:
+        return {}
+    return {"renormalize_options": tuple(admitted["renormalize"]), "scaling_options": admitted["routed_scaling_factor"]}
 
 
 def _whole(points) -> set[int]:
@@ -260,6 +272,9 @@ def sweep_sizes(max_batch: int, points: tuple[int, ...] = ()) -> tuple[int, ...]
     return tuple(sorted(n for n in sizes if 1 <= n <= max_batch))
 
 
+# The routed scaling factors a case draws from (contracts.cases.build draws one per case): 1.0 and two that are not.
+SCALING_FACTORS = (1.0, 2.5, 2.827)
+
 PINNED_ROWS = 64  # the rows of a pinned dtype or layout case
 # The dtypes a pinned case gives the bias: with the families' logits (bf16, fp32) and pinned fp16 logits, every
 # (logits, bias) pair of the three float dtypes the contracts read is made (kernels load each pair differently).
@@ -267,17 +282,26 @@ BIAS_DTYPES = ("bf16", "fp16", "fp32")
 
 
 def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points: tuple[int, ...] | None = None,
-                 experts: int | None = None, topk: int | None = None, contract: str | None = None) -> list[tuple[int, dict]]:
+                 experts: int | None = None, topk: int | None = None, contract: str | None = None,
+                 renormalize_options: tuple[bool, ...] | None = None, scaling_options: tuple[float, ...] | None = None,
+                 ) -> list[tuple[int, dict]]:  # fmt: skip
     """The pinned cases of family ``name`` as ``(rows, fields)`` (see the module docstring); none without
-    ``max_batch``. The dtype and layout cases run at one batch of every launch class (``launch_class_sizes``) of
-    the kernels at ``(experts, topk)`` under ``contract`` (``launch_points``); ``points``, where given, are the
-    switch points of both the sweep and the classes."""
+    ``max_batch``. The dtype and layout cases, and ``batch_sizes``' cases of each pair of call options the contract
+    admits (``renormalize_options``, ``scaling_options``: None admits all), run at one batch of every launch class
+    (``launch_class_sizes``) of the kernels at ``(experts, topk)`` under ``contract`` (``launch_points``);
+    ``points``, where given, are the switch points of both the sweep and the classes."""
     if max_batch is None:
         return []
-    if name == "batch_sizes":  # the empty batch first (an idle rank routes 0 tokens), then one of every size class
-        return [(0, {})] + [(n, {}) for n in sweep_sizes(max_batch, switch_points() if points is None else points)]
+    sweep_points = switch_points() if points is None else points
     if points is None:
         points = launch_points(experts, topk, contract) if experts is not None and topk is not None else ()
+    if name == "batch_sizes":  # the empty batch first (an idle rank routes 0 tokens), then one of every size class,
+        # then every pair of call options the contract admits in every launch class (kernels are built per option)
+        renorms = (True, False) if renormalize_options is None else tuple(renormalize_options)
+        scalings = SCALING_FACTORS if scaling_options is None else tuple(s for s in SCALING_FACTORS if s in scaling_options)
+        options = [{"renormalize": r, "scaling": s} for r in renorms for s in scalings] if len(renorms) * len(scalings) > 1 else []
+        return [(0, {})] + [(n, {}) for n in sweep_sizes(max_batch, sweep_points)] + [
+            (rows, o) for rows in launch_class_sizes(max_batch, points) for o in options]
     fields: list[dict] = []
     if name in ("random_bf16", "random_fp32") and bias:
         fields = [{"bias_dtype": dtype} for dtype in BIAS_DTYPES]
@@ -377,7 +401,8 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
             yield CaseSpec(name, _seed(seed, name, index), rows, **shape, **extra)
             used += rows
             index += 1
-        pinned_cases = pinned_specs(name, max_batch, bias=bias, points=points, experts=experts, topk=topk, contract=contract)
+        pinned_cases = pinned_specs(name, max_batch, bias=bias, points=points, experts=experts, topk=topk, contract=contract,
+                                    **_option_choices(admitted))
         for position, (rows, pinned) in enumerate(pinned_cases):
             yield CaseSpec(name, _seed(seed, name, "pinned", position), rows, **shape, **extra, **pinned)
         while used < budget:

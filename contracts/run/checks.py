@@ -228,7 +228,7 @@ class _Shape:
 
         if p.shard is None:
             return full(), planned_rows(self.families, p.rows, max_batch=max_batch, bias=self.bias, experts=self.experts,
-                                        topk=self.topk, contract=self.contract_name)  # fmt: skip
+                                        topk=self.topk, contract=self.contract_name, admitted=self.admitted)  # fmt: skip
         return shard_of(full(), *p.shard), sum(s.rows for s in shard_of(full(), *p.shard))
 
     def _captured_specs(self, bulk_rows: int | None):

@@ -154,6 +154,26 @@ def int64_ids_for_an_empty_batch(scores, bias, topk, renormalize, rsf):
     return correct(scores, bias, topk, renormalize, rsf)
 
 
+# Wrong with one pair of call options in one launch class only (kernels are instantiated per renormalize flag and
+# launch shape): the options were drawn per case, so a class met a pair by chance.
+def wrong_unnormalized_unscaled_in_block_launches(scores, bias, topk, renormalize, rsf):
+    """Wrong without renormalizing at a scaling of 1.0, in calls of fewer than 61 rows."""
+    pair = not renormalize and rsf == 1.0 and 0 < scores.shape[0] < 61
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), pair)
+
+
+def wrong_unnormalized_scaled_in_dense_launches(scores, bias, topk, renormalize, rsf):
+    """Wrong without renormalizing at a scaling of 2.827, in calls of 1,585 rows or more."""
+    pair = not renormalize and rsf == 2.827 and scores.shape[0] >= 1585
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), pair)
+
+
+def wrong_renormalized_scaled_2827_in_61_to_64_rows(scores, bias, topk, renormalize, rsf):
+    """Wrong renormalizing at a scaling of 2.827 in 61..64-row calls (the first warp launches)."""
+    pair = renormalize and rsf == 2.827 and 61 <= scores.shape[0] <= 64
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), pair)
+
+
 def wrong_on_strided_offset_0(scores, bias, topk, renormalize, rsf):
     """Wrong on rows further apart than E at storage offset 0 (the old strided family always had an offset)."""
     strided = scores.stride(0) > scores.shape[1] and scores.storage_offset() == 0

@@ -174,6 +174,37 @@ def test_a_correct_router_answers_the_empty_batch_and_passes(tmp_path):
     assert tuple(weights.shape) == tuple(ids.shape) == (0, 16)
 
 
+@pytest.mark.parametrize("router, max_batch", [("wrong_unnormalized_unscaled_in_block_launches", 1025),
+                                               ("wrong_renormalized_scaled_2827_in_61_to_64_rows", 1025),
+                                               ("wrong_unnormalized_scaled_in_dense_launches", 1585)])  # fmt: skip
+def test_a_router_wrong_with_one_pair_of_call_options_in_one_launch_class_fails(router, max_batch, tmp_path):
+    # batch_sizes pins every pair of call options the contract admits (renormalize on/off, scaling 1.0 / 2.5 / 2.827)
+    # in every launch class; drawn per case, the last two met their pair in no case of this plan before.
+    run = run_checks([f"{ADV}:{router}"], families=["batch_sizes"], rows=200, max_batch=max_batch, isolate=False,
+                     out=tmp_path / router, progress=False)  # fmt: skip
+    s = run.summaries[0]
+    assert s.status.value == "fail" and s.mismatched_rows >= 1, s
+
+
+def test_the_pinned_call_options_are_only_those_the_contract_admits():
+    import oracle
+
+    for name in ("aiter", "qwen3-moe", "mixtral"):
+        c = oracle.get_contract(name)
+        admitted = c.admitted_options()
+        specs = [s for s in iter_plan(["batch_sizes"], 10, 0, c.experts, c.topk, max_batch=64, contract=name, admitted=admitted)
+                 if s.renormalize is not None]  # fmt: skip
+        pairs = {(s.renormalize, s.scaling) for s in specs}
+        factors = admitted["routed_scaling_factor"] or (1.0, 2.5, 2.827)
+        wanted = {(r, f) for r in admitted["renormalize"] for f in factors}
+        assert pairs == (wanted if len(wanted) > 1 else set()), (name, pairs)
+        from contracts.cases.plan import launch_class_sizes, launch_points
+
+        classes = set(launch_class_sizes(64, launch_points(c.experts, c.topk, name)))  # aiter at 896/16: 1, 2, 61, 64
+        assert {s.rows for s in specs} == (classes if pairs else set()) and all(
+            sum((s.rows, s.renormalize, s.scaling) == (n, r, f) for s in specs) == 1 for n in classes for r, f in pairs)
+
+
 def test_the_plan_makes_all_nine_dtype_pairs():
     specs = iter_plan(["random_bf16", "random_fp32"], 200, 0, 896, 16, max_batch=1025)
     pairs = set(coverage_of(specs)["dtype_pairs"])
