@@ -41,7 +41,7 @@ import torch
 
 from ..cases import CaseSpec, build_case
 from ..cases.memory import reuse_freed_memory
-from ..cases.plan import bulk_rows_for, call_size
+from ..cases.plan import bulk_rows_for, call_size, candidate_points
 from .calling import CallOutcome, CaseRunner, first_line, raised_message
 from .registry import CandidateLoadError, UnknownCandidateError, get_candidate
 
@@ -201,6 +201,7 @@ class Worker:
         self.device: str | None = None
         self.calls_per_case = 1
         self.call_rows: int | None = None  # the most rows one call of a bulk case gets, from the gates (after load)
+        self.switch_points: tuple[int, ...] = ()  # those the candidate's module publishes (plan.candidate_points; after load)
         self._proc: subprocess.Popen | None = None
         self._to: Connection | None = None
         self._from: Connection | None = None
@@ -376,6 +377,7 @@ class Worker:
         if "load_error" in reply:
             return False, reply["load_error"]
         self.call_rows = reply.get("call_rows")
+        self.switch_points = tuple(reply.get("switch_points") or ())
         return tuple(reply["available"])
 
     def submit(self, spec: CaseSpec) -> None:
@@ -477,7 +479,11 @@ class _Serving:
                 call_rows=call_rows,
             )
             self.call_rows = call_rows
-            return {"available": (ok, why), "call_rows": call_rows}
+            points = ()
+            if msg.get("experts"):  # the launch shapes the candidate's own module publishes (read here, where it is imported)
+                points = candidate_points(self.candidate.origin, msg["experts"], msg["topk"], contract) + (
+                    candidate_points(self.against.origin, msg["experts"], msg["topk"], contract) if self.against else ())
+            return {"available": (ok, why), "call_rows": call_rows, "switch_points": tuple(sorted(set(points)))}
         if op == "run":
             spec = CaseSpec(*msg["spec"])  # dataclasses.astuple of the parent's spec
             case = build_case(spec, self.device)

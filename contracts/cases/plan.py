@@ -50,7 +50,7 @@ from typing import Iterable, Iterator
 from .families import FAMILIES
 
 __all__ = ["CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "default_max_batch", "env_max_batch",
-           "SCALING_FACTORS", "iter_plan", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
+           "SCALING_FACTORS", "candidate_points", "iter_plan", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
 
 
 @dataclass(frozen=True)
@@ -127,18 +127,19 @@ def _budgets(families: list[str], total_rows: int) -> dict[str, int]:
 
 
 def planned_rows(families: list[str], total_rows: int, *, max_batch: int | None = None, bias: bool = True,
-                 experts: int | None = None, topk: int | None = None, contract: str | None = None, admitted: dict | None = None) -> int:
+                 experts: int | None = None, topk: int | None = None, contract: str | None = None, admitted: dict | None = None,
+                 extra_points: tuple[int, ...] = ()) -> int:  # fmt: skip
     """Rows ``iter_plan`` yields in all (each family's budget, at least 1, and its pinned cases)."""
-    shape = dict(bias=bias, experts=experts, topk=topk, contract=contract, admitted=admitted)
+    shape = dict(bias=bias, experts=experts, topk=topk, contract=contract, admitted=admitted, extra_points=extra_points)
     pinned = sum(pinned_rows(name, max_batch, **shape) for name in families)
     return sum(_budgets(families, total_rows).values()) + pinned
 
 
 def pinned_rows(name: str, max_batch: int | None, *, bias: bool = True, experts: int | None = None, topk: int | None = None,
-                contract: str | None = None, admitted: dict | None = None) -> int:
+                contract: str | None = None, admitted: dict | None = None, extra_points: tuple[int, ...] = ()) -> int:
     """Rows of family ``name``'s pinned cases (``pinned_specs``), on top of its budget."""
     return sum(rows for rows, _ in pinned_specs(name, max_batch, bias=bias, experts=experts, topk=topk, contract=contract,
-                                                **_option_choices(admitted)))
+                                                extra_points=extra_points, **_option_choices(admitted)))
 
 
 GPU_MAX_BATCH = 65_536  # the largest batch the plan makes on a GPU by default (--max-batch)
@@ -169,19 +170,51 @@ def _published() -> tuple[_Published, ...]:
             module = importlib.import_module(name)
         except Exception:  # noqa: BLE001 -- an engine not installed here publishes nothing; the powers of two still run
             continue
-        general: set[int] = set()
-        by_shape: dict[tuple[int, int], set[int]] = {}
-        for attribute in ("BATCH_SWITCH_POINTS", "MODEL_BATCH_SWITCH_POINTS"):  # the second: per contract family
-            published = getattr(module, attribute, ()) or ()
-            if isinstance(published, dict):  # per (experts, topk) shape, as kernels.radix4 publishes them
-                for shape, value in published.items():
-                    by_shape.setdefault(tuple(shape), set()).update(_whole(value if isinstance(value, (tuple, list)) else (value,)))
-            else:
-                general.update(_whole(published))
-        points_for = getattr(module, "switch_points_for", None)
-        packages.append(_Published(tuple(sorted(general)), {k: tuple(sorted(v)) for k, v in by_shape.items()},
-                                   points_for if callable(points_for) else None))
+        packages.append(_read(module))
     return tuple(packages)
+
+
+def _read(module) -> _Published:
+    general: set[int] = set()
+    by_shape: dict[tuple[int, int], set[int]] = {}
+    for attribute in ("BATCH_SWITCH_POINTS", "MODEL_BATCH_SWITCH_POINTS"):  # the second: per contract family
+        published = getattr(module, attribute, ()) or ()
+        if isinstance(published, dict):  # per (experts, topk) shape, as kernels.radix4 publishes them
+            for shape, value in published.items():
+                if isinstance(shape, tuple) and len(shape) == 2:
+                    by_shape.setdefault(shape, set()).update(_whole(value if isinstance(value, (tuple, list)) else (value,)))
+        elif isinstance(published, (tuple, list, set, frozenset)):
+            general.update(_whole(published))
+    points_for = getattr(module, "switch_points_for", None)
+    return _Published(tuple(sorted(general)), {k: tuple(sorted(v)) for k, v in by_shape.items()}, points_for if callable(points_for) else None)
+
+
+def _points_of(package: _Published, experts: int, topk: int, contract: str | None) -> set[int]:
+    points = set(package.general)
+    shape_points = package.by_shape.get((experts, topk), ())
+    if contract is None or package.points_for is None:
+        return points | set(shape_points)
+    try:
+        return points | _whole(package.points_for(contract, experts, topk))
+    except Exception:  # noqa: BLE001 -- a package that cannot say for this contract: all it publishes for the shape
+        return points | set(shape_points)
+
+
+def candidate_points(origin: str, experts: int, topk: int, contract: str | None = None) -> tuple[int, ...]:
+    """The switch points a candidate's own module publishes (``BATCH_SWITCH_POINTS``, ``MODEL_BATCH_SWITCH_POINTS``,
+    ``switch_points_for``, as the kernel packages do) for this shape and contract: a user's kernel names its launch
+    shapes so, and the plan pins its classes too. Read only from a module already imported (the candidate's,
+    where it was loaded: the worker when isolated); () for the known kernel packages (read anyway) or none."""
+    import sys
+
+    name = str(origin or "").split(":")[0]
+    module = sys.modules.get(name)
+    if module is None or name in _KERNEL_PACKAGES:
+        return ()
+    try:
+        return tuple(sorted(_points_of(_read(module), experts, topk, contract)))
+    except Exception:  # noqa: BLE001 -- a module whose attributes cannot be read publishes nothing
+        return ()
 
 
 def _option_choices(admitted: dict | None) -> dict:
@@ -210,15 +243,7 @@ def launch_points(experts: int, topk: int, contract: str | None = None) -> tuple
     is the first batch of a launch class; the pinned dtype and layout cases run in every class."""
     points: set[int] = set()
     for package in _published():
-        points.update(package.general)
-        shape_points = package.by_shape.get((experts, topk), ())
-        if contract is None or package.points_for is None:
-            points.update(shape_points)
-            continue
-        try:
-            points.update(_whole(package.points_for(contract, experts, topk)))
-        except Exception:  # noqa: BLE001 -- a package that cannot say for this contract: all it publishes for the shape
-            points.update(shape_points)
+        points |= _points_of(package, experts, topk, contract)
     return tuple(sorted(points))
 
 
@@ -284,17 +309,19 @@ BIAS_DTYPES = ("bf16", "fp16", "fp32")
 def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points: tuple[int, ...] | None = None,
                  experts: int | None = None, topk: int | None = None, contract: str | None = None,
                  renormalize_options: tuple[bool, ...] | None = None, scaling_options: tuple[float, ...] | None = None,
-                 ) -> list[tuple[int, dict]]:  # fmt: skip
+                 extra_points: tuple[int, ...] = ()) -> list[tuple[int, dict]]:  # fmt: skip
     """The pinned cases of family ``name`` as ``(rows, fields)`` (see the module docstring); none without
     ``max_batch``. The dtype and layout cases, and ``batch_sizes``' cases of each pair of call options the contract
     admits (``renormalize_options``, ``scaling_options``: None admits all), run at one batch of every launch class
     (``launch_class_sizes``) of the kernels at ``(experts, topk)`` under ``contract`` (``launch_points``);
-    ``points``, where given, are the switch points of both the sweep and the classes."""
+    ``points``, where given, are the switch points of both the sweep and the classes; ``extra_points`` (the
+    candidate's own, ``candidate_points``) are added to both."""
     if max_batch is None:
         return []
-    sweep_points = switch_points() if points is None else points
+    sweep_points = (switch_points() if points is None else points) + tuple(extra_points)
     if points is None:
         points = launch_points(experts, topk, contract) if experts is not None and topk is not None else ()
+    points = tuple(points) + tuple(extra_points)  # the candidate's own (candidate_points)
     if name == "batch_sizes":  # the empty batch first (an idle rank routes 0 tokens), then one of every size class,
         # then every pair of call options the contract admits in every launch class (kernels are built per option)
         renorms = (True, False) if renormalize_options is None else tuple(renormalize_options)
@@ -364,7 +391,7 @@ def _coverage_rows(name: str) -> int:
 
 def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int, *, bulk_rows: int | None = DEFAULT_BULK_ROWS,
               n_group: int = 1, topk_group: int = 1, bias: bool = True, admitted: dict | None = None, max_batch: int | None = None,
-              points: tuple[int, ...] | None = None, contract: str | None = None) -> Iterator[CaseSpec]:  # fmt: skip
+              points: tuple[int, ...] | None = None, contract: str | None = None, extra_points: tuple[int, ...] = ()) -> Iterator[CaseSpec]:  # fmt: skip
     """Spread ``total_rows`` over ``families`` by share, one spec at a time; deterministic in ``seed``.
 
     Coverage cases first (see the module docstring), then bulk cases of
@@ -374,7 +401,8 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
     ``max_batch``: also run each family's pinned cases (``pinned_specs``),
     at every ``total_rows``; ``points``: the switch points (default: read
     from the kernel packages); ``contract``: the contract checked, whose
-    kernels' launch classes the pinned dtype and layout cases run in.
+    kernels' launch classes the pinned dtype and layout cases run in;
+    ``extra_points``: the candidate's own switch points (``candidate_points``).
     """
     import torch  # here, not at import: the plan's names and specs load no torch
 
@@ -402,7 +430,7 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
             used += rows
             index += 1
         pinned_cases = pinned_specs(name, max_batch, bias=bias, points=points, experts=experts, topk=topk, contract=contract,
-                                    **_option_choices(admitted))
+                                    extra_points=extra_points, **_option_choices(admitted))
         for position, (rows, pinned) in enumerate(pinned_cases):
             yield CaseSpec(name, _seed(seed, name, "pinned", position), rows, **shape, **extra, **pinned)
         while used < budget:

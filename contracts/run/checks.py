@@ -21,7 +21,7 @@ from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_m
 from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
 from ..cases.families import families_for
 from ..cases.coverage import coverage_of
-from ..cases.plan import admitted_fields, bulk_rows_for, default_max_batch, plan_bulk_rows, switch_points
+from ..cases.plan import admitted_fields, bulk_rows_for, candidate_points, default_max_batch, plan_bulk_rows, switch_points
 from ..reports.bundle import prepare_out, write_check_bundle, write_index
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
@@ -210,7 +210,8 @@ class _Shape:
     def max_batch(self, device: str) -> int:
         return self.plan.max_batch or default_max_batch(device, switch_points())
 
-    def specs(self, bulk_rows: int | None, device: str = "cpu"):
+    def specs(self, bulk_rows: int | None, device: str = "cpu", extra_points: tuple[int, ...] = ()):
+        """The cases and their rows; ``extra_points``: the switch points the candidate's own module publishes."""
         p = self.plan
         if p.captured is not None:
             return self._captured_specs(bulk_rows)
@@ -224,11 +225,12 @@ class _Shape:
         def full():
             return iter_plan(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows,
                              n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias, admitted=self.admitted,
-                             max_batch=max_batch, contract=self.contract_name)  # fmt: skip
+                             max_batch=max_batch, contract=self.contract_name, extra_points=extra_points)  # fmt: skip
 
         if p.shard is None:
             return full(), planned_rows(self.families, p.rows, max_batch=max_batch, bias=self.bias, experts=self.experts,
-                                        topk=self.topk, contract=self.contract_name, admitted=self.admitted)  # fmt: skip
+                                        topk=self.topk, contract=self.contract_name, admitted=self.admitted,
+                                        extra_points=extra_points)  # fmt: skip
         return shard_of(full(), *p.shard), sum(s.rows for s in shard_of(full(), *p.shard))
 
     def _captured_specs(self, bulk_rows: int | None):
@@ -306,7 +308,7 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
         try:
             ok, why = worker.load(contract=contract, device=device, against=against.lookup if against else None, repeat=repeat,
                                   origin=cand.origin, experts=shape.experts, topk=shape.topk)  # fmt: skip
-            call_rows = worker.call_rows
+            call_rows, points = worker.call_rows, worker.switch_points
         except WorkerFailure as failure:
             detail = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
             error = ErrorRecord(kind=failure.kind, case=f"loading {target.lookup}", message=failure.message, traceback=detail)
@@ -316,8 +318,11 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
         if ok and against_c is not None:
             ok, why2 = against_c.available(device)
             why = why if ok else f"--against {against_c.name}: {why2}"
-        call_rows = None
+        call_rows, points = None, ()
         if ok:
+            points = tuple(sorted({p for c_ in (cand, against_c) if c_ is not None
+                                   for p in candidate_points(c_.origin, shape.experts, shape.topk, contract)}))  # fmt: skip
+
             def covered(**shape):
                 return cand.covers(contract=contract, **shape) and (against_c is None or against_c.covers(contract=contract, **shape))
 
@@ -329,11 +334,12 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
         why = f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}"
         return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
     bulk = plan_bulk_rows(device)
-    specs, total = shape.specs(bulk, device)
+    specs, total = shape.specs(bulk, device, points)
     # a second, lazy pass over the specs (no tensors); a captured file's rows are what they are
-    covers = coverage_of(shape.specs(bulk, device)[0]) if plan.captured is None else None
+    covers = coverage_of(shape.specs(bulk, device, points)[0]) if plan.captured is None else None
     options = {**o.recorded, "bulk_rows": bulk, "max_batch": shape.max_batch(device), "call_rows": call_rows, "families": shape.families, "experts": shape.experts, "topk": shape.topk,
-               "groups": list(shape.groups), "contract_source": contract if str(contract).endswith(".toml") else None, "coverage": covers}  # fmt: skip
+               "groups": list(shape.groups), "contract_source": contract if str(contract).endswith(".toml") else None, "coverage": covers,
+               "candidate_switch_points": list(points)}  # fmt: skip
     label = cand.name + (f" vs {against_c.name}" if against_c else "")
     with Progress(label, total, enabled=o.progress) as bar:
         result = check_candidate(

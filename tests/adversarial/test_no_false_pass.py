@@ -205,6 +205,18 @@ def test_the_pinned_call_options_are_only_those_the_contract_admits():
             sum((s.rows, s.renormalize, s.scaling) == (n, r, f) for s in specs) == 1 for n in classes for r, f in pairs)
 
 
+@pytest.mark.parametrize("isolate", [False, True])
+def test_a_user_kernel_that_publishes_its_switch_points_gets_its_launch_classes_pinned(isolate, tmp_path):
+    # tests/standins/published_points.py: BATCH_SWITCH_POINTS = (100,), wrong on fp16 logits from 100 rows only.
+    # The plan read only the known kernel packages' points: its fp16 pins ran at 1, 2, 61 and 64 rows, and it passed.
+    run = run_checks(["tests.standins.published_points:route"], families=["random_fp32"], rows=100, isolate=isolate,
+                     out=tmp_path / "p", progress=False)  # fmt: skip
+    s = run.summaries[0]
+    assert s.status.value == "fail" and s.mismatched_rows >= 1, s
+    assert s.options["candidate_switch_points"] == [100]
+    assert 100 in s.options["coverage"]["pinned_batch_sizes"]["random_fp32:logits-fp16:bias-fp32"]
+
+
 def test_the_plan_makes_all_nine_dtype_pairs():
     specs = iter_plan(["random_bf16", "random_fp32"], 200, 0, 896, 16, max_batch=1025)
     pairs = set(coverage_of(specs)["dtype_pairs"])
