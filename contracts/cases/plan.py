@@ -200,11 +200,15 @@ def _points_of(package: _Published, experts: int, topk: int, contract: str | Non
         return points | set(shape_points)
 
 
+MAX_CANDIDATE_POINTS = 16  # a kernel with more launch shapes than this is not one the plan can pin whole
+
+
 def candidate_points(origin: str, experts: int, topk: int, contract: str | None = None) -> tuple[int, ...]:
     """The switch points a candidate's own module publishes (``BATCH_SWITCH_POINTS``, ``MODEL_BATCH_SWITCH_POINTS``,
     ``switch_points_for``, as the kernel packages do) for this shape and contract: a user's kernel names its launch
     shapes so, and the plan pins its classes too. Read only from a module already imported (the candidate's,
-    where it was loaded: the worker when isolated); () for the known kernel packages (read anyway) or none."""
+    where it was loaded: the worker when isolated); () for the known kernel packages (read anyway) or none. At most
+    ``MAX_CANDIDATE_POINTS``, the smallest: each adds a pinned case of every pair, layout and option."""
     import sys
 
     name = str(origin or "").split(":")[0]
@@ -212,7 +216,7 @@ def candidate_points(origin: str, experts: int, topk: int, contract: str | None 
     if module is None or name in _KERNEL_PACKAGES:
         return ()
     try:
-        return tuple(sorted(_points_of(_read(module), experts, topk, contract)))
+        return tuple(sorted(_points_of(_read(module), experts, topk, contract)))[:MAX_CANDIDATE_POINTS]
     except Exception:  # noqa: BLE001 -- a module whose attributes cannot be read publishes nothing
         return ()
 
