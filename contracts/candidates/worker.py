@@ -481,9 +481,9 @@ class _Serving:
             self.call_rows = call_rows
             points = ()
             if msg.get("experts"):  # the launch shapes the candidate's own module publishes (read here, where it is imported)
-                points = candidate_points(self.candidate.origin, msg["experts"], msg["topk"], contract) + (
-                    candidate_points(self.against.origin, msg["experts"], msg["topk"], contract) if self.against else ())
-            return {"available": (ok, why), "call_rows": call_rows, "switch_points": tuple(sorted(set(points)))}
+                origins = [c.origin for c in (self.candidate, self.against) if c is not None]
+                points = candidate_points(origins, msg["experts"], msg["topk"], contract)
+            return {"available": (ok, why), "call_rows": call_rows, "switch_points": points}
         if op == "run":
             spec = CaseSpec(*msg["spec"])  # dataclasses.astuple of the parent's spec
             case = build_case(spec, self.device)

@@ -139,7 +139,7 @@ def pinned_rows(name: str, max_batch: int | None, *, bias: bool = True, experts:
                 contract: str | None = None, admitted: dict | None = None, extra_points: tuple[int, ...] = ()) -> int:
     """Rows of family ``name``'s pinned cases (``pinned_specs``), on top of its budget."""
     return sum(rows for rows, _ in pinned_specs(name, max_batch, bias=bias, experts=experts, topk=topk, contract=contract,
-                                                extra_points=extra_points, **_option_choices(admitted)))
+                                                admitted=admitted, extra_points=extra_points))
 
 
 GPU_MAX_BATCH = 65_536  # the largest batch the plan makes on a GPU by default (--max-batch)
@@ -203,29 +203,26 @@ def _points_of(package: _Published, experts: int, topk: int, contract: str | Non
 MAX_CANDIDATE_POINTS = 16  # a kernel with more launch shapes than this is not one the plan can pin whole
 
 
-def candidate_points(origin: str, experts: int, topk: int, contract: str | None = None) -> tuple[int, ...]:
-    """The switch points a candidate's own module publishes (``BATCH_SWITCH_POINTS``, ``MODEL_BATCH_SWITCH_POINTS``,
-    ``switch_points_for``, as the kernel packages do) for this shape and contract: a user's kernel names its launch
-    shapes so, and the plan pins its classes too. Read only from a module already imported (the candidate's,
-    where it was loaded: the worker when isolated); () for the known kernel packages (read anyway) or none. At most
-    ``MAX_CANDIDATE_POINTS``, the smallest: each adds a pinned case of every pair, layout and option."""
+def candidate_points(origins, experts: int, topk: int, contract: str | None = None) -> tuple[int, ...]:
+    """The switch points the candidates' own modules publish for this shape and contract (``origins``: each
+    ``Candidate.origin``, a candidate's and its ``--against``'s), as the kernel packages do: ``BATCH_SWITCH_POINTS``,
+    ``MODEL_BATCH_SWITCH_POINTS``, ``switch_points_for``. A user's kernel names its launch shapes so, and the plan
+    pins its classes too. Read only from modules already imported (where the candidate was loaded: the worker when
+    isolated); the known kernel packages are read anyway. At most ``MAX_CANDIDATE_POINTS`` a module, the smallest:
+    each adds a pinned case of every pair, layout and option."""
     import sys
 
-    name = str(origin or "").split(":")[0]
-    module = sys.modules.get(name)
-    if module is None or name in _KERNEL_PACKAGES:
-        return ()
-    try:
-        return tuple(sorted(_points_of(_read(module), experts, topk, contract)))[:MAX_CANDIDATE_POINTS]
-    except Exception:  # noqa: BLE001 -- a module whose attributes cannot be read publishes nothing
-        return ()
-
-
-def _option_choices(admitted: dict | None) -> dict:
-    """``pinned_specs``' option keywords for a contract's ``admitted_options()`` (None: every option admitted)."""
-    if not admitted:
-        return {}
-    return {"renormalize_options": tuple(admitted["renormalize"]), "scaling_options": admitted["routed_scaling_factor"]}
+    points: set[int] = set()
+    for origin in origins:
+        name = str(origin or "").split(":")[0]
+        module = sys.modules.get(name)
+        if module is None or name in _KERNEL_PACKAGES:
+            continue
+        try:
+            points |= set(sorted(_points_of(_read(module), experts, topk, contract))[:MAX_CANDIDATE_POINTS])
+        except Exception:  # noqa: BLE001 -- a module whose attributes cannot be read publishes nothing
+            continue
+    return tuple(sorted(points))
 
 
 def _whole(points) -> set[int]:
@@ -312,11 +309,10 @@ BIAS_DTYPES = ("bf16", "fp16", "fp32")
 
 def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points: tuple[int, ...] | None = None,
                  experts: int | None = None, topk: int | None = None, contract: str | None = None,
-                 renormalize_options: tuple[bool, ...] | None = None, scaling_options: tuple[float, ...] | None = None,
-                 extra_points: tuple[int, ...] = ()) -> list[tuple[int, dict]]:  # fmt: skip
+                 admitted: dict | None = None, extra_points: tuple[int, ...] = ()) -> list[tuple[int, dict]]:  # fmt: skip
     """The pinned cases of family ``name`` as ``(rows, fields)`` (see the module docstring); none without
     ``max_batch``. The dtype and layout cases, and ``batch_sizes``' cases of each pair of call options the contract
-    admits (``renormalize_options``, ``scaling_options``: None admits all), run at one batch of every launch class
+    admits (``admitted``: its ``admitted_options()``; None admits all), run at one batch of every launch class
     (``launch_class_sizes``) of the kernels at ``(experts, topk)`` under ``contract`` (``launch_points``);
     ``points``, where given, are the switch points of both the sweep and the classes; ``extra_points`` (the
     candidate's own, ``candidate_points``) are added to both."""
@@ -328,8 +324,9 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
     points = tuple(points) + tuple(extra_points)  # the candidate's own (candidate_points)
     if name == "batch_sizes":  # the empty batch first (an idle rank routes 0 tokens), then one of every size class,
         # then every pair of call options the contract admits in every launch class (kernels are built per option)
-        renorms = (True, False) if renormalize_options is None else tuple(renormalize_options)
-        scalings = SCALING_FACTORS if scaling_options is None else tuple(s for s in SCALING_FACTORS if s in scaling_options)
+        renorms = tuple(admitted["renormalize"]) if admitted else (True, False)
+        factors = admitted["routed_scaling_factor"] if admitted else None
+        scalings = SCALING_FACTORS if factors is None else tuple(s for s in SCALING_FACTORS if s in factors)
         options = [{"renormalize": r, "scaling": s} for r in renorms for s in scalings] if len(renorms) * len(scalings) > 1 else []
         return [(0, {})] + [(n, {}) for n in sweep_sizes(max_batch, sweep_points)] + [
             (rows, o) for rows in launch_class_sizes(max_batch, points) for o in options]
@@ -434,7 +431,7 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
             used += rows
             index += 1
         pinned_cases = pinned_specs(name, max_batch, bias=bias, points=points, experts=experts, topk=topk, contract=contract,
-                                    extra_points=extra_points, **_option_choices(admitted))
+                                    admitted=admitted, extra_points=extra_points)
         for position, (rows, pinned) in enumerate(pinned_cases):
             yield CaseSpec(name, _seed(seed, name, "pinned", position), rows, **shape, **extra, **pinned)
         while used < budget:

@@ -320,8 +320,7 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
             why = why if ok else f"--against {against_c.name}: {why2}"
         call_rows, points = None, ()
         if ok:
-            points = tuple(sorted({p for c_ in (cand, against_c) if c_ is not None
-                                   for p in candidate_points(c_.origin, shape.experts, shape.topk, contract)}))  # fmt: skip
+            points = candidate_points([c_.origin for c_ in (cand, against_c) if c_ is not None], shape.experts, shape.topk, contract)
 
             def covered(**shape):
                 return cand.covers(contract=contract, **shape) and (against_c is None or against_c.covers(contract=contract, **shape))

@@ -190,6 +190,7 @@ MODEL_BATCH_SWITCH_POINTS: dict[tuple[int, int], int] = {
     (384, 6): 1024,
 }
 
+
 def switch_points_for(contract: str, experts: int, topk: int) -> tuple[int, ...]:
     """The batch sizes at which radix4 changes launch shape at ``(experts, topk)`` under routing contract
     ``contract`` (a MODEL_RULES name, or "serial"): the points of the library entry that serves it (what
