@@ -505,8 +505,11 @@ struct EmuLanes {
     static bool any(bool p) { return exchange(p, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t |= s[i]; return t; }) != 0; }
     static constexpr float kReciprocalLimit = 0x1p126f;  // as on CUDA, so the redo path runs here too
     static float reciprocal(float y) { return 1.0f / y; }
-    static float rsqrt_approx(float y) { return 1.0f / std::sqrt(y); }
-    static double pow2(int n) { const uint64_t u = static_cast<uint64_t>(n + 1023) << 52; double d; std::memcpy(&d, &u, 8); return d; }
+    static uint64_t bits64(double v) { uint64_t u; std::memcpy(&u, &v, 8); return u; }
+    static double from_bits64(uint64_t u) { double d; std::memcpy(&d, &u, 8); return d; }
+    // radix4_router.h's steps mend float64 seeds within 2^-16: these are off by that much, the worst case
+    static double reciprocal64_seed(double d) { return (1.0 / d) * (1.0 - 0x1p-16); }
+    static double rsqrt64_seed(double v) { return (1.0 / std::sqrt(v)) * (1.0 + 0x1p-16); }
     template <class F> static uint64_t exchange(uint64_t v, F f) {
         uint64_t* mine = slot[group()];
         mine[lane()] = v; sync(); const uint64_t r = f(mine); sync(); return r;

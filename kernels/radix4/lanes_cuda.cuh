@@ -153,11 +153,24 @@ struct Warp32 {
         return __fmaf_rn(r, __fmaf_rn(-y, r, 1.0f), r);
     }
 
-    // 1 / sqrt(y) within 2^-22 (one MUFU.RSQ; the caller refines it).
-    static __device__ __forceinline__ float rsqrt_approx(float y) { return rsqrtf(y); }
+    // A double's bits and back (register moves).
+    static __device__ __forceinline__ uint64_t bits64(double v) { return static_cast<uint64_t>(__double_as_longlong(v)); }
+    static __device__ __forceinline__ double from_bits64(uint64_t u) { return __longlong_as_double(static_cast<long long>(u)); }
 
-    // 2^n as a double, for -1022 <= n <= 1023 (the exponent field alone).
-    static __device__ __forceinline__ double pow2(int n) { return __hiloint2double((n + 1023) << 20, 0); }
+    // Float64 seeds from the high word (MUFU.RCP64H, MUFU.RSQ64H): about
+    // fp32's approximations, far within the 2^-16 the caller's steps mend
+    // (the exhaustive check of kernels/radix4/lab proves the bits). No
+    // conversion to fp32 and back, which issues at a quarter of the rate.
+    static __device__ __forceinline__ double reciprocal64_seed(double d) {
+        double r;
+        asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(d));
+        return r;
+    }
+    static __device__ __forceinline__ double rsqrt64_seed(double v) {
+        double r;
+        asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(v));
+        return r;
+    }
 
     // 1 << (4 * t) for t < 16, else 0. PTX clamps a 64-bit shift amount to
     // 64, which yields 0, so the out-of-range case costs only the min.

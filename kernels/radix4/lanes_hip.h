@@ -110,12 +110,15 @@ struct Wave64 {
     // v_div_fixup), so it serves every y.
     static constexpr float kReciprocalLimit = __builtin_huge_valf();
     static __device__ __forceinline__ float reciprocal(float y) { return 1.0f / y; }
-    // 1 / sqrt(y) within 2^-22 (v_rsq_f32; the caller refines it).
-    static __device__ __forceinline__ float rsqrt_approx(float y) { return rsqrtf(y); }
-    // 2^n as a double, for -1022 <= n <= 1023 (the exponent field alone).
-    static __device__ __forceinline__ double pow2(int n) {
-        return __builtin_bit_cast(double, static_cast<uint64_t>(n + 1023) << 52);
+    // A double's bits and back.
+    static __device__ __forceinline__ uint64_t bits64(double v) { return __builtin_bit_cast(uint64_t, v); }
+    static __device__ __forceinline__ double from_bits64(uint64_t u) { return __builtin_bit_cast(double, u); }
+    // Float64 seeds through fp32 (IEEE division, v_rsq_f32: within 2^-22),
+    // far within the 2^-16 the caller's steps mend.
+    static __device__ __forceinline__ double reciprocal64_seed(double d) {
+        return static_cast<double>(reciprocal(static_cast<float>(d)));
     }
+    static __device__ __forceinline__ double rsqrt64_seed(double v) { return static_cast<double>(rsqrtf(static_cast<float>(v))); }
 
     // Lanes of a wave run in lockstep, but the compiler must not move LDS
     // reads of other lanes' entries above this point.

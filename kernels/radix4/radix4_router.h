@@ -419,9 +419,10 @@ __device__ __forceinline__ float contract_sigmoid(float x) {
 //   1. compute the float64 value v with short polynomials (relative error
 //      below 2^-44.5 against the exact function, error budget below; the
 //      oracle's float64 value is within 2^-51 of it);
-//   2. round v (1 - 2^-42) and v (1 + 2^-42) to fp32: equal, and the exact
-//      value, the oracle's and the libm form's all lie between them, so all
-//      round to that fp32 value, which is returned;
+//   2. read v's low 29 significand bits, the ones rounding to fp32 drops:
+//      when they are more than 2^11 of v's ulps (at least 2^-42 v) from the
+//      rounding midpoint, the exact value, the oracle's and the libm form's
+//      all round to v's fp32 rounding, which is returned;
 //   3. otherwise (v within 2^-42 of a midpoint: about one value in 2^17),
 //      and outside the fast forms' ranges (NaN, infinities, the far tails),
 //      the out-of-line libm form.
@@ -430,7 +431,12 @@ __device__ __forceinline__ float contract_sigmoid(float x) {
 // inputs on the device). Four values a call (model_scores), out of line:
 // their chains overlap, and one copy of the code serves every kernel of the
 // build. (Eight a call measured slower on the H200: 2.80 against 2.60 us for
-// deepseek-v3 at M = 1.)
+// deepseek-v3 at M = 1.) Conversions between fp32 and float64 issue at a
+// quarter of the float64 rate on the H200, so the forms use none but the
+// input's and the result's: the rounding decided from v's bits, rint and 2^n
+// by adding 1.5 * 2^52 and by the exponent field, the reciprocal's and the
+// root's seeds in float64 (2-8 % a launch against the conversions' forms,
+// reports/baselines/h200-issue38-lean-scores/).
 //
 // Error budget (relative, against the exact function):
 //   e^y, |y| <= 87.5: y log2(e) split exactly into n + f, |f| <= 1/2, with
@@ -438,12 +444,12 @@ __device__ __forceinline__ float contract_sigmoid(float x) {
 //     f within 2^-53; 2^f by its Taylor polynomial of degree 11: truncation
 //     below 2^-46.6 ((0.5 ln 2)^12 / 12! / 2^-0.5), Horner's rounding below
 //     2^-51; times 2^n exactly. Below 2^-46.
-//   sigmoid, 1 / (1 + e): 1 + e rounded (2^-53); the reciprocal from fp32's
-//     correctly rounded one (2^-23) and one Newton step (squares it: 2^-46).
+//   sigmoid, 1 / (1 + e): 1 + e rounded (2^-53); the reciprocal from a
+//     seed within 2^-16 and one step of third order (cubes it: 2^-48).
 //     Below 2^-45 in all.
 //   log1p(u), u = e^-|x| in (0, 1]: 2 atanh(z), z = u / (2 + u) in (0, 1/3]
 //     (u's error passes through at most once: log1p(u) >= u / (1 + u)); z
-//     from fp32's reciprocal and one Newton step (2^-46); the series to
+//     from that reciprocal and one Newton step (2^-47); the series to
 //     z^25 / 25 (truncation below 2^-46), Horner below 2^-51. softplus adds
 //     max(x, 0) (no cancellation), the sqrt halves the error and adds
 //     below 2^-52 (sqrt_of_normal): below 2^-44.5.
@@ -491,40 +497,59 @@ __device__ __forceinline__ double atanh_series(double z2) {
                   0x1p+0);
 }
 
-// e^y for |y| <= 87.5 (2^n stays a normal float64).
+// 1.5 * 2^52: t + kRoundShift rounds t (|t| < 2^31) to the nearest integer,
+// ties to even (the sum's ulp is 1), and leaves that integer in the low word.
+constexpr double kRoundShift = 0x1.8p52;
+
+// e^y for |y| <= 87.5 (2^n stays a normal float64, and so does the result,
+// so 2^n is a sum into its exponent field).
 template <class L>
 __device__ __forceinline__ double exp(double y) {
     const double t = y * kLog2e;
     const double t_low = fma(y, kLog2eLow, fma(y, kLog2e, -t));  // the product's rounding error, and log2(e)'s tail
-    const double n = rint(t);
-    const double f = (t - n) + t_low;  // t - n is exact
-    return exp2_taylor(f) * L::pow2(static_cast<int>(n));
+    const double shifted = t + kRoundShift;
+    const double n = shifted - kRoundShift;  // rint(t), exactly
+    const double f = (t - n) + t_low;        // t - n is exact
+    const int32_t n_int = static_cast<int32_t>(static_cast<uint32_t>(L::bits64(shifted)));
+    const uint64_t scale = static_cast<uint64_t>(static_cast<int64_t>(n_int)) << 52;  // n in the exponent field
+    return L::from_bits64(L::bits64(exp2_taylor(f)) + scale);
 }
 
-// 1 / d for 1 <= d < 2^126: fp32's reciprocal, one Newton step.
+// 1 / d for 1 <= d < 2^126: the back end's float64 seed r, then one step
+// of third order, r (1 + e + e^2) with e = 1 - d r: the error goes from e to
+// about e^3, so any seed within 2^-16 ends within 2^-47.
 template <class L>
 __device__ __forceinline__ double reciprocal(double d) {
-    const double r = static_cast<double>(L::reciprocal(static_cast<float>(d)));
-    return fma(r, fma(-d, r, 1.0), r);
+    const double r = L::reciprocal64_seed(d);
+    const double e = fma(-d, r, 1.0);
+    return fma(r, fma(e, e, e), r);
 }
 
-// sqrt(v) for v in [2^-126, 2^126): fp32's approximate 1 / sqrt, one Newton
-// step for it (error 2^-21 squared), one for the root (below 2^-52). No
-// branch: the IEEE float64 sqrt calls a slow path out of line for special
+// sqrt(v) for v in [2^-126, 2^126): the back end's float64 1 / sqrt seed y0
+// (relative error s), one Newton step for it (about 1.5 s^2), one for the
+// root (about the square of that): any seed within 2^-16 ends below 2^-52.
+// No branch: the IEEE float64 sqrt calls a slow path out of line for special
 // inputs, and a call between the chains of model_scores serializes them.
 template <class L>
 __device__ __forceinline__ double sqrt_of_normal(double v) {
-    const double y0 = static_cast<double>(L::rsqrt_approx(static_cast<float>(v)));
-    const double y = fma(0.5 * y0, fma(-v * y0, y0, 1.0), y0);  // 1 / sqrt(v) within 2^-41
+    const double y0 = L::rsqrt64_seed(v);
+    const double y = fma(0.5 * y0, fma(-v * y0, y0, 1.0), y0);
     const double q = v * y;
     return fma(fma(-q, q, v), 0.5 * y, q);
 }
 
-// v rounded to fp32, and whether every value within kTolerance of v rounds the same.
+// v rounded to fp32 (v in [2^-126, 2^126), where fp32 is normal), and
+// whether every value within kTolerance of v rounds the same. Rounding to
+// fp32 drops the low 29 of v's 52 significand bits; the nearest rounding
+// midpoint is where they read 2^28 (below 2^-126 the dropped bits are more,
+// and fp32's binade edges are no midpoints). kTolerance * v is below 2^11 of
+// v's ulps, so a distance of more than 2^11 from 2^28 decides: one integer
+// test on the low word instead of two more roundings.
+template <class L>
 __device__ __forceinline__ float decided(double v, bool& sure) {
-    const float lo = static_cast<float>(fma(v, -kTolerance, v)), hi = static_cast<float>(fma(v, kTolerance, v));
-    sure = lo == hi;
-    return hi;
+    const uint32_t dropped = static_cast<uint32_t>(L::bits64(v)) & 0x1fffffffu;
+    sure = dropped - (0x10000000u - 0x800u) > 0x1000u;  // unsigned: outside [2^28 - 2^11, 2^28 + 2^11]
+    return static_cast<float>(v);
 }
 
 // rounded_sigmoid(x), decided for x in (-87, 38) and the tails (x >= 38: e^-x
@@ -535,7 +560,7 @@ __device__ __forceinline__ float sigmoid(float x, bool& sure) {
     const bool in_range = x > -87.0f && x < 38.0f;  // NaN is not
     const bool one = x >= 38.0f, zero = x <= -88.75f;
     const double e = fast64::exp<L>(in_range ? -static_cast<double>(x) : 0.0);  // (2^-55, 2^126)
-    const float s = decided(reciprocal<L>(1.0 + e), sure);
+    const float s = decided<L>(reciprocal<L>(1.0 + e), sure);
     sure = (sure && in_range) || one || zero;
     return one ? 1.0f : zero ? 0.0f : s;
 }
@@ -551,7 +576,7 @@ __device__ __forceinline__ float sqrt_softplus(float x, bool& sure) {
     const double z0 = u * r;
     const double z = fma(r, fma(-z0, w, u), z0);  // u / (2 + u), refined once
     const double soft = (x64 > 0.0 ? x64 : 0.0) + (z + z) * atanh_series(z * z);  // max(x, 0) + log1p(u)
-    const float q = decided(sqrt_of_normal<L>(soft), sure);
+    const float q = decided<L>(sqrt_of_normal<L>(soft), sure);
     sure = sure && in_range;
     return q;
 }
