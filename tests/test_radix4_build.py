@@ -485,6 +485,9 @@ inline uint32_t atomicAdd(uint32_t* p, uint32_t v) {  // one lane runs at a time
 // How many lanes took each way of the selection (radix4::RankPath).
 inline std::atomic<long> emu_paths[5];
 #define RADIX4_NOTE_PATH(path) (++emu_paths[static_cast<int>(path)])
+// How many lanes got their model-contract scores each way (radix4::ScorePath).
+inline std::atomic<long> emu_score_paths[2];
+#define RADIX4_NOTE_SCORES(path) (++emu_score_paths[static_cast<int>(path)])
 
 #include "radix4_router.h"
 
@@ -505,6 +508,13 @@ struct EmuLanes {
     static bool any(bool p) { return exchange(p, [](uint64_t* s) { uint64_t t = 0; for (int i = 0; i < N; ++i) t |= s[i]; return t; }) != 0; }
     static constexpr float kReciprocalLimit = 0x1p126f;  // as on CUDA, so the redo path runs here too
     static float reciprocal(float y) { return 1.0f / y; }
+    // Off by 2^-22 of the root, up or down by the input's last bit: the device's MUFU forms err too, and an
+    // error that reorders close values is what the two-phase scores' bound must cover (a zero bound then fails).
+    static float log2_approx(float y) { return std::log2(y); }
+    static float sqrt_approx(float y) {
+        uint32_t u; std::memcpy(&u, &y, 4);
+        return std::sqrt(y) * ((u & 1u) ? 1.0f + 0x1p-22f : 1.0f - 0x1p-22f);
+    }
     static uint64_t bits64(double v) { uint64_t u; std::memcpy(&u, &v, 8); return u; }
     static double from_bits64(uint64_t u) { double d; std::memcpy(&d, &u, 8); return d; }
     // radix4_router.h's steps mend float64 seeds within 2^-16: these are off by that much, the worst case
@@ -821,6 +831,10 @@ extern "C" void emu_sigmoid(int contract, const float* x, float* out, int64_t n)
 
 extern "C" void emu_hook_counts(int* out) { out[0] = emu_waits.load(); out[1] = emu_triggers.load(); }
 
+extern "C" void emu_score_path_counts(long* out) {
+    for (int p = 0; p < 2; ++p) out[p] = emu_score_paths[p].exchange(0);
+}
+
 extern "C" void emu_path_counts(long* out, int reset) {
     for (int p = 0; p < 5; ++p) out[p] = reset ? emu_paths[p].exchange(0) : emu_paths[p].load();
 }
@@ -861,6 +875,7 @@ def _build_emulation(tmp_path_factory, rank_max=None, defines=(), launches=None)
     lib.emu_fast_score.argtypes = [i, p, p, p, i64]
     lib.emu_hook_counts.argtypes = [p]
     lib.emu_path_counts.argtypes = [p, i]
+    lib.emu_score_path_counts.argtypes = [p]
     return lib
 
 

@@ -19,6 +19,7 @@ entries serve, router() refuses what it does not implement in one line.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import shutil
 import subprocess
@@ -403,3 +404,69 @@ def test_model_scores_choose_by_the_float64_score_at_the_cutoff(emulation, case,
     contract = "sqrt_softplus" if sqrt_softplus else "lowest"
     want = model_reference(emulation, scores, bias, 8, 1, 2.5, sqrt_softplus=sqrt_softplus)
     assert_same(emulated_route(emulation, 32, scores, bias, 8, 1, 2.5, contract=contract), want, "warp32")
+
+
+def _score_paths(lib) -> tuple[int, int]:
+    out = (ctypes.c_long * 2)()
+    lib.emu_score_path_counts(out)
+    return out[0], out[1]  # lanes: two-phase, every value in float64
+
+
+def _two_phase_rows():
+    """Rows for the two-phase scores: (name, scores, bias, topk, expects two phases)."""
+    g = torch.Generator().manual_seed(52)
+    for E, K in ((256, 8), (384, 8), (128, 6), (160, 8), (256, 6)):
+        yield f"{E}/{K} random", torch.randn(4, E, generator=g) * 3, torch.randn(E, generator=g) * 0.05, K, True
+    # A cluster at the cutoff a few ulp apart, where aiter's fp32 sigmoid and the correctly rounded one order
+    # differently: every cluster value needs its float64 score, and the two phases must take exactly those.
+    base = torch.full((3, 256), -6.0)
+    ulps = torch.arange(64, dtype=torch.float32) * 3e-7
+    base[:, 64:128] = 1.0 + ulps.roll(17)
+    yield "256/8 a cluster of near ties", base, torch.zeros(256), 8, True
+    # A bias that reorders the cluster by less than the approximation's error.
+    yield "256/8 the cluster with a bias of an ulp", base, (torch.randn(256, generator=g) * 1e-7), 8, True
+    # One value a lane (experts 4l are lane l's first), rising by about an ulp of the sigmoid: the k-th largest
+    # lane maximum is the cutoff itself, and fp32's ties and swaps there pick another set unless the values within
+    # the approximation's error of it are scored in float64 too.
+    lanes = torch.full((64, 256), -6.0)
+    steps = torch.rand(64, 32, generator=g) * 5e-7 + 1e-7
+    lanes[:, 0:128:4] = torch.rand(64, 1, generator=g) * 1.5 + 0.5 + steps.cumsum(1)
+    yield "256/8 one value a lane at the cutoff", lanes, torch.zeros(256), 8, True
+    # Saturated values (|x| > 87 always takes the float64 score) and large biases.
+    sat = (torch.randn(2, 256, generator=g) * 60).round()
+    yield "256/8 saturated", sat, torch.randn(256, generator=g) * 8, 8, None  # sigmoids below 2^-124: every value
+    # Four levels: 64 equal values a level, more than four a lane at the top for 128/6 (wave of 32: 4 a lane).
+    levels = torch.tensor([-1.0, 0.0, 0.5, 1.0])[torch.randint(0, 4, (2, 128), generator=g)]
+    yield "128/6 four levels", levels, torch.zeros(128), 6, None
+    yield "256/8 all equal", torch.zeros(2, 256), torch.zeros(256), 8, None  # 256 at the cutoff: every value (wave32)
+
+
+TWO_PHASE = list(_two_phase_rows())
+
+
+@needs_gxx
+@pytest.mark.parametrize("sqrt_softplus", [False, True], ids=["sigmoid", "sqrt_softplus"])
+@pytest.mark.parametrize("case", TWO_PHASE, ids=[c[0] for c in TWO_PHASE])
+def test_two_phase_scores_route_as_every_value_in_float64(emulation, case, sqrt_softplus):
+    """The ungrouped model contracts score only the values near the cutoff in float64 (Slice::two_phase_keys);
+    ids and weight bits must be those of the plain rule on float64 scores for every value, and the path taken
+    must be the one the row calls for (two phases unless too many values sit at the cutoff)."""
+    name, scores, bias, topk, two_phase = case
+    contract = "sqrt_softplus" if sqrt_softplus else "lowest"
+    if name == "256/8 one value a lane at the cutoff" and not sqrt_softplus:  # not vacuous: fp32 picks other sets
+        def chosen(v):  # the top k, ties to the lower index
+            return torch.sort(v, dim=1, descending=True, stable=True).indices[:, :topk].sort(dim=1).values
+
+        approx, exact = chosen(emulated_sigmoid(emulation, scores)), chosen(emulated_score(emulation, scores, False))
+        assert not torch.equal(approx, exact)
+    _score_paths(emulation)
+    for lanes, x in ((32, scores), (64, scores.bfloat16())):  # the wave64 build takes bf16 logits at the model shapes
+        want = model_reference(emulation, x, bias, topk, 1, 2.5, sqrt_softplus=sqrt_softplus)
+        assert_same(emulated_route(emulation, lanes, x, bias, topk, 1, 2.5, contract=contract), want, f"{lanes} lanes")
+    phased, every = _score_paths(emulation)
+    if not sqrt_softplus:  # the float64 sigmoid scores every value (kTwoPhase)
+        assert phased == 0, phased
+    elif two_phase is True:
+        assert phased > 0 and every == 0, (phased, every)
+    elif two_phase is False:
+        assert every > 0 and phased == 0, (phased, every)

@@ -153,6 +153,20 @@ struct Warp32 {
         return __fmaf_rn(r, __fmaf_rn(-y, r, 1.0f), r);
     }
 
+    // log2(y) within 2^-21 absolute for y in [1, 2] (MUFU.LG2), and sqrt(y)
+    // within 2^-22 of its size (MUFU.SQRT): the two-phase scores' first
+    // phase, whose error bound covers them (approximate_score).
+    static __device__ __forceinline__ float log2_approx(float y) {
+        float r;
+        asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+        return r;
+    }
+    static __device__ __forceinline__ float sqrt_approx(float y) {
+        float r;
+        asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+        return r;
+    }
+
     // A double's bits and back (register moves).
     static __device__ __forceinline__ uint64_t bits64(double v) { return static_cast<uint64_t>(__double_as_longlong(v)); }
     static __device__ __forceinline__ double from_bits64(uint64_t u) { return __longlong_as_double(static_cast<long long>(u)); }

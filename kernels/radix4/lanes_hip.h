@@ -110,6 +110,9 @@ struct Wave64 {
     // v_div_fixup), so it serves every y.
     static constexpr float kReciprocalLimit = __builtin_huge_valf();
     static __device__ __forceinline__ float reciprocal(float y) { return 1.0f / y; }
+    // The two-phase scores' first phase (approximate_score's bound covers them).
+    static __device__ __forceinline__ float log2_approx(float y) { return __log2f(y); }
+    static __device__ __forceinline__ float sqrt_approx(float y) { return __fsqrt_rn(y); }
     // A double's bits and back.
     static __device__ __forceinline__ uint64_t bits64(double v) { return __builtin_bit_cast(uint64_t, v); }
     static __device__ __forceinline__ double from_bits64(uint64_t u) { return __builtin_bit_cast(double, u); }

@@ -626,6 +626,47 @@ __device__ __forceinline__ void float64_scores(const float* x, float* out) {
     for (int i = 0; i < kN; ++i) out[i] = r.v[i];
 }
 
+// DeepSeek-V4's ungrouped sqrt(softplus(x)) scores a warp-per-token launch
+// in two phases (Slice::two_phase_keys): fp32 approximations for every
+// value, float64 only for the values that can reach the k-th largest (on the
+// H200, 384/6 at M = 4096: 9.37 against 10.77 us). The float64 sigmoid is
+// cheap enough that the phases' bookkeeping costs more than they save
+// (kimi-k2 384/8 at M = 4096: 9.01 against 8.27 us), so the sigmoid
+// contracts score every value in float64, as do the grouped contracts (they
+// rank groups by sums of scores) and a block per token (which spreads the
+// float64 chains over four warps).
+template <class C, bool kAlt>
+constexpr bool kTwoPhase = kScoreIsSqrtSoftplus<C, kAlt> && C::kGroups == 1;
+
+// A model contract's score in fp32 for the first phase, and the bound of its
+// relative error for |x| <= 87 that the second phase relies on: the score
+// lies within kApproximateBound<...> * approximate_score(x) of the float64
+// score rounded to fp32. kernels/radix4/lab/radix4_model_scores_exhaustive.cu
+// checks both bounds for every fp32 x in [-87, 87] on the device; a value
+// outside that range always takes its float64 score.
+//   sigmoid: 1 / (1 + 2^(-x log2(e))) with MUFU ex2 and the quick reciprocal:
+//     the product's rounding moves 2^(...) by at most |x| 2^-24 log2(e) ln 2
+//     of its size (2^-17.4 at 87), ex2 by 2^-22, the sum and the reciprocal
+//     by an ulp each: below 2^-17; bound 2^-14.
+//   sqrt(softplus(x)) = sqrt(max(x, 0) + log1p(u)), u = 2^(-|x| log2(e)) as
+//     above (within 2^-17); log1p(u) as u (1 - u / 2) below u = 2^-10
+//     (truncation u^2 / 3) and as lg2(1 + u) ln 2 above (MUFU lg2's absolute
+//     error, at most 2^-21, against log1p(u) >= 2^-10.01): below 2^-10.5;
+//     the root halves it: bound 2^-9.
+template <bool kSqrtSoftplus>
+constexpr float kApproximateBound = kSqrtSoftplus ? 0x1p-9f : 0x1p-14f;
+template <class L, bool kSqrtSoftplus>
+__device__ __forceinline__ float approximate_score(float x) {
+    constexpr float kLog2eF = 0x1.715476p+0f;
+    if constexpr (kSqrtSoftplus) {
+        const float u = L::exp2_flushed(-fabsf(x) * kLog2eF);
+        const float log1p_u = u < 0x1p-10f ? u * (1.0f - 0.5f * u) : L::log2_approx(1.0f + u) * 0x1.62e430p-1f;
+        return L::sqrt_approx((x > 0.0f ? x : 0.0f) + log1p_u);
+    } else {
+        return L::reciprocal(1.0f + L::exp2_flushed(-x * kLog2eF));
+    }
+}
+
 // ---- one radix round: histogram, sum over the token's threads, bin walk ----
 
 struct Pick {
@@ -759,6 +800,15 @@ enum class RankPath : int { kPacked = 0, kKeys = 1, kComposites = 2, kRegions = 
 #ifndef RADIX4_NOTE_PATH
 #define RADIX4_NOTE_PATH(path) \
     do {                       \
+    } while (0)
+#endif
+// How a model contract's warp-per-token token got its float64 scores:
+// kTwoPhase, only the values near the cutoff (Slice::two_phase_keys), or
+// kEvery, every value (unusual rows, too many values near the cutoff).
+enum class ScorePath : int { kTwoPhase = 0, kEvery = 1 };
+#ifndef RADIX4_NOTE_SCORES
+#define RADIX4_NOTE_SCORES(path) \
+    do {                         \
     } while (0)
 #endif
 
@@ -957,6 +1007,15 @@ struct TokenExchange {
 
 // ---- step 1: load, sigmoid, rank keys (this thread's share of the token) ----
 
+// The float a rank key came from (key 0, NaN's, gives a NaN).
+template <class L>
+__device__ __forceinline__ float key_value(uint32_t key) {
+    return L::as_float((key & 0x80000000u) ? key ^ 0x80000000u : ~key);
+}
+
+template <class S, class L>
+__device__ __forceinline__ uint32_t lanes_larger(uint32_t v);  // step 2 (the two-phase scores use it too)
+
 template <class S, class C>
 struct Slice {
     static constexpr int kVals = S::kVals, kSlots = S::kSlots;
@@ -1069,7 +1128,8 @@ struct Slice {
     __device__ __forceinline__ void compute_keys(const typename Score::Raw* row, const typename Bias::Raw* bias,
                                                  const float x[kVals], const float b[kVals], bool vec = true) {
         uint32_t sig_min = ~0u, key_min = ~0u, key_max = 0u;
-        if constexpr (kScoreIsFloat64<C, kAlt>) {  // four values (a slot) a call: eight were slower on the H200
+        constexpr bool kPhased = kTwoPhase<C, kAlt> && S::kWarps == 1;
+        if constexpr (kScoreIsFloat64<C, kAlt> && !kPhased) {  // four values (a slot) a call: eight were slower on the H200
 #pragma unroll
             for (int s = 0; s < kSlots; ++s) float64_scores<C, L, kAlt, 4>(x + 4 * s, sig + 4 * s);
         }
@@ -1080,7 +1140,9 @@ struct Slice {
             for (int i = 0; i < 4; ++i) {
                 const int j = 4 * s + i;
                 const bool here = S::kDynamic ? valid(j) : slot_here;
-                if constexpr (kScoreIsFloat64<C, kAlt>) {
+                if constexpr (kPhased) {
+                    sig[j] = here ? approximate_score<L, kScoreIsSqrtSoftplus<C, kAlt>>(x[j]) : 0.0f;
+                } else if constexpr (kScoreIsFloat64<C, kAlt>) {
                     sig[j] = here ? sig[j] : 0.0f;  // float64_scores above, phantom slots too
                 } else {
                     sig[j] = here ? L::reciprocal(C::template denominator<L>(x[j])) : 0.0f;
@@ -1098,7 +1160,12 @@ struct Slice {
         const uint32_t kInfKey = ordered_bits<L>(__builtin_huge_valf());
         const bool unusual = sig_min < kSmallestQuickSig || key_min < C::template lowest_key<L>() || key_max > kInfKey;
         lane_max = key_max;
-        if (__builtin_expect(L::any(unusual), 0)) {
+        bool exact_all = L::any(unusual);
+        if constexpr (kPhased) {
+            if (__builtin_expect(!exact_all, 1)) exact_all = !two_phase_keys<L, kAlt>(x, b);
+            RADIX4_NOTE_SCORES(exact_all ? ScorePath::kEvery : ScorePath::kTwoPhase);
+        }
+        if (__builtin_expect(exact_all, 0)) {
             if constexpr (kVec == 2) {
                 if (vec) {
                     exact_keys<L, Score, Bias, 1, kAlt>(row, bias);
@@ -1109,6 +1176,89 @@ struct Slice {
                 exact_keys<L, Score, Bias, kVec, kAlt>(row, bias);
             }
         }
+    }
+
+    // The second phase of the two-phase scores (kTwoPhase, a warp per token).
+    // compute_keys gave every value its approximate_score a'_j and key; the
+    // float64 score is needed only where it can change the result: at the
+    // winners (their weights and order) and wherever a value could reach the
+    // k-th largest ranking value T. With E_j a bound of |r'_j - r_j|, r' the
+    // approximate ranking value and r the exact one (the score's bound times
+    // a'_j, both sums' roundings within 2^-20 of |r'_j| + a'_j; infinite for
+    // |x| > 87):
+    //   lb = the k-th largest over the lanes of max_j (r'_j - E_j): k values
+    //        (one a lane) have r >= lb, so lb <= T;
+    //   every value with r'_j + E_j >= lb gets its float64 score and key
+    //        (gathered over the warp in shared memory, at most four a lane,
+    //        one call: their chains overlap). That is every value with
+    //        r_j >= lb, so every winner and every value equal to T;
+    //   every other value keeps its approximate key, below lb - E_j, and its
+    //        exact one is below lb too: it neither wins nor ties the cutoff.
+    // So the selection over these keys (the bound step's lo is a lane
+    // maximum, the candidates are the keys >= lo) is the all-float64 one, and
+    // so are the winners' weights. False (the caller scores every value in
+    // float64) when more than four values a lane would need it (ties, levels).
+    template <class L, bool kAlt>
+    __device__ __forceinline__ bool two_phase_keys(const float x[kVals], const float b[kVals]) {
+        static_assert(S::kWarps == 1, "two phases in a warp-per-token launch only");
+        constexpr int kList = 4 * L::kLanes;
+        constexpr float kBound = kApproximateBound<kScoreIsSqrtSoftplus<C, kAlt>>;
+        __shared__ float list[S::kTokens][kList];  // this token's values to score, then their scores
+        auto error_bound = [&](int j) {  // of r'_j = key_value(key[j])
+            return fabsf(x[j]) <= 87.0f ? kBound * sig[j] + 0x1p-20f * (fabsf(key_value<L>(key[j])) + sig[j]) + 0x1p-100f
+                                        : __builtin_huge_valf();
+        };
+        float lower = -__builtin_huge_valf();  // max_j (r'_j - E_j) (fmaxf passes over NaN)
+#pragma unroll
+        for (int j = 0; j < kVals; ++j) {
+            if (valid(j)) lower = fmaxf(lower, key_value<L>(key[j]) - error_bound(j));
+        }
+        const uint32_t lower_key = ordered_bits<L>(lower);
+        const uint32_t larger = lanes_larger<S, L>(lower_key);
+        const float lb = key_value<L>(L::all_min(larger < static_cast<uint32_t>(S::K) ? lower_key : ~0u));
+        uint32_t maybe = 0u;  // bit j: value j needs its float64 score
+#pragma unroll
+        for (int j = 0; j < kVals; ++j) {
+            if (valid(j) && !(key_value<L>(key[j]) + error_bound(j) < lb)) maybe |= 1u << j;
+        }
+        const uint32_t count = static_cast<uint32_t>(__popcll(maybe));
+        const uint32_t total = L::sum(count);
+        if (total > static_cast<uint32_t>(kList)) return false;
+        float* mine = list[L::group()];
+        uint32_t at = L::exclusive_scan(count);
+#pragma unroll
+        for (int j = 0; j < kVals; ++j) {
+            if ((maybe >> j) & 1u) mine[at++] = x[j];
+        }
+        L::sync();
+        const int lane = L::lane();
+        float in[4], out[4];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) in[t] = lane + t * L::kLanes < static_cast<int>(total) ? mine[lane + t * L::kLanes] : 0.0f;
+        if (total <= static_cast<uint32_t>(L::kLanes)) {
+            float64_scores<C, L, kAlt, 1>(in, out);
+        } else if (total <= static_cast<uint32_t>(2 * L::kLanes)) {
+            float64_scores<C, L, kAlt, 2>(in, out);
+        } else {
+            float64_scores<C, L, kAlt, 4>(in, out);
+        }
+        L::sync();  // every lane has read its inputs
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            if (lane + t * L::kLanes < static_cast<int>(total)) mine[lane + t * L::kLanes] = out[t];
+        }
+        L::sync();
+        at -= count;
+        lane_max = 0u;
+#pragma unroll
+        for (int j = 0; j < kVals; ++j) {
+            if ((maybe >> j) & 1u) {
+                sig[j] = mine[at++];
+                key[j] = ordered_bits<L>(sig[j] + b[j]);
+            }
+            if (valid(j)) lane_max = key[j] > lane_max ? key[j] : lane_max;
+        }
+        return true;
     }
 
     // The contract's sigmoid and rank key for every value, and lane_max
@@ -1155,12 +1305,6 @@ struct Slice {
 };
 
 // ---- step 1b: expert groups (contracts with C::kGroups > 1) ----
-
-// The float a rank key came from (key 0, NaN's, gives a NaN).
-template <class L>
-__device__ __forceinline__ float key_value(uint32_t key) {
-    return L::as_float((key & 0x80000000u) ? key ^ 0x80000000u : ~key);
-}
 
 // The group scores, the kept groups and the mask, in the registers of the
 // load step: a group's vectors sit on kVecPerGroup consecutive lanes of one
