@@ -1162,7 +1162,7 @@ struct Slice {
         lane_max = key_max;
         bool exact_all = L::any(unusual);
         if constexpr (kPhased) {
-            if (__builtin_expect(!exact_all, 1)) exact_all = !two_phase_keys<L, kAlt>(x, b);
+            if (__builtin_expect(!exact_all, 1)) exact_all = !two_phase_keys<L, kAlt>(x, b, key_min);
             RADIX4_NOTE_SCORES(exact_all ? ScorePath::kEvery : ScorePath::kTwoPhase);
         }
         if (__builtin_expect(exact_all, 0)) {
@@ -1182,44 +1182,52 @@ struct Slice {
     // compute_keys gave every value its approximate_score a'_j and key; the
     // float64 score is needed only where it can change the result: at the
     // winners (their weights and order) and wherever a value could reach the
-    // k-th largest ranking value T. With E_j a bound of |r'_j - r_j|, r' the
-    // approximate ranking value and r the exact one (the score's bound times
-    // a'_j, both sums' roundings within 2^-20 of |r'_j| + a'_j; infinite for
-    // |x| > 87):
-    //   lb = the k-th largest over the lanes of max_j (r'_j - E_j): k values
-    //        (one a lane) have r >= lb, so lb <= T;
-    //   every value with r'_j + E_j >= lb gets its float64 score and key
-    //        (gathered over the warp in shared memory, at most four a lane,
-    //        one call: their chains overlap). That is every value with
-    //        r_j >= lb, so every winner and every value equal to T;
-    //   every other value keeps its approximate key, below lb - E_j, and its
-    //        exact one is below lb too: it neither wins nor ties the cutoff.
+    // k-th largest ranking value T. One bound e serves the warp: with r' the
+    // approximate ranking value and r the exact one, |r'_j - r_j| is within
+    // the score's bound times a'_j plus both sums' roundings (2^-22 of
+    // |r'_j| + a'_j), and e, the warp's largest score bound plus 2^-18 of
+    // its largest |r'| + a', covers that with room for the roundings below
+    // (each within 2^-24 of sizes e is 2^-18 of):
+    //   lb = the k-th largest over the lanes of (the lane's largest r') - 2e:
+    //        k values (one a lane) have r >= lb, so lb <= T;
+    //   every value with r'_j >= lb - 2e (a compare of keys) gets its float64
+    //        score and key (gathered over the warp in shared memory, at most
+    //        four a lane, one call: their chains overlap). That is every
+    //        value with r_j >= lb, so every winner and every value equal to T;
+    //   every other value keeps its approximate key, below lb - e, and its
+    //        exact one is below lb: it neither wins nor ties the cutoff.
     // So the selection over these keys (the bound step's lo is a lane
     // maximum, the candidates are the keys >= lo) is the all-float64 one, and
     // so are the winners' weights. False (the caller scores every value in
-    // float64) when more than four values a lane would need it (ties, levels).
+    // float64) when a value lies outside [-87, 87], where approximate_score's
+    // bound is not claimed, or more than four values a lane need it (ties,
+    // levels).
     template <class L, bool kAlt>
-    __device__ __forceinline__ bool two_phase_keys(const float x[kVals], const float b[kVals]) {
+    __device__ __forceinline__ bool two_phase_keys(const float x[kVals], const float b[kVals], uint32_t key_min) {
         static_assert(S::kWarps == 1, "two phases in a warp-per-token launch only");
         constexpr int kList = 4 * L::kLanes;
         constexpr float kBound = kApproximateBound<kScoreIsSqrtSoftplus<C, kAlt>>;
         __shared__ float list[S::kTokens][kList];  // this token's values to score, then their scores
-        auto error_bound = [&](int j) {  // of r'_j = key_value(key[j])
-            return fabsf(x[j]) <= 87.0f ? kBound * sig[j] + 0x1p-20f * (fabsf(key_value<L>(key[j])) + sig[j]) + 0x1p-100f
-                                        : __builtin_huge_valf();
-        };
-        float lower = -__builtin_huge_valf();  // max_j (r'_j - E_j) (fmaxf passes over NaN)
+        float sig_max = 0.0f;  // phantoms hold 0
+        bool outside = false;
 #pragma unroll
         for (int j = 0; j < kVals; ++j) {
-            if (valid(j)) lower = fmaxf(lower, key_value<L>(key[j]) - error_bound(j));
+            sig_max = fmaxf(sig_max, sig[j]);
+            if (valid(j)) outside |= !(fabsf(x[j]) <= 87.0f);
         }
-        const uint32_t lower_key = ordered_bits<L>(lower);
+        if (L::any(outside)) return false;
+        // fmaxf passes over the NaN of key 0 (a lane of phantoms only).
+        const float r_abs = fmaxf(fabsf(key_value<L>(key_min)), fabsf(key_value<L>(lane_max)));
+        const float e_lane = kBound * sig_max + 0x1p-18f * (fmaxf(r_abs, 0.0f) + sig_max) + 0x1p-100f;
+        const float e = L::as_float(L::all_max(L::as_uint(e_lane)));  // e >= 0: its bits are ordered
+        const uint32_t lower_key = lane_max == 0u ? 0u : ordered_bits<L>(key_value<L>(lane_max) - 2.0f * e);
         const uint32_t larger = lanes_larger<S, L>(lower_key);
-        const float lb = key_value<L>(L::all_min(larger < static_cast<uint32_t>(S::K) ? lower_key : ~0u));
+        const uint32_t lb_key = L::all_min(larger < static_cast<uint32_t>(S::K) ? lower_key : ~0u);
+        const uint32_t threshold = lb_key == 0u ? 0u : ordered_bits<L>(key_value<L>(lb_key) - 2.0f * e);
         uint32_t maybe = 0u;  // bit j: value j needs its float64 score
 #pragma unroll
         for (int j = 0; j < kVals; ++j) {
-            if (valid(j) && !(key_value<L>(key[j]) + error_bound(j) < lb)) maybe |= 1u << j;
+            if (valid(j) && key[j] >= threshold) maybe |= 1u << j;
         }
         const uint32_t count = static_cast<uint32_t>(__popcll(maybe));
         const uint32_t total = L::sum(count);
