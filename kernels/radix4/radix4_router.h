@@ -1026,6 +1026,9 @@ struct Slice {
     // (the priority falls by i, the id rises by i, neither borrows).
     uint32_t word[kSlots];
     uint32_t lane_max;  // the largest key of this thread's values
+    // Two-phase scores (two_phase_keys): a bound lo of the token's keys, found
+    // on the way (the bound step need not rank the lane maxima); 0: none.
+    uint32_t phased_lo = 0u;
     int tid;
     Dims<S> dims;
 
@@ -1188,17 +1191,19 @@ struct Slice {
     // |r'_j| + a'_j), and e, the warp's largest score bound plus 2^-18 of
     // its largest |r'| + a', covers that with room for the roundings below
     // (each within 2^-24 of sizes e is 2^-18 of):
-    //   lb = the k-th largest over the lanes of (the lane's largest r') - 2e:
-    //        k values (one a lane) have r >= lb, so lb <= T;
+    //   lb = (the k-th largest of the lanes' largest r') - 2e: k values (one
+    //        a lane) have r >= lb, so lb <= T;
     //   every value with r'_j >= lb - 2e (a compare of keys) gets its float64
     //        score and key (gathered over the warp in shared memory, at most
     //        four a lane, one call: their chains overlap). That is every
     //        value with r_j >= lb, so every winner and every value equal to T;
     //   every other value keeps its approximate key, below lb - e, and its
     //        exact one is below lb: it neither wins nor ties the cutoff.
-    // So the selection over these keys (the bound step's lo is a lane
-    // maximum, the candidates are the keys >= lo) is the all-float64 one, and
-    // so are the winners' weights. False (the caller scores every value in
+    // So the selection over these keys is the all-float64 one, and so are the
+    // winners' weights. And lb is a bound for it: the k values above reach lb
+    // with their exact keys. So phased_lo = key(lb) serves as the bound
+    // step's lo (the kernel skips that step's lane ranking). False (the
+    // caller scores every value in
     // float64) when a value lies outside [-87, 87], where approximate_score's
     // bound is not claimed, or more than four values a lane need it (ties,
     // levels).
@@ -1220,10 +1225,13 @@ struct Slice {
         const float r_abs = fmaxf(fabsf(key_value<L>(key_min)), fabsf(key_value<L>(lane_max)));
         const float e_lane = kBound * sig_max + 0x1p-18f * (fmaxf(r_abs, 0.0f) + sig_max) + 0x1p-100f;
         const float e = L::as_float(L::all_max(L::as_uint(e_lane)));  // e >= 0: its bits are ordered
-        const uint32_t lower_key = lane_max == 0u ? 0u : ordered_bits<L>(key_value<L>(lane_max) - 2.0f * e);
-        const uint32_t larger = lanes_larger<S, L>(lower_key);
-        const uint32_t lb_key = L::all_min(larger < static_cast<uint32_t>(S::K) ? lower_key : ~0u);
-        const uint32_t threshold = lb_key == 0u ? 0u : ordered_bits<L>(key_value<L>(lb_key) - 2.0f * e);
+        // The k-th largest lane maximum; a lane of phantoms holds 0 (then fewer than k lanes hold values: rare
+        // small generic shapes, scored the plain way).
+        const uint32_t larger = lanes_larger<S, L>(lane_max);
+        const uint32_t kth = L::all_min(larger < static_cast<uint32_t>(dims.topk()) ? lane_max : ~0u);
+        if (kth == 0u) return false;
+        const uint32_t lb_key = ordered_bits<L>(key_value<L>(kth) - 2.0f * e);
+        const uint32_t threshold = ordered_bits<L>(key_value<L>(lb_key) - 2.0f * e);
         uint32_t maybe = 0u;  // bit j: value j needs its float64 score
 #pragma unroll
         for (int j = 0; j < kVals; ++j) {
@@ -1266,6 +1274,7 @@ struct Slice {
             }
             if (valid(j)) lane_max = key[j] > lane_max ? key[j] : lane_max;
         }
+        phased_lo = lb_key;
         return true;
     }
 
@@ -1983,7 +1992,8 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     RADIX4_STAMP(1);
 
     TokenExchange<S, L> exchange(storage);
-    const Bound bound = BoundStep<S, L>::run(slice, at, exchange);
+    const Bound bound = slice.phased_lo != 0u ? Bound{L::all_max(slice.lane_max), slice.phased_lo}
+                                              : BoundStep<S, L>::run(slice, at, exchange);
     RADIX4_STAMP(2);
 
     bool ranked = false;  // the rank step placed the winners
