@@ -14,8 +14,11 @@ Needs a CUDA GPU (sm_90 for the PDL columns) and nvcc. One run does:
    NaN, +-inf, -inf bias masks, the -1e30 floor, fewer than topk winners,
    strided rows), every shape (896/16, 384/8, 224/16), both launch shapes:
    radix4-serial against block-argmax (and the serial scan on a slice),
-   radix4 against the ``--prev`` kernel, every variant against the default
-   build, PDL against plain launches.
+   radix4 against the ``--prev`` kernel (contract aiter at every shape the
+   earlier kernel serves, and each model-contract entry it has at the
+   shapes of MODEL_IDENTITY: both scores, the raw sum, the groups, the
+   generic path), every variant against the default build, PDL against
+   plain launches.
 4. PDL and graphs: a graph of a producer kernel and PDL routes (the route must
    see the producer's writes), a chain of PDL routes into one output (the
    last must win), graph replay against eager, ten repeats bit-identical.
@@ -270,10 +273,33 @@ def run_identity(name, route_a, route_b, shapes, rows, device, *, launch_shapes=
 
 
 FLAG_DENSE = 16
+FLAG_RAW_SUM, FLAG_SQRT_SOFTPLUS = 32, 64  # the model contracts' flags (kernels/radix4: _RAW_SUM, _SQRT_SOFTPLUS)
+# The model contracts' entries of the library, checked against the --prev kernel's own where it has them
+# (docs/radix4_models.md): (C entry, extra flags, shapes). The generic path's shapes (200/5, 1000/16) have no kernel
+# of their own.
+MODEL_IDENTITY = (
+    ("radix4_lowest_route", 0, ((384, 8), (256, 8), (160, 8), (128, 6), (896, 16), (200, 5))),
+    ("radix4_lowest_route", FLAG_RAW_SUM, ((256, 8),)),
+    ("radix4_lowest_route", FLAG_SQRT_SOFTPLUS, ((256, 6), (384, 6), (200, 5), (1000, 16))),
+    ("radix4_grouped_route", 0, ((256, 8),)),
+    ("radix4_grouped_zero_route", 0, ((256, 8),)),
+)
 
 
 def shape_flag(shape):
     return {None: 0, "block": FLAG_BLOCK, "warp": FLAG_WARP, "dense": FLAG_DENSE}[shape]
+
+
+def served_shapes(router: Router, shapes, device, flags=FLAG_RENORM) -> tuple:
+    """The shapes a library entry routes (an earlier kernel may lack some: it returns an error code for them)."""
+    out = []
+    for E, K in shapes:
+        try:
+            router.route(torch.zeros(1, E, device=device), torch.zeros(E, device=device), K, flags)
+            out.append((E, K))
+        except RuntimeError:
+            log(f"skip {E}/{K}: the --prev kernel does not serve it")
+    return tuple(out)
 
 
 def run_pdl_checks(r4: Router, r4s: Router, device) -> list[dict]:
@@ -469,10 +495,20 @@ def main(argv=None) -> int:
                                lambda s, b, K, shape: scan.route(s, b, K, True, RS), SHAPES, 3 * 4096 * 11, device))  # fmt: skip
     checks.append(run_identity("radix4 PDL vs radix4", via_module(radix4, pdl=True), via_module(radix4), SHAPES,
                                args.rows // 4, device, launch_shapes=shapes_all))  # fmt: skip
-    if prev is not None:  # (the earlier kernel has no dense shape: its warp shape stands in)
+    if prev is not None:  # (an earlier kernel without a dense shape launches its warp shape for the flag)
         via_prev = lambda s, b, K, shape: prev.route(s, b, K, FLAG_RENORM | shape_flag("warp" if shape == "dense" else shape))  # noqa: E731
-        checks.append(run_identity("radix4 vs --prev radix4", via(r4), via_prev, ((896, 16), (384, 8)), args.rows, device,
-                                   launch_shapes=shapes_all))  # fmt: skip
+        checks.append(run_identity("radix4 vs --prev radix4", via(r4), via_prev, served_shapes(prev, SHAPES, device),
+                                   args.rows, device, launch_shapes=shapes_all))  # fmt: skip
+        prev_lib, r4_lib = load_library(built["prev"]), load_library(built["radix4"])
+        for entry, extra, shapes in MODEL_IDENTITY:
+            if not hasattr(prev_lib, entry):
+                log(f"skip {entry}: the --prev kernel has no such entry")
+                continue
+            mine, theirs = Router(r4_lib, entry), Router(prev_lib, entry)
+            shapes = served_shapes(theirs, shapes, device, FLAG_RENORM | extra)
+            if shapes:
+                checks.append(run_identity(f"{entry} (flags {extra}) vs --prev", via(mine, extra), via(theirs, extra),
+                                           shapes, args.rows // 4, device, launch_shapes=(None, "block", "warp")))  # fmt: skip
     for name, (contract, _) in variants.items():
         base = r4 if contract == "aiter" else r4s
         checks.append(run_identity(f"variant {name} vs default", via(libs[name]), via(base), SHAPES, args.rows // 8, device,
