@@ -456,7 +456,9 @@ __device__ __forceinline__ float contract_sigmoid(float x) {
 namespace fast64 {
 
 constexpr double kLog2e = 0x1.71547652b82fep+0, kLog2eLow = 0x1.777d0ffda0d24p-56;  // log2(e) = sum, 106 bits
-constexpr double kTolerance = 0x1p-42;
+// decided's margin around an fp32 rounding midpoint, in v's ulps (2^-52 of its binade): 2^11 of them are at
+// least 2^-42 v, well above the 2^-44.5 of the fast forms and the oracle's 2^-51.
+constexpr uint32_t kMidpointMargin = 1u << 11;
 // c_n x^n + ... + c_0 by Horner's rule, the coefficients highest first: one fma a coefficient.
 __device__ __forceinline__ double horner(double, double c0) { return c0; }
 template <class... Rest>
@@ -539,16 +541,17 @@ __device__ __forceinline__ double sqrt_of_normal(double v) {
 }
 
 // v rounded to fp32 (v in [2^-126, 2^126), where fp32 is normal), and
-// whether every value within kTolerance of v rounds the same. Rounding to
-// fp32 drops the low 29 of v's 52 significand bits; the nearest rounding
-// midpoint is where they read 2^28 (below 2^-126 the dropped bits are more,
-// and fp32's binade edges are no midpoints). kTolerance * v is below 2^11 of
-// v's ulps, so a distance of more than 2^11 from 2^28 decides: one integer
-// test on the low word instead of two more roundings.
+// whether every value within 2^-42 v of v rounds the same. Rounding to fp32
+// drops the low 29 of v's 52 significand bits; the nearest rounding midpoint
+// is where they read 2^28 (below 2^-126 the dropped bits are more, and
+// fp32's binade edges are no midpoints). So a distance of more than
+// kMidpointMargin ulps from 2^28 decides: one integer test on the low word
+// instead of two more roundings.
 template <class L>
 __device__ __forceinline__ float decided(double v, bool& sure) {
-    const uint32_t dropped = static_cast<uint32_t>(L::bits64(v)) & 0x1fffffffu;
-    sure = dropped - (0x10000000u - 0x800u) > 0x1000u;  // unsigned: outside [2^28 - 2^11, 2^28 + 2^11]
+    constexpr uint32_t kMidpoint = 1u << 28;
+    const uint32_t dropped = static_cast<uint32_t>(L::bits64(v)) & (2 * kMidpoint - 1);
+    sure = dropped - (kMidpoint - kMidpointMargin) > 2 * kMidpointMargin;  // unsigned: outside kMidpoint +- the margin
     return static_cast<float>(v);
 }
 
@@ -1197,16 +1200,15 @@ struct Slice {
     //        score and key (gathered over the warp in shared memory, at most
     //        four a lane, one call: their chains overlap). That is every
     //        value with r_j >= lb, so every winner and every value equal to T;
-    //   every other value keeps its approximate key, below lb - e, and its
+    //   every other value keeps its approximate key, below lb - 2e, and its
     //        exact one is below lb: it neither wins nor ties the cutoff.
     // So the selection over these keys is the all-float64 one, and so are the
     // winners' weights. And lb is a bound for it: the k values above reach lb
     // with their exact keys. So phased_lo = key(lb) serves as the bound
     // step's lo (the kernel skips that step's lane ranking). False (the
-    // caller scores every value in
-    // float64) when a value lies outside [-87, 87], where approximate_score's
-    // bound is not claimed, or more than four values a lane need it (ties,
-    // levels).
+    // caller scores every value in float64) when a value lies outside
+    // [-87, 87], where approximate_score's bound is not claimed, or more than
+    // four values a lane need it (ties, levels).
     template <class L, bool kAlt>
     __device__ __forceinline__ bool two_phase_keys(const float x[kVals], const float b[kVals], uint32_t key_min) {
         static_assert(S::kWarps == 1, "two phases in a warp-per-token launch only");
