@@ -179,6 +179,25 @@ def test_crossover_is_interpolated_in_log_log_space():
     assert bench.crossovers(base, _curve("c", [(1, 5.0), (10, 6.0), (100, 7.0)])) == []
 
 
+def test_curve_reports_the_largest_fall_below_a_smaller_batch_and_the_time_above_the_floor():
+    # 2.9 at M=256 then 2.6 at M=320: a launch shape switched too late (issue 37's 896/16 curve), a 10.3 % fall
+    entry = _curve("r", [(1, 2.0), (64, 2.8), (256, 2.9), (320, 2.6), (1024, 3.1), (4096, 3.0)])
+    c = bench.curve(entry, 0.9)
+    assert (c["at_m"], c["below_m"]) == (320, 256) and c["largest_fall_pct"] == pytest.approx(100 * 0.3 / 2.9, abs=0.01)
+    assert c["above_floor_us"] == {"1": 1.1, "64": 1.9, "256": 2.0, "320": 1.7, "1024": 2.2, "4096": 2.1}
+    rising = bench.curve(_curve("s", [(1, 1.0), (8, 1.0), (64, 1.5)]), None)
+    assert rising["at_m"] is None and rising["largest_fall_pct"] == 0.0 and "above_floor_us" not in rising
+    assert bench.curve({"name": "u", "results": [{"m": 1, "status": "error"}]}, 0.9) is None
+
+
+def test_the_summary_prints_each_curve(cpu_run):
+    _, stdout, _, _, report = cpu_run
+    names = [c["candidate"] for c in report["curves"]]
+    assert names and set(names) <= {c["name"] for c in report["candidates"] if c["status"] == "ok"}
+    for name in names:
+        assert f"curve: {name}: " in stdout
+
+
 class _FakeCuda:
     """Just enough of torch.cuda to walk kernels.timing.time_cuda's control flow on a CPU-only host."""
 

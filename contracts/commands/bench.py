@@ -102,6 +102,14 @@ def print_summary(report: dict, out: Path) -> None:
     shaky = [f"{c['name']} M={p['m']}" for c in report["candidates"] for p in c["results"] if p.get("noisy")]
     if shaky:
         print(f"~ {len(shaky)} point(s) spread wider than their median (a busy host?); no crossover is computed from them: {', '.join(shaky)}")
+    for c in report.get("curves", []):
+        if c["at_m"] is None:
+            shape = "never faster at a larger M"
+        else:
+            shape = f"largest fall {c['largest_fall_pct']:.1f} % (M={c['at_m']} below M={c['below_m']})"
+        above = c.get("above_floor_us")
+        floor = f"; above the floor: {', '.join(f'M={m} {v:.2f}' for m, v in above.items())} us" if above else ""
+        print(f"curve: {c['candidate']}: {shape}{floor}")
     for x in report["crossovers"]:
         print(f"crossover: {x['candidate']} and {x['baseline']} cross near M={x['m']:.0f} "
               f"(between {x['between_m'][0]} and {x['between_m'][1]}); {x['faster_above']} is faster above")  # fmt: skip

@@ -396,6 +396,29 @@ def crossovers(baseline: dict, other: dict) -> list[dict]:
     return found
 
 
+def curve(entry: dict, floor: float | None) -> dict | None:
+    """How one candidate's time grows with M: the largest fall of a point below the slowest point at a smaller M (in
+    percent of that point: a launch shape switched too late or too early shows here), and each point above the launch
+    floor (the figure a speed goal is set in). None with fewer than one timed point."""
+    timed = _timed(entry["results"])
+    if not timed:
+        return None
+    fall, at, peak_m, peak = 0.0, None, None, None
+    best = (None, 0.0)  # the slowest point so far: (M, us)
+    for m in sorted(timed):
+        us = timed[m]
+        if best[0] is not None and us < best[1]:
+            drop = 100.0 * (best[1] - us) / best[1]
+            if drop > fall:
+                fall, at, peak_m, peak = drop, m, best[0], best[1]
+        if us >= best[1]:
+            best = (m, us)
+    out = {"candidate": entry["name"], "largest_fall_pct": round(fall, 2), "at_m": at, "below_m": peak_m}
+    if floor is not None:
+        out["above_floor_us"] = {str(m): round(us - floor, 3) for m, us in sorted(timed.items())}
+    return out
+
+
 def launches_by_candidate(report: dict) -> dict[str, str]:
     """Per timed candidate, what one timed call launched: ``"1 kernel"``, ``"2 kernels + 1 copy"``, a range over M
     (``"1-2 kernels"``), or ``"not counted"``; and the path timed (``engine launch`` / ``route``)."""
@@ -573,6 +596,7 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
         "baseline": candidates[0].name if candidates else None,
         "candidates": entries,
         "crossovers": [],
+        "curves": [c for c in (curve(e, floor) for e in entries if e["status"] == "ok") if c is not None],
     }
     base = entries[0] if entries else None
     if base is not None and base["status"] == "ok":
