@@ -10,7 +10,22 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["check_route_args"]
+__all__ = ["check_route_args", "serves_layout"]
+
+
+def serves_layout(*, rows: int, experts: int, logits_strides: tuple[int, int] | None = None, bias_stride: int | None = None,
+                  bias_contiguous: bool = True) -> bool:  # fmt: skip
+    """Whether ``check_route_args`` takes logits of these strides and a bias of this stride (``Candidate.covers``'
+    ``logits_strides`` and ``bias_stride``; None: not told, a dense layout): column stride 1, row stride >= E (with
+    more than one row), and with ``bias_contiguous`` bias stride 1. A gate of a route that checks its arguments with
+    ``check_route_args`` adds this, so the harness skips (and counts) what the route would refuse."""
+    if logits_strides is not None:
+        row_stride, column_stride = logits_strides
+        if experts > 1 and column_stride != 1:
+            return False
+        if rows > 1 and row_stride < experts:
+            return False
+    return not (bias_contiguous and bias_stride is not None and experts > 1 and bias_stride != 1)
 
 
 def check_route_args(
@@ -24,11 +39,16 @@ def check_route_args(
     bias_dtypes: tuple[str, ...] | None = None,
     dtype_hint: str = "pass bfloat16 or float32 (scores.float())",
     bias_contiguous: bool = True,
+    logits_rows: bool = True,
 ) -> tuple[int, int, int, float]:
     """Validate ``route`` arguments; return ``(M, E, row_stride, routed_scaling_factor as float)``.
 
     ``dtypes``: accepted logits dtypes by name (``str(dtype)`` without ``torch.``);
-    ``bias_dtypes``: accepted bias dtypes (``None``: any floating type).
+    ``bias_dtypes``: accepted bias dtypes (``None``: any floating type);
+    ``bias_contiguous``: the bias must have stride 1; ``logits_rows``: the
+    logits must be rows a kernel reads from a pointer and a row stride (column
+    stride 1, row stride >= E); False for a route that reads any layout
+    through torch (the row stride returned is then meaningless).
     """
     import torch
 
@@ -54,12 +74,12 @@ def check_route_args(
         raise ValueError(f"bias.device={bias.device} differs from scores.device={scores.device}; move bias there")
     if scores.device.type == "meta":
         raise ValueError("scores.device=meta holds no values; pass a cpu or cuda tensor")
-    if E > 1 and scores.stride(1) != 1:
+    if logits_rows and E > 1 and scores.stride(1) != 1:
         raise ValueError(f"scores.stride(1)={scores.stride(1)} is not 1; pass scores.contiguous()")
     if bias_contiguous and E > 1 and bias.stride(0) != 1:
         raise ValueError(f"bias.stride(0)={bias.stride(0)} is not 1; pass bias.contiguous()")
     row_stride = scores.stride(0) if M > 1 else E
-    if row_stride < E:
+    if logits_rows and row_stride < E:
         raise ValueError(f"scores.stride(0)={row_stride} is smaller than E={E}; pass scores.contiguous()")
     if isinstance(topk, bool) or not isinstance(topk, numbers.Integral):
         raise ValueError(f"topk={topk!r} is not an integer; pass an int in 1..{E} (16 for Kimi-K3's E=896)")

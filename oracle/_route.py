@@ -152,11 +152,12 @@ def route(
     ``routed_scaling_factor``, ``n_group``, ``topk_group``). ``bias`` may be
     ``None`` for a contract without a correction bias (one given is ignored).
     Inputs are never modified. Works on any device torch supports, for
-    bf16/fp16/fp32 logits, row-strided inputs (column stride 1), any
-    ``1 <= topk <= E``. ``renormalize`` and ``routed_scaling_factor`` must be
-    options the contract admits (``Contract.admits``; else a
-    ``RoutingArgumentError``). ``expert_scale``: the ``[E]`` per-expert weight
-    scale of a ``weight_scale="per_expert"`` contract (default all ones, the
+    bf16/fp16/fp32 logits and bias in any memory layout (row-strided,
+    column-strided, transposed: the same bits), any ``1 <= topk <= E``.
+    ``renormalize`` and ``routed_scaling_factor`` must be options the
+    contract admits (``Contract.admits``; else a ``RoutingArgumentError``).
+    ``expert_scale``: the ``[E]`` per-expert weight scale of a
+    ``weight_scale="per_expert"`` contract (default all ones, the
     model's initial value). A ``shared_expert_slot="last"`` contract returns
     ``topk + 1`` columns, the last one the shared expert (id E).
     """
@@ -226,6 +227,8 @@ def _route(scores, bias, topk, renormalize, rsf, contract, num_expert_group, top
         raise RoutingArgumentError(refused)
     expert_scale = check_expert_scale(expert_scale, c, scores)
     rows, experts = scores.shape
+    if experts > 1 and scores.stride(1) != 1:  # column-strided or transposed: the same values, read densely
+        scores = scores.contiguous()
     n_group, n_kept = resolve_groups(c, experts, num_expert_group, topk_group)
     device = scores.device
     bias = bias if c.has_bias else None

@@ -56,8 +56,6 @@ def check_route_args(scores, bias, topk, renormalize, routed_scaling_factor, *, 
     experts = scores.shape[1]
     if experts < 1:
         _fail(f"scores.shape={tuple(scores.shape)} has no experts (E=0); E must be >= 1")
-    if experts > 1 and scores.stride(1) != 1:
-        _fail(f"scores.stride()={scores.stride()} has column stride {scores.stride(1)}; it must be 1 (use .contiguous())")
     if bias is not None or bias_required:  # a contract without a bias takes None (a tensor is checked, then ignored)
         if not isinstance(bias, torch.Tensor):
             why = "; this contract ranks with a correction bias" if bias is None else ""

@@ -5,6 +5,7 @@ at once; a candidate with ``max_rows`` 1,000 must see calls of at most 1,000
 rows, every row checked, and a bulk case's replay line must rerun it.
 """
 
+import dataclasses
 import json
 
 import pandas as pd
@@ -75,7 +76,9 @@ def test_every_pinned_case_replays_from_its_id_and_builds_its_dtypes():
 
     names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     pinned = [s for s in iter_plan(["random_bf16", "random_fp32", "strided"], 10, 0, 64, 4, max_batch=9) if s.tags]
-    assert len(pinned) == 3 * (7 + 8 + 1)  # each at 1 and 2 rows and at max_batch (64 capped at 9)
+    # each at 1 and 2 rows and at max_batch (64 capped at 9); the column-strided logits of both families and the
+    # strided bias of random_bf16 too, and the transposed logits of both at 2 and 9 rows (one row is contiguous)
+    assert len(pinned) == 3 * (7 + 8 + 1) + 3 * 3 + 2 * 2
     for spec in pinned:
         assert parse_replay(spec.replay_id, 64, 4) == spec, spec.replay_id
         case = build_case(spec)
@@ -83,9 +86,15 @@ def test_every_pinned_case_replays_from_its_id_and_builds_its_dtypes():
             assert case.scores.dtype == names[spec.logits_dtype]
         if spec.bias_dtype:
             assert case.bias.dtype == names[spec.bias_dtype]
-        assert case.bias.is_contiguous() and case.bias.storage_offset() == spec.bias_offset
+        assert case.bias.stride() == (spec.bias_stride,) and case.bias.storage_offset() == spec.bias_offset
         if spec.logits_offset:  # contiguous, one element into the buffer: not on 16 bytes
             assert case.scores.is_contiguous() and case.scores.storage_offset() == 1 and case.scores.data_ptr() % 16
+        if spec.column_stride != 1:  # every other column of a [M, 2E] buffer, from its second
+            assert case.scores.stride() == (2 * 64, 2) and case.scores.storage_offset() == 1
+        if spec.transposed:  # an [E, M] buffer transposed
+            assert spec.rows > 1 and case.scores.stride() == (1, spec.rows) and case.scores.storage_offset() == 0
+        assert torch.equal(case.scores.contiguous(), build_case(dataclasses.replace(spec, column_stride=1, transposed=False,
+                                                                                    bias_stride=1)).scores)  # fmt: skip
     with pytest.raises(OptionError, match="logits-fp16"):
         parse_replay("random_fp32:7:64:logits-fp8", 64, 4)
 

@@ -181,14 +181,14 @@ def narrow_gate(*, rows, experts, topk, dtype, bias_dtype):
 
 def test_a_lazy_gate_shows_the_real_signature_so_covers_passes_only_what_it_takes():
     from contracts.candidates.lazy import LazyFunction
-    from contracts.candidates.registry import _BASICS_ONLY
+    from contracts.candidates.registry import _REFUSED_OPTIONS
 
     lazy = LazyFunction(__name__, "narrow_gate")
     assert inspect.signature(lazy) == inspect.signature(narrow_gate)
     cand = Candidate(name="lazy-narrow", route=lambda *a: None, covered=lazy)
     shape = dict(rows=1, experts=64, topk=4, dtype=torch.float32, bias_dtype=torch.float32, num_expert_group=8, topk_group=4)
     assert cand.covers(**shape) and not cand.covers(**{**shape, "experts": 32})
-    assert lazy not in _BASICS_ONLY  # filtered by its signature, not found out by a TypeError
+    assert lazy not in _REFUSED_OPTIONS  # filtered by its signature, not found out by a TypeError
     for c in all_candidates().values():  # every built-in and engine gate that loads here answers with its module's signature
         if isinstance(c.covered, LazyFunction):
             try:

@@ -165,5 +165,5 @@ def test_a_candidate_that_raised_is_an_error_and_its_rows_are_not_passes(tmp_pat
     assert error.get("message").startswith("the candidate raised in case random_bf16:") and "planted failure" in error.text
     skipped = cases[(f"{label}.random_bf16", "selection")].find("skipped")
     raised = 100 + pinned_rows("random_bf16", 1025, experts=896, topk=16, contract="aiter")  # the budget's rows and random_bf16's pinned cases
-    assert skipped.get("message") == f"not compared: the candidate raised on all {raised} rows (see the testcase 'run')"
+    assert skipped.get("message") == f"not compared: the candidate raised on all {raised:,} rows (see the testcase 'run')"
     assert root.get("errors") == "1" and root.get("failures") == "0"

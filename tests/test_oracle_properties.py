@@ -88,6 +88,27 @@ def test_oracle_row_strided_input_equals_contiguous(problem, offset):
         assert torch.equal(a[0].nan_to_num(-7.0), b[0].nan_to_num(-7.0))
 
 
+@given(routing_problems(), st.sampled_from(["column_stride-2", "transposed", "bias_stride-3"]))
+def test_oracle_column_strided_transposed_and_strided_bias_inputs_equal_contiguous(problem, layout):
+    # The harness pins these layouts; the oracle reads them as their values (the same bits).
+    scores, bias, topk, renormalize, rsf = problem
+    rows, experts = scores.shape
+    view, bias_view = scores.t().contiguous().t(), bias
+    if layout == "column_stride-2":
+        wide = torch.full((rows, 2 * experts), 7.0, dtype=scores.dtype)
+        wide[:, 1::2] = scores
+        view = wide[:, 1::2]
+    elif layout == "bias_stride-3":
+        wide_bias = torch.full((3 * experts,), 7.0, dtype=bias.dtype)
+        wide_bias[::3] = bias
+        view, bias_view = scores, wide_bias[::3]
+    for contract in oracle.CONTRACTS:
+        a = oracle.route(view, bias_view, topk, renormalize=renormalize, routed_scaling_factor=rsf, contract=contract)
+        b = oracle.route(scores.contiguous(), bias, topk, renormalize=renormalize, routed_scaling_factor=rsf, contract=contract)
+        assert torch.equal(a[1], b[1])
+        assert torch.equal(a[0].nan_to_num(-7.0), b[0].nan_to_num(-7.0))
+
+
 def test_oracle_chunked_rows_equal_row_by_row():
     gen = torch.Generator().manual_seed(3)
     scores = torch.randint(-3, 4, (2500, 64), generator=gen).float()  # ties everywhere, > one CPU chunk

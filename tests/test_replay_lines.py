@@ -139,3 +139,23 @@ def test_replaying_one_row_routes_its_case_once_compares_that_row_and_writes_no_
     assert "row 5: exact: matches the oracle" in capsys.readouterr().out
     assert main(["--candidate", "oracle", "--replay", "all_equal:7:40", "--row", "40"]) == 2
     assert "--row 40 is outside the case" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("router, tag", [("ignores_the_logits_column_stride", "column_stride-2"),
+                                         ("reads_dense_logits_as_row_major", "transposed"),
+                                         ("reads_the_bias_at_stride_1", "bias_stride-2")])  # fmt: skip
+def test_a_layout_cases_replay_id_rebuilds_its_layout(router, tag):
+    # A replay of a column-strided, transposed or strided-bias case routes the same layout again: the row still fails;
+    # the same case without the tag is contiguous, and the router (wrong on that layout only) is right there.
+    import dataclasses
+
+    from contracts.candidates import get_candidate
+    from contracts.run.options import parse_replay
+    from contracts.run.replay import replay_row
+
+    spec = parse_replay(f"random_bf16:7:4:{tag}", 896, 16)
+    assert spec.replay_id == f"random_bf16:7:4:{tag}"
+    cand = get_candidate(f"tests.adversarial.evidence:{router}")
+    assert replay_row(cand, "aiter", "cpu", spec, 0).failed
+    plain = dataclasses.replace(spec, column_stride=1, transposed=False, bias_stride=1)
+    assert not replay_row(cand, "aiter", "cpu", plain, 0).failed

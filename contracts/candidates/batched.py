@@ -14,7 +14,8 @@ pair comparison:
   the case's) up to ``M0`` rows, and the answers of its first rows kept.
   The tiled batch keeps the case's layout (``_tile``): rows further apart
   than E stay so, at the case's storage offset, with the same padding
-  between them, so that a router wrong on strided rows is wrong here too.
+  between them, columns keep their stride and a transposed case stays
+  column-major, so that a router wrong on a layout is wrong here too.
 
 Both answer every row of every case, so ``A@M<M0`` against ``B@M>=M0``
 counts the tokens whose routing changes across the split. The names are
@@ -22,8 +23,8 @@ candidate names like any other (``python -m contracts check --candidate
 'radix4@M<1024' --against 'aiter@M>=1024'``): the resolver registered here
 makes them on demand in every process, a worker's included. The derived
 candidate keeps its base's contract, devices, gates and declared
-deviations; its ``covered`` asks the base about the batch sizes it really
-gets.
+deviations; its ``covered`` asks the base about the batch sizes (and
+layouts) it really gets.
 """
 
 from __future__ import annotations
@@ -76,19 +77,29 @@ def _below(route, m0: int):
     return call
 
 
+def _tiled_strides(strides: tuple[int, int], experts: int, m0: int) -> tuple[int, int]:
+    """The strides of ``_tile``'s ``m0`` rows for a case of ``strides``: a column-major case (a transposed buffer)
+    stays column-major, (1, m0); any other keeps its column stride and its row stride (at least a row's span)."""
+    row_stride, col_stride = strides
+    if col_stride > row_stride:
+        return 1, m0
+    return max(row_stride, (experts - 1) * col_stride + 1), col_stride
+
+
 def _tile(scores, m0: int):
-    """``scores``' rows repeated to ``m0`` rows, in the layout of ``scores``: the same row stride, column stride
-    and storage offset, the padding between rows copied from the case (a contiguous tile would hide a layout bug)."""
+    """``scores``' rows repeated to ``m0`` rows, in the layout of ``scores`` (``_tiled_strides``): the same row
+    stride, column stride and storage offset, the padding between rows copied from the case (a contiguous tile would
+    hide a layout bug)."""
     import torch
 
     rows, experts = scores.shape
     tiled = scores.repeat(math.ceil(m0 / rows), 1)[:m0]
-    row_stride, col_stride = scores.stride()
-    if scores.is_contiguous() and scores.storage_offset() == 0:
+    (width, col_stride), offset = _tiled_strides(scores.stride(), experts, m0), scores.storage_offset()
+    if (width, col_stride) == (experts, 1) and offset == 0:
         return tiled
-    if col_stride != 1:  # column-major (or other) layouts: the same order of strides
-        return tiled.t().contiguous().t() if row_stride < col_stride else tiled.contiguous()
-    offset, width = scores.storage_offset(), max(row_stride, experts)
+    if col_stride > width:  # column-major (a transposed buffer): the same order of strides
+        return tiled.t().contiguous().t()
+    row_stride = scores.stride(0)
     storage = torch.empty(0, dtype=scores.dtype, device=scores.device).set_(scores.untyped_storage())
     backing = torch.empty(offset + m0 * width, dtype=scores.dtype, device=scores.device)
     source = storage.as_strided((rows, width), (row_stride, 1), offset) if storage.numel() >= offset + rows * width else None
@@ -99,7 +110,7 @@ def _tile(scores, m0: int):
         whole.fill_(9.0)
     if offset:
         backing[:offset] = storage[:offset] if storage.numel() >= offset else 9.0
-    view = backing.as_strided((m0, experts), (width, 1), offset)
+    view = backing.as_strided((m0, experts), (width, col_stride), offset)
     view.copy_(tiled)
     return view
 
@@ -138,8 +149,10 @@ def batched(base: Candidate, side: str, m0: int, *, base_lookup: str | None = No
         return wrap(real().route_under(contract), m0)
 
     def covered(*, rows: int, **shape) -> bool:
-        ask = real().covers  # which filters the call's options (and the contract) for the base's gate
+        ask = real().covers  # which filters the call's options, layouts (and the contract) for the base's gate
         if side == AT_LEAST:
+            if 0 < rows < m0 and shape.get("logits_strides") is not None:  # the base gets the tile's layout
+                shape = {**shape, "logits_strides": _tiled_strides(shape["logits_strides"], shape["experts"], m0)}
             return ask(rows=max(rows, m0), **shape) and (base.max_rows is None or max(rows, m0) <= base.max_rows)
         if rows < m0:
             return ask(rows=rows, **shape)

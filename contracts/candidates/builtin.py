@@ -49,8 +49,12 @@ def _kernel(name, module, *, contract, devices, description, gates_take_device=T
     )
 
 
-def _same_dtype_bias(*, dtype, bias_dtype, **_shape) -> bool:
-    return dtype == bias_dtype
+# Our kernels and the adapters of other kernels (aiter, its model) check their arguments with
+# kernels._args.check_route_args, which refuses logits of column stride != 1 (every other column of a buffer, a
+# transposed one) or row stride < E, and the kernels a bias of stride != 1: their gates decline those layouts (rows
+# skipped and counted, not an error), and their coverage says so. torch-native reads any layout.
+_LOGITS_LAYOUT = "logits of column stride 1 and row stride >= E only"
+_KERNEL_LAYOUT = f"{_LOGITS_LAYOUT}, a bias of stride 1"
 
 
 def _oracle_route(contract):
@@ -89,7 +93,7 @@ register(
                 "sentinel_fallback": "torch.topk has no -1e30 sentinel and no expert-0 fallback",
             },
         },
-        origin="kernels.adapters.torch_native",
+        origin="kernels.adapters.torch_native",  # reads every layout through torch: its gate serves all
     )
 )
 register(
@@ -101,8 +105,9 @@ register(
         expected_deviations={"aiter": dict(_AITER_MODEL_DEVIATIONS)},
         # aiter reads the bias in the logits dtype: calls with an fp32 bias and bf16
         # logits would round the bias, so they are outside what aiter serves.
-        covered=_same_dtype_bias,
-        coverage="aiter reads the bias in the logits' dtype, so only calls whose bias has the logits' dtype are checked",
+        covered=LazyFunction("kernels.adapters.aiter_model", "covered"),
+        coverage="aiter reads the bias in the logits' dtype, so only calls whose bias has the logits' dtype are checked; "
+                 f"{_LOGITS_LAYOUT}, as aiter's adapter takes them",
         origin="kernels.adapters.aiter_model",
     )
 )
@@ -113,7 +118,7 @@ _RADIX4_CONTRACTS = ("aiter", "kimi-k2", "glm4-moe", "dots1", "minimax-m2", "dee
 _RADIX4_COVERAGE = ("radix4 serves up to 4,096 rows, logits bf16/fp16/fp32, any float bias, ungrouped (E, k) = (896, 16), "
                     "(384, 8), (224, 16), (256, 8), (160, 8), (128, 6), (256, 6), (384, 6), under the ungrouped model "
                     "contracts any E in 8..1024 with top-k up to min(16, E), and grouped (256, 8) with 8 groups keep 4 "
-                    "(deepseek-v3, deepseek-v3-reference)")  # fmt: skip
+                    f"(deepseek-v3, deepseek-v3-reference); {_KERNEL_LAYOUT}")  # fmt: skip
 
 
 def _radix4_router(name: str, pdl: bool):
@@ -140,16 +145,19 @@ register(_radix4("radix4", "kernels.radix4", "our radix-4 select kernel (CUDA wa
                  "under contract aiter, lowest index under the model contracts", pdl=False, pdl_variant="radix4-pdl"))  # fmt: skip
 register(_radix4("radix4-pdl", "kernels.radix4.pdl", "radix4 launched with programmatic dependent launch (CUDA sm_90+): "
                  "it starts while the kernel before it ends", pdl=True))  # fmt: skip
+_RADIX4_SERIAL_COVERAGE = f"radix4-serial serves (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32; {_KERNEL_LAYOUT}"
 register(_kernel("radix4-serial", "kernels.radix4.serial", contract="serial", devices=("cuda",), gates_take_device=False,
-                 coverage="radix4-serial serves (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
+                 coverage=_RADIX4_SERIAL_COVERAGE,
                  description="the radix-4 select kernel under the serial contract (CUDA), bit for bit the serial scan",
                  pdl_variant="radix4-serial-pdl"))
 register(_kernel("radix4-serial-pdl", "kernels.radix4.serial_pdl", contract="serial", devices=("cuda",), gates_take_device=False,
-                 coverage="radix4-serial serves (E, k) = (896, 16), (384, 8), (224, 16) up to 4,096 rows, bf16 or fp32",
+                 coverage=_RADIX4_SERIAL_COVERAGE,
                  description="radix4-serial launched with programmatic dependent launch (CUDA sm_90+)"))
 register(_kernel("serial", "kernels.serial.scan", contract="serial", devices=("cpu", "cuda"),
+                 coverage=f"serial takes bf16 or fp32 logits and bias; {_KERNEL_LAYOUT}",
                  description="serial scan, one thread per row (host build on CPU, CUDA kernel on GPU)"))
 register(_kernel("block-argmax", "kernels.serial.block_argmax", contract="serial", devices=("cuda",),
+                 coverage=f"block-argmax takes up to 4,096 experts, bf16 or fp32 logits and bias; {_KERNEL_LAYOUT}",
                  description="block-parallel argmax, one block per row, lowest-index ties"))
 
 # AMD aiter itself (ROCm, gfx942/gfx950), through kernels.adapters.aiter. Its
@@ -168,6 +176,8 @@ register(
         supported_hardware=LazyFunction("kernels.adapters.aiter", "available"),
         build=LazyFunction("kernels.adapters.aiter", "build"),
         covered=LazyFunction("kernels.adapters.aiter", "covered"),
+        coverage="aiter's generic path serves E a multiple of 32 above 32, top-k up to 64, up to its row limit, a bias of "
+                 f"the logits' dtype; {_LOGITS_LAYOUT}",
         expected_deviations={"aiter": dict(_AITER_MODEL_DEVIATIONS)},
         origin="kernels.adapters.aiter",
     )

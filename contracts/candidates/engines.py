@@ -58,14 +58,21 @@ DESCRIPTIONS = {
 }
 
 # What each adapter's covered() serves, in words (the skip reason of the rows it does not), and the contracts
-# whose shapes it routes (`--candidate all --contract X` checks the candidates that serve X).
+# whose shapes it routes (`--candidate all --contract X` checks the candidates that serve X). Every adapter checks its
+# arguments with kernels._args (``_common.check_args``), which refuses logits of column stride != 1 or row stride < E:
+# each gate declines those layouts (any bias stride is served), and says so.
+_LAYOUTS = "logits of column stride 1 and row stride >= E only (the adapter's argument check refuses others)"
 COVERAGE = {
-    "lmdeploy-torch": "lmdeploy's noaux_tc router always takes a correction bias",
-    "sglang-radix": "SGLang's radix router serves 896 experts, top-16, no groups, bf16 or fp32 logits",
-    "sglang-radix-unsorted": "SGLang's radix router serves 896 experts, top-16, no groups, bf16 or fp32 logits",
-    "sglang-triton": "SGLang's Triton router serves any E and top-k whose groups divide E",
-    "flashinfer-noaux": "FlashInfer's noaux_tc kernel serves one group with E <= 384 and top-k <= 8, or DeepSeek-V3's "
-                        "grouped shapes, bf16/fp16/fp32",
+    name: f"{what}; {_LAYOUTS}" for name, what in {
+        "sglang-torch": "SGLang's torch router serves every shape",
+        "vllm-torch": "vLLM's torch routers serve every shape",
+        "lmdeploy-torch": "lmdeploy's noaux_tc router always takes a correction bias",
+        "sglang-radix": "SGLang's radix router serves 896 experts, top-16, no groups, bf16 or fp32 logits",
+        "sglang-radix-unsorted": "SGLang's radix router serves 896 experts, top-16, no groups, bf16 or fp32 logits",
+        "sglang-triton": "SGLang's Triton router serves any E and top-k whose groups divide E",
+        "flashinfer-noaux": "FlashInfer's noaux_tc kernel serves one group with E <= 384 and top-k <= 8, or DeepSeek-V3's "
+                            "grouped shapes, bf16/fp16/fp32",
+    }.items()
 }  # fmt: skip
 CONTRACTS = {name: ("aiter",) if name.startswith("sglang-radix") else ("aiter", "deepseek-v3") for name in ADAPTERS}
 

@@ -10,8 +10,12 @@ Gates, in the order the runner asks them:
 - ``available(device)`` -> (ok, why): never raises; the two above, swallowed.
 - ``covered(rows=, experts=, topk=, dtype=, bias_dtype=)`` -> bool: the shapes
   it serves; rows outside are skipped and counted, not checked. A gate that
-  also takes ``renormalize``, ``num_expert_group`` or ``topk_group`` (by
-  name, or ``**kwargs``) is told them too (``Candidate.covers``).
+  also takes ``renormalize``, ``num_expert_group``, ``topk_group``,
+  ``logits_strides`` (the logits' ``stride()``, (row, column) in elements) or
+  ``bias_stride`` (the bias's ``stride(0)``; not given without a bias) (by
+  name, or ``**kwargs``) is told them too (``Candidate.covers``); one that
+  does not take the strides is asked about every layout as if it served it,
+  so its router is checked on them all.
 
 Candidates come from three places: built-ins (``contracts.candidates.builtin``,
 registered when the package is imported, before anything else can claim
@@ -128,20 +132,25 @@ class Candidate:
 
     def covers(self, *, contract: str | None = None, **shape) -> bool:
         """``covered`` asked about one call: rows, experts, topk, dtype and bias_dtype always; the call's other
-        options (renormalize, num_expert_group, topk_group) only if the gate takes them, so older gates keep working;
+        options (renormalize, num_expert_group, topk_group) and layouts (logits_strides, bias_stride) only if the gate
+        takes them, so older gates keep working (and serve every layout: their routers are checked on all of them);
         ``contract`` (the contract being checked) only to a gate that says it takes it (``gate_takes_contract``)."""
         gate = self.covered
         if contract is not None and self.gate_takes_contract:
-            return bool(gate(**_gate_arguments(gate, {**shape, "contract": contract})))
-        if gate in _BASICS_ONLY:
-            return bool(gate(**{k: v for k, v in shape.items() if k in _GATE_BASICS}))
-        try:
-            return bool(gate(**_gate_arguments(gate, shape)))
-        except TypeError as exc:  # a wrapper (``**kwargs``) around a gate that takes only the basics
-            if "unexpected keyword argument" not in str(exc) or len(shape) == len(_GATE_BASICS):
-                raise
-            _BASICS_ONLY.add(gate)
-            return bool(gate(**{k: v for k, v in shape.items() if k in _GATE_BASICS}))
+            shape = {**shape, "contract": contract}
+        asked = _gate_arguments(gate, shape)
+        refused = _refused_by(gate)
+        if refused:
+            asked = {k: v for k, v in asked.items() if k not in refused}
+        while True:
+            try:
+                return bool(gate(**asked))
+            except TypeError as exc:  # a wrapper (``**kwargs``) around a gate that takes fewer options: drop the one it
+                name = _unexpected_keyword(exc)  # names and ask again (found once per gate)
+                if name is None or name not in asked or name in _GATE_BASICS:
+                    raise
+                asked.pop(name)
+                _refuses(gate, name)
 
     def serves(self, contract: str) -> bool:
         return "*" in self.contracts or contract == self.contract or contract in self.contracts
@@ -172,7 +181,27 @@ class Candidate:
 
 
 _GATE_BASICS = ("rows", "experts", "topk", "dtype", "bias_dtype")
-_BASICS_ONLY: set = set()  # gates found to refuse the call's other options
+_REFUSED_OPTIONS: dict = {}  # gate -> the call's other options (or layouts) it was found to refuse by a TypeError
+_UNEXPECTED = re.compile(r"unexpected keyword argument '(\w+)'")
+
+
+def _unexpected_keyword(exc: TypeError) -> str | None:
+    match = _UNEXPECTED.search(str(exc))
+    return match[1] if match else None
+
+
+def _refused_by(gate) -> frozenset[str]:
+    try:
+        return _REFUSED_OPTIONS.get(gate, frozenset())
+    except TypeError:  # an unhashable callable: found out again on each call
+        return frozenset()
+
+
+def _refuses(gate, name: str) -> None:
+    try:
+        _REFUSED_OPTIONS[gate] = _refused_by(gate) | {name}
+    except TypeError:
+        pass
 
 
 @functools.lru_cache(maxsize=256)

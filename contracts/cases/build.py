@@ -18,9 +18,12 @@ import torch
 from .families import FAMILIES
 from .plan import SCALING_FACTORS, CaseSpec  # the factors a case draws (the plan pins each per launch class too)
 
-__all__ = ["SCALING_FACTORS", "Case", "build_case", "draw_expert_scale", "logits_dtype_name"]
+__all__ = ["GAP", "SCALING_FACTORS", "Case", "build_case", "draw_expert_scale", "logits_dtype_name"]
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# What fills the gaps of a pinned column-strided logits or strided bias buffer: a logit or bias that ranks an expert
+# first, so a router that reads a gap as a value chooses other experts (the strided family pads its rows so too).
+GAP = 9.0
 _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
@@ -61,10 +64,14 @@ class Case:
         return Case(spec, self.scores.index_select(0, rows), self.bias, self.renormalize, self.routed_scaling_factor, self.expert_scale)
 
     def call_shape(self, rows: int | None = None) -> dict:
-        """What a ``covered`` gate is asked about a call on this case (``rows``: of one call, default the case's)."""
+        """What a ``covered`` gate is asked about a call on this case (``rows``: of one call, default the case's): the
+        basics, the call options, and the layouts as torch's ``stride()`` gives them: ``logits_strides`` (row, column)
+        and ``bias_stride`` (only with a bias). A bulk case's calls are row slices of it: the same strides."""
+        bias = {} if self.bias is None else {"bias_stride": self.bias.stride(0)}
         return dict(rows=self.spec.rows if rows is None else rows, experts=self.spec.experts, topk=self.spec.topk,
                     dtype=self.scores.dtype, bias_dtype=self.scores.dtype if self.bias is None else self.bias.dtype,
-                    renormalize=self.renormalize, **self.group_args)  # fmt: skip
+                    renormalize=self.renormalize, logits_strides=tuple(self.scores.stride()),
+                    **bias, **self.group_args)  # fmt: skip
 
 
 def draw_expert_scale(experts: int, generator: torch.Generator) -> torch.Tensor:
@@ -119,10 +126,21 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
         backing_logits = torch.zeros(spec.logits_offset + scores.numel(), dtype=scores.dtype, device=scores.device)
         backing_logits[spec.logits_offset :] = scores.reshape(-1)
         scores = backing_logits[spec.logits_offset :].view(spec.rows, spec.experts)
-    if bias is not None and spec.bias_offset:  # pinned: contiguous, but not where an allocation would start
-        backing_bias = torch.zeros(spec.bias_offset + spec.experts, dtype=bias.dtype, device=bias.device)
-        backing_bias[spec.bias_offset :] = bias
-        bias = backing_bias[spec.bias_offset :]
+    if spec.column_stride > 1:  # pinned: every N-th column of a wider buffer from its second (storage offset 1, row
+        # stride N * E), the columns between them a logit that ranks first: a router that reads them routes otherwise
+        step = spec.column_stride
+        wide = torch.full((spec.rows, step * spec.experts), GAP, dtype=scores.dtype, device=scores.device)
+        wide[:, 1::step] = scores
+        scores = wide[:, 1::step]
+    elif spec.transposed:  # pinned: the transpose of a contiguous [E, M] buffer (strides (1, M): row stride 1 < E)
+        scores = scores.t().contiguous().t()
+    if bias is not None and (spec.bias_offset or spec.bias_stride > 1):  # pinned: not where an allocation would start
+        # (zeros before it), or every N-th element of a wider buffer (a bias that ranks first between them)
+        step = spec.bias_stride
+        backing_bias = torch.zeros(spec.bias_offset + step * spec.experts, dtype=bias.dtype, device=bias.device)
+        if step > 1:
+            backing_bias[spec.bias_offset :] = GAP
+        bias = backing_bias[spec.bias_offset :: step].copy_(bias)
     # Drawn last, so a case's other draws stay what they were.
     scale = draw_expert_scale(spec.experts, gen).to(device) if spec.expert_scale else None
     return Case(spec, scores, bias, renormalize, rsf, scale)

@@ -36,10 +36,16 @@ def coverage_of(specs: Iterable["CaseSpec"]) -> dict:
             pairs.add(pair)
         if spec.bias_offset:
             layouts.add("bias at an offset")
+        if spec.bias_stride != 1 and spec.bias:
+            layouts.add(f"bias at stride {spec.bias_stride}")
         if spec.logits_offset:
             layouts.add("contiguous logits at an offset")
         if FAMILIES[spec.family].strided:
             layouts.add("strided at offset 0" if spec.offset == 0 else "strided at an offset")
+        elif spec.column_stride != 1:
+            layouts.add(f"logits at column stride {spec.column_stride}")
+        elif spec.transposed:
+            layouts.add("transposed logits")
         else:
             layouts.add("contiguous")
         if spec.tags and not spec.bulk:

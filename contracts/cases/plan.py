@@ -28,7 +28,9 @@ and each side of every launch-shape boundary the kernel packages publish as
 bias dtype (bf16, fp16, fp32), and ``random_fp32`` the same with fp16 logits,
 so that all nine (logits, bias) dtype pairs are made, ``random_bf16`` a bias
 of each dtype that starts one element into its buffer (not aligned for vector
-loads), and both families contiguous logits one element into theirs;
+loads), and both families contiguous logits one element into theirs,
+logits of column stride 2 (every other column of a wider buffer) and
+transposed logits (row stride 1, from 2 rows), ``random_bf16`` a bias of stride 2;
 ``strided`` cases at storage offset 0. Each of those dtype and layout pins
 runs in **every launch class** of the checked shape: at 1 and 2 rows (one
 row is often a class of its own, the decode step), at 64, and at the first
@@ -36,7 +38,7 @@ batch of each launch shape the kernels use there under the contract
 (``launch_points``; radix4 at 896/16 under aiter: 61 and 1,585), so
 a loader written per launch shape meets every pair and layout. A pinned case
 names what it pins in its replay id (``strided:SEED:64:offset-0``,
-``random_fp32:SEED:1585:logits-fp16:bias-bf16``).
+``random_fp32:SEED:1585:logits-fp16:bias-bf16``, ``random_bf16:SEED:61:transposed``).
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ class CaseSpec:
     offset: int | None = None  # pinned storage offset of a strided family's rows (None: drawn, 1..63)
     bias_offset: int = 0  # pinned: the bias starts this many elements into its buffer (1: not aligned for vector loads)
     logits_offset: int = 0  # pinned: contiguous logits (row stride E) that start this many elements into their buffer
+    column_stride: int = 1  # pinned: the logits are every N-th column of a wider buffer, from its second (stride(1) == N)
+    transposed: bool = False  # pinned: the logits are the transpose of a contiguous [E, M] buffer (strides (1, M))
+    bias_stride: int = 1  # pinned: the bias is every N-th element of a wider buffer (stride(0) == N)
     renormalize: bool | None = None  # pinned call option (None: drawn, 3 in 4 renormalize); one the contract admits
     scaling: float | None = None  # pinned routed_scaling_factor (None: drawn from SCALING_FACTORS)
 
@@ -81,12 +86,16 @@ class CaseSpec:
     @property
     def tags(self) -> tuple[str, ...]:
         """What the spec pins, as replay-id parts: ``bulk``, ``logits-fp16``, ``bias-bf16``, ``offset-0``,
-        ``bias_offset-1``, ``logits_offset-1``, ``renormalize-off``, ``scaling-2.5``."""
+        ``bias_offset-1``, ``logits_offset-1``, ``column_stride-2``, ``transposed``, ``bias_stride-2``,
+        ``renormalize-off``, ``scaling-2.5``."""
         return (("bulk",) if self.bulk else ()) + ((f"logits-{self.logits_dtype}",) if self.logits_dtype else ()) + (
             (f"bias-{self.bias_dtype}",) if self.bias_dtype else ()) + (
             (f"offset-{self.offset}",) if self.offset is not None else ()) + (
             (f"bias_offset-{self.bias_offset}",) if self.bias_offset else ()) + (
             (f"logits_offset-{self.logits_offset}",) if self.logits_offset else ()) + (
+            (f"column_stride-{self.column_stride}",) if self.column_stride != 1 else ()) + (
+            ("transposed",) if self.transposed else ()) + (
+            (f"bias_stride-{self.bias_stride}",) if self.bias_stride != 1 else ()) + (
             (f"renormalize-{'on' if self.renormalize else 'off'}",) if self.renormalize is not None else ()) + (
             (f"scaling-{self.scaling:g}",) if self.scaling is not None else ())  # fmt: skip
 
@@ -305,6 +314,12 @@ PINNED_ROWS = 64  # the rows of a pinned dtype or layout case
 # The dtypes a pinned case gives the bias: with the families' logits (bf16, fp32) and pinned fp16 logits, every
 # (logits, bias) pair of the three float dtypes the contracts read is made (kernels load each pair differently).
 BIAS_DTYPES = ("bf16", "fp16", "fp32")
+# The layouts whose column stride is not 1, pinned in random_bf16 and random_fp32 (bf16 and fp32 logits): every
+# other column of a [M, 2E] buffer, and the transpose of an [E, M] buffer (row stride 1 < E). A router that reads the
+# storage as if it were contiguous, or takes the row stride alone, is wrong there only. And (random_bf16, with a
+# bias) a bias of stride 2: one that indexes the bias's storage at stride 1.
+LOGITS_STRIDES: tuple[dict, ...] = ({"column_stride": 2}, {"transposed": True})
+BIAS_STRIDES: tuple[dict, ...] = ({"bias_stride": 2},)
 
 
 def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points: tuple[int, ...] | None = None,
@@ -341,13 +356,15 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
         # contiguous logits (row stride E) one element into their buffer: a kernel that picks vector loads by
         # is_contiguous() alone reads them misaligned (the strided family's rows are never contiguous)
         fields += [{"logits_offset": 1}] + ([{"logits_dtype": "fp16", "logits_offset": 1}] if name == "random_fp32" else [])
-    elif name in ("random_bf16", "random_fp32"):  # no bias: the logits' dtype and offset alone
+        fields += [*LOGITS_STRIDES, *(BIAS_STRIDES if name == "random_bf16" else ())]
+    elif name in ("random_bf16", "random_fp32"):  # no bias: the logits' dtype and layout alone
         fields = [{"logits_offset": 1}] + ([{"logits_dtype": "fp16"}, {"logits_dtype": "fp16", "logits_offset": 1}]
-                                           if name == "random_fp32" else [])
+                                           if name == "random_fp32" else []) + [*LOGITS_STRIDES]
     elif FAMILIES[name].strided:
         fields = [{"offset": 0}]
-    # every pinned dtype pair and layout in every launch class: a kernel's loads are written per launch shape
-    return [(rows, f) for f in fields for rows in launch_class_sizes(max_batch, points)]
+    # every pinned dtype pair and layout in every launch class: a kernel's loads are written per launch shape (a
+    # transposed one-row batch is contiguous: none)
+    return [(rows, f) for f in fields for rows in launch_class_sizes(max_batch, points) if rows > 1 or not f.get("transposed")]
 
 
 COVERAGE_PASSES = 2

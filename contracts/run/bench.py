@@ -275,7 +275,8 @@ def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions,
     scores, bias = inputs
     entry: dict = {"m": M}
     shape = dict(rows=M, experts=args.experts, topk=args.topk, dtype=scores[0].dtype,
-                 bias_dtype=scores[0].dtype if bias is None else bias.dtype, **args.group_args)  # as a check asks a gate
+                 bias_dtype=scores[0].dtype if bias is None else bias.dtype, logits_strides=tuple(scores[0].stride()),
+                 **({} if bias is None else {"bias_stride": bias.stride(0)}), **args.group_args)  # as a check asks a gate
     try:  # under the contract the route follows: --contract's, else the candidate's own
         covered = candidate.covers(**shape, renormalize=args.renormalize, contract=args.contract or candidate.contract)
     except Exception as exc:  # noqa: BLE001 -- a gate must not take the run down

@@ -49,11 +49,12 @@ def parse_shard(text: str | None, *, option: str = "--shard") -> tuple[int, int]
 
 def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"):
     """``FAMILY:SEED:ROWS`` or ``FAMILY:SEED:ROWS:bulk`` (a report's replay id) as a CaseSpec, every part checked."""
-    from ..cases.families import FAMILY_NAMES
+    from ..cases.families import FAMILIES, FAMILY_NAMES
     from ..cases.plan import SCALING_FACTORS, CaseSpec
 
     parts = text.split(":")
-    tags = parts[3:]  # what the case pins: bulk (drawn on the device), logits-fp16, bias-bf16 / -fp16 / -fp32, offset-N
+    tags = parts[3:]  # what the case pins: bulk (drawn on the device), logits-fp16, bias-bf16 / -fp16 / -fp32, offset-N,
+    # bias_offset-N, logits_offset-N, column_stride-N, transposed, bias_stride-N, renormalize-on|off, scaling-F
     pinned: dict = {}
     for tag in tags:
         kind, _, value = tag.partition("-")
@@ -67,6 +68,10 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
             pinned["offset"] = int(value)
         elif kind in ("bias_offset", "logits_offset") and value.isdigit() and 0 < int(value) < 64:
             pinned[kind] = int(value)
+        elif kind in ("column_stride", "bias_stride") and value.isdigit() and 1 < int(value) < 64:
+            pinned[kind] = int(value)
+        elif tag == "transposed":
+            pinned["transposed"] = True
         elif kind == "renormalize" and value in ("on", "off"):
             pinned["renormalize"] = value == "on"
         elif kind == "scaling" and value in {f"{s:g}" for s in SCALING_FACTORS}:
@@ -76,10 +81,16 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
             break
     if len(parts) < 3 or pinned is None or len(pinned) != len(tags):
         raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk (a pinned case adds :logits-fp16, "
-                          ":bias-bf16, :bias-fp16, :bias-fp32, :offset-N, :bias_offset-N, :logits_offset-N, :renormalize-on|off or :scaling-F), as printed in a report's replay line")  # fmt: skip
+                          ":bias-bf16, :bias-fp16, :bias-fp32, :offset-N, :bias_offset-N, :logits_offset-N, :column_stride-N, "
+                          ":transposed, :bias_stride-N, :renormalize-on|off or :scaling-F), as printed in a report's replay line")  # fmt: skip
     family, seed_text, rows_text = parts[:3]
     if family not in FAMILY_NAMES:
         raise OptionError(f"{option} family {family!r} is unknown; known: {', '.join(FAMILY_NAMES)}")
+    # One layout of the logits at a time (the plan pins no mix): a strided family's rows, or one of these tags.
+    layouts = [t for t in tags if t.partition("-")[0] in ("logits_offset", "column_stride", "transposed")]
+    if len(layouts) + bool(FAMILIES[family].strided and layouts) > 1:
+        raise OptionError(f"{option} {text!r} pins more than one layout of the logits ({', '.join(layouts)}"
+                          f"{', family ' + family if FAMILIES[family].strided else ''}); give one, as printed in a report's replay line")  # fmt: skip
     try:
         seed, rows = int(seed_text), int(rows_text)
     except ValueError:

@@ -220,14 +220,15 @@ def search(
     @hypothesis_seed(seed)
     @given(strategy)
     def contract_holds(example):
+        scores, bias = example.tensors()  # first: the gate is asked about their layouts too
         assume(
             candidate.covers(
                 contract=contract, rows=example.total_rows, experts=example.experts, topk=example.topk,
                 dtype=getattr(torch, example.dtype), bias_dtype=getattr(torch, example.bias_dtype), renormalize=example.renormalize,
+                logits_strides=tuple(scores.stride()), bias_stride=bias.stride(0),
             )
         )  # fmt: skip
         result.examples_run += 1
-        scores, bias = example.tensors()
         scale = example.expert_scale()
         _, bad = check_input(route, contract, deviations, scores, bias, example.topk, example.renormalize,
                              example.routed_scaling_factor, device, expert_scale=scale)  # fmt: skip

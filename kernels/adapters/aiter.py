@@ -42,7 +42,7 @@ Gates (none of them imports aiter unless the hardware can run it)::
     supported_hardware(device) -> (ok, why)   # a ROCm build of torch and a gfx942/gfx950 GPU
     available(device) -> (ok, why)            # the above, and ``import aiter`` works
     build(device)                             # one tiny call: aiter JIT-compiles its op on first use
-    covered(*, rows, experts, topk, dtype, bias_dtype) -> bool
+    covered(*, rows, experts, topk, dtype, bias_dtype, logits_strides=None, bias_stride=None) -> bool
 
 Test seam: the module imported as aiter is named by the environment variable
 ``ROUTER_AITER_MODULE`` (default ``aiter``) and read at every call by
@@ -60,7 +60,7 @@ import importlib
 import importlib.util
 import os
 
-from .._args import check_route_args
+from .._args import check_route_args, serves_layout
 
 __all__ = [
     "ENV_MODULE",
@@ -165,7 +165,8 @@ def build(device: str = "cuda") -> None:
         torch.cuda.synchronize(scores.device)
 
 
-def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bool:
+def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, logits_strides: tuple[int, int] | None = None,
+            bias_stride: int | None = None) -> bool:  # fmt: skip
     """The calls aiter's generic path serves exactly as the contract poses them.
 
     E a multiple of 32 and > 32 (one group of more than 32 experts takes the
@@ -173,10 +174,12 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bool:
     rows (larger batches go to another kernel), bf16/fp16/fp32 logits, and a bias of the
     logits dtype (aiter reads the bias in the gating dtype; an fp32 bias with
     bf16 logits would be rounded, so aiter would rank with another bias than
-    the contract does).
+    the contract does); logits of column stride 1 and row stride >= E (what
+    ``route``'s argument check takes; a bias of any stride is copied).
     """
     return (
-        0 <= rows <= GENERIC_MAX_ROWS
+        serves_layout(rows=rows, experts=experts, logits_strides=logits_strides, bias_stride=bias_stride, bias_contiguous=False)
+        and 0 <= rows <= GENERIC_MAX_ROWS
         and experts >= GENERIC_MIN_EXPERTS
         and experts % EXPERT_MULTIPLE == 0
         and 1 <= topk <= min(experts, MAX_TOPK)

@@ -23,9 +23,17 @@ import functools
 
 import torch
 
-from ._args import check_args
+from ._args import check_args, serves
 
-__all__ = ["LANE_RANK", "route", "tie_priority"]
+__all__ = ["LANE_RANK", "covered", "route", "tie_priority"]
+
+
+def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, logits_strides: tuple[int, int] | None = None,
+            bias_stride: int | None = None) -> bool:  # fmt: skip
+    """Calls whose bias has the logits' dtype (aiter reads the bias in the logits' dtype: an fp32 bias with bf16 logits
+    would be rounded), in the layouts ``route``'s argument check takes: logits of column stride 1, row stride >= E."""
+    return dtype == bias_dtype and serves(rows=rows, experts=experts, logits_strides=logits_strides, bias_stride=bias_stride)
+
 
 LANE_RANK = (
     56, 57, 58, 59, 63, 62, 61, 60, 52, 53, 54, 55, 51, 50, 49, 48,

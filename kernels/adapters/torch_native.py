@@ -19,7 +19,8 @@ __all__ = ["route"]
 
 
 def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0):
-    check_args(scores, bias, topk, renormalize, routed_scaling_factor)
+    # torch reads the logits and the bias in any layout, as an engine's fallback does: no stride is refused
+    check_args(scores, bias, topk, renormalize, routed_scaling_factor, logits_rows=False)
     sig = torch.sigmoid(scores.float())
     ranked = sig + bias.float()
     ids = torch.topk(ranked, topk, dim=-1).indices

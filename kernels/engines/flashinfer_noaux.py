@@ -49,7 +49,7 @@ import functools
 from pathlib import Path
 
 from .._build import load_library
-from ._common import check_args, dtype_name
+from ._common import check_args, dtype_name, layout_served
 from ._cuda import HERE, arch_flags, build_arch, build_shim, cublas_include_flags, shim_failure, shim_gates
 from ._locate import locate
 
@@ -137,10 +137,12 @@ def served(experts: int, topk: int, num_expert_group: int = 1, topk_group: int =
 
 
 def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert_group=1, topk_group=1,
-            renormalize=True, **_) -> bool:  # fmt: skip
-    """The kernel's shapes (see ``served``), float logits and bias, and renormalize (it always renormalizes)."""
+            renormalize=True, **layout) -> bool:  # fmt: skip
+    """The kernel's shapes (see ``served``), float logits and bias, and renormalize (it always renormalizes), in the
+    layouts ``check_args`` takes (``_common.layout_served``)."""
     return (
-        rows >= 0
+        layout_served(rows=rows, experts=experts, **layout)
+        and rows >= 0
         and bool(renormalize)
         and served(experts, topk, num_expert_group, topk_group)
         and dtype_name(dtype) in _DTYPES

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 
-from ._common import check_args, empty_result, torch_router_gates
+from ._common import check_args, empty_result, layout_served, torch_router_gates
 from ._load import load_definitions
 from ._locate import locate
 
@@ -59,9 +59,10 @@ def load() -> type:
 supported_hardware, build, available = torch_router_gates(ENGINE, load)
 
 
-def covered(*, bias_dtype="unknown", **_shape) -> bool:
-    """Every shape, but only with a bias (lmdeploy's noaux_tc router has no unbiased form)."""
-    return bias_dtype is not None
+def covered(*, bias_dtype="unknown", **shape) -> bool:
+    """Every shape, but only with a bias (lmdeploy's noaux_tc router has no unbiased form), in the layouts
+    ``check_args`` takes (``_common.layout_served``)."""
+    return bias_dtype is not None and layout_served(**shape)
 
 
 def _impl(scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group):

@@ -41,7 +41,7 @@ import functools
 from pathlib import Path
 
 from .._build import BuildError, load_library
-from ._common import check_args, dtype_name
+from ._common import check_args, dtype_name, layout_served
 from ._cuda import HERE, arch_flags, build_arch, build_shim, shim_failure, shim_gates
 from ._locate import locate
 
@@ -108,10 +108,12 @@ def library() -> ctypes.CDLL:
     return _library(str(build()))
 
 
-def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert_group=1, topk_group=1, **_) -> bool:
-    """896 experts, top-16, ungrouped, bf16/fp32 logits, any float bias (passed as fp32)."""
+def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert_group=1, topk_group=1, **layout) -> bool:
+    """896 experts, top-16, ungrouped, bf16/fp32 logits, any float bias (passed as fp32), in the layouts ``check_args``
+    takes (``_common.layout_served``)."""
     return (
-        (experts, topk) == (EXPERTS, TOPK)
+        layout_served(rows=rows, experts=experts, **layout)
+        and (experts, topk) == (EXPERTS, TOPK)
         and (num_expert_group or 1) == 1
         and (topk_group or 1) == 1
         and rows >= 0

@@ -43,14 +43,15 @@ give a bf16 sigmoid (ids differ from an fp32 sigmoid on random rows); a zero
 sum gives weights 0 (the 1e-20), not NaN; ``sorted=False`` output order.
 
 Gates: ``available()`` (the file is found and loads), ``covered(**shape)``
-(every shape: torch handles any), any device torch runs on.
+(every shape: torch handles any; logits of column stride 1 and row stride
+>= E, as ``check_args`` takes them), any device torch runs on.
 """
 
 from __future__ import annotations
 
 import functools
 
-from ._common import check_args, empty_result, torch_router_gates
+from ._common import check_args, empty_result, layout_served, torch_router_gates
 from ._load import load_definitions
 from ._locate import locate
 
@@ -81,8 +82,9 @@ def load(*, compiled: bool = False) -> dict:
 supported_hardware, build, available = torch_router_gates(ENGINE, load)
 
 
-def covered(**_shape) -> bool:
-    return True
+def covered(**shape) -> bool:
+    """Every shape (torch handles any), in the layouts ``check_args`` takes (``_common.layout_served``)."""
+    return layout_served(**shape)
 
 
 def _route(ns, scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group):

@@ -35,7 +35,7 @@ import functools
 import importlib.util
 import os
 
-from ._common import check_args, describe_roots, gate
+from ._common import check_args, describe_roots, gate, layout_served
 from ._load import load_definitions, stand_in
 from ._locate import locate
 
@@ -100,9 +100,11 @@ def available() -> tuple[bool, str]:
     return gate(load, lambda: why)
 
 
-def covered(*, rows: int, experts: int, topk: int, num_expert_group=1, topk_group=1, **_) -> bool:
-    """Any ``E`` and ``topk`` the kernel compiles for (one row in a power-of-two block of ``E``)."""
-    return rows >= 0 and 1 <= topk <= experts and experts % (num_expert_group or 1) == 0
+def covered(*, rows: int, experts: int, topk: int, num_expert_group=1, topk_group=1, **shape) -> bool:
+    """Any ``E`` and ``topk`` the kernel compiles for (one row in a power-of-two block of ``E``), in the layouts
+    ``check_args`` takes (``_common.layout_served``)."""
+    return rows >= 0 and 1 <= topk <= experts and experts % (num_expert_group or 1) == 0 and layout_served(
+        rows=rows, experts=experts, **shape)
 
 
 def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import functools
 
-from ._common import check_args, empty_result, torch_router_gates
+from ._common import check_args, empty_result, layout_served, torch_router_gates
 from ._load import load_definitions, stand_in
 from ._locate import locate
 
@@ -109,8 +109,9 @@ def load(*, compiled: bool = False) -> dict:
 supported_hardware, build, available = torch_router_gates(ENGINE, load)
 
 
-def covered(**_shape) -> bool:
-    return True
+def covered(**shape) -> bool:
+    """Every shape (torch handles any), in the layouts ``check_args`` takes (``_common.layout_served``)."""
+    return layout_served(**shape)
 
 
 def _route(fns, scores, bias, topk, renormalize, routed_scaling_factor, num_expert_group, topk_group):

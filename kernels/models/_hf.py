@@ -202,7 +202,9 @@ def make_route(router: Router):
         module, instance = _build(router, experts, topk, str(scores.device))
         _set_bias(instance, router.family, bias, experts, scores.device)
         _set_expert_scale(instance, router.family, expert_scale, experts, scores.device)
-        x = scores.clone()  # the routers reshape with .view: a row-strided input needs its own contiguous copy
+        # the routers reshape with .view: a row-strided, column-strided or transposed input needs its own contiguous
+        # copy (a plain clone keeps a transposed tensor's strides)
+        x = scores.clone(memory_format=torch.contiguous_format)
         with torch.no_grad(), _fed(module):
             weights, ids = _call(router.family, instance, x, bias, bool(renormalize), float(routed_scaling_factor),
                                  num_expert_group or 1, topk_group or 1)  # fmt: skip

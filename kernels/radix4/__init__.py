@@ -403,12 +403,18 @@ def _entry_serves(entry: str, experts: int, topk: int) -> bool:
 
 
 def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert_group: int | None = None,
-            topk_group: int | None = None, contract: str | None = None) -> bool:  # fmt: skip
+            topk_group: int | None = None, contract: str | None = None, logits_strides: tuple[int, int] | None = None,
+            bias_stride: int | None = None) -> bool:  # fmt: skip
     """Whether radix4 serves this call under routing contract ``contract`` (a MODEL_RULES name; None: under any
     it implements): ungrouped, (experts, topk) in SHAPES, or under the ungrouped model contracts any E in
     GENERIC_EXPERTS with 1 <= topk <= min(16, E); grouped (``num_expert_group`` > 1), (experts, topk, n_group,
     topk_group) in GROUPED_SHAPES; 0 <= rows <= MAX_ROWS; logits bf16, fp16 or fp32; any float bias (a bias
-    that is not bf16 or fp32 is widened to fp32 before the launch, as the contracts read it)."""
+    that is not bf16 or fp32 is widened to fp32 before the launch, as the contracts read it); logits of column
+    stride 1 and row stride >= E, a bias of stride 1 (``logits_strides``, ``bias_stride``: what route takes)."""
+    from .._args import serves_layout  # here: the module's imports are the kernel's
+
+    if not serves_layout(rows=rows, experts=experts, logits_strides=logits_strides, bias_stride=bias_stride):
+        return False
     grouped = num_expert_group is not None and num_expert_group > 1
     if contract is not None and contract not in MODEL_RULES:
         return False
@@ -426,10 +432,15 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert
     )
 
 
-def covered_kimi(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bool:
-    """``covered`` of the serial contract's modules: the Kimi shapes, bf16 or fp32 logits and bias."""
+def covered_kimi(*, rows: int, experts: int, topk: int, dtype, bias_dtype, logits_strides: tuple[int, int] | None = None,
+                 bias_stride: int | None = None) -> bool:  # fmt: skip
+    """``covered`` of the serial contract's modules: the Kimi shapes, bf16 or fp32 logits and bias, in the layouts
+    ``covered`` serves."""
+    from .._args import serves_layout
+
     return (
-        (experts, topk) in KIMI_SHAPES
+        serves_layout(rows=rows, experts=experts, logits_strides=logits_strides, bias_stride=bias_stride)
+        and (experts, topk) in KIMI_SHAPES
         and 0 <= rows <= MAX_ROWS
         and _dtype_name(dtype) in ("float32", "bfloat16")
         and _dtype_name(bias_dtype) in ("float32", "bfloat16")

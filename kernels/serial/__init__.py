@@ -34,7 +34,7 @@ Layout. Two kernel modules, each with the same five functions:
     supported_hardware(device) -> tuple[bool, str]          # never raises
     build(device, *, arch=None) -> pathlib.Path             # BuildError on compiler error
     available(device) -> tuple[bool, str]                   # never raises
-    covered(*, rows, experts, topk, dtype, bias_dtype) -> bool
+    covered(*, rows, experts, topk, dtype, bias_dtype, logits_strides=None, bias_stride=None) -> bool
     route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0)
         -> (weights, ids)                                   # dispatches on scores.device
 

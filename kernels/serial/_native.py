@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from .._args import check_route_args as _check_common
+from .._args import serves_layout
 from .._build import compile_shared, load_library
 
 HERE = Path(__file__).resolve().parent
@@ -143,9 +144,13 @@ def dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, max_experts: int | None = None) -> bool:
+def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, max_experts: int | None = None,
+            logits_strides: tuple[int, int] | None = None, bias_stride: int | None = None) -> bool:  # fmt: skip
+    """The calls ``check_route_args`` takes: the shape, bf16/fp32 logits and bias, and the layouts (logits of column
+    stride 1 and row stride >= E, a bias of stride 1: ``kernels._args.serves_layout``)."""
     return (
-        rows >= 0
+        serves_layout(rows=rows, experts=experts, logits_strides=logits_strides, bias_stride=bias_stride)
+        and rows >= 0
         and 1 <= topk <= experts
         and (max_experts is None or experts <= max_experts)
         and dtype_name(dtype) in DTYPE_CODES

@@ -41,11 +41,12 @@ def available(device) -> tuple[bool, str]:
     return True, why
 
 
-def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype) -> bool:
-    """Whether this kernel accepts the shape: E <= MAX_EXPERTS, 1 <= topk <= E, bf16/fp32 logits and bias."""
-    return _native.covered(
-        rows=rows, experts=experts, topk=topk, dtype=dtype, bias_dtype=bias_dtype, max_experts=MAX_EXPERTS
-    )
+def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, logits_strides: tuple[int, int] | None = None,
+            bias_stride: int | None = None) -> bool:  # fmt: skip
+    """Whether this kernel accepts the call: E <= MAX_EXPERTS, 1 <= topk <= E, bf16/fp32 logits and bias, logits of
+    column stride 1 and row stride >= E, a bias of stride 1."""
+    return _native.covered(rows=rows, experts=experts, topk=topk, dtype=dtype, bias_dtype=bias_dtype, max_experts=MAX_EXPERTS,
+                           logits_strides=logits_strides, bias_stride=bias_stride)  # fmt: skip
 
 
 def route(scores, bias, topk: int, renormalize: bool = True, routed_scaling_factor: float = 1.0):

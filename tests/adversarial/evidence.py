@@ -131,6 +131,59 @@ def reads_misaligned_contiguous_logits_from_below(scores, bias, topk, renormaliz
     return correct(scores, bias, topk, renormalize, rsf)
 
 
+# Logits and bias layouts no family made: logits whose column stride is not 1 (every other column of a wider buffer,
+# a transposed [E, M] buffer: row stride 1) and a bias whose stride is not 1. Each router is a kernel handed a data
+# pointer and some of the strides, right on every layout the old plan made (contiguous, rows further apart than E,
+# contiguous at an offset).
+def ignores_the_logits_column_stride(scores, bias, topk, renormalize, rsf):
+    """Reads the logits at their row stride as if their column stride were 1 (a kernel given data_ptr and stride(0))."""
+    if scores.dim() == 2 and scores.shape[0] and scores.stride(1) != 1:
+        scores = torch.as_strided(scores, scores.shape, (scores.stride(0), 1))
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
+def reads_dense_logits_as_row_major(scores, bias, topk, renormalize, rsf):
+    """Takes any dense logits (one block of memory, no gaps) for row-major ones and copies the rest: right on
+    contiguous, row-strided and column-sliced logits, wrong on a transposed [E, M] buffer only (dense too)."""
+    rows, experts = scores.shape
+    if scores.is_contiguous() or scores.t().is_contiguous():
+        scores = torch.as_strided(scores, (rows, experts), (experts, 1))
+    else:
+        scores = scores.contiguous()
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
+def reads_the_bias_at_stride_1(scores, bias, topk, renormalize, rsf):
+    """Reads the bias as E consecutive elements from where it starts, whatever its stride."""
+    if bias is not None:
+        bias = torch.as_strided(bias, bias.shape, (1,))
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
+def _refuses_logits_column_strides(scores, bias, topk, renormalize, rsf):
+    """A kernel's route that refuses what its launch cannot read (as ``kernels._args.check_route_args`` does)."""
+    if scores.shape[1] > 1 and scores.stride(1) != 1:
+        raise ValueError(f"scores.stride(1)={scores.stride(1)} is not 1; pass scores.contiguous()")
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
+def _logits_column_stride_1(*, rows, experts, topk, dtype, bias_dtype, logits_strides=None, bias_stride=None) -> bool:
+    return logits_strides is None or experts == 1 or logits_strides[1] == 1
+
+
+def _takes_no_layouts(*, rows, experts, topk, dtype, bias_dtype, renormalize=True) -> bool:
+    return True
+
+
+# Declares the layouts its route refuses: those rows are skipped and counted, never an error, and the rest passes.
+declines_logits_column_strides = Candidate(name="declines-logits-column-strides", route=_refuses_logits_column_strides,
+                                           covered=_logits_column_stride_1, coverage="logits of column stride 1 only")
+# A gate written before the layouts were asked about (it takes no logits_strides): asked as if it served every layout,
+# so its router, wrong on column strides, is checked there and fails.
+undeclared_column_strides = Candidate(name="undeclared-column-strides", route=ignores_the_logits_column_stride,
+                                      covered=_takes_no_layouts)
+
+
 # The empty batch (an idle data-parallel rank routes 0 tokens): no plan made one, so a router that crashes on it,
 # or answers it with rows of its own, passed.
 def raises_on_an_empty_batch(scores, bias, topk, renormalize, rsf):

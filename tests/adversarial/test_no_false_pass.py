@@ -143,9 +143,10 @@ def test_the_pinned_pairs_and_layouts_run_in_every_launch_class_of_the_contract(
         specs = iter_plan(["random_bf16", "random_fp32", "strided"], 200, 0, experts, topk, max_batch=4096, contract=contract)
         pinned = coverage_of(specs)["pinned_batch_sizes"]
         # 9 dtype pairs' pins, the misaligned bias of each dtype, contiguous logits at an offset (bf16, fp32, fp16),
-        # strided at offset 0
-        assert len(pinned) == 9 + 3 + 3 + 1, pinned
-        assert all(rows == sorted({1, 2, 64, *points}) for rows in pinned.values()), (contract, pinned)
+        # strided at offset 0, logits of column stride 2 and transposed (bf16, fp32), a bias of stride 2
+        assert len(pinned) == 9 + 3 + 3 + 1 + 2 + 2 + 1, pinned
+        every = sorted({1, 2, 64, *points})
+        assert all(rows == (every[1:] if tag.endswith(":transposed") else every) for tag, rows in pinned.items()), (contract, pinned)
     # a model contract's point is not aiter's: 896/16 switches at 768 under kimi-k2 only
     assert 768 not in coverage_of(iter_plan(["random_fp32"], 10, 0, 896, 16, max_batch=4096, contract="aiter"))["batch_sizes"]
     assert 768 in coverage_of(iter_plan(["random_fp32"], 10, 0, 896, 16, max_batch=4096, contract="kimi-k2"))["batch_sizes"]
@@ -223,6 +224,62 @@ def test_the_plan_makes_all_nine_dtype_pairs():
     assert pairs == {f"{logits}/{bias}" for logits in ("bf16", "fp16", "fp32") for bias in ("bf16", "fp16", "fp32")}
 
 
+# ---------------------------------------------------------------- logits and bias layouts with a stride other than 1
+
+_LAYOUT_FAMILIES = ["random_bf16", "random_fp32"]  # the families whose pinned cases make them
+
+
+@pytest.mark.parametrize("router, tag", [("ignores_the_logits_column_stride", "column_stride-2"),
+                                         ("reads_dense_logits_as_row_major", "transposed"),
+                                         ("reads_the_bias_at_stride_1", "bias_stride-2")])  # fmt: skip
+def test_a_router_wrong_only_on_a_column_strided_transposed_or_strided_bias_layout_fails(router, tag, tmp_path):
+    # No case had logits of column stride != 1 or a bias of stride != 1: each passed on 280751f (the default check,
+    # every family, exit 0).
+    run = run_checks([f"{ADV}:{router}"], families=_LAYOUT_FAMILIES, rows=200, isolate=False, out=tmp_path / router, progress=False)
+    s, details = run.summaries[0], run.results[0].details
+    assert s.status.value == "fail" and s.mismatched_rows >= 1 and s.rows_skipped == 0, s
+    assert s.clauses_broken.get("selection"), s.clauses_broken  # other experts chosen: the clause of wrong ids
+    assert details and all(d.case.split(":")[3:] == [tag] for d in details), {d.case for d in details}
+    assert f"--replay {details[0].case}" in details[0].replay  # the replay line names the layout, and rebuilds it
+
+
+def test_a_router_wrong_only_on_transposed_logits_fails_in_a_worker(tmp_path):
+    # The worker rebuilds each case from its spec: the layout must travel with it.
+    run = run_checks([f"{ADV}:reads_dense_logits_as_row_major"], families=["random_fp32"], rows=50, out=tmp_path / "w",
+                     progress=False)  # fmt: skip
+    s = run.summaries[0]
+    assert s.isolated and s.status.value == "fail" and s.mismatched_rows >= 1, s
+
+
+def test_correct_routers_pass_on_every_layout(tmp_path):
+    run = run_checks(["tests.broken_candidates:correct_argsort", "oracle"], families=_LAYOUT_FAMILIES, rows=200, isolate=False,
+                     out=tmp_path / "ok", progress=False)  # fmt: skip
+    for s in run.summaries:
+        assert s.status.value == "pass" and s.rows_skipped == 0, (s.candidate, s.status, s.error)
+        layouts = set(s.options["coverage"]["layouts"])
+        assert {"logits at column stride 2", "transposed logits", "bias at stride 2"} <= layouts, layouts
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_a_gate_that_declines_column_strides_skips_them_and_counts_them(isolate, tmp_path):
+    # Its route raises on logits of column stride != 1, as our kernels' do; its gate says so: never an error.
+    run = run_checks([f"{ADV}:declines_logits_column_strides"], families=["random_fp32"], rows=50, isolate=isolate,
+                     out=tmp_path / "d", progress=False)  # fmt: skip
+    s = run.summaries[0]
+    pinned = s.options["coverage"]["pinned_batch_sizes"]
+    declined = sum(sum(pinned[f"random_fp32:{tag}"]) for tag in ("column_stride-2", "transposed"))
+    assert s.status.value == "pass" and s.rows_checked > 0, (s.status, s.error)
+    assert s.rows_skipped == declined == s.families["random_fp32"].rows_skipped, (s.rows_skipped, declined)
+    assert s.families["random_fp32"].skip_reasons == {"not covered: logits of column stride 1 only": declined}
+
+
+def test_a_gate_that_does_not_take_the_layouts_is_checked_on_them(tmp_path):
+    run = run_checks([f"{ADV}:undeclared_column_strides"], families=["random_fp32"], rows=50, isolate=False, out=tmp_path / "u",
+                     progress=False)  # fmt: skip
+    s = run.summaries[0]
+    assert s.status.value == "fail" and s.mismatched_rows >= 1 and s.rows_skipped == 0, s
+
+
 # ---------------------------------------------------------------- the split view keeps the layout
 
 
@@ -231,6 +288,14 @@ def test_the_split_view_sees_a_strided_only_defect(tmp_path):
 
     report = run_matrix([], split=("oracle", f"{ADV}:wrong_on_strided", 1024), families=["strided"], rows=100, isolate=False,
                         out=tmp_path / "m", progress=False, max_batch=2)  # fmt: skip
+    assert report.report.split.pair.rows_differing > 0, report.report.split.pair
+
+
+def test_the_split_view_sees_a_transposed_only_defect(tmp_path):
+    from contracts.run.matrix import run_matrix
+
+    report = run_matrix([], split=("oracle", f"{ADV}:reads_dense_logits_as_row_major", 64), families=["random_fp32"], rows=10,
+                        isolate=False, out=tmp_path / "m", progress=False, max_batch=2)  # fmt: skip
     assert report.report.split.pair.rows_differing > 0, report.report.split.pair
 
 
