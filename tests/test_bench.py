@@ -179,6 +179,19 @@ def test_crossover_is_interpolated_in_log_log_space():
     assert bench.crossovers(base, _curve("c", [(1, 5.0), (10, 6.0), (100, 7.0)])) == []
 
 
+def test_inputs_of_a_batch_are_the_first_rows_of_every_larger_batch():
+    # A curve over M must not rise and fall with where a kernel's slow rows happen to fall in each M's data.
+    def make(M, rotate=2, seed=0):
+        return bench.make_inputs(M, experts=224, dtype=torch.float32, bias_dtype=torch.float32, device="cpu", seed=seed, rotate=rotate)
+
+    (small, small2), bias = make(5)
+    (large, large2), bias_large = make(200)
+    assert torch.equal(bias, bias_large) and torch.equal(large[:5], small) and torch.equal(large2[:5], small2)
+    assert not torch.equal(small, small2) and not torch.equal(large[64:128], large[:64])  # buffers and blocks differ
+    (other,), other_bias = make(5, rotate=1, seed=1)
+    assert not torch.equal(other, small) and not torch.equal(other_bias, bias)
+
+
 def test_curve_reports_the_largest_fall_below_a_smaller_batch_and_the_time_above_the_floor():
     # 2.9 at M=256 then 2.6 at M=320: a launch shape switched too late (issue 37's 896/16 curve), a 10.3 % fall
     entry = _curve("r", [(1, 2.0), (64, 2.8), (256, 2.9), (320, 2.6), (1024, 3.1), (4096, 3.0)])

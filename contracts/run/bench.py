@@ -182,12 +182,26 @@ def _spread(samples: list[float]) -> dict:
 # ---------------------------------------------------------------- inputs and the run
 
 
+INPUT_BLOCK_ROWS = 64  # the logits are drawn in blocks of rows, each from a seed of its own (make_inputs)
+
+
 def make_inputs(M: int, *, experts: int, dtype, bias_dtype, device: str, seed: int, rotate: int):
-    """``rotate`` distinct logits buffers [M, E] and one bias [E], the same for every candidate."""
-    g = torch.Generator(device="cpu").manual_seed(seed * 1_000_003 + M)
-    scores = [(torch.randn(M, experts, generator=g) * 2).to(dtype).to(device) for _ in range(rotate)]
-    bias = (torch.randn(experts, generator=g) * 0.05).to(bias_dtype).to(device)
-    return scores, bias
+    """``rotate`` distinct logits buffers [M, E] and one bias [E], the same for every candidate.
+
+    One bias for every M, and the M rows of a buffer are the first M rows of that buffer at any larger M (blocks of
+    INPUT_BLOCK_ROWS rows, each drawn from its own seed): a batch takes as long as its slowest token, and a few random
+    rows take a kernel's slow path, so with other rows at every M a curve over M would rise and fall with where
+    those rows fell. A larger batch holds every row of a smaller one."""
+    bias = torch.randn(experts, generator=torch.Generator(device="cpu").manual_seed(seed * 1_000_003)) * 0.05
+    blocks = -(-M // INPUT_BLOCK_ROWS)
+
+    def rows(buffer: int) -> torch.Tensor:
+        parts = [torch.randn(INPUT_BLOCK_ROWS, experts, generator=torch.Generator(device="cpu").manual_seed(
+            (seed * 1_000_003 + 1 + buffer) * 100_003 + b)) for b in range(blocks)]  # fmt: skip
+        return torch.cat(parts)[:M] * 2
+
+    scores = [rows(k).to(dtype).to(device) for k in range(rotate)]
+    return scores, bias.to(bias_dtype).to(device)
 
 
 def _cycle(calls: list):
@@ -336,7 +350,8 @@ def _method(args: BenchOptions, device: str) -> dict:
         "contract": args.contract or "each candidate's own", "groups": [args.num_expert_group, args.topk_group],
         "dtype": args.dtype, "bias_dtype": bias_dtype if args.bias else None, "experts": args.experts, "topk": args.topk,
         "renormalize": args.renormalize, "routed_scaling_factor": args.routed_scaling_factor, "seed": args.seed,
-        "rotate": args.rotate, "inputs": inputs + "; the same tensors for every candidate (logits randn*2, bias randn*0.05)",
+        "rotate": args.rotate, "inputs": inputs + "; the same tensors for every candidate (logits randn*2, bias randn*0.05); one bias for "
+                  "every M, and a batch's rows are the first M rows of every larger batch's (make_inputs)",
         "statistic": "median over samples; spread min/p25/p75/p90/max over the same samples",
         "path": "an engine candidate is timed through its bench path (path 'engine launch'): prepared once, untimed, "
                 "as the engine prepares at load (bias dtype, layouts, outputs), then only the launches the engine makes "

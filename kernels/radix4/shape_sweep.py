@@ -1,9 +1,10 @@
 """radix4's launch shapes timed at every batch size, and the switch points chosen from the timings.
 
-    python -m kernels.radix4.shape_sweep --out DIR [--max-m 4096] [--contracts aiter,serial]   # on the GPU
+    python -m kernels.radix4.shape_sweep --out DIR [--max-m 4096] [--contracts aiter,serial] [--seeds 4] [--shapes 896/16]   # GPU
     python -m kernels.radix4.shape_sweep --analyse DIR/sweep.csv --out DIR                     # anywhere
 
-On the GPU, for each contract and (experts, topk) of ``SHAPES``, each launch
+On the GPU, for each contract and (experts, topk) of ``KIMI_SHAPES`` (the shapes
+whose launch shape switches with M; ``--shapes`` picks some), each launch
 shape (``LAUNCH_SHAPES``) is timed at every M of its range (a block per token
 for M <= 1024, a warp per token for every M, the dense warp per token for
 M >= 256: outside those ranges each shape is far from the best, as the
@@ -14,6 +15,15 @@ sliced to M rows, per launch: ``kernels.timing``'s graph-replay timer, the
 one ``contracts bench`` uses, with the outputs allocated once outside it.
 The launch shapes of one M are timed back to back, so a drift of the clocks
 moves them together.
+
+A batch takes as long as its slowest token, and a few rows of random data
+take a slow path (about 2 % of ``randn * 2`` rows at 896/16 hold more
+candidates than the block shape's fast path takes): where the first such row
+falls in one buffer moves the block shape's curve by half a microsecond, so
+switch points read off one buffer fit that buffer. ``--seeds N`` sweeps N
+buffers (seeds ``--seed`` .. ``--seed + N - 1``; each M takes the first M rows
+of each) and the analysis picks from the mean over them: the time a batch of
+M random rows takes on average.
 
 The analysis smooths each curve by a running median over 9 batch sizes (the
 noise of one point is a few per cent), then picks per (experts, topk), both
@@ -36,21 +46,23 @@ SHAPE_RANGES = {"block": (1, 1024), "warp": (1, 1 << 30), "dense": (256, 1 << 30
 SMOOTH = 9
 
 
-def sweep(out: Path, *, max_m: int, contracts: list[str], launches: int, replays: int, seed: int, log) -> Path:
+def sweep(out: Path, *, max_m: int, contracts: list[str], launches: int, replays: int, seed: int, log, seeds: int = 1,
+          shapes: list[tuple[int, int]] | None = None) -> Path:
     import ctypes  # noqa: F401 -- the entry point is a ctypes function
 
     import torch
 
-    from . import CONTRACTS, LAUNCH_SHAPES, SHAPES, _DTYPE_CODES, _LAUNCH_SHAPES, _RENORMALIZE, library
+    from . import CONTRACTS, KIMI_SHAPES, LAUNCH_SHAPES, _DTYPE_CODES, _LAUNCH_SHAPES, _RENORMALIZE, library
 
     path = out / "sweep.csv"
     rows_written = 0
     with path.open("w") as f:
-        f.write("contract,experts,topk,m,launch_shape,us\n")
+        f.write("contract,experts,topk,seed,m,launch_shape,us\n")
         for contract in contracts:
             lib = library(contract=contract)
-            for experts, topk in sorted(SHAPES, reverse=True):
-                g = torch.Generator().manual_seed(seed)
+            swept = [(shape, seed + k) for shape in sorted(shapes or KIMI_SHAPES, reverse=True) for k in range(seeds)]
+            for (experts, topk), draw in swept:
+                g = torch.Generator().manual_seed(draw)
                 scores = (torch.randn(max_m, experts, generator=g) * 2).to(torch.bfloat16).cuda()
                 bias = (torch.randn(experts, generator=g) * 0.05).to(torch.bfloat16).cuda()
                 weights = torch.empty((max_m, topk), dtype=torch.float32, device="cuda")
@@ -71,9 +83,9 @@ def sweep(out: Path, *, max_m: int, contracts: list[str], launches: int, replays
                                 raise RuntimeError(f"{CONTRACTS[contract][2]} returned {rc}")
 
                         us = _time_point(call, launches, replays)
-                        f.write(f"{contract},{experts},{topk},{m},{shape},{us:.4f}\n")
+                        f.write(f"{contract},{experts},{topk},{draw},{m},{shape},{us:.4f}\n")
                         rows_written += 1
-                log(f"{contract} {experts}/{topk}: M 1..{max_m} in {time.time() - start_t:.0f} s")
+                log(f"{contract} {experts}/{topk} seed {draw}: M 1..{max_m} in {time.time() - start_t:.0f} s")
                 f.flush()
                 del scores, bias, weights, ids
     log(f"{rows_written} points in {path}")
@@ -102,7 +114,13 @@ def analyse(csv: Path, out: Path) -> dict:
     from . import LAUNCH_SHAPES
 
     data = pd.read_csv(csv)
-    result = {"source": csv.name, "smoothing": f"running median over {SMOOTH} batch sizes", "shapes": {}}
+    if "seed" not in data:  # a sweep of one buffer (before --seeds)
+        data["seed"] = 0
+    seeds = sorted(int(x) for x in data["seed"].unique())
+    # The mean over the buffers, per point: the time a batch of M random rows takes on average.
+    data = data.groupby(["contract", "experts", "topk", "m", "launch_shape"], as_index=False)["us"].mean()
+    result = {"source": csv.name, "seeds": seeds, "smoothing": f"mean over {len(seeds)} buffer(s), then a running median "
+              f"over {SMOOTH} batch sizes", "shapes": {}}  # fmt: skip
     for (experts, topk), part in data.groupby(["experts", "topk"]):
         ms = np.arange(1, int(part["m"].max()) + 1)
         # Per contract and launch shape, the smoothed curve over every M (NaN outside the shape's range).
@@ -200,10 +218,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--contracts", default="aiter,serial")
     ap.add_argument("--launches", type=int, default=20)
     ap.add_argument("--replays", type=int, default=7)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="the first buffer's seed (default 0)")
+    ap.add_argument("--seeds", type=int, default=1, help="buffers of random rows to sweep, seeds --seed.. (default 1)")
+    ap.add_argument("--shapes", help="comma-separated E/K to sweep, e.g. 896/16 (default every shape radix4 switches)")
     args = ap.parse_args(argv)
-    if args.max_m < 1 or args.launches < 1 or args.replays < 1:
-        ap.error("--max-m, --launches and --replays must be >= 1")
+    if args.max_m < 1 or args.launches < 1 or args.replays < 1 or args.seeds < 1:
+        ap.error("--max-m, --launches, --replays and --seeds must be >= 1")
+    shapes = None
+    if args.shapes:
+        try:
+            shapes = [tuple(int(v) for v in s.split("/")) for s in args.shapes.split(",")]
+        except ValueError:
+            ap.error(f"--shapes {args.shapes}: write each as E/K, e.g. --shapes 896/16,384/8")
+        from . import KIMI_SHAPES
+
+        unknown = [f"{e}/{k}" for e, k in shapes if (e, k) not in KIMI_SHAPES]
+        if unknown:
+            ap.error(f"--shapes {','.join(unknown)}: radix4 switches launch shapes only at "
+                     f"{', '.join(f'{e}/{k}' for e, k in sorted(KIMI_SHAPES))}")
     if args.analyse is not None and not args.analyse.is_file():
         ap.error(f"--analyse {args.analyse}: no such file; pass the sweep.csv(.gz) a GPU run wrote")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -211,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     csv = args.analyse
     if csv is None:
         csv = sweep(args.out, max_m=args.max_m, contracts=args.contracts.split(","), launches=args.launches,
-                    replays=args.replays, seed=args.seed, log=log)  # fmt: skip
+                    replays=args.replays, seed=args.seed, seeds=args.seeds, shapes=shapes, log=log)  # fmt: skip
     result = analyse(csv, args.out)
     for key, r in result["shapes"].items():
         drops = ", ".join(f"{c} drop {v['monotone_drop_pct_smoothed']}% (raw {v['monotone_drop_pct_raw']}%)"
