@@ -35,10 +35,10 @@ transposed logits (row stride 1, from 2 rows), ``random_bf16`` a bias of stride 
 runs in **every launch class** of the checked shape: at 1 and 2 rows (one
 row is often a class of its own, the decode step), at 64, and at the first
 batch of each launch shape the kernels use there under the contract
-(``launch_points``; radix4 at 896/16 under aiter: 61 and 1,585), so
+(``launch_points``; radix4 at 896/16 under aiter: 7 and 1,585), so
 a loader written per launch shape meets every pair and layout. A pinned case
 names what it pins in its replay id (``strided:SEED:64:offset-0``,
-``random_fp32:SEED:1585:logits-fp16:bias-bf16``, ``random_bf16:SEED:61:transposed``).
+``random_fp32:SEED:1585:logits-fp16:bias-bf16``, ``random_bf16:SEED:7:transposed``).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@
 // mirrors these (tests/test_radix4_switch_points.py keeps the two equal).
 // Equal points skip the warp shape; a point above every batch never switches.
 #ifndef RADIX4_FIRST_WARP_ROWS_896_16
-#define RADIX4_FIRST_WARP_ROWS_896_16 61
+#define RADIX4_FIRST_WARP_ROWS_896_16 7
 #endif
 #ifndef RADIX4_FIRST_DENSE_ROWS_896_16
 #define RADIX4_FIRST_DENSE_ROWS_896_16 1585

@@ -11,6 +11,7 @@ import sys
 import torch
 
 from contracts.candidates import Candidate
+from kernels.radix4 import BATCH_SWITCH_POINTS
 from tests.planted._common import correct
 
 
@@ -84,27 +85,32 @@ def reads_a_misaligned_bias_from_below(scores, bias, topk, renormalize, rsf):
 
 
 # Wrong on a pinned dtype pair or layout in one launch class only: radix4 at 896/16 under aiter takes a block per
-# token below 61 rows, a warp from 61 and the dense kernel from 1,585, with loaders written per launch shape. The
-# pinned cases used to run at 64 rows only.
-def wrong_on_fp16_logits_below_61_rows(scores, bias, topk, renormalize, rsf):
-    """Wrong on fp16 logits in block launches (fewer than 61 rows) only."""
-    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), scores.dtype == torch.float16 and scores.shape[0] < 61)
+# token below FIRST_WARP rows, a warp from there and the dense kernel from FIRST_DENSE (the shipped switch points,
+# 7 and 1,585 today; 61 and 1,585 when these were written), with loaders written per launch shape. The pinned cases
+# used to run at 64 rows only.
+FIRST_WARP, FIRST_DENSE = BATCH_SWITCH_POINTS[(896, 16)]
 
 
-def wrong_on_fp16_logits_from_2_to_60_rows(scores, bias, topk, renormalize, rsf):
+def wrong_on_fp16_logits_in_block_launches(scores, bias, topk, renormalize, rsf):
+    """Wrong on fp16 logits in block launches (fewer than FIRST_WARP rows) only."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), scores.dtype == torch.float16 and scores.shape[0] < FIRST_WARP)
+
+
+def wrong_on_fp16_logits_in_block_launches_of_2_rows_or_more(scores, bias, topk, renormalize, rsf):
     """Wrong on fp16 logits in block launches of more than one row (one row is a decode path of its own)."""
-    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), scores.dtype == torch.float16 and 2 <= scores.shape[0] < 61)
+    fp16 = scores.dtype == torch.float16
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), fp16 and 2 <= scores.shape[0] < FIRST_WARP)
 
 
 def wrong_on_fp16_bias_from_1585_rows(scores, bias, topk, renormalize, rsf):
-    """Wrong on an fp16 bias in dense launches (1,585 rows and more) only."""
+    """Wrong on an fp16 bias in dense launches (FIRST_DENSE rows and more) only."""
     fp16_bias = bias is not None and bias.dtype == torch.float16
-    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), fp16_bias and scores.shape[0] >= 1585)
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), fp16_bias and scores.shape[0] >= FIRST_DENSE)
 
 
 def reads_a_misaligned_bias_from_below_from_1585_rows(scores, bias, topk, renormalize, rsf):
     """The misaligned-bias read of ``reads_a_misaligned_bias_from_below``, in dense launches only."""
-    if bias is not None and bias.data_ptr() % 16 and scores.shape[0] >= 1585:
+    if bias is not None and bias.data_ptr() % 16 and scores.shape[0] >= FIRST_DENSE:
         bias = torch.cat([bias.new_zeros(1), bias[:-1]])
     return correct(scores, bias, topk, renormalize, rsf)
 
@@ -210,20 +216,20 @@ def int64_ids_for_an_empty_batch(scores, bias, topk, renormalize, rsf):
 # Wrong with one pair of call options in one launch class only (kernels are instantiated per renormalize flag and
 # launch shape): the options were drawn per case, so a class met a pair by chance.
 def wrong_unnormalized_unscaled_in_block_launches(scores, bias, topk, renormalize, rsf):
-    """Wrong without renormalizing at a scaling of 1.0, in calls of fewer than 61 rows."""
-    pair = not renormalize and rsf == 1.0 and 0 < scores.shape[0] < 61
+    """Wrong without renormalizing at a scaling of 1.0, in calls of fewer than FIRST_WARP rows."""
+    pair = not renormalize and rsf == 1.0 and 0 < scores.shape[0] < FIRST_WARP
     return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), pair)
 
 
 def wrong_unnormalized_scaled_in_dense_launches(scores, bias, topk, renormalize, rsf):
-    """Wrong without renormalizing at a scaling of 2.827, in calls of 1,585 rows or more."""
-    pair = not renormalize and rsf == 2.827 and scores.shape[0] >= 1585
+    """Wrong without renormalizing at a scaling of 2.827, in calls of FIRST_DENSE rows or more."""
+    pair = not renormalize and rsf == 2.827 and scores.shape[0] >= FIRST_DENSE
     return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), pair)
 
 
-def wrong_renormalized_scaled_2827_in_61_to_64_rows(scores, bias, topk, renormalize, rsf):
-    """Wrong renormalizing at a scaling of 2.827 in 61..64-row calls (the first warp launches)."""
-    pair = renormalize and rsf == 2.827 and 61 <= scores.shape[0] <= 64
+def wrong_renormalized_scaled_2827_in_the_first_warp_launches(scores, bias, topk, renormalize, rsf):
+    """Wrong renormalizing at a scaling of 2.827 in calls of FIRST_WARP..64 rows (the first warp launches)."""
+    pair = renormalize and rsf == 2.827 and FIRST_WARP <= scores.shape[0] <= 64
     return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), pair)
 
 

@@ -121,13 +121,14 @@ def test_a_router_wrong_only_on_a_dtype_pair_or_bias_layout_no_family_makes_fail
 
 
 # Each names the batch the plan must reach: 1,025 is the suite's sweep; the dense launches start at 1,585.
-@pytest.mark.parametrize("router, max_batch", [("wrong_on_fp16_logits_below_61_rows", 1025), ("wrong_on_fp16_logits_from_2_to_60_rows", 1025),
+@pytest.mark.parametrize("router, max_batch", [("wrong_on_fp16_logits_in_block_launches", 1025),
+                                               ("wrong_on_fp16_logits_in_block_launches_of_2_rows_or_more", 1025),
                                                ("wrong_on_strided_offset_0_in_one_row_calls", 1025),
                                                ("wrong_on_fp16_bias_from_1585_rows", 1585),
                                                ("reads_a_misaligned_bias_from_below_from_1585_rows", 1585)])  # fmt: skip
 def test_a_router_wrong_on_a_pinned_dtype_or_layout_in_one_launch_class_fails(router, max_batch, tmp_path):
     # The pinned dtype pairs and layouts run at one batch of every launch class radix4 has at the shape (896/16 under
-    # aiter: 1, 61 and 1,585 rows), at 2 (one row is often a decode path of its own) and at 64: a kernel whose loader
+    # aiter: 1, 7 and 1,585 rows), at 2 (one row is often a decode path of its own) and at 64: a kernel whose loader
     # for a pair is wrong in one launch shape only.
     run = run_checks([f"{ADV}:{router}"], families=["random_bf16", "random_fp32", "strided"], rows=200, max_batch=max_batch,
                      isolate=False, out=tmp_path / router, progress=False)  # fmt: skip
@@ -176,7 +177,7 @@ def test_a_correct_router_answers_the_empty_batch_and_passes(tmp_path):
 
 
 @pytest.mark.parametrize("router, max_batch", [("wrong_unnormalized_unscaled_in_block_launches", 1025),
-                                               ("wrong_renormalized_scaled_2827_in_61_to_64_rows", 1025),
+                                               ("wrong_renormalized_scaled_2827_in_the_first_warp_launches", 1025),
                                                ("wrong_unnormalized_scaled_in_dense_launches", 1585)])  # fmt: skip
 def test_a_router_wrong_with_one_pair_of_call_options_in_one_launch_class_fails(router, max_batch, tmp_path):
     # batch_sizes pins every pair of call options the contract admits (renormalize on/off, scaling 1.0 / 2.5 / 2.827)
@@ -201,7 +202,7 @@ def test_the_pinned_call_options_are_only_those_the_contract_admits():
         assert pairs == (wanted if len(wanted) > 1 else set()), (name, pairs)
         from contracts.cases.plan import launch_class_sizes, launch_points
 
-        classes = set(launch_class_sizes(64, launch_points(c.experts, c.topk, name)))  # aiter at 896/16: 1, 2, 61, 64
+        classes = set(launch_class_sizes(64, launch_points(c.experts, c.topk, name)))  # aiter at 896/16: 1, 2, 7, 64
         assert {s.rows for s in specs} == (classes if pairs else set()) and all(
             sum((s.rows, s.renormalize, s.scaling) == (n, r, f) for s in specs) == 1 for n in classes for r, f in pairs)
 
