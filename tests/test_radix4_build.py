@@ -483,7 +483,7 @@ inline uint32_t atomicAdd(uint32_t* p, uint32_t v) {  // one lane runs at a time
 }
 
 // How many lanes took each way of the selection (radix4::RankPath).
-inline std::atomic<long> emu_paths[5];
+inline std::atomic<long> emu_paths[6];
 #define RADIX4_NOTE_PATH(path) (++emu_paths[static_cast<int>(path)])
 // How many lanes got their model-contract scores each way (radix4::ScorePath).
 inline std::atomic<long> emu_score_paths[2];
@@ -836,7 +836,7 @@ extern "C" void emu_score_path_counts(long* out) {
 }
 
 extern "C" void emu_path_counts(long* out, int reset) {
-    for (int p = 0; p < 5; ++p) out[p] = reset ? emu_paths[p].exchange(0) : emu_paths[p].load();
+    for (int p = 0; p < 6; ++p) out[p] = reset ? emu_paths[p].exchange(0) : emu_paths[p].load();
 }
 """
 
@@ -1118,7 +1118,7 @@ def test_emulated_kernel_strided_rows_and_scalar_loads(emulation, lanes, block):
     torch.testing.assert_close(w, rw, rtol=1e-5, atol=1e-6)
 
 
-PATHS = ("packed", "keys", "composites", "regions", "radix")
+PATHS = ("packed", "keys", "composites", "regions", "radix", "packed_pairs")
 
 
 def emulated_paths(lib, lanes, block, contract, cases=CASES):
@@ -1134,14 +1134,28 @@ def emulated_paths(lib, lanes, block, contract, cases=CASES):
 # The cases must reach every way the rank step can finish with one candidate
 # per lane, or a broken fallback would pass unseen: the packed words, the
 # pass by keys (keys too spread to pack, none equal) and the redo by
-# composites (too spread, some equal: WIDE_TIE_CASE).
+# composites (too spread, some equal: WIDE_TIE_CASE); and the packed words two
+# a lane (more candidates than lanes, as in about one random row in 45).
 @needs_gxx
 @SHAPES
 @pytest.mark.parametrize("contract", ["aiter", "serial"])
 def test_cases_reach_every_way_of_the_rank_step(emulation, lanes, block, contract):
     seen = emulated_paths(emulation, lanes, block, contract)
-    missing = [p for p in ("packed", "keys", "composites", "radix") if seen[p] == 0]
+    missing = [p for p in ("packed", "keys", "composites", "radix", "packed_pairs") if seen[p] == 0]
     assert not missing, f"no case took {missing}: {seen}"
+
+
+@extra_builds  # slow: see extra_builds
+@needs_gxx
+def test_each_one_path_build_takes_its_path(emulation_one_path, request):
+    # rank_max 0: radix rounds only. 1024: every row with unequal keys through the rank step, so the rows with
+    # more candidates than lanes reach both ways of ranking them: the packed words two a lane (a small span) and
+    # the region loop (a span too wide to pack, or more than two candidates a lane).
+    seen = emulated_paths(emulation_one_path, 32, 1, "aiter")
+    if request.node.callspec.params["emulation_one_path"] == 0:
+        assert seen["radix"] > 0 and sum(v for p, v in seen.items() if p != "radix") == 0, seen
+    else:
+        assert seen["regions"] > 0 and seen["packed_pairs"] > 0, seen
 
 
 @needs_gxx

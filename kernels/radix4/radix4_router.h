@@ -799,7 +799,7 @@ __device__ __forceinline__ unsigned lab_warp_slot() {
 // Which way a token's selection went (RankPath), for the host emulation's
 // tests, which define RADIX4_NOTE_PATH to count them: each way must be
 // exercised by some case. Device builds compile nothing.
-enum class RankPath : int { kPacked = 0, kKeys = 1, kComposites = 2, kRegions = 3, kRadix = 4 };
+enum class RankPath : int { kPacked = 0, kKeys = 1, kComposites = 2, kRegions = 3, kRadix = 4, kPackedPairs = 5 };
 #ifndef RADIX4_NOTE_PATH
 #define RADIX4_NOTE_PATH(path) \
     do {                       \
@@ -1723,6 +1723,47 @@ struct RankStep {
             place(is_candidate, part[0] + part[1], me, mine.sig);
             RADIX4_NOTE_PATH(RankPath::kComposites);
             return;
+        }
+        if constexpr (RADIX4_RANK_PACKED) {
+            // Up to two candidates a lane (C <= 2 * lanes), by the packed
+            // words above when the span leaves kPackBits bits: each lane
+            // compares its two words with the other lanes' two (2 shuffles a
+            // lane) and with each other. These are the block shape's rows
+            // with more candidates than a warp's lanes, about one in 45
+            // random rows at 896/16, which the region loop below took about
+            // 900 cycles longer than other rows (0.5 us a batch that holds
+            // one). A lane without a candidate holds 0, larger than none.
+            constexpr uint32_t kPackSpan = 1u << (32 - S::kPackBits);
+            if (__builtin_expect(c.count <= 2u * S::kLanes && bound.kmax - bound.lo < kPackSpan, 1)) {
+                Found mine[2];
+                uint32_t word[2];
+#pragma unroll
+                for (int t = 0; t < 2; ++t) {
+                    const uint32_t i = static_cast<uint32_t>(at.lane + t * S::kLanes);
+                    mine[t] = i < c.count ? candidate(storage, at.local, i) : Found{0u, 0.0f};
+                    const uint32_t key_above_lo = static_cast<uint32_t>(mine[t].composite >> 32) - bound.lo;
+                    const uint32_t inverted = static_cast<uint32_t>(mine[t].composite) >> S::kPrioBits;
+                    word[t] = i < c.count ? (key_above_lo << S::kPackBits) | inverted : 0u;
+                }
+                // Two chains of adds per candidate; the lane's own other word first.
+                uint32_t larger[2][2] = {{static_cast<uint32_t>(word[1] > word[0]), 0u},
+                                         {static_cast<uint32_t>(word[0] > word[1]), 0u}};
+#pragma unroll
+                for (int d = 1; d < S::kLanes; ++d) {
+                    const uint32_t first = L::shfl_xor(word[0], d), second = L::shfl_xor(word[1], d);
+#pragma unroll
+                    for (int t = 0; t < 2; ++t) {
+                        larger[t][d & 1] += static_cast<uint32_t>(first > word[t]) + static_cast<uint32_t>(second > word[t]);
+                    }
+                }
+#pragma unroll
+                for (int t = 0; t < 2; ++t) {
+                    const bool is_candidate = static_cast<uint32_t>(at.lane + t * S::kLanes) < c.count;
+                    place(is_candidate, larger[t][0] + larger[t][1], mine[t].composite, mine[t].sig);
+                }
+                RADIX4_NOTE_PATH(RankPath::kPackedPairs);
+                return;
+            }
         }
         RADIX4_NOTE_PATH(RankPath::kRegions);
         // Up to kRankMax: a lane ranks two candidates per pass (first, first
