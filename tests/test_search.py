@@ -1,5 +1,6 @@
 """The property-based search finds a planted tie bug, shrinks it to a tiny row, and replays it."""
 
+import dataclasses
 import json
 
 import pytest
@@ -8,8 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oracle
+from contracts.candidates import Candidate
 from contracts.cases import strategies as strat
 from contracts.commands.search import main
+from tests.adversarial import evidence
 
 SPEC = "tests.test_search:"
 
@@ -86,8 +89,9 @@ def test_search_usage_and_availability(tmp_path):
 @given(strat.routing_examples(shapes=((64, 4), (896, 16))))
 def test_strategy_builds_valid_router_inputs(example):
     scores, bias = example.tensors()
-    assert scores.shape == (example.total_rows, example.experts) and scores.stride(1) == 1
-    assert bias.shape == (example.experts,)
+    column_stride = {"rows": 1, "column_stride": 2, "transposed": example.total_rows}[example.logits_layout]
+    assert scores.shape == (example.total_rows, example.experts) and scores.stride(1) == column_stride
+    assert bias.shape == (example.experts,) and bias.stride(0) == example.bias_stride
     assert str(scores.dtype) == f"torch.{example.dtype}" and str(bias.dtype) == f"torch.{example.bias_dtype}"
     again, _ = example.tensors()
     bits = torch.int16 if scores.element_size() == 2 else torch.int32  # the same bits, NaN payloads included
@@ -137,3 +141,52 @@ def test_search_under_a_per_expert_scale_passes_the_scale_and_replays_it(tmp_pat
     (tmp_path / "oracle").mkdir()
     code, out, _ = _search(tmp_path / "oracle", "oracle", "--contract", "gemma4", examples=8)
     assert code == 0, json.loads((out / "search.json").read_text())["clauses"]
+
+
+def _at_16_4(name):
+    """The layout adversary ``name`` of tests/adversarial/evidence.py, covering (E, k) = (16, 4) only: the search
+    draws only shapes a candidate covers, and shrinks a 16-expert input in a second where an 896-expert one takes
+    a minute or two."""
+    return Candidate(name=f"{name}@16/4", route=getattr(evidence, name), covered=lambda *, experts, topk, **_: (experts, topk) == (16, 4))
+
+
+column_stride_at_16_4 = _at_16_4("ignores_the_logits_column_stride")
+transposed_at_16_4 = _at_16_4("reads_dense_logits_as_row_major")
+bias_stride_at_16_4 = _at_16_4("reads_the_bias_at_stride_1")
+
+
+# The search draws the layouts the checks pin (column stride 2, transposed logits, a bias of stride 2), so a router
+# wrong only there is found and shrunk, and its minimal input keeps the layout on replay. Slow: each search shrinks
+# every clause the layout breaks (selection, weights) over padded batches, 45-100 s on this 2-core machine.
+@pytest.mark.slow
+@pytest.mark.parametrize("router, layout", [("column_stride_at_16_4", "column_stride"), ("transposed_at_16_4", "transposed"),
+                                            ("bias_stride_at_16_4", "bias_stride")])  # fmt: skip
+def test_search_finds_a_router_wrong_only_on_a_layout(router, layout, tmp_path, capsys):
+    spec = SPEC + router
+    code, out, _ = _search(tmp_path, spec, examples=60)
+    assert code == 1, capsys.readouterr().out
+    minimal = torch.load(out / "minimal.pt", weights_only=True)
+    scores, bias = minimal["scores"], minimal["bias"]
+    if layout == "bias_stride":
+        assert bias.stride(0) == 2
+    elif layout == "transposed":
+        assert scores.shape[0] > 1 and scores.stride() == (1, scores.shape[0])
+    else:
+        assert scores.stride(1) == 2
+    assert minimal["example"]["logits_layout"] == ("rows" if layout == "bias_stride" else layout)
+    capsys.readouterr()
+    assert main(["--replay", str(out / "minimal.pt"), "--candidate", spec]) == 1
+    assert main(["--replay", str(out / "minimal.pt"), "--candidate", "oracle"]) == 0
+
+
+@given(strat.routing_examples())
+@settings(max_examples=40, deadline=None)
+def test_every_drawn_layout_holds_the_described_values(example):
+    scores, bias = example.tensors()
+    want_scores, want_bias = dataclasses.replace(example, logits_layout="rows", bias_stride=1, row_offset=0).tensors()
+
+    def bits(t):  # the same bits, NaN payloads included
+        return t.contiguous().view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+    assert torch.equal(bits(scores), bits(want_scores)) and torch.equal(bits(bias), bits(want_bias))
+    assert want_scores.is_contiguous() and want_bias.is_contiguous()

@@ -19,7 +19,9 @@ What the strategies aim at (docs/contracts.md: why exact, the tie table, near ti
   target for several experts with different logits) and biases on a 2^-9
   grid that create near ties;
 - row stride > E (a column slice of a wider buffer), probe rows at any
-  position of a padded batch;
+  position of a padded batch; logits of column stride 2 (every other column
+  of a wider buffer) or transposed (an [E, M] buffer's transpose), a bias of
+  stride 2 (the gaps hold a value that ranks first if read);
 - themes (``THEMES``): an example draws all its values from one theme; the
   themed ones keep every value in a small palette so that rare conjunctions
   (every chosen sigmoid 0; NaN and -inf at the cutoff; sigmoids that
@@ -40,7 +42,7 @@ from hypothesis import strategies as st
 
 import oracle
 
-from .build import draw_expert_scale
+from .build import GAP, draw_expert_scale
 
 __all__ = [
     "BIAS_PALETTE",
@@ -174,6 +176,10 @@ class RoutingExample:
     pad: Fill = Fill("noise", scale=2.0)  # padding row i uses this fill with seed + i
     theme: str = "any"  # the palette the values came from (see THEMES)
     row_offset: int = 0  # > 0: scores are a column slice of a wider buffer starting at this column
+    # The logits' columns: "rows" (column stride 1, row_offset as above), "column_stride" (every other column of a
+    # [M, 2E] buffer from its second) or "transposed" (an [E, M] buffer's transpose); the bias's stride (1 or 2).
+    logits_layout: str = "rows"
+    bias_stride: int = 1
     contract: str = "aiter"  # whose sigmoid BiasTie solves with
     # A contract with a per-expert weight scale (Gemma 4): the seed of the [E] scales the call passes
     # (contracts.cases.build.draw_expert_scale, as the checks draw them); None otherwise.
@@ -222,11 +228,21 @@ class RoutingExample:
         if "t" not in self._cache:
             self._cache["t"] = self._raw()
         scores, bias = self._cache["t"]
+        if self.bias_stride > 1:
+            wide = torch.full((self.bias_stride * self.experts,), GAP, dtype=bias.dtype)
+            bias = wide[:: self.bias_stride].copy_(bias)
+        else:
+            bias = bias.clone()
+        if self.logits_layout == "column_stride":
+            wide = torch.full((scores.shape[0], 2 * self.experts), GAP, dtype=scores.dtype)
+            return wide[:, 1::2].copy_(scores), bias
+        if self.logits_layout == "transposed":
+            return scores.t().contiguous().t(), bias
         if self.row_offset:
-            backing = torch.full((scores.shape[0], self.row_offset + self.experts + 7), 9.0, dtype=scores.dtype)
+            backing = torch.full((scores.shape[0], self.row_offset + self.experts + 7), GAP, dtype=scores.dtype)
             backing[:, self.row_offset : self.row_offset + self.experts] = scores
-            return backing[:, self.row_offset : self.row_offset + self.experts], bias.clone()
-        return scores.clone(), bias.clone()
+            return backing[:, self.row_offset : self.row_offset + self.experts], bias
+        return scores.clone(), bias
 
 
 def _canonical_bits(values: torch.Tensor) -> torch.Tensor:
@@ -336,6 +352,10 @@ def rows(draw, experts: int, topk: int, palette=LOGIT_PALETTE, *, free: bool = T
     return Row(fill, extra + tuple(draw(st.lists(patches(experts, values), max_size=6))))
 
 
+# The logits layouts an example draws, the plain one (the shrink target) most often.
+LOGITS_LAYOUTS = ("rows", "rows", "rows", "column_stride", "transposed")
+
+
 @st.composite
 def routing_examples(
     draw,
@@ -393,4 +413,7 @@ def routing_examples(
         row_offset=draw(st.sampled_from((0, 0, 1, 33))),
         contract=contract,
         expert_scale_seed=draw(st.integers(0, 2**31 - 1)) if admitted.get("expert_scale") else None,
+        # Drawn last, so that the draws above stay what they were; each shrinks to the plain layout.
+        logits_layout=draw(st.sampled_from(LOGITS_LAYOUTS)),
+        bias_stride=draw(st.sampled_from((1, 1, 1, 2))),
     )

@@ -117,15 +117,15 @@ class SearchResult:
 # -- one comparison ---------------------------------------------------------------------
 
 
-def _to_device(scores: torch.Tensor, device: str) -> torch.Tensor:
+def _to_device(t: torch.Tensor, device: str) -> torch.Tensor:
+    """``t`` on ``device`` in its own layout (strides, storage offset): a router wrong on a layout is wrong there too."""
     if device == "cpu":
-        return scores
-    if scores.is_contiguous():
-        return scores.to(device)
-    # keep the row stride: move the whole backing buffer, then slice it again
-    offset, rows, experts = scores.storage_offset(), scores.shape[0], scores.shape[1]
-    backing = torch.empty(0, dtype=scores.dtype).set_(scores.untyped_storage()).to(device)
-    return backing.as_strided((rows, experts), scores.stride(), offset)
+        return t
+    if t.is_contiguous() and t.storage_offset() == 0:
+        return t.to(device)
+    # keep the strides: move the whole backing buffer, then view it again
+    backing = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage()).to(device)
+    return backing.as_strided(tuple(t.shape), t.stride(), t.storage_offset())
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -137,7 +137,7 @@ def check_input(route, contract: str, deviations: dict, scores, bias, topk, reno
                 expert_scale: torch.Tensor | None = None):  # fmt: skip
     """Run ``route`` and the oracle on one input; ``(outcome, first unexpected mismatch detail or None)``.
     ``expert_scale``: the call's per-expert weight scale, passed to both (contracts that have one)."""
-    scores_d, bias_d = _to_device(scores, device), bias.to(device)
+    scores_d, bias_d = _to_device(scores, device), _to_device(bias, device)
     scale_d = None if expert_scale is None else expert_scale.to(device)
     rows, experts = scores.shape
     case = Case(CaseSpec("search", 0, rows, experts, topk), scores_d, bias_d, renormalize, rsf, scale_d)
@@ -357,7 +357,8 @@ def side_by_side(f: Finding, contract: str) -> list[str]:
     rows, experts = scores.shape
     lines = [
         f"input: {rows} row(s) x {experts} experts, top-{f.topk}, {str(scores.dtype).replace('torch.', '')} logits "
-        f"(row stride {scores.stride(0)}), {str(bias.dtype).replace('torch.', '')} bias, renormalize={f.renormalize}, "
+        f"(strides {tuple(scores.stride())}), {str(bias.dtype).replace('torch.', '')} bias (stride {bias.stride(0)}), "
+        f"renormalize={f.renormalize}, "
         f"routed_scaling_factor={f.routed_scaling_factor}",
         _row_text(f"logits row {f.row}", scores[f.row]),
         _row_text("bias", bias),
