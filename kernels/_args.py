@@ -10,15 +10,16 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["check_route_args", "serves_layout"]
+__all__ = ["check_route_args", "serves_layout", "serves_layout_any_bias"]
 
 
 def serves_layout(*, rows: int, experts: int, logits_strides: tuple[int, int] | None = None, bias_stride: int | None = None,
-                  bias_contiguous: bool = True) -> bool:  # fmt: skip
+                  bias_contiguous: bool = True, **_options) -> bool:  # fmt: skip
     """Whether ``check_route_args`` takes logits of these strides and a bias of this stride (``Candidate.covers``'
     ``logits_strides`` and ``bias_stride``; None: not told, a dense layout): column stride 1, row stride >= E (with
     more than one row), and with ``bias_contiguous`` bias stride 1. A gate of a route that checks its arguments with
-    ``check_route_args`` adds this, so the harness skips (and counts) what the route would refuse."""
+    ``check_route_args`` adds this, so the harness skips (and counts) what the route would refuse. The call's other
+    options (``_options``: a gate's whole shape may be passed on) do not matter here."""
     if logits_strides is not None:
         row_stride, column_stride = logits_strides
         if experts > 1 and column_stride != 1:
@@ -26,6 +27,12 @@ def serves_layout(*, rows: int, experts: int, logits_strides: tuple[int, int] | 
         if rows > 1 and row_stride < experts:
             return False
     return not (bias_contiguous and bias_stride is not None and experts > 1 and bias_stride != 1)
+
+
+def serves_layout_any_bias(**shape) -> bool:
+    """``serves_layout`` for a route that reads or copies the bias through torch (``check_route_args`` with
+    ``bias_contiguous=False``): logits of column stride 1 and row stride >= E, a bias of any stride."""
+    return serves_layout(**shape, bias_contiguous=False)
 
 
 def check_route_args(

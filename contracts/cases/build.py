@@ -18,7 +18,8 @@ import torch
 from .families import FAMILIES
 from .plan import SCALING_FACTORS, CaseSpec  # the factors a case draws (the plan pins each per launch class too)
 
-__all__ = ["GAP", "SCALING_FACTORS", "Case", "build_case", "draw_expert_scale", "logits_dtype_name"]
+__all__ = ["GAP", "SCALING_FACTORS", "Case", "build_case", "column_strided", "draw_expert_scale", "logits_dtype_name",
+           "strided_bias", "transposed"]
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # What fills the gaps of a pinned column-strided logits or strided bias buffer: a logit or bias that ranks an expert
@@ -81,6 +82,29 @@ def draw_expert_scale(experts: int, generator: torch.Generator) -> torch.Tensor:
     return 0.25 + 1.75 * torch.rand(experts, generator=generator, device=generator.device)
 
 
+# The layouts a kernel may read wrongly, as the pinned cases and the search (strategies.RoutingExample) build them.
+def column_strided(scores: torch.Tensor, step: int) -> torch.Tensor:
+    """``scores`` as every ``step``-th column of a wider buffer from its second (storage offset 1, row stride
+    step * E), the columns between them GAP, a logit that ranks first: a router that reads them routes otherwise."""
+    rows, experts = scores.shape
+    wide = torch.full((rows, step * experts), GAP, dtype=scores.dtype, device=scores.device)
+    return wide[:, 1::step].copy_(scores)
+
+
+def transposed(scores: torch.Tensor) -> torch.Tensor:
+    """``scores`` as the transpose of a contiguous [E, M] buffer: strides (1, M), a row stride 1 < E."""
+    return scores.t().contiguous().t()
+
+
+def strided_bias(bias: torch.Tensor, step: int, *, offset: int = 0) -> torch.Tensor:
+    """``bias`` ``offset`` elements into its buffer (zeros before it: not where an allocation would start) and, with
+    ``step`` > 1, every ``step``-th element of it, the elements between them GAP (a bias that ranks first)."""
+    backing = torch.zeros(offset + step * bias.shape[0], dtype=bias.dtype, device=bias.device)
+    if step > 1:
+        backing[offset:] = GAP
+    return backing[offset::step].copy_(bias)
+
+
 def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     """The inputs of ``spec`` placed on ``device``: a coverage case is drawn on the CPU (the same bits on
     every machine), a bulk case on ``device`` itself (the same bits on every machine of that device kind).
@@ -126,21 +150,12 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
         backing_logits = torch.zeros(spec.logits_offset + scores.numel(), dtype=scores.dtype, device=scores.device)
         backing_logits[spec.logits_offset :] = scores.reshape(-1)
         scores = backing_logits[spec.logits_offset :].view(spec.rows, spec.experts)
-    if spec.column_stride > 1:  # pinned: every N-th column of a wider buffer from its second (storage offset 1, row
-        # stride N * E), the columns between them a logit that ranks first: a router that reads them routes otherwise
-        step = spec.column_stride
-        wide = torch.full((spec.rows, step * spec.experts), GAP, dtype=scores.dtype, device=scores.device)
-        wide[:, 1::step] = scores
-        scores = wide[:, 1::step]
-    elif spec.transposed:  # pinned: the transpose of a contiguous [E, M] buffer (strides (1, M): row stride 1 < E)
-        scores = scores.t().contiguous().t()
-    if bias is not None and (spec.bias_offset or spec.bias_stride > 1):  # pinned: not where an allocation would start
-        # (zeros before it), or every N-th element of a wider buffer (a bias that ranks first between them)
-        step = spec.bias_stride
-        backing_bias = torch.zeros(spec.bias_offset + step * spec.experts, dtype=bias.dtype, device=bias.device)
-        if step > 1:
-            backing_bias[spec.bias_offset :] = GAP
-        bias = backing_bias[spec.bias_offset :: step].copy_(bias)
+    if spec.column_stride > 1:  # pinned
+        scores = column_strided(scores, spec.column_stride)
+    elif spec.transposed:  # pinned
+        scores = transposed(scores)
+    if bias is not None and (spec.bias_offset or spec.bias_stride > 1):  # pinned
+        bias = strided_bias(bias, spec.bias_stride, offset=spec.bias_offset)
     # Drawn last, so a case's other draws stay what they were.
     scale = draw_expert_scale(spec.experts, gen).to(device) if spec.expert_scale else None
     return Case(spec, scores, bias, renormalize, rsf, scale)

@@ -42,7 +42,7 @@ from hypothesis import strategies as st
 
 import oracle
 
-from .build import GAP, draw_expert_scale
+from .build import GAP, column_strided, draw_expert_scale, strided_bias, transposed
 
 __all__ = [
     "BIAS_PALETTE",
@@ -228,16 +228,11 @@ class RoutingExample:
         if "t" not in self._cache:
             self._cache["t"] = self._raw()
         scores, bias = self._cache["t"]
-        if self.bias_stride > 1:
-            wide = torch.full((self.bias_stride * self.experts,), GAP, dtype=bias.dtype)
-            bias = wide[:: self.bias_stride].copy_(bias)
-        else:
-            bias = bias.clone()
+        bias = strided_bias(bias, self.bias_stride) if self.bias_stride > 1 else bias.clone()
         if self.logits_layout == "column_stride":
-            wide = torch.full((scores.shape[0], 2 * self.experts), GAP, dtype=scores.dtype)
-            return wide[:, 1::2].copy_(scores), bias
+            return column_strided(scores, 2), bias
         if self.logits_layout == "transposed":
-            return scores.t().contiguous().t(), bias
+            return transposed(scores), bias
         if self.row_offset:
             backing = torch.full((scores.shape[0], self.row_offset + self.experts + 7), GAP, dtype=scores.dtype)
             backing[:, self.row_offset : self.row_offset + self.experts] = scores

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from .._args import check_route_args, serves_layout
+from .._args import check_route_args
+from .._args import serves_layout_any_bias as serves  # the layouts check_args takes: any bias stride
 
 __all__ = ["check_args", "serves"]
-
-
-def serves(*, rows: int, experts: int, logits_strides: tuple[int, int] | None = None, bias_stride: int | None = None) -> bool:
-    """The layouts ``check_args`` takes: logits of column stride 1 and row stride >= E, a bias of any stride."""
-    return serves_layout(rows=rows, experts=experts, logits_strides=logits_strides, bias_stride=bias_stride, bias_contiguous=False)
 
 
 def check_args(scores, bias, topk, renormalize, routed_scaling_factor, *, logits_rows: bool = True) -> None:

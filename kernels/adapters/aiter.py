@@ -60,7 +60,7 @@ import importlib
 import importlib.util
 import os
 
-from .._args import check_route_args, serves_layout
+from .._args import check_route_args, serves_layout_any_bias
 
 __all__ = [
     "ENV_MODULE",
@@ -178,7 +178,7 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, logits_str
     ``route``'s argument check takes; a bias of any stride is copied).
     """
     return (
-        serves_layout(rows=rows, experts=experts, logits_strides=logits_strides, bias_stride=bias_stride, bias_contiguous=False)
+        serves_layout_any_bias(rows=rows, experts=experts, logits_strides=logits_strides, bias_stride=bias_stride)
         and 0 <= rows <= GENERIC_MAX_ROWS
         and experts >= GENERIC_MIN_EXPERTS
         and experts % EXPERT_MULTIPLE == 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numbers
 
-from .._args import check_route_args, serves_layout
+from .._args import check_route_args
+from .._args import serves_layout_any_bias as layout_served  # every adapter's gate: what check_args takes
 from ._locate import EngineUnavailable, root
 
 __all__ = ["check_args", "describe_roots", "dtype_name", "empty_result", "gate", "layout_served", "torch_router_gates"]
@@ -46,15 +47,6 @@ def check_args(scores, bias, topk, renormalize, routed_scaling_factor, *, num_ex
     if topk > kept * (E // groups):
         raise ValueError(f"topk={topk} is more than the {kept * (E // groups)} experts of {kept} kept groups; raise topk_group")
     return M, E, int(groups), int(kept)
-
-
-def layout_served(*, rows: int, experts: int, logits_strides: tuple[int, int] | None = None, bias_stride: int | None = None,
-                  **_shape) -> bool:  # fmt: skip
-    """The part of every adapter's ``covered`` that ``check_args`` decides: logits of column stride 1 and row stride
-    >= E (``Candidate.covers``' ``logits_strides``; None: not told), a bias of any stride (each route reads or copies
-    the bias through torch)."""
-    return serves_layout(rows=rows, experts=experts, logits_strides=logits_strides, bias_stride=bias_stride,
-                         bias_contiguous=False)  # fmt: skip
 
 
 def describe_roots(*keys: str) -> tuple[bool, str]:
