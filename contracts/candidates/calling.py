@@ -5,7 +5,9 @@ with repeats one CUDA graph replay; it records whether the inputs changed
 and runs the ``--against`` candidate.
 
 Each call gets its own copy of the case's inputs (same bits, same layout:
-strides, storage offset and the padding of strided rows) and what it
+strides, storage offset and the padding of strided rows; the bias as an
+``nn.Parameter`` and the call under ``no_grad`` or ``inference_mode`` where
+the case pins that context) and what it
 returns is copied at once, before anything else runs. So a candidate that
 mutates or re-points its inputs (``scores.set_()``, ``t_()``) cannot
 corrupt the harness's copy, a candidate that returns the same static
@@ -23,6 +25,7 @@ the candidate ...                           reported as
 raises a Python exception                   ``error`` (kind ``exception``), its message and replay line
 raises KeyboardInterrupt, no SIGINT came    the same: the candidate's error, not the user's stop
 returns the wrong type/shape/dtype/device   a ``validity`` mismatch
+returns outputs that are not row-major      a ``validity`` mismatch (transposed, expanded or sliced [M, k] views)
 modifies its inputs (values or metadata)    a ``validity`` mismatch ("inputs were modified in place")
 runs out of memory (host or GPU)            ``error`` (kind ``out_of_memory``)
 raises a CUDA error                         ``error`` (kind ``cuda_error``)
@@ -124,8 +127,17 @@ class _Inputs:
         self.case = case
         self.scores = _private_copy(case.scores)
         self.bias = None if case.bias is None else _private_copy(case.bias)  # a contract without a correction bias
+        if self.bias is not None and case.spec.bias_parameter is not None:  # pinned: as a model module holds it
+            self.bias = torch.nn.Parameter(self.bias, requires_grad=case.spec.bias_parameter == "trainable")
         self._originals = [t for t in (case.scores, case.bias) if t is not None]
         self._given = [(t, t.untyped_storage(), _layout(t)) for t in (self.scores, self.bias) if t is not None]
+
+    def grad_context(self):
+        """The autograd context the call runs in: the case's pinned grad mode (default: grad enabled)."""
+        mode = self.case.spec.grad_mode
+        if mode == "inference":
+            return torch.inference_mode()
+        return torch.set_grad_enabled(mode != "off")
 
     def args(self) -> tuple:
         c = self.case
@@ -149,13 +161,31 @@ class _Inputs:
         return False
 
 
+def _layout_problem(value) -> str | None:
+    """Why a (weights, ids) pair is not two row-major ``[M, k]`` tensors, or None. A serving engine hands the ids and
+    weights to its expert kernels by data pointer (``moe_align_block_size`` reads ``topk_ids`` as ``M * k``
+    consecutive ints): a transposed, expanded or sliced answer with the right values still routes tokens to the wrong
+    experts there. Read as the call returned it, before any copy (a copy, and the worker's pipe, make it contiguous)."""
+    if len(value) != 2:
+        return None  # not a pair: the validity check says so
+    for name, t in zip(("weights", "ids"), value):
+        if t.dim() == 2 and not t.is_contiguous():
+            return (f"{name} of shape {tuple(t.shape)} with strides {t.stride()}: not a contiguous row-major [M, k] tensor "
+                    f"(engines read it by data pointer); return {name}.contiguous()")  # fmt: skip
+    return None
+
+
 def _copied(value):
     """What a call returned, copied at once into plain tensors (a static buffer, a racing writer, a lying subclass
-    cannot change it afterwards); anything else as it is, or a message if the tensors cannot be copied."""
+    cannot change it afterwards); anything else as it is, or a message if the tensors cannot be copied or are not
+    row-major (``_layout_problem``)."""
     if not (isinstance(value, (tuple, list)) and value and all(isinstance(t, torch.Tensor) for t in value)):
         return value
     try:
         with torch._C.DisableTorchFunctionSubclass():
+            problem = _layout_problem(value)
+            if problem:
+                return problem
             copies = [torch.Tensor.as_subclass(t.detach().clone(), torch.Tensor) for t in value]
     except Exception as exc:  # noqa: BLE001 -- an output the harness cannot copy is not an answer
         return f"returned tensors the harness cannot copy: {raised_message(exc)}"
@@ -210,7 +240,8 @@ def _call(route: Callable, inputs: _Inputs):
     """
     with _Fence() as fence:
         try:
-            value = route(*inputs.args(), **inputs.kwargs())
+            with inputs.grad_context():
+                value = route(*inputs.args(), **inputs.kwargs())
             if inputs.case.scores.is_cuda:
                 torch.cuda.synchronize()  # asynchronous CUDA errors surface here, inside the try
             return _copied(value), None
@@ -385,7 +416,7 @@ def in_slices(route: Callable, call_rows: int) -> Callable:
         for start in range(0, scores.shape[0], call_rows):
             piece = scores[start : start + call_rows]
             value = _copied(route(piece, bias, *args, **kwargs))
-            problem = _slice_problem(value, piece.shape[0], parts[0] if parts else None)
+            problem = value if isinstance(value, str) else _slice_problem(value, piece.shape[0], parts[0] if parts else None)
             if problem:
                 return f"rows {start}..{start + piece.shape[0] - 1} (one call of {piece.shape[0]:,} rows) {problem}"
             parts.append(value)
@@ -491,11 +522,11 @@ class CaseRunner:
             with _Fence():
                 side = torch.cuda.Stream(device=device)
                 side.wait_stream(torch.cuda.current_stream(device))
-                with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
+                with torch.cuda.stream(side), inputs.grad_context():  # warm-up off the capture stream, as torch.cuda.graph asks
                     _ = self.route(*inputs.args(), **inputs.kwargs())
                 torch.cuda.current_stream(device).wait_stream(side)
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
+                with torch.cuda.graph(graph), inputs.grad_context():
                     static = self.route(*inputs.args(), **inputs.kwargs())
                 graph.replay()
                 torch.cuda.synchronize()

@@ -7,7 +7,7 @@ from typing import Iterable
 
 from .build import logits_dtype_name
 from .families import FAMILIES
-from .plan import CaseSpec
+from .plan import ALIGNED_OFFSET, CaseSpec
 
 __all__ = ["coverage_of"]
 
@@ -35,11 +35,11 @@ def coverage_of(specs: Iterable["CaseSpec"]) -> dict:
         if pair:
             pairs.add(pair)
         if spec.bias_offset:
-            layouts.add("bias at an offset")
+            layouts.add("bias at an aligned offset" if spec.bias_offset >= ALIGNED_OFFSET else "bias at an offset")
         if spec.bias_stride != 1 and spec.bias:
             layouts.add(f"bias at stride {spec.bias_stride}")
         if spec.logits_offset:
-            layouts.add("contiguous logits at an offset")
+            layouts.add("contiguous logits at an aligned offset" if spec.logits_offset >= ALIGNED_OFFSET else "contiguous logits at an offset")
         if FAMILIES[spec.family].strided:
             layouts.add("strided at offset 0" if spec.offset == 0 else "strided at an offset")
         elif spec.column_stride != 1:

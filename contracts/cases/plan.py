@@ -28,10 +28,13 @@ and each side of every launch-shape boundary the kernel packages publish as
 bias dtype (bf16, fp16, fp32), and ``random_fp32`` the same with fp16 logits,
 so that all nine (logits, bias) dtype pairs are made, ``random_bf16`` a bias
 of each dtype that starts one element into its buffer (not aligned for vector
-loads), and both families contiguous logits one element into theirs,
+loads), and both families contiguous logits one element into theirs (and a bias,
+logits ``ALIGNED_OFFSET`` = 256 elements in: aligned, but not where their storage starts),
 logits of column stride 2 (every other column of a wider buffer) and
 transposed logits (row stride 1, from 2 rows), ``random_bf16`` a bias of stride 2;
-``strided`` cases at storage offset 0. Each of those dtype and layout pins
+``strided`` cases at storage offset 0; ``random_fp32`` calls in every autograd
+context but the default (``CALL_CONTEXTS``: grad on, off or inference mode,
+the bias a plain tensor or an ``nn.Parameter``, frozen or trainable). Each of those dtype and layout pins
 runs in **every launch class** of the checked shape: at 1 and 2 rows (one
 row is often a class of its own, the decode step), at 64, and at the first
 batch of each launch shape the kernels use there under the contract
@@ -51,7 +54,7 @@ from typing import Iterable, Iterator
 
 from .families import FAMILIES
 
-__all__ = ["CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "default_max_batch", "env_max_batch",
+__all__ = ["ALIGNED_OFFSET", "CALL_CONTEXTS", "CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "default_max_batch", "env_max_batch",
            "SCALING_FACTORS", "candidate_points", "iter_plan", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
 
 
@@ -75,6 +78,12 @@ class CaseSpec:
     transposed: bool = False  # pinned: the logits are the transpose of a contiguous [E, M] buffer (strides (1, M))
     bias_stride: int = 1  # pinned: the bias is every N-th element of a wider buffer (stride(0) == N)
     renormalize: bool | None = None  # pinned call option (None: drawn, 3 in 4 renormalize); one the contract admits
+    # pinned autograd context of the call (None: grad enabled, as a plain script calls): "on", "off" (torch.no_grad)
+    # or "inference" (torch.inference_mode, as a serving engine's forward runs)
+    grad_mode: str | None = None
+    # pinned: the bias is handed over as an nn.Parameter, "frozen" (requires_grad=False, as vLLM and SGLang load it)
+    # or "trainable" (requires_grad=True, as a transformers model holds it); None: a plain tensor
+    bias_parameter: str | None = None
     scaling: float | None = None  # pinned routed_scaling_factor (None: drawn from SCALING_FACTORS)
 
     # The call options the contract admits (``oracle.Contract.admitted_options``): build_case draws only these.
@@ -87,7 +96,7 @@ class CaseSpec:
     def tags(self) -> tuple[str, ...]:
         """What the spec pins, as replay-id parts: ``bulk``, ``logits-fp16``, ``bias-bf16``, ``offset-0``,
         ``bias_offset-1``, ``logits_offset-1``, ``column_stride-2``, ``transposed``, ``bias_stride-2``,
-        ``renormalize-off``, ``scaling-2.5``."""
+        ``renormalize-off``, ``scaling-2.5``, ``grad-inference``, ``bias_parameter-frozen``."""
         return (("bulk",) if self.bulk else ()) + ((f"logits-{self.logits_dtype}",) if self.logits_dtype else ()) + (
             (f"bias-{self.bias_dtype}",) if self.bias_dtype else ()) + (
             (f"offset-{self.offset}",) if self.offset is not None else ()) + (
@@ -97,7 +106,9 @@ class CaseSpec:
             ("transposed",) if self.transposed else ()) + (
             (f"bias_stride-{self.bias_stride}",) if self.bias_stride != 1 else ()) + (
             (f"renormalize-{'on' if self.renormalize else 'off'}",) if self.renormalize is not None else ()) + (
-            (f"scaling-{self.scaling:g}",) if self.scaling is not None else ())  # fmt: skip
+            (f"scaling-{self.scaling:g}",) if self.scaling is not None else ()) + (
+            (f"grad-{self.grad_mode}",) if self.grad_mode is not None else ()) + (
+            (f"bias_parameter-{self.bias_parameter}",) if self.bias_parameter is not None else ())  # fmt: skip
 
     @property
     def replay_id(self) -> str:
@@ -320,6 +331,20 @@ BIAS_DTYPES = ("bf16", "fp16", "fp32")
 # bias) a bias of stride 2: one that indexes the bias's storage at stride 1.
 LOGITS_STRIDES: tuple[dict, ...] = ({"column_stride": 2}, {"transposed": True})
 BIAS_STRIDES: tuple[dict, ...] = ({"bias_stride": 2},)
+# Where pinned contiguous logits and biases start in their buffers: one element in (not aligned for vector loads), and
+# ALIGNED_OFFSET elements in (512 bytes or more: as aligned as an allocation, but not its start, as a row slice of a
+# larger batch is). A kernel that takes the storage's pointer for an aligned tensor's (vector path) reads the
+# second from the wrong place, and only the second.
+ALIGNED_OFFSET = 256
+START_OFFSETS = (1, ALIGNED_OFFSET)
+GRAD_MODES = ("on", "off", "inference")
+BIAS_PARAMETERS = ("frozen", "trainable")
+# The autograd contexts a call is pinned in (random_fp32): every grad mode with the bias as a plain tensor or either
+# kind of nn.Parameter, but the default (grad on, a plain tensor: every other case). A kernel wrapper whose path
+# depends on torch.is_grad_enabled(), inference mode or the bias's requires_grad (a custom op's autograd kernel, a
+# fallback taken for tensors that require grad) is checked in each. Without a bias: the grad modes only.
+CALL_CONTEXTS: tuple[dict, ...] = tuple({"grad_mode": m, "bias_parameter": p} for m in GRAD_MODES for p in (None, *BIAS_PARAMETERS)
+                                        if (m, p) != ("on", None))  # fmt: skip
 
 
 def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points: tuple[int, ...] | None = None,
@@ -348,18 +373,23 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
     fields: list[dict] = []
     if name in ("random_bf16", "random_fp32") and bias:
         fields = [{"bias_dtype": dtype} for dtype in BIAS_DTYPES]
-        if name == "random_bf16":  # aligned contiguous logits, a bias of each dtype one element into its buffer: a
-            # kernel that tests the logits' alignment for vector loads but not the bias's reads the bias misaligned
-            fields += [{"bias_dtype": dtype, "bias_offset": 1} for dtype in BIAS_DTYPES]
+        if name == "random_bf16":  # aligned contiguous logits, a bias of each dtype one element into its buffer (a
+            # kernel that tests the logits' alignment for vector loads but not the bias's reads the bias misaligned)
+            # and ALIGNED_OFFSET elements in (one that takes the storage's pointer on its vector path)
+            fields += [{"bias_dtype": dtype, "bias_offset": offset} for offset in START_OFFSETS for dtype in BIAS_DTYPES]
         if name == "random_fp32":  # fp16 logits (randn * 2: no overflow), with each bias dtype
             fields += [{"logits_dtype": "fp16", "bias_dtype": dtype} for dtype in BIAS_DTYPES]
         # contiguous logits (row stride E) one element into their buffer: a kernel that picks vector loads by
-        # is_contiguous() alone reads them misaligned (the strided family's rows are never contiguous)
-        fields += [{"logits_offset": 1}] + ([{"logits_dtype": "fp16", "logits_offset": 1}] if name == "random_fp32" else [])
+        # is_contiguous() alone reads them misaligned (the strided family's rows are never contiguous); and
+        # ALIGNED_OFFSET elements in, aligned: a kernel that reads the storage's start on its vector path is wrong there
+        fields += [{"logits_offset": o} for o in START_OFFSETS] + (
+            [{"logits_dtype": "fp16", "logits_offset": o} for o in START_OFFSETS] if name == "random_fp32" else [])
         fields += [*LOGITS_STRIDES, *(BIAS_STRIDES if name == "random_bf16" else ())]
+        fields += [*CALL_CONTEXTS] if name == "random_fp32" else []
     elif name in ("random_bf16", "random_fp32"):  # no bias: the logits' dtype and layout alone
-        fields = [{"logits_offset": 1}] + ([{"logits_dtype": "fp16"}, {"logits_dtype": "fp16", "logits_offset": 1}]
-                                           if name == "random_fp32" else []) + [*LOGITS_STRIDES]
+        fields = [{"logits_offset": o} for o in START_OFFSETS] + ([{"logits_dtype": "fp16"}, *({"logits_dtype": "fp16", "logits_offset": o} for o in START_OFFSETS)]
+                                                                  if name == "random_fp32" else []) + [*LOGITS_STRIDES]
+        fields += [c for c in CALL_CONTEXTS if c["bias_parameter"] is None] if name == "random_fp32" else []
     elif FAMILIES[name].strided:
         fields = [{"offset": 0}]
     # every pinned dtype pair and layout in every launch class: a kernel's loads are written per launch shape (a

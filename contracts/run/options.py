@@ -50,11 +50,12 @@ def parse_shard(text: str | None, *, option: str = "--shard") -> tuple[int, int]
 def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"):
     """``FAMILY:SEED:ROWS`` or ``FAMILY:SEED:ROWS:bulk`` (a report's replay id) as a CaseSpec, every part checked."""
     from ..cases.families import FAMILIES, FAMILY_NAMES
-    from ..cases.plan import SCALING_FACTORS, CaseSpec
+    from ..cases.plan import BIAS_PARAMETERS, GRAD_MODES, SCALING_FACTORS, CaseSpec
 
     parts = text.split(":")
     tags = parts[3:]  # what the case pins: bulk (drawn on the device), logits-fp16, bias-bf16 / -fp16 / -fp32, offset-N,
-    # bias_offset-N, logits_offset-N, column_stride-N, transposed, bias_stride-N, renormalize-on|off, scaling-F
+    # bias_offset-N, logits_offset-N, column_stride-N, transposed, bias_stride-N, renormalize-on|off, scaling-F,
+    # grad-on|off|inference, bias_parameter-frozen|trainable
     pinned: dict = {}
     for tag in tags:
         kind, _, value = tag.partition("-")
@@ -66,7 +67,7 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
             pinned["logits_dtype"] = value
         elif kind == "offset" and value.isdigit() and int(value) < 64:
             pinned["offset"] = int(value)
-        elif kind in ("bias_offset", "logits_offset") and value.isdigit() and 0 < int(value) < 64:
+        elif kind in ("bias_offset", "logits_offset") and value.isdigit() and 0 < int(value) <= 4096:
             pinned[kind] = int(value)
         elif kind in ("column_stride", "bias_stride") and value.isdigit() and 1 < int(value) < 64:
             pinned[kind] = int(value)
@@ -76,13 +77,18 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
             pinned["renormalize"] = value == "on"
         elif kind == "scaling" and value in {f"{s:g}" for s in SCALING_FACTORS}:
             pinned["scaling"] = float(value)
+        elif kind == "grad" and value in GRAD_MODES:
+            pinned["grad_mode"] = value
+        elif kind == "bias_parameter" and value in BIAS_PARAMETERS:
+            pinned["bias_parameter"] = value
         else:
             pinned = None
             break
     if len(parts) < 3 or pinned is None or len(pinned) != len(tags):
         raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk (a pinned case adds :logits-fp16, "
                           ":bias-bf16, :bias-fp16, :bias-fp32, :offset-N, :bias_offset-N, :logits_offset-N, :column_stride-N, "
-                          ":transposed, :bias_stride-N, :renormalize-on|off or :scaling-F), as printed in a report's replay line")  # fmt: skip
+                          ":transposed, :bias_stride-N, :renormalize-on|off, :scaling-F, :grad-on|off|inference or "
+                          ":bias_parameter-frozen|trainable), as printed in a report's replay line")  # fmt: skip
     family, seed_text, rows_text = parts[:3]
     if family not in FAMILY_NAMES:
         raise OptionError(f"{option} family {family!r} is unknown; known: {', '.join(FAMILY_NAMES)}")

@@ -17,7 +17,9 @@ from contracts.cases.families import FAMILIES
 from contracts.cases.coverage import coverage_of
 from contracts.cases.plan import iter_plan, sweep_sizes
 from contracts.run.checks import run_checks
+from contracts.run.options import parse_replay
 from tests.adversarial import evidence
+from tests.planted._common import correct
 
 ROOT = Path(__file__).resolve().parents[2]
 ADV = "tests.adversarial.evidence"
@@ -143,9 +145,10 @@ def test_the_pinned_pairs_and_layouts_run_in_every_launch_class_of_the_contract(
                                               ("kimi-k2", (384, 8), (MODEL_BATCH_SWITCH_POINTS[(384, 8)],))]:  # fmt: skip
         specs = iter_plan(["random_bf16", "random_fp32", "strided"], 200, 0, experts, topk, max_batch=4096, contract=contract)
         pinned = coverage_of(specs)["pinned_batch_sizes"]
-        # 9 dtype pairs' pins, the misaligned bias of each dtype, contiguous logits at an offset (bf16, fp32, fp16),
+        # 9 dtype pairs' pins, the misaligned and the aligned-offset bias of each dtype, contiguous logits at an offset
+        # and at an aligned offset (bf16, fp32, fp16), the 8 call contexts (random_fp32),
         # strided at offset 0, logits of column stride 2 and transposed (bf16, fp32), a bias of stride 2
-        assert len(pinned) == 9 + 3 + 3 + 1 + 2 + 2 + 1, pinned
+        assert len(pinned) == 9 + 3 + 3 + 3 + 3 + 8 + 1 + 2 + 2 + 1, pinned
         every = sorted({1, 2, 64, *points})
         assert all(rows == (every[1:] if tag.endswith(":transposed") else every) for tag, rows in pinned.items()), (contract, pinned)
     # a model contract's point is not aiter's: 896/16 switches at 768 under kimi-k2 only
@@ -258,7 +261,9 @@ def test_correct_routers_pass_on_every_layout(tmp_path):
     for s in run.summaries:
         assert s.status.value == "pass" and s.rows_skipped == 0, (s.candidate, s.status, s.error)
         layouts = set(s.options["coverage"]["layouts"])
-        assert {"logits at column stride 2", "transposed logits", "bias at stride 2"} <= layouts, layouts
+        assert {"logits at column stride 2", "transposed logits", "bias at stride 2", "contiguous logits at an aligned offset",
+                "bias at an aligned offset"} <= layouts, layouts
+        assert any(":grad-inference" in tag for tag in s.options["coverage"]["pinned_batch_sizes"])  # every call context ran
 
 
 @pytest.mark.parametrize("isolate", [False, True])
@@ -279,6 +284,93 @@ def test_a_gate_that_does_not_take_the_layouts_is_checked_on_them(tmp_path):
                      progress=False)  # fmt: skip
     s = run.summaries[0]
     assert s.status.value == "fail" and s.mismatched_rows >= 1 and s.rows_skipped == 0, s
+
+
+# ---------------------------------------------------------------- the autograd context, aligned offsets, the answer's layout
+
+CTX = "tests.adversarial.call_contexts"
+
+
+@pytest.mark.parametrize("router, tags", [("wrong_under_inference_mode", {"grad-inference"}), ("wrong_under_no_grad", {"grad-off"}),
+                                          ("wrong_when_the_bias_is_a_parameter", {"bias_parameter-frozen", "bias_parameter-trainable"}),
+                                          ("wrong_when_the_bias_requires_grad", {"bias_parameter-trainable"})])  # fmt: skip
+def test_a_router_wrong_only_in_one_autograd_context_fails(router, tags, tmp_path):
+    # Every case was called with grad enabled and a plain bias tensor: each passed the default check on 3221a05.
+    run = run_checks([f"{CTX}:{router}"], families=["random_fp32"], rows=100, isolate=False, out=tmp_path / router, progress=False)
+    s, details = run.summaries[0], run.results[0].details
+    assert s.status.value == "fail" and s.mismatched_rows >= 1, s
+    assert set(s.clauses_broken) == {"output_order"}, s.clauses_broken
+    assert details and all(tags & set(d.case.split(":")[3:]) for d in details), {d.case for d in details}
+    spec = parse_replay(details[0].case, 896, 16)  # the replay line rebuilds the context
+    assert spec.replay_id == details[0].case and (spec.grad_mode or spec.bias_parameter)
+
+
+def test_a_router_wrong_only_under_inference_mode_fails_in_a_worker(tmp_path):
+    # The worker rebuilds each case from its spec and calls it: the context must travel with it.
+    run = run_checks([f"{CTX}:wrong_under_inference_mode"], families=["random_fp32"], rows=50, out=tmp_path / "w", progress=False)
+    s = run.summaries[0]
+    assert s.isolated and s.status.value == "fail" and s.mismatched_rows >= 1, s
+
+
+def test_every_call_context_is_pinned_in_every_launch_class_and_called_so():
+    from contracts.candidates.calling import _Inputs
+    from contracts.cases import build_case
+    from contracts.cases.plan import CALL_CONTEXTS
+
+    specs = [s for s in iter_plan(["random_fp32"], 10, 0, 64, 4, max_batch=9) if s.grad_mode]
+    assert {(s.grad_mode, s.bias_parameter) for s in specs} == {(c["grad_mode"], c["bias_parameter"]) for c in CALL_CONTEXTS}
+    assert len(CALL_CONTEXTS) == 3 * 3 - 1 and {s.rows for s in specs} == {1, 2, 9}
+    seen = []
+
+    def route(scores, bias, topk, renormalize, rsf):
+        seen.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled(), type(bias), bias.requires_grad))
+        return correct(scores, bias, topk, renormalize, rsf)
+
+    from contracts.candidates.calling import _call
+
+    for spec in specs:
+        _call(route, _Inputs(build_case(spec)))
+        grad, inference, kind, requires_grad = seen[-1]
+        assert grad == (spec.grad_mode == "on") and inference == (spec.grad_mode == "inference"), spec.replay_id
+        assert (kind is torch.nn.Parameter) == (spec.bias_parameter is not None), spec.replay_id
+        assert requires_grad == (spec.bias_parameter == "trainable"), spec.replay_id
+    no_bias = [s for s in iter_plan(["random_fp32"], 10, 0, 64, 4, max_batch=9, bias=False) if s.grad_mode]
+    assert {s.grad_mode for s in no_bias} == {"off", "inference"} and not any(s.bias_parameter for s in no_bias)
+
+
+@pytest.mark.parametrize("router, tag", [("reads_aligned_logits_from_the_storage_start", "logits_offset-256"),
+                                         ("reads_an_aligned_bias_from_the_storage_start", "bias_offset-256")])  # fmt: skip
+def test_a_router_that_reads_an_aligned_input_from_its_storage_start_fails(router, tag, tmp_path):
+    # The only inputs not at their storage's start were one element in: misaligned, so a vector path never saw one.
+    run = run_checks([f"{CTX}:{router}"], families=_LAYOUT_FAMILIES, rows=200, isolate=False, out=tmp_path / router, progress=False)
+    s, details = run.summaries[0], run.results[0].details
+    assert s.status.value == "fail" and s.mismatched_rows >= 1, s
+    assert s.clauses_broken.get("selection"), s.clauses_broken  # values read from elsewhere: other experts chosen
+    assert details and all(tag in d.case.split(":")[3:] for d in details), {d.case for d in details}
+
+
+@pytest.mark.parametrize("router, name", [("returns_column_major_ids", "ids"), ("returns_column_major_weights", "weights"),
+                                          ("returns_ids_sliced_from_a_wider_buffer", "ids")])  # fmt: skip
+@pytest.mark.parametrize("isolate", [False, True])
+def test_an_answer_that_is_not_row_major_is_a_validity_failure(router, name, isolate, tmp_path):
+    # The right values in another layout: an engine reads ids and weights by data pointer. They passed on 3221a05.
+    run = run_checks([f"{CTX}:{router}"], families=["random_fp32"], rows=100, isolate=isolate, out=tmp_path / router, progress=False)
+    s, details = run.summaries[0], run.results[0].details
+    assert s.status.value == "fail" and set(s.clauses_broken) == {"validity"}, (s.status, s.clauses_broken, s.error)
+    reasons = {d.reason for d in details}
+    assert all(f"{name} of shape" in r and "not a contiguous row-major" in r and f"return {name}.contiguous()" in r for r in reasons), reasons
+
+
+def test_an_answer_that_is_not_row_major_in_one_slice_of_a_bulk_case_names_the_slice():
+    from contracts.candidates.calling import in_slices
+
+    def route(scores, bias, topk, renormalize, rsf):  # column-major from the second call on
+        w, ids = correct(scores, bias, topk, renormalize, rsf)
+        return (w, ids) if scores.storage_offset() == 0 else (w, ids.t().contiguous().t())
+
+    scores, bias = torch.randn(10, 64), torch.zeros(64)
+    message = in_slices(route, 4)(scores, bias, 4, True, 1.0)
+    assert isinstance(message, str) and message.startswith("rows 4..7 (one call of 4 rows) ids of shape (4, 4) with strides (1, 4)"), message
 
 
 # ---------------------------------------------------------------- the split view keeps the layout

@@ -1,0 +1,103 @@
+"""Routers right on every case the harness made before, wrong in how a serving engine calls them or reads them.
+
+Each one's values are the oracle's wherever the old harness looked, and
+each passed the default check on 3221a05 (PASS, exit 0):
+
+- the autograd context of the call: engines route under
+  ``torch.inference_mode()``, transformers models under ``no_grad`` with a
+  bias that is an ``nn.Parameter``; the harness called every case with grad
+  enabled and a plain bias tensor;
+- where the inputs start in their storage: the only contiguous logits and
+  bias not at their storage's start were one element in (misaligned), so a
+  kernel whose aligned (vector) path takes the storage's pointer instead of
+  the tensor's was never wrong on a case;
+- the layout of the answer: the values were compared, not the strides, so
+  column-major or sliced ids that an engine's expert kernels read by data
+  pointer passed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tests.planted._common import correct
+
+
+def _reverse_first_row(out, where: bool) -> tuple:
+    weights, ids = out
+    if where:
+        weights, ids = weights.clone(), ids.clone()
+        ids[0] = ids[0].flip(0)
+        weights[0] = weights[0].flip(0)
+    return weights, ids
+
+
+# ---------------------------------------------------------------- the autograd context of the call
+
+
+def wrong_under_inference_mode(scores, bias, topk, renormalize, rsf):
+    """Wrong output order under torch.inference_mode() (a custom op whose inference path skips its autograd kernel)."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), torch.is_inference_mode_enabled() and scores.shape[0] > 0)
+
+
+def wrong_under_no_grad(scores, bias, topk, renormalize, rsf):
+    """Wrong output order when grad is disabled (torch.no_grad, as transformers' generate() calls a model)."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), not torch.is_grad_enabled() and scores.shape[0] > 0)
+
+
+def wrong_when_the_bias_is_a_parameter(scores, bias, topk, renormalize, rsf):
+    """Wrong output order when the bias is an nn.Parameter (how every model module holds e_score_correction_bias)."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), isinstance(bias, torch.nn.Parameter) and scores.shape[0] > 0)
+
+
+def wrong_when_the_bias_requires_grad(scores, bias, topk, renormalize, rsf):
+    """Wrong output order when the bias requires grad (a fallback path taken for tensors that require grad)."""
+    trainable = bias is not None and bias.requires_grad
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), trainable and scores.shape[0] > 0)
+
+
+# ---------------------------------------------------------------- where the inputs start
+
+
+def _from_storage_start(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, t.shape, t.stride())
+
+
+def reads_aligned_logits_from_the_storage_start(scores, bias, topk, renormalize, rsf):
+    """Contiguous logits whose pointer is on 16 bytes take a vector path that starts at the storage's pointer
+    (``untyped_storage().data_ptr()``) instead of the tensor's: right at offset 0 and at a misaligned offset,
+    wrong on a row slice of a larger batch."""
+    if scores.is_contiguous() and scores.storage_offset() and scores.data_ptr() % 16 == 0:
+        scores = _from_storage_start(scores)
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
+def reads_an_aligned_bias_from_the_storage_start(scores, bias, topk, renormalize, rsf):
+    """The same for the bias: an aligned bias not at its storage's start is read from the storage's start."""
+    if bias is not None and bias.is_contiguous() and bias.storage_offset() and bias.data_ptr() % 16 == 0:
+        bias = _from_storage_start(bias)
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
+# ---------------------------------------------------------------- the layout of the answer
+
+
+def returns_column_major_ids(scores, bias, topk, renormalize, rsf):
+    """The right ids, stored column-major ([k, M] written, returned transposed): an engine reading M * k ints
+    from ids.data_ptr() sends tokens to other experts."""
+    weights, ids = correct(scores, bias, topk, renormalize, rsf)
+    return weights, ids.t().contiguous().t()
+
+
+def returns_column_major_weights(scores, bias, topk, renormalize, rsf):
+    weights, ids = correct(scores, bias, topk, renormalize, rsf)
+    return weights.t().contiguous().t(), ids
+
+
+def returns_ids_sliced_from_a_wider_buffer(scores, bias, topk, renormalize, rsf):
+    """The ids written into the first k columns of an [M, k + 1] buffer (a slot kept for a fused shared expert) and
+    returned as that slice: row stride k + 1."""
+    weights, ids = correct(scores, bias, topk, renormalize, rsf)
+    wide = torch.full((ids.shape[0], topk + 1), -1, dtype=ids.dtype, device=ids.device)
+    wide[:, :topk] = ids
+    return weights, wide[:, :topk]
