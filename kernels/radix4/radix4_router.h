@@ -1648,6 +1648,20 @@ struct RankStep {
         float sig;
     };
 
+    // Every candidate's key lies in [lo, kmax]. When that span leaves
+    // kPackBits bits free, (key - lo) << kPackBits | inverted priority orders
+    // the candidates as their composites do, and no two share a word
+    // (priorities are unique): ranks by these words are exact in one pass.
+    // The test is the token's (lo and kmax are every lane's), so its lanes
+    // branch together.
+    static __device__ __forceinline__ bool packs(Bound bound) {
+        return bound.kmax - bound.lo < (1u << (32 - S::kPackBits));
+    }
+    static __device__ __forceinline__ uint32_t packed_word(uint64_t composite, uint32_t lo) {
+        const uint32_t key_above_lo = static_cast<uint32_t>(composite >> 32) - lo;
+        return (key_above_lo << S::kPackBits) | (static_cast<uint32_t>(composite) >> S::kPrioBits);
+    }
+
     // Candidate i of the token (regions in order, entries in order).
     static __device__ __forceinline__ Found candidate(const Storage<S>& storage, int local, uint32_t i) {
         uint32_t r = 0;
@@ -1677,18 +1691,10 @@ struct RankStep {
             const Found mine = is_candidate ? candidate(storage, at.local, static_cast<uint32_t>(at.lane)) : Found{0u, 0.0f};
             const uint64_t me = mine.composite;
             if constexpr (RADIX4_RANK_PACKED) {
-                // Every candidate's key lies in [lo, kmax]. When that span
-                // leaves kPackBits bits free, (key - lo) << kPackBits | inverted
-                // priority orders the candidates as their composites do, and
-                // no two share a word (priorities are unique): the ranks are
-                // exact in one pass. The test is the token's (lo and kmax are
-                // every lane's), so its lanes branch together. A lane without
-                // a candidate holds 0, which is larger than no candidate.
-                constexpr uint32_t kPackSpan = 1u << (32 - S::kPackBits);
-                if (__builtin_expect(bound.kmax - bound.lo < kPackSpan, 1)) {
-                    const uint32_t key_above_lo = static_cast<uint32_t>(me >> 32) - bound.lo;
-                    const uint32_t inverted = static_cast<uint32_t>(me) >> S::kPrioBits;
-                    const uint32_t packed = is_candidate ? (key_above_lo << S::kPackBits) | inverted : 0u;
+                // By the packed words (packs); a lane without a candidate
+                // holds 0, which is larger than no candidate.
+                if (__builtin_expect(packs(bound), 1)) {
+                    const uint32_t packed = is_candidate ? packed_word(me, bound.lo) : 0u;
                     place(is_candidate, lanes_larger<S, L>(packed), me, mine.sig);
                     RADIX4_NOTE_PATH(RankPath::kPacked);
                     return;
@@ -1726,40 +1732,41 @@ struct RankStep {
         }
         if constexpr (RADIX4_RANK_PACKED) {
             // Up to two candidates a lane (C <= 2 * lanes), by the packed
-            // words above when the span leaves kPackBits bits: each lane
-            // compares its two words with the other lanes' two (2 shuffles a
-            // lane) and with each other. These are the block shape's rows
-            // with more candidates than a warp's lanes, about one in 45
-            // random rows at 896/16, which the region loop below took about
-            // 900 cycles longer than other rows (0.5 us a batch that holds
-            // one). A lane without a candidate holds 0, larger than none.
-            constexpr uint32_t kPackSpan = 1u << (32 - S::kPackBits);
-            if (__builtin_expect(c.count <= 2u * S::kLanes && bound.kmax - bound.lo < kPackSpan, 1)) {
+            // words when they pack: each lane compares its two words with the
+            // other lanes' two (2 shuffles a lane) and with each other,
+            // counting the words not larger by carries (L::add_if_at_least,
+            // as lanes_larger). These are the block shape's rows with more
+            // candidates than a warp's lanes, about one in 45 random rows at
+            // 896/16, which the region loop below took about 900 cycles
+            // longer than other rows (0.5 us a batch that holds one). A lane
+            // without a candidate holds 0, larger than none.
+            if (__builtin_expect(c.count <= 2u * S::kLanes && packs(bound), 1)) {
                 Found mine[2];
                 uint32_t word[2];
 #pragma unroll
                 for (int t = 0; t < 2; ++t) {
                     const uint32_t i = static_cast<uint32_t>(at.lane + t * S::kLanes);
                     mine[t] = i < c.count ? candidate(storage, at.local, i) : Found{0u, 0.0f};
-                    const uint32_t key_above_lo = static_cast<uint32_t>(mine[t].composite >> 32) - bound.lo;
-                    const uint32_t inverted = static_cast<uint32_t>(mine[t].composite) >> S::kPrioBits;
-                    word[t] = i < c.count ? (key_above_lo << S::kPackBits) | inverted : 0u;
+                    word[t] = i < c.count ? packed_word(mine[t].composite, bound.lo) : 0u;
                 }
                 // Two chains of adds per candidate; the lane's own other word first.
-                uint32_t larger[2][2] = {{static_cast<uint32_t>(word[1] > word[0]), 0u},
-                                         {static_cast<uint32_t>(word[0] > word[1]), 0u}};
+                uint32_t not_larger[2][2] = {{0u, 0u}, {0u, 0u}};
+                L::add_if_at_least(not_larger[0][0], word[0], word[1]);
+                L::add_if_at_least(not_larger[1][0], word[1], word[0]);
 #pragma unroll
                 for (int d = 1; d < S::kLanes; ++d) {
                     const uint32_t first = L::shfl_xor(word[0], d), second = L::shfl_xor(word[1], d);
 #pragma unroll
                     for (int t = 0; t < 2; ++t) {
-                        larger[t][d & 1] += static_cast<uint32_t>(first > word[t]) + static_cast<uint32_t>(second > word[t]);
+                        L::add_if_at_least(not_larger[t][d & 1], word[t], first);
+                        L::add_if_at_least(not_larger[t][d & 1], word[t], second);
                     }
                 }
 #pragma unroll
                 for (int t = 0; t < 2; ++t) {
                     const bool is_candidate = static_cast<uint32_t>(at.lane + t * S::kLanes) < c.count;
-                    place(is_candidate, larger[t][0] + larger[t][1], mine[t].composite, mine[t].sig);
+                    const uint32_t larger = static_cast<uint32_t>(2 * S::kLanes - 1) - (not_larger[t][0] + not_larger[t][1]);
+                    place(is_candidate, larger, mine[t].composite, mine[t].sig);
                 }
                 RADIX4_NOTE_PATH(RankPath::kPackedPairs);
                 return;
