@@ -10,6 +10,7 @@ import sys
 
 import torch
 
+import oracle
 from contracts.candidates import Candidate
 from kernels.radix4 import BATCH_SWITCH_POINTS
 from tests.planted._common import correct
@@ -113,6 +114,45 @@ def reads_a_misaligned_bias_from_below_from_1585_rows(scores, bias, topk, renorm
     if bias is not None and bias.data_ptr() % 16 and scores.shape[0] >= FIRST_DENSE:
         bias = torch.cat([bias.new_zeros(1), bias[:-1]])
     return correct(scores, bias, topk, renormalize, rsf)
+
+
+# Wrong on a family's own rows (ties, NaN, infinities) in one launch class only: the families' sizes reach a class by
+# chance and with budget only (nan_sparse: 1, 64, 1,024; the tie pools: 1, 16, 128), so at --rows 20,000 no NaN row met
+# a dense launch and no tied or infinite row a block launch of 2..6 rows.
+def _reverse_rows(out, rows) -> tuple:
+    weights, ids = out[0].clone(), out[1].clone()
+    ids[rows], weights[rows] = ids[rows].flip(1), weights[rows].flip(1)
+    return weights, ids
+
+
+def _tied_at_the_cutoff(scores, bias, ids):
+    _, ranking = oracle.ranking_values(scores, bias, "aiter")
+    keys = oracle.rank_keys(ranking)
+    return (keys == keys.gather(1, ids[:, -1:].long())).sum(1) > 1
+
+
+def wrong_on_tied_rows_in_block_launches_of_2_rows_or_more(scores, bias, topk, renormalize, rsf):
+    """Output order reversed on rows with an exact tie at the cutoff, in calls of 2..FIRST_WARP-1 rows only."""
+    out = correct(scores, bias, topk, renormalize, rsf)
+    if not 2 <= scores.shape[0] < FIRST_WARP:
+        return out
+    return _reverse_rows(out, _tied_at_the_cutoff(scores, bias, out[1]))
+
+
+def wrong_on_infinite_logits_in_block_launches_of_2_rows_or_more(scores, bias, topk, renormalize, rsf):
+    """Output order reversed on rows holding an infinite logit, in calls of 2..FIRST_WARP-1 rows only."""
+    out = correct(scores, bias, topk, renormalize, rsf)
+    if not 2 <= scores.shape[0] < FIRST_WARP:
+        return out
+    return _reverse_rows(out, torch.isinf(scores).any(1))
+
+
+def wrong_on_nan_rows_in_dense_launches(scores, bias, topk, renormalize, rsf):
+    """Output order reversed on rows holding a NaN logit, in calls of FIRST_DENSE rows or more only."""
+    out = correct(scores, bias, topk, renormalize, rsf)
+    if scores.shape[0] < FIRST_DENSE:
+        return out
+    return _reverse_rows(out, torch.isnan(scores).any(1))
 
 
 def wrong_on_strided_offset_0_in_one_row_calls(scores, bias, topk, renormalize, rsf):

@@ -138,6 +138,35 @@ def test_a_router_wrong_on_a_pinned_dtype_or_layout_in_one_launch_class_fails(ro
     assert s.status.value == "fail" and s.mismatched_rows >= 1, s
 
 
+@pytest.mark.parametrize("router, family, max_batch", [("wrong_on_tied_rows_in_block_launches_of_2_rows_or_more", "tie_pool_straddle", 1025),
+                                                       ("wrong_on_infinite_logits_in_block_launches_of_2_rows_or_more", "inf_logits", 1025),
+                                                       ("wrong_on_nan_rows_in_dense_launches", "nan_sparse", 1585)])  # fmt: skip
+def test_a_router_wrong_on_a_familys_rows_in_one_launch_class_fails(router, family, max_batch, tmp_path):
+    # Each family's own rows run in every launch class, at every --rows: each passed the default check at --rows 20000
+    # on 3221a05 (its sizes never met the class).
+    run = run_checks([f"{ADV}:{router}"], families=[family], rows=50, max_batch=max_batch, isolate=False, out=tmp_path / router,
+                     progress=False)  # fmt: skip
+    s, details = run.summaries[0], run.results[0].details
+    assert s.status.value == "fail" and s.mismatched_rows >= 1, s
+    assert details and all(d.case.startswith(f"{family}:") for d in details), {d.case for d in details}
+
+
+@pytest.mark.parametrize("rows", [1, 2_000, 250_000])
+def test_every_familys_rows_run_in_every_launch_class_at_every_rows(rows):
+    from contracts.cases.plan import FAMILY_DATA_PINNED_ELSEWHERE, launch_class_sizes, launch_points
+
+    classes = set(launch_class_sizes(4096, launch_points(896, 16, "aiter")))
+    assert {1, 2, 7, 64, 1585} <= classes, classes
+    names = list(FAMILIES)
+    sizes: dict = {}
+    for spec in iter_plan(names, rows, 0, 896, 16, max_batch=4096, contract="aiter"):
+        if not spec.tags:
+            sizes.setdefault(spec.family, set()).add(spec.rows)
+    for name in names:
+        if name not in FAMILY_DATA_PINNED_ELSEWHERE:
+            assert classes <= sizes.get(name, set()), (name, sorted(sizes.get(name, ())))
+
+
 def test_the_pinned_pairs_and_layouts_run_in_every_launch_class_of_the_contract():
     from kernels.radix4 import BATCH_SWITCH_POINTS, MODEL_BATCH_SWITCH_POINTS
 
