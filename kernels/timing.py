@@ -11,7 +11,11 @@ tools use it and ``kernels/`` never imports the harness.
 2. ``launches`` calls captured in one CUDA graph: a replay then costs what the launches cost on the device,
    without the Python and driver overhead of calling ``fn`` from the host.
 3. ``warmup`` untimed replays, then ``replays`` replays each between two CUDA events. One sample (us) = the
-   replay's elapsed time / ``launches``.
+   replay's elapsed time / ``launches``. Ahead of each sample's start event the stream runs a spin kernel of
+   ``HOLD_CYCLES`` (``torch.cuda._sleep``, about 100 us): the host submits the replay while the device spins,
+   so the start event fires with the replay already queued. Without it the device reaches the start event at
+   once, idles until the host has submitted the replay (microseconds that vary from call to call and host to
+   host) and the sample counts that idle time, spread over the replay's launches.
 
 Where capture fails (``fn`` synchronizes, copies from the host, ...) and ``eager_fallback`` is set, ``fn`` is
 timed eagerly instead: ``warmup`` untimed rounds of ``launches`` calls, then ``replays`` samples of ``launches``
@@ -42,13 +46,19 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
+# The spin ahead of each sample's start event (module docstring): about 100 us at the H200's 1.98 GHz, several
+# times what a host takes to submit a replay of a graph of tens of launches.
+HOLD_CYCLES = 200_000
+
+
 def _event_samples(run, replays: int, launches: int) -> list[float]:
-    """``replays`` samples of ``run()`` between two CUDA events, in us per launch."""
+    """``replays`` samples of ``run()`` between two CUDA events, in us per launch, each behind a spin kernel."""
     import torch
 
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = []
     for _ in range(replays):
+        torch.cuda._sleep(HOLD_CYCLES)  # untimed: it ends before the start event
         start.record()
         run()
         end.record()

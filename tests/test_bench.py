@@ -218,6 +218,7 @@ class _FakeCuda:
         self.capturing = False
         self.elapsed_ms = elapsed_ms
         self.replays = 0
+        self.stream_log: list[str] = []  # what the timer put on the stream outside capture, in order
         fake = self
 
         class Event:
@@ -225,7 +226,7 @@ class _FakeCuda:
                 pass
 
             def record(self):
-                pass
+                fake.stream_log.append("event")
 
             def synchronize(self):
                 pass
@@ -236,6 +237,7 @@ class _FakeCuda:
         class Graph:
             def replay(self):
                 fake.replays += 1
+                fake.stream_log.append("replay")
 
         @contextlib.contextmanager
         def graph(g):
@@ -257,6 +259,11 @@ class _FakeCuda:
         monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
         monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: self.Stream())
         monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+        monkeypatch.setattr(torch.cuda, "_sleep", self.sleep)
+
+    def sleep(self, cycles):
+        if not self.capturing:
+            self.stream_log.append(f"sleep {cycles}")
 
 
 def test_cuda_timer_replays_a_graph_and_divides_by_launches(monkeypatch):
@@ -268,6 +275,25 @@ def test_cuda_timer_replays_a_graph_and_divides_by_launches(monkeypatch):
     assert timing.samples_us == pytest.approx([10.0] * 5)  # 0.2 ms / 20 launches
     assert calls.count(True) == 20 and calls.count(False) == 3  # 20 captured, 3 eager warm-up calls
     assert fake.replays == 3 + 5
+
+
+def test_each_sample_starts_behind_a_spin_so_the_hosts_submission_is_not_timed(monkeypatch):
+    # Without the spin the device reaches the start event at once and idles until the host has submitted the
+    # replay, and the sample counts that idle time. The spin must come before the start event (else it is timed).
+    fake = _FakeCuda(elapsed_ms=0.2)
+    fake.install(monkeypatch)
+    time_cuda(lambda: None, launches=20, replays=4, warmup=2)
+    hold = f"sleep {timing.HOLD_CYCLES}"
+    assert fake.stream_log == ["replay"] * 2 + [hold, "event", "replay", "event"] * 4
+    assert timing.HOLD_CYCLES >= 100_000  # tens of microseconds at least: a host's submission of a replay
+    fake.stream_log.clear()
+
+    def syncs_inside():
+        if fake.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    time_cuda(syncs_inside, launches=5, replays=3, warmup=1)  # eager: the same spin ahead of each sample
+    assert fake.stream_log == [hold, "event", "event"] * 3
 
 
 def test_cuda_timer_falls_back_to_eager_when_capture_fails(monkeypatch):
