@@ -24,7 +24,9 @@ its **pinned cases**, at every ``--rows`` and on top of its budget: the
 and one case of every batch-size class from 1 to
 ``max_batch`` (the first size past each power of two, ``max_batch`` itself,
 and each side of every launch-shape boundary the kernel packages publish as
-``BATCH_SWITCH_POINTS``); ``random_bf16`` and ``random_fp32`` cases of each
+``BATCH_SWITCH_POINTS``), and ``ROW_TILE`` (16) consecutive sizes from the
+first batch of every launch class (``tail_sizes``: every remainder of a row
+tile of up to 16 rows, in every launch shape); ``random_bf16`` and ``random_fp32`` cases of each
 bias dtype (bf16, fp16, fp32), and ``random_fp32`` the same with fp16 logits,
 so that all nine (logits, bias) dtype pairs are made, ``random_bf16`` a bias
 of each dtype that starts one element into its buffer (not aligned for vector
@@ -56,7 +58,7 @@ from typing import Iterable, Iterator
 from .families import FAMILIES
 
 __all__ = ["ALIGNED_OFFSET", "CALL_CONTEXTS", "CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "default_max_batch", "env_max_batch",
-           "SCALING_FACTORS", "candidate_points", "iter_plan", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points"]
+           "SCALING_FACTORS", "candidate_points", "iter_plan", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points", "tail_sizes"]
 
 
 @dataclass(frozen=True)
@@ -306,6 +308,22 @@ def default_max_batch(device: str, points: tuple[int, ...] = ()) -> int:
     return max([top, *(p + 1 for p in points)])
 
 
+# The most rows one block of a kernel takes (radix4's warp launch: RADIX4_TOKENS_PER_BLOCK, 1..16): a batch's last
+# block holds M mod ROW_TILE rows, and a kernel's tail handling can be wrong for some of those counts only.
+ROW_TILE = 16
+
+
+def tail_sizes(max_batch: int, points: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """``ROW_TILE`` consecutive batch sizes from the first of every launch class past one row (2, each switch point),
+    within the class and ``max_batch``: every remainder of M modulo every tile of up to ``ROW_TILE`` rows, in every
+    launch shape. The sweep's sizes (2^n + 1, each side of a point) leave a tile's tail at one or two counts."""
+    starts = sorted({2, *(p for p in points if p >= 2)})
+    sizes: set[int] = set()
+    for start, end in zip(starts, [*starts[1:], max_batch + 1]):
+        sizes.update(range(start, min(start + ROW_TILE, end, max_batch + 1)))
+    return tuple(sorted(sizes))
+
+
 def sweep_sizes(max_batch: int, points: tuple[int, ...] = ()) -> tuple[int, ...]:
     """One batch size of every class from 1 to ``max_batch``: 1, the first size past each power of two
     (2, 3, 5, 9, ... 1025, 2049, ...), ``max_batch`` itself, and both sides of every switch point."""
@@ -372,8 +390,10 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
         factors = admitted["routed_scaling_factor"] if admitted else None
         scalings = SCALING_FACTORS if factors is None else tuple(s for s in SCALING_FACTORS if s in factors)
         options = [{"renormalize": r, "scaling": s} for r in renorms for s in scalings] if len(renorms) * len(scalings) > 1 else []
-        return [(0, {})] + [(n, {}) for n in sweep_sizes(max_batch, sweep_points)] + [
-            (rows, o) for rows in launch_class_sizes(max_batch, points) for o in options]
+        sweep = sweep_sizes(max_batch, sweep_points)
+        tails = [n for n in tail_sizes(max_batch, points) if n not in sweep]
+        return [(0, {})] + [(n, {}) for n in sweep] + [(rows, o) for rows in launch_class_sizes(max_batch, points) for o in options] + [
+            (n, {}) for n in tails]
     fields: list[dict] = []
     if name in ("random_bf16", "random_fp32") and bias:
         fields = [{"bias_dtype": dtype} for dtype in BIAS_DTYPES]

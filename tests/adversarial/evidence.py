@@ -155,6 +155,18 @@ def wrong_on_nan_rows_in_dense_launches(scores, bias, topk, renormalize, rsf):
     return _reverse_rows(out, torch.isnan(scores).any(1))
 
 
+# Wrong for one count of rows in a kernel's last row tile, in dense launches only: the sweep's sizes (2^n + 1, each
+# side of a switch point) leave M mod 8 and M mod 16 at one or two values there.
+def wrong_on_a_tail_of_3_rows_in_8_row_tiles_in_dense_launches(scores, bias, topk, renormalize, rsf):
+    rows = scores.shape[0]
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), rows >= FIRST_DENSE and rows % 8 == 3)
+
+
+def wrong_on_a_tail_of_13_rows_in_16_row_tiles_in_dense_launches(scores, bias, topk, renormalize, rsf):
+    rows = scores.shape[0]
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), rows >= FIRST_DENSE and rows % 16 == 13)
+
+
 def wrong_on_strided_offset_0_in_one_row_calls(scores, bias, topk, renormalize, rsf):
     """Wrong on one-row calls whose row lies at storage offset 0 of a wider buffer."""
     strided = scores.stride(0) > scores.shape[1] and scores.storage_offset() == 0

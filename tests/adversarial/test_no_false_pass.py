@@ -151,6 +151,28 @@ def test_a_router_wrong_on_a_familys_rows_in_one_launch_class_fails(router, fami
     assert details and all(d.case.startswith(f"{family}:") for d in details), {d.case for d in details}
 
 
+@pytest.mark.parametrize("router", ["wrong_on_a_tail_of_3_rows_in_8_row_tiles_in_dense_launches",
+                                    "wrong_on_a_tail_of_13_rows_in_16_row_tiles_in_dense_launches"])  # fmt: skip
+def test_a_router_wrong_on_one_tail_of_a_row_tile_fails(router, tmp_path):
+    # Both passed the default check at --rows 20000 on 3221a05 (no batch of 1,585 rows or more was 3 mod 8 or 13 mod 16).
+    run = run_checks([f"{ADV}:{router}"], families=["batch_sizes"], rows=20, max_batch=1600, isolate=False, out=tmp_path / router,
+                     progress=False)  # fmt: skip
+    s = run.summaries[0]
+    assert s.status.value == "fail" and s.mismatched_rows >= 1 and set(s.clauses_broken) == {"output_order"}, s
+
+
+def test_every_remainder_of_a_16_row_tile_runs_in_every_launch_class():
+    from contracts.cases.plan import ROW_TILE, launch_points
+
+    points = launch_points(896, 16, "aiter")
+    sizes = {s.rows for s in iter_plan(["batch_sizes"], 1, 0, 896, 16, max_batch=16_385, contract="aiter")}
+    starts = [2, *points]
+    for start, end in zip(starts, [*starts[1:], 16_386]):
+        inside = {n for n in sizes if start <= n < end}
+        for tile in (t for t in (2, 4, 8, ROW_TILE) if t <= end - start):  # the block class, 2..6 rows, holds 5 sizes
+            assert {n % tile for n in inside} == set(range(tile)), (start, tile, sorted(inside)[:40])
+
+
 @pytest.mark.parametrize("rows", [1, 2_000, 250_000])
 def test_every_familys_rows_run_in_every_launch_class_at_every_rows(rows):
     from contracts.cases.plan import FAMILY_DATA_PINNED_ELSEWHERE, launch_class_sizes, launch_points
