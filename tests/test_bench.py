@@ -367,6 +367,33 @@ def test_the_launch_floor_is_an_empty_kernel_timed_like_the_candidates(monkeypat
     assert bench.launch_floor(args, "cpu") is None
 
 
+def test_the_floor_is_timed_again_before_each_ms_candidates_and_points_read_above_it(monkeypatch, tmp_path, capsys):
+    # An empty kernel timed after other kernels takes longer than first in a run (H200: 0.83-0.85 against 0.66-0.68 us),
+    # so each M's points are also read above a floor timed in the state they run in: just before them.
+    fake = _FakeCuda(elapsed_ms=0.1)  # 5 us per launch for every candidate call
+    fake.install(monkeypatch)
+    order, floors = [], iter([0.6, 0.8, 0.9])
+    monkeypatch.setattr(bench, "launch_floor", lambda args, device: order.append("floor") or next(floors))
+    monkeypatch.setattr(bench, "count_launched", lambda launchers: None)  # torch.profiler has no fake
+    make = bench.make_inputs
+    monkeypatch.setattr(bench, "make_inputs", lambda M, **kw: make(M, **{**kw, "device": "cpu"}))
+    route = lambda scores, *rest: order.append(f"route {scores.shape[0]}")  # noqa: E731
+    cand = Candidate(name="test-bench-floors", route=route, devices=("cuda",))
+    options = bench.BenchOptions(m=(1, 4), launches=20, replays=2, warmup=1, experts=224, topk=8)
+    report = bench.run_bench([cand], options, device="cuda", log=lambda _: None)
+    assert report["method"]["launch_floor_us"] == 0.6 and report["method"]["launch_floor_by_m_us"] == {"1": 0.8, "4": 0.9}
+    firsts = [order.index("floor"), order.index("route 1"), order.index("route 4")]
+    assert order[:2] == ["floor", "floor"] and order[firsts[1] - 1] == "floor" and "floor" in order[firsts[1]:firsts[2]]
+    (c,) = report["curves"]
+    assert c["above_floor_us"] == {"1": 4.4, "4": 4.4} and c["above_floor_of_m_us"] == {"1": 4.2, "4": 4.1}
+    from contracts.commands.bench import print_summary
+
+    print_summary(report, tmp_path)
+    out = capsys.readouterr().out
+    assert "0.60 us per launch on this host at the start of the run; 0.80-0.90 timed again before each M" in out
+    assert "above the floor of each M: M=1 4.20, M=4 4.10 us" in out
+
+
 def test_the_summary_prints_the_launch_floor_when_there_is_one(cpu_run, tmp_path, capsys):
     _, stdout, _, _, report = cpu_run
     assert report["method"]["launch_floor_us"] is None and "launch floor" not in stdout  # the CPU timer has no launch

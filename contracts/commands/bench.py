@@ -84,8 +84,10 @@ def print_summary(report: dict, out: Path) -> None:
     if report["method"].get("pdl"):
         print(report["method"]["pdl"])
     if report["method"].get("launch_floor_us") is not None:
-        print(f"launch floor: an empty kernel takes {report['method']['launch_floor_us']:.2f} us per launch on this host, "
-              "timed the same way (compare two hosts' tables above their floors)")
+        by_m = list((report["method"].get("launch_floor_by_m_us") or {}).values())
+        again = f"; {min(by_m):.2f}-{max(by_m):.2f} timed again before each M's candidates" if by_m else ""
+        print(f"launch floor: an empty kernel takes {report['method']['launch_floor_us']:.2f} us per launch on this host "
+              f"at the start of the run{again}, timed the same way (compare two hosts' tables above their floors)")
     if not table.empty:
         print(table.to_string(index=False))
     if str(report.get("device", "")).startswith("cuda"):  # the CPU timer launches nothing to count
@@ -107,8 +109,10 @@ def print_summary(report: dict, out: Path) -> None:
             shape = "never faster at a larger M"
         else:
             shape = f"largest fall {c['largest_fall_pct']:.1f} % (M={c['at_m']} below M={c['below_m']})"
-        above = c.get("above_floor_us")
+        above, of_m = c.get("above_floor_us"), c.get("above_floor_of_m_us")
         floor = f"; above the floor: {', '.join(f'M={m} {v:.2f}' for m, v in above.items())} us" if above else ""
+        if of_m:
+            floor += f"; above the floor of each M: {', '.join(f'M={m} {v:.2f}' for m, v in of_m.items())} us"
         print(f"curve: {c['candidate']}: {shape}{floor}")
     for x in report["crossovers"]:
         print(f"crossover: {x['candidate']} and {x['baseline']} cross near M={x['m']:.0f} "

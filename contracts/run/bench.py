@@ -34,7 +34,10 @@ forward (docs/engines.md says which, per engine). On CUDA every point also
 records ``launched``: how many kernels (and copies) one timed call launches,
 read from torch.profiler's kernel list over a graph replay of one call, in a
 pass after every timing (profiling slows the kernels launched after it). The
-launch floor is timed first, before any candidate.
+launch floor is timed first, before any candidate, and again at each M just
+before that M's candidates: on the H200 an empty kernel timed after other
+kernels have run took 0.83-0.85 us against 0.66-0.68 at the start of a run, so
+a point is also read above the floor of its own M.
 
 Each candidate is resolved with the registry, gated with ``available(device)``
 (an unavailable candidate is listed with its reason) and, per M, with
@@ -59,7 +62,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from kernels.timing import Timing, time_cuda
+from kernels.timing import HOLD_CYCLES, Timing, time_cuda
 
 from ..candidates import Candidate
 from ..reports._atomic import write_atomic, write_json
@@ -361,7 +364,8 @@ def _method(args: BenchOptions, device: str) -> dict:
         return {
             "timer": GRAPH_LABEL,
             "description": f"{args.launches} launches captured in one CUDA graph (after 3 eager warm-up calls), "
-            f"{args.warmup} untimed replays, then {args.replays} replays between CUDA events; sample = replay time / "
+            f"{args.warmup} untimed replays, then {args.replays} replays between CUDA events, each behind an untimed "
+            f"spin kernel of {HOLD_CYCLES} cycles so that the host's submission is not timed; sample = replay time / "
             f"{args.launches}. A route that cannot be captured is timed eagerly ({args.launches} calls between events "
             "per sample) and its points say timer cuda-eager.",
             "launches_per_graph": args.launches, "replays": args.replays, "warmup_replays": args.warmup,
@@ -412,10 +416,11 @@ def crossovers(baseline: dict, other: dict) -> list[dict]:
     return found
 
 
-def curve(entry: dict, floor: float | None) -> dict | None:
+def curve(entry: dict, floor: float | None, floors_by_m: dict[str, float] | None = None) -> dict | None:
     """How one candidate's time grows with M: the largest fall of a point below the slowest point at a smaller M (in
     percent of that point: a launch shape switched too late or too early shows here), and each point above the launch
-    floor (the figure a speed goal is set in). None with fewer than one timed point."""
+    floor (the figure a speed goal is set in): the run's first floor, and the floor timed just before that M's
+    candidates where there is one. None with fewer than one timed point."""
     timed = _timed(entry["results"])
     if not timed:
         return None
@@ -432,6 +437,9 @@ def curve(entry: dict, floor: float | None) -> dict | None:
     out = {"candidate": entry["name"], "largest_fall_pct": round(fall, 2), "at_m": at, "below_m": peak_m}
     if floor is not None:
         out["above_floor_us"] = {str(m): round(us - floor, 3) for m, us in sorted(timed.items())}
+    if floors_by_m:
+        out["above_floor_of_m_us"] = {str(m): round(us - floors_by_m[str(m)], 3) for m, us in sorted(timed.items())
+                                      if str(m) in floors_by_m}  # fmt: skip
     return out
 
 
@@ -585,11 +593,14 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
                         "reason": None if ok else why, "results": []})  # fmt: skip
     usable = [(c, e) for c, e in zip(candidates, entries) if e["status"] == "ok"]
     floor = launch_floor(args, device)  # first: nothing run before it can slow it
+    floors_by_m: dict[str, float] = {}  # and again before each M's candidates, in the state they run in
     launchers: list | None = [] if device.startswith("cuda") else None
     for M in args.m:
         inputs = make_inputs(M, experts=args.experts, dtype=dtype, bias_dtype=bias_dtype, device=device, seed=args.seed, rotate=args.rotate)
         if not args.bias:
             inputs = (inputs[0], None)
+        if floor is not None and usable:
+            floors_by_m[str(M)] = round(launch_floor(args, device), 4)
         for cand, entry in usable:
             route = cand.route_under(args.contract) if args.contract else cand.route
             point = bench_point(cand, route, M, inputs, args, device, launchers)
@@ -607,12 +618,13 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "device": device,
         "environment": environment(device),
-        "method": {**_method(args, device), "pdl": pdl_note(candidates, device), "launch_floor_us": floor},
+        "method": {**_method(args, device), "pdl": pdl_note(candidates, device), "launch_floor_us": floor,
+                   "launch_floor_by_m_us": floors_by_m or None},
         "m": list(args.m),
         "baseline": candidates[0].name if candidates else None,
         "candidates": entries,
         "crossovers": [],
-        "curves": [c for c in (curve(e, floor) for e in entries if e["status"] == "ok") if c is not None],
+        "curves": [c for c in (curve(e, floor, floors_by_m) for e in entries if e["status"] == "ok") if c is not None],
     }
     base = entries[0] if entries else None
     if base is not None and base["status"] == "ok":
