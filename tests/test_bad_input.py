@@ -31,6 +31,19 @@ def _usage(capsys, argv):
     return code, err
 
 
+@pytest.mark.parametrize("call", ["sweep_sizes", "tail_sizes"])
+@pytest.mark.parametrize("args, name", [(("many",), "max_batch="), ((-1,), "max_batch="), ((True,), "max_batch="),
+                                        ((100, (7, "x")), "points="), ((100, 7), "points=")])  # fmt: skip
+def test_the_plans_batch_sizes_refuse_what_is_not_a_batch_size_in_one_line(call, args, name):
+    import sys
+
+    import contracts.cases.plan  # noqa: F401 -- the submodule (the package exports a function of that name)
+
+    with pytest.raises(ValueError, match=name) as info:
+        getattr(sys.modules["contracts.cases.plan"], call)(*args)
+    assert "\n" not in str(info.value) and "pass " in str(info.value)
+
+
 @pytest.mark.parametrize(
     "argv, names, fix",
     [
@@ -52,6 +65,9 @@ def _usage(capsys, argv):
         (["--candidate", "oracle", "--contract", "nope"], "--contract", "choose from"),
         (["--candidate", "oracle", "--device", "tpu"], "--device", "use cpu or cuda"),
         (["--candidate", "oracle", "--replay", "random_bf16:12"], "--replay", "FAMILY:SEED:ROWS"),
+        (["--candidate", "oracle", "--replay", "random_fp32:1:64:grad-sideways"], "--replay", ":grad-on|off|inference"),
+        (["--candidate", "oracle", "--replay", "random_fp32:1:64:bias_parameter-x"], "--replay", ":bias_parameter-frozen|trainable"),
+        (["--candidate", "oracle", "--replay", "random_fp32:1:64:logits_offset-99999"], "--replay", ":logits_offset-N"),
         (["--rows", "10"], "--candidate", "required"),
     ],
 )

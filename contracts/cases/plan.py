@@ -317,6 +317,7 @@ def tail_sizes(max_batch: int, points: tuple[int, ...] = ()) -> tuple[int, ...]:
     """``ROW_TILE`` consecutive batch sizes from the first of every launch class past one row (2, each switch point),
     within the class and ``max_batch``: every remainder of M modulo every tile of up to ``ROW_TILE`` rows, in every
     launch shape. The sweep's sizes (2^n + 1, each side of a point) leave a tile's tail at one or two counts."""
+    _check_batch(max_batch, points)
     starts = sorted({2, *(p for p in points if p >= 2)})
     sizes: set[int] = set()
     for start, end in zip(starts, [*starts[1:], max_batch + 1]):
@@ -324,9 +325,18 @@ def tail_sizes(max_batch: int, points: tuple[int, ...] = ()) -> tuple[int, ...]:
     return tuple(sorted(sizes))
 
 
+def _check_batch(max_batch, points) -> None:
+    """ValueError, one line naming the argument and the fix, for a ``max_batch`` or ``points`` that are not batch sizes."""
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 0:
+        raise ValueError(f"max_batch={max_batch!r} is not a batch size; pass a whole number >= 0 (e.g. max_batch=16385)")
+    if not isinstance(points, (tuple, list, set, frozenset)) or any(isinstance(p, bool) or not isinstance(p, int) for p in points):
+        raise ValueError(f"points={points!r} is not a tuple of batch sizes; pass whole numbers, e.g. points=(7, 1585)")
+
+
 def sweep_sizes(max_batch: int, points: tuple[int, ...] = ()) -> tuple[int, ...]:
     """One batch size of every class from 1 to ``max_batch``: 1, the first size past each power of two
     (2, 3, 5, 9, ... 1025, 2049, ...), ``max_batch`` itself, and both sides of every switch point."""
+    _check_batch(max_batch, points)
     sizes = {1, max_batch}
     power = 1
     while power < max_batch:
