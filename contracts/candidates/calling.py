@@ -360,6 +360,21 @@ def _differing_mask(first, again, rows: int) -> torch.Tensor:
     return mask
 
 
+def _unusable_reference(value, rows: int) -> str | None:
+    """Why an ``--against`` answer cannot stand in for the oracle's, or None: it must be fp32 weights and int32 ids of
+    ``rows`` rows and one width (the comparison then holds the candidate to it, as to the oracle's)."""
+    if isinstance(value, str):
+        return value
+    if not _is_pair(value):
+        return f"returned {type(value).__name__}, not a (weights, ids) pair of tensors"
+    w, ids = value
+    if w.dim() != 2 or tuple(w.shape) != tuple(ids.shape) or w.shape[0] != rows:
+        return f"shapes weights {tuple(w.shape)}, ids {tuple(ids.shape)}; expected two of [{rows}, k]"
+    if w.dtype != torch.float32 or ids.dtype != torch.int32:
+        return f"dtypes weights {w.dtype}, ids {ids.dtype}; expected torch.float32 and torch.int32"
+    return None
+
+
 def _row_readable(value, rows: int) -> bool:
     return _is_pair(value) and all(t.dim() == 2 and t.shape[0] == rows and t.device.type != "meta" for t in value)
 
@@ -494,6 +509,11 @@ class CaseRunner:
             if exc is not None:
                 kind = fatal_kind(exc) or "against_failed"
                 out.fatal = _fatal(exc, kind, who=f"--against {self.other_name}: ")
+            elif _unusable_reference(other, rows):
+                # the expected answer of every row: one that is missing or malformed ends the check (None passed
+                # for "no --against" and the rows were compared with the oracle instead)
+                message = f"--against {self.other_name} answer unusable: {_unusable_reference(other, rows)}"
+                out.fatal = {"kind": "against_failed", "message": message, "traceback": ""}
             else:
                 out.other = other
         return out

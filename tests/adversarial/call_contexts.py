@@ -101,3 +101,22 @@ def returns_ids_sliced_from_a_wider_buffer(scores, bias, topk, renormalize, rsf)
     wide = torch.full((ids.shape[0], topk + 1), -1, dtype=ids.dtype, device=ids.device)
     wide[:, :topk] = ids
     return weights, wide[:, :topk]
+
+
+# ---------------------------------------------------------------- the reference of --against
+
+
+def returns_what_an_in_place_api_returns(scores, bias, topk, renormalize, rsf):
+    """An adapter of an API that fills its output buffers in place and returns nothing (aiter.biased_grouped_topk),
+    returning the call's result: None. As ``--against`` it was taken for "no --against", and the candidate was
+    compared with the oracle instead: ``oracle --against`` it passed."""
+    weights, ids = torch.empty(scores.shape[0], topk), torch.empty(scores.shape[0], topk, dtype=torch.int32)
+    result = None  # what the in-place call returns
+    weights.copy_(correct(scores, bias, topk, renormalize, rsf)[0])
+    return result
+
+
+def returns_three_tensors(scores, bias, topk, renormalize, rsf):
+    """(weights, ids, ids): as ``--against`` under --no-isolate this ended the harness with a TypeError traceback."""
+    weights, ids = correct(scores, bias, topk, renormalize, rsf)
+    return weights, ids, ids

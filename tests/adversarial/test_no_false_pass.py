@@ -412,6 +412,21 @@ def test_an_answer_that_is_not_row_major_is_a_validity_failure(router, name, iso
     assert all(f"{name} of shape" in r and "not a contiguous row-major" in r and f"return {name}.contiguous()" in r for r in reasons), reasons
 
 
+@pytest.mark.parametrize("router, said", [("returns_what_an_in_place_api_returns", "returned NoneType, not a (weights, ids) pair"),
+                                          ("returns_three_tensors", "returned tuple, not a (weights, ids) pair"),
+                                          ("returns_column_major_ids", "not a contiguous row-major")])  # fmt: skip
+@pytest.mark.parametrize("isolate", [False, True])
+def test_an_unusable_against_answer_is_an_error_not_a_comparison_with_the_oracle(router, said, isolate, tmp_path):
+    # `oracle --against X` with X returning None passed on 3221a05 (the rows were compared with the oracle); a malformed
+    # answer ended an in-process check with a traceback.
+    run = run_checks(["oracle"], against=f"{CTX}:{router}", families=["random_fp32"], rows=20, max_batch=2, isolate=isolate,
+                     out=tmp_path / router, progress=False)  # fmt: skip
+    s = run.summaries[0]
+    assert s.status.value == "error" and s.error.kind == "against_failed", (s.status, s.error)
+    assert f"--against {CTX}:{router} answer unusable: " in s.error.message and said in s.error.message, s.error.message
+    assert "\n" not in s.error.message, s.error.message
+
+
 def test_an_answer_that_is_not_row_major_in_one_slice_of_a_bulk_case_names_the_slice():
     from contracts.candidates.calling import in_slices
 
