@@ -175,6 +175,16 @@ def _layout_problem(value) -> str | None:
     return None
 
 
+def _stored_values(t: torch.Tensor) -> torch.Tensor:
+    """A plain copy of what ``t``'s memory holds (its storage at its offset, sizes and strides): what an engine that
+    reads the data pointer gets. A subclass's ``__torch_dispatch__`` would answer a ``clone()`` with whatever it likes;
+    a wrapper subclass with no memory of its own cannot be read (the caller reports that)."""
+    if type(t) is torch.Tensor:
+        return t.detach().clone()
+    stored = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+    return stored.clone()
+
+
 def _copied(value):
     """What a call returned, copied at once into plain tensors (a static buffer, a racing writer, a lying subclass
     cannot change it afterwards); anything else as it is, or a message if the tensors cannot be copied or are not
@@ -186,7 +196,7 @@ def _copied(value):
             problem = _layout_problem(value)
             if problem:
                 return problem
-            copies = [torch.Tensor.as_subclass(t.detach().clone(), torch.Tensor) for t in value]
+            copies = [_stored_values(t) for t in value]
     except Exception as exc:  # noqa: BLE001 -- an output the harness cannot copy is not an answer
         return f"returned tensors the harness cannot copy: {raised_message(exc)}"
     return tuple(copies) if isinstance(value, tuple) else copies

@@ -120,3 +120,27 @@ def returns_three_tensors(scores, bias, topk, renormalize, rsf):
     """(weights, ids, ids): as ``--against`` under --no-isolate this ended the harness with a TypeError traceback."""
     weights, ids = correct(scores, bias, topk, renormalize, rsf)
     return weights, ids, ids
+
+
+class _ShowsOtherValues(torch.Tensor):
+    """A tensor whose memory holds one answer while every torch op on it (clone, ==, indexing) sees another."""
+
+    @staticmethod
+    def __new__(cls, stored: torch.Tensor, shown: torch.Tensor):
+        t = torch.Tensor._make_subclass(cls, stored)
+        t._shown = shown
+        return t
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        def shown(x):
+            return x._shown if isinstance(x, _ShowsOtherValues) else x
+
+        return func(*[shown(a) for a in args], **{k: shown(v) for k, v in (kwargs or {}).items()})
+
+
+def returns_an_answer_whose_memory_differs_from_what_torch_ops_see(scores, bias, topk, renormalize, rsf):
+    """Weights and ids whose memory holds each row reversed, shown to torch ops (the harness's clone) as the right
+    ones: an engine that reads the data pointers gets the reversed order."""
+    weights, ids = correct(scores, bias, topk, renormalize, rsf)
+    return _ShowsOtherValues(weights.flip(1).contiguous(), weights), _ShowsOtherValues(ids.flip(1).contiguous(), ids)

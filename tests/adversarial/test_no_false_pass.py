@@ -427,6 +427,17 @@ def test_an_unusable_against_answer_is_an_error_not_a_comparison_with_the_oracle
     assert "\n" not in s.error.message, s.error.message
 
 
+@pytest.mark.parametrize("isolate", [False, True])
+def test_an_answer_is_read_from_its_memory_not_through_its_subclass(isolate, tmp_path):
+    # A __torch_dispatch__ subclass answered the harness's clone() with the right ids while its memory held others:
+    # PASS on 3221a05.
+    router = "returns_an_answer_whose_memory_differs_from_what_torch_ops_see"
+    run = run_checks([f"{CTX}:{router}"], families=["random_fp32"], rows=50, max_batch=2, isolate=isolate, out=tmp_path / "m",
+                     progress=False)  # fmt: skip
+    s = run.summaries[0]
+    assert s.status.value == "fail" and s.mismatched_rows >= 1 and set(s.clauses_broken) == {"output_order"}, (s.status, s.clauses_broken)
+
+
 def test_an_answer_that_is_not_row_major_in_one_slice_of_a_bulk_case_names_the_slice():
     from contracts.candidates.calling import in_slices
 
