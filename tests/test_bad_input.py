@@ -68,6 +68,7 @@ def test_the_plans_batch_sizes_refuse_what_is_not_a_batch_size_in_one_line(call,
         (["--candidate", "oracle", "--replay", "random_fp32:1:64:grad-sideways"], "--replay", ":grad-on|off|inference"),
         (["--candidate", "oracle", "--replay", "random_fp32:1:64:bias_parameter-x"], "--replay", ":bias_parameter-frozen|trainable"),
         (["--candidate", "oracle", "--replay", "random_fp32:1:64:logits_offset-99999"], "--replay", ":logits_offset-N"),
+        (["--candidate", "oracle", "--replay", "random_fp32:1:64:zero_bias-1"], "--replay", ":zero_bias"),
         (["--rows", "10"], "--candidate", "required"),
     ],
 )

@@ -78,9 +78,10 @@ def test_every_pinned_case_replays_from_its_id_and_builds_its_dtypes():
     pinned = [s for s in iter_plan(["random_bf16", "random_fp32", "strided"], 10, 0, 64, 4, max_batch=9) if s.tags]
     # each at 1 and 2 rows and at max_batch (64 capped at 9); the column-strided logits of both families and the
     # strided bias of random_bf16 too, and the transposed logits of both at 2 and 9 rows (one row is contiguous)
-    # (random_bf16: 3 bias dtypes, each at offsets 1 and 256, logits at offsets 1 and 256; random_fp32: 3 bias dtypes, 3
-    # with fp16 logits, fp32 and fp16 logits at offsets 1 and 256, 8 call contexts; strided at offset 0)
-    assert len(pinned) == 3 * (11 + 18 + 1) + 3 * 3 + 2 * 2
+    # (random_bf16: 3 bias dtypes, each at offsets 1 and 256, logits at offsets 1 and 256, a zero bias; random_fp32: 3
+    # bias dtypes, 3 with fp16 logits, fp32 and fp16 logits at offsets 1 and 256, 8 call contexts; strided at offset 0
+    # and with a zero bias)
+    assert len(pinned) == 3 * (12 + 18 + 2) + 3 * 3 + 2 * 2
     for spec in pinned:
         assert parse_replay(spec.replay_id, 64, 4) == spec, spec.replay_id
         case = build_case(spec)
@@ -89,6 +90,7 @@ def test_every_pinned_case_replays_from_its_id_and_builds_its_dtypes():
         if spec.bias_dtype:
             assert case.bias.dtype == names[spec.bias_dtype]
         assert case.bias.stride() == (spec.bias_stride,) and case.bias.storage_offset() == spec.bias_offset
+        assert bool(case.bias.any()) != spec.zero_bias, spec.replay_id
         if spec.logits_offset:  # contiguous, one element into the buffer (not on 16 bytes) or 256 (on 16 bytes)
             assert case.scores.is_contiguous() and case.scores.storage_offset() == spec.logits_offset
             assert bool(case.scores.data_ptr() % 16) == (spec.logits_offset == 1), spec.replay_id

@@ -143,6 +143,8 @@ def build_case(spec: CaseSpec, device: str = "cpu") -> Case:
     bias = bias.to(dtype) if bias_in_logits_dtype else bias.float()
     if spec.bias_dtype is not None:  # pinned (fp32 logits with a bf16 bias exists only this way)
         bias = bias.to(_DTYPES[spec.bias_dtype])
+    if spec.zero_bias:  # pinned: a freshly initialised correction bias
+        bias = torch.zeros_like(bias)
     # Move the whole backing buffer, so strided rows keep their row stride on the device.
     scores = backing.to(device)[:, offset : offset + spec.experts]
     bias = bias.to(device) if spec.bias else None  # a contract without a correction bias: the candidate gets None

@@ -35,7 +35,8 @@ logits ``ALIGNED_OFFSET`` = 256 elements in: aligned, but not where their storag
 logits of column stride 2 (every other column of a wider buffer) and
 transposed logits (row stride 1, from 2 rows), ``random_bf16`` a bias of stride 2;
 ``strided`` cases at storage offset 0; every other family one case of its own
-rows in every launch class (below); ``random_fp32`` calls in every autograd
+rows in every launch class (below), and those whose rows do not rest on their
+bias (``ZERO_BIAS_FAMILIES``) one more with an all-zero bias; ``random_fp32`` calls in every autograd
 context but the default (``CALL_CONTEXTS``: grad on, off or inference mode,
 the bias a plain tensor or an ``nn.Parameter``, frozen or trainable). Each of those dtype and layout pins
 runs in **every launch class** of the checked shape: at 1 and 2 rows (one
@@ -87,6 +88,7 @@ class CaseSpec:
     # pinned: the bias is handed over as an nn.Parameter, "frozen" (requires_grad=False, as vLLM and SGLang load it)
     # or "trainable" (requires_grad=True, as a transformers model holds it); None: a plain tensor
     bias_parameter: str | None = None
+    zero_bias: bool = False  # pinned: every bias element is +0.0 (a freshly initialised e_score_correction_bias)
     scaling: float | None = None  # pinned routed_scaling_factor (None: drawn from SCALING_FACTORS)
 
     # The call options the contract admits (``oracle.Contract.admitted_options``): build_case draws only these.
@@ -99,7 +101,7 @@ class CaseSpec:
     def tags(self) -> tuple[str, ...]:
         """What the spec pins, as replay-id parts: ``bulk``, ``logits-fp16``, ``bias-bf16``, ``offset-0``,
         ``bias_offset-1``, ``logits_offset-1``, ``column_stride-2``, ``transposed``, ``bias_stride-2``,
-        ``renormalize-off``, ``scaling-2.5``, ``grad-inference``, ``bias_parameter-frozen``."""
+        ``renormalize-off``, ``scaling-2.5``, ``grad-inference``, ``bias_parameter-frozen``, ``zero_bias``."""
         return (("bulk",) if self.bulk else ()) + ((f"logits-{self.logits_dtype}",) if self.logits_dtype else ()) + (
             (f"bias-{self.bias_dtype}",) if self.bias_dtype else ()) + (
             (f"offset-{self.offset}",) if self.offset is not None else ()) + (
@@ -111,7 +113,8 @@ class CaseSpec:
             (f"renormalize-{'on' if self.renormalize else 'off'}",) if self.renormalize is not None else ()) + (
             (f"scaling-{self.scaling:g}",) if self.scaling is not None else ()) + (
             (f"grad-{self.grad_mode}",) if self.grad_mode is not None else ()) + (
-            (f"bias_parameter-{self.bias_parameter}",) if self.bias_parameter is not None else ())  # fmt: skip
+            (f"bias_parameter-{self.bias_parameter}",) if self.bias_parameter is not None else ()) + (
+            ("zero_bias",) if self.zero_bias else ())  # fmt: skip
 
     @property
     def replay_id(self) -> str:
@@ -354,6 +357,10 @@ PINNED_ROWS = 64  # the rows of a pinned dtype or layout case
 # The families whose data already runs in every launch class: random_bf16 and random_fp32 in their dtype and layout
 # pins, batch_sizes in its sweep and option pins. Every other family gets one plain case of each class.
 FAMILY_DATA_PINNED_ELSEWHERE = frozenset({"random_bf16", "random_fp32", "batch_sizes"})
+# The families whose rows mean the same with any bias (the others' bias is what they test: -inf masks, subnormal or
+# signed-zero biases, a bias that decides a zero sum): each also runs with an all-zero bias in every launch class.
+ZERO_BIAS_FAMILIES = frozenset({"random_bf16", "bf16_near_ties", "all_equal", "tie_pool_straddle", "tie_pool_above", "nan_sparse",
+                                "nan_dense", "inf_logits", "saturated", "strided"})
 # The dtypes a pinned case gives the bias: with the families' logits (bf16, fp32) and pinned fp16 logits, every
 # (logits, bias) pair of the three float dtypes the contracts read is made (kernels load each pair differently).
 BIAS_DTYPES = ("bf16", "fp16", "fp32")
@@ -434,6 +441,9 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
         # class too: its sizes reach a class only by chance and only with budget (nan_sparse's 1, 64, 1,024 never
         # meet a block launch of 2..6 rows or a dense one), and a launch shape's tie or NaN handling is its own code
         pins += [(rows, {}) for rows in classes]
+    if bias and name in ZERO_BIAS_FAMILIES:  # and with an all-zero bias (a freshly initialised e_score_correction_bias):
+        # a kernel may take a bias-free path for it, with its own NaN, infinity and tie handling
+        pins += [(rows, {"zero_bias": True}) for rows in classes]
     return pins
 
 

@@ -55,7 +55,7 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
     parts = text.split(":")
     tags = parts[3:]  # what the case pins: bulk (drawn on the device), logits-fp16, bias-bf16 / -fp16 / -fp32, offset-N,
     # bias_offset-N, logits_offset-N, column_stride-N, transposed, bias_stride-N, renormalize-on|off, scaling-F,
-    # grad-on|off|inference, bias_parameter-frozen|trainable
+    # grad-on|off|inference, bias_parameter-frozen|trainable, zero_bias
     pinned: dict = {}
     for tag in tags:
         kind, _, value = tag.partition("-")
@@ -73,6 +73,8 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
             pinned[kind] = int(value)
         elif tag == "transposed":
             pinned["transposed"] = True
+        elif tag == "zero_bias":
+            pinned["zero_bias"] = True
         elif kind == "renormalize" and value in ("on", "off"):
             pinned["renormalize"] = value == "on"
         elif kind == "scaling" and value in {f"{s:g}" for s in SCALING_FACTORS}:
@@ -87,8 +89,8 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
     if len(parts) < 3 or pinned is None or len(pinned) != len(tags):
         raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk (a pinned case adds :logits-fp16, "
                           ":bias-bf16, :bias-fp16, :bias-fp32, :offset-N, :bias_offset-N, :logits_offset-N, :column_stride-N, "
-                          ":transposed, :bias_stride-N, :renormalize-on|off, :scaling-F, :grad-on|off|inference or "
-                          ":bias_parameter-frozen|trainable), as printed in a report's replay line")  # fmt: skip
+                          ":transposed, :bias_stride-N, :renormalize-on|off, :scaling-F, :grad-on|off|inference, "
+                          ":bias_parameter-frozen|trainable or :zero_bias), as printed in a report's replay line")  # fmt: skip
     family, seed_text, rows_text = parts[:3]
     if family not in FAMILY_NAMES:
         raise OptionError(f"{option} family {family!r} is unknown; known: {', '.join(FAMILY_NAMES)}")

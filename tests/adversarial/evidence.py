@@ -330,3 +330,14 @@ PROCESS_EXITS = {
     "raise": "raises",
     "segfault": "segfaults",
 }
+
+
+# Wrong only with an all-zero bias (a freshly initialised e_score_correction_bias, for which a kernel may take a
+# bias-free path): the only zero biases were all_zero's, on all-zero logits, so the bias-free path's NaN and infinity
+# handling never met a case.
+def wrong_on_nan_or_infinite_rows_with_a_zero_bias(scores, bias, topk, renormalize, rsf):
+    """Output order reversed on rows holding a NaN or an infinite logit, when every bias element is zero."""
+    out = correct(scores, bias, topk, renormalize, rsf)
+    if bias is None or bool(bias.any()) or scores.shape[0] == 0:
+        return out
+    return _reverse_rows(out, (torch.isnan(scores) | torch.isinf(scores)).any(1))

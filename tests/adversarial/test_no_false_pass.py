@@ -173,9 +173,20 @@ def test_every_remainder_of_a_16_row_tile_runs_in_every_launch_class():
             assert {n % tile for n in inside} == set(range(tile)), (start, tile, sorted(inside)[:40])
 
 
+@pytest.mark.parametrize("family", ["nan_sparse", "inf_logits"])
+def test_a_router_wrong_only_with_a_zero_bias_fails(family, tmp_path):
+    # The only all-zero biases were all_zero's (all-zero logits): it passed the default check at --rows 20000 on 3221a05.
+    router = "wrong_on_nan_or_infinite_rows_with_a_zero_bias"
+    run = run_checks([f"{ADV}:{router}"], families=[family], rows=50, isolate=False, out=tmp_path / router, progress=False)
+    s, details = run.summaries[0], run.results[0].details
+    assert s.status.value == "fail" and s.mismatched_rows >= 1, s
+    assert details and all(d.case.split(":")[3:] == ["zero_bias"] for d in details), {d.case for d in details}
+    assert parse_replay(details[0].case, 896, 16).zero_bias
+
+
 @pytest.mark.parametrize("rows", [1, 2_000, 250_000])
 def test_every_familys_rows_run_in_every_launch_class_at_every_rows(rows):
-    from contracts.cases.plan import FAMILY_DATA_PINNED_ELSEWHERE, launch_class_sizes, launch_points
+    from contracts.cases.plan import FAMILY_DATA_PINNED_ELSEWHERE, ZERO_BIAS_FAMILIES, launch_class_sizes, launch_points
 
     classes = set(launch_class_sizes(4096, launch_points(896, 16, "aiter")))
     assert {1, 2, 7, 64, 1585} <= classes, classes
@@ -184,9 +195,15 @@ def test_every_familys_rows_run_in_every_launch_class_at_every_rows(rows):
     for spec in iter_plan(names, rows, 0, 896, 16, max_batch=4096, contract="aiter"):
         if not spec.tags:
             sizes.setdefault(spec.family, set()).add(spec.rows)
+    zero: dict = {}
+    for spec in iter_plan(names, rows, 0, 896, 16, max_batch=4096, contract="aiter"):
+        if spec.zero_bias:
+            zero.setdefault(spec.family, set()).add(spec.rows)
     for name in names:
         if name not in FAMILY_DATA_PINNED_ELSEWHERE:
             assert classes <= sizes.get(name, set()), (name, sorted(sizes.get(name, ())))
+        if name in ZERO_BIAS_FAMILIES:
+            assert zero.get(name) == classes, (name, zero.get(name))
 
 
 def test_the_pinned_pairs_and_layouts_run_in_every_launch_class_of_the_contract():
@@ -199,7 +216,8 @@ def test_the_pinned_pairs_and_layouts_run_in_every_launch_class_of_the_contract(
         # 9 dtype pairs' pins, the misaligned and the aligned-offset bias of each dtype, contiguous logits at an offset
         # and at an aligned offset (bf16, fp32, fp16), the 8 call contexts (random_fp32),
         # strided at offset 0, logits of column stride 2 and transposed (bf16, fp32), a bias of stride 2
-        assert len(pinned) == 9 + 3 + 3 + 3 + 3 + 8 + 1 + 2 + 2 + 1, pinned
+        # and an all-zero bias (random_bf16, strided)
+        assert len(pinned) == 9 + 3 + 3 + 3 + 3 + 8 + 1 + 2 + 2 + 1 + 2, pinned
         every = sorted({1, 2, 64, *points})
         assert all(rows == (every[1:] if tag.endswith(":transposed") else every) for tag, rows in pinned.items()), (contract, pinned)
     # a model contract's point is not aiter's: 896/16 switches at 768 under kimi-k2 only
