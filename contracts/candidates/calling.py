@@ -62,7 +62,7 @@ import torch
 
 from ..cases import Case
 
-__all__ = ["DIFF_SAMPLE_ROWS", "CallOutcome", "CandidateExit", "CaseRunner", "fatal_kind", "first_line", "raised_message"]
+__all__ = ["DIFF_SAMPLE_ROWS", "CallOutcome", "CandidateExit", "CaseRunner", "copied_answer", "fatal_kind", "first_line", "raised_message"]
 
 DIFF_SAMPLE_ROWS = 16
 
@@ -241,6 +241,13 @@ class _Fence:
             signal.signal(signal.SIGINT, self._handler)
             self._handler = None
         return False
+
+
+def copied_answer(value):
+    """What a call returned as the comparison reads it: two plain tensors copied from their memory, or a one-line
+    message (not row-major, not copyable), or the value itself when it is not a sequence of tensors. For callers
+    that make their own calls (``search``): ``CaseRunner`` copies so already."""
+    return _copied(value)
 
 
 def _call(route: Callable, inputs: _Inputs):

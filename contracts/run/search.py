@@ -46,6 +46,7 @@ import torch
 import oracle
 
 from ..candidates import Candidate
+from ..candidates.calling import copied_answer
 from ..cases import CaseSpec
 from ..cases import strategies as strat
 from ..cases.build import Case
@@ -143,10 +144,12 @@ def check_input(route, contract: str, deviations: dict, scores, bias, topk, reno
     case = Case(CaseSpec("search", 0, rows, experts, topk), scores_d, bias_d, renormalize, rsf, scale_d)
     before = (scores_d.clone(), bias_d.clone())
     try:
-        actual = route(scores_d, bias_d, topk, renormalize, rsf, **case.call_kwargs)
+        actual = copied_answer(route(scores_d, bias_d, topk, renormalize, rsf, **case.call_kwargs))
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         raised = None
+        if isinstance(actual, str):  # not an answer as an engine reads it (not row-major, not copyable): a validity finding
+            actual, raised = ("malformed",), actual
     except Exception as exc:  # the candidate's failure is a finding
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         actual, raised = ("raised",), f"raised {type(exc).__name__}: {text}"
