@@ -211,7 +211,8 @@ def test_split_counts_the_tokens_whose_routing_changes_across_the_split(tmp_path
     assert (split.below, split.above, split.split) == ("batch-dependent", "batch-dependent", 64)
     pair = split.pair
     assert pair.a == "batch-dependent@M<64" and pair.b == "batch-dependent@M>=64"
-    assert pair.rows_compared == 400 + pinned_rows("random_bf16", 1025, experts=896, topk=16, contract="aiter") and pair.rows_differing > 0  # and random_bf16's pinned cases
+    pinned = sum(pinned_rows(name, 1025, experts=896, topk=16, contract="aiter") for name in FAMILIES.split(","))
+    assert pair.rows_compared == 400 + pinned and pair.rows_differing > 0  # and each family's pinned cases
     assert {"nan_last", "tie_order"} <= set(pair.causes)
     assert pair.oracle_agrees.candidate == pair.rows_differing, "below 64 rows it is the oracle"
     assert pair.examples and all(ex.departs == pair.b for ex in pair.examples)
