@@ -169,7 +169,10 @@ def test_torch_compile_recompiles_and_the_eager_fallback_are_in_the_summary_note
                  # a smaller pinned sweep: torch.topk's ties would meet an exact tie among ~50,000 rows of 64 experts
                  "--max-batch", "2048"])  # fmt: skip
     s = json.loads((out / "summary.json").read_text())
-    assert code == 0 and s["isolated"]  # counted in the worker, reported by the parent
+    # counted in the worker, reported by the parent; torch.topk's ties are unspecified, and the zero-bias pins (bf16
+    # logits, 64 experts) meet exact ties: a FAIL on tie_order is this router's true verdict, and says nothing of the notes
+    assert s["isolated"] and s["status"] in ("pass", "fail") and code == (0 if s["status"] == "pass" else 1), (code, s["status"])
+    assert {name for name, n in s["clauses"].items() if n} <= {"tie_order"}, s["clauses"]
     (note,) = [n for n in s["notes"] if n.startswith("torch.compile")]
     assert "recompiled the candidate" in note and "fell back to eager after the limit of 4" in note
     assert "torch._dynamo.config.recompile_limit" in note
