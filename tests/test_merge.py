@@ -45,7 +45,12 @@ def test_merged_shards_match_one_unsharded_run(runs, capsys):
     assert {k: merged[k] for k in COUNTS} == {k: whole[k] for k in COUNTS}
     assert merged["merged_shards"] == ["1/3", "2/3", "3/3"] and merged["shard"] is None
     assert "--shard" not in merged["command"]
-    pd.testing.assert_frame_equal(_cells(root / "merged"), _cells(full))
+    # Mismatch cells are all kept (up to a per-group cap): the same. Declared deviations and near ties keep a sample of
+    # 200 cells a family, and the merge samples the shards' cells, not the whole run's first cases: the same numbers,
+    # not always the same cells (the families' pinned cases of every launch class fill the sample of several families).
+    merged_cells, whole_cells = _cells(root / "merged"), _cells(full)
+    pd.testing.assert_frame_equal(*[frame[frame["verdict"] == "mismatch"].reset_index(drop=True) for frame in (merged_cells, whole_cells)])
+    assert merged_cells.groupby(["family", "verdict"]).size().to_dict() == whole_cells.groupby(["family", "verdict"]).size().to_dict()
     report = (root / "merged" / "report.md").read_text()
     assert report.startswith(f"# {merged['status'].upper()}: `torch-native`")
     details = json.loads((root / "merged" / "details.json").read_text())
