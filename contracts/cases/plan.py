@@ -56,10 +56,12 @@ import os
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from oracle import SCALING_FACTORS as _ORACLE_SCALING_FACTORS
+
 from .families import FAMILIES
 
 __all__ = ["ALIGNED_OFFSET", "CALL_CONTEXTS", "CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "default_max_batch", "env_max_batch",
-           "SCALING_FACTORS", "candidate_points", "iter_plan", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points", "tail_sizes"]
+           "SCALING_FACTORS", "UNUSUAL_SCALING_FACTORS", "candidate_points", "iter_plan", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points", "tail_sizes"]
 
 
 @dataclass(frozen=True)
@@ -350,8 +352,13 @@ def sweep_sizes(max_batch: int, points: tuple[int, ...] = ()) -> tuple[int, ...]
     return tuple(sorted(n for n in sizes if 1 <= n <= max_batch))
 
 
-# The routed scaling factors a case draws from (contracts.cases.build draws one per case): 1.0 and two that are not.
-SCALING_FACTORS = (1.0, 2.5, 2.827)
+# The routed scaling factors a case draws from (contracts.cases.build draws one per case): 1.0 and two that are not
+# (oracle's, the one list).
+SCALING_FACTORS = _ORACLE_SCALING_FACTORS
+# Pinned with every renormalize option in every launch class, never drawn (drawing them would change every drawn
+# case's bits): a factor below 1 and one above every drawn factor (16, a released model's). A kernel that takes
+# max(factor, 1) or keeps the factor in a narrow range is right on the drawn three and wrong on a model's own.
+UNUSUAL_SCALING_FACTORS = (0.375, 16.0)
 
 PINNED_ROWS = 64  # the rows of a pinned dtype or layout case
 # The families whose data already runs in every launch class: random_bf16 and random_fp32 in their dtype and layout
@@ -405,7 +412,7 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
         # then every pair of call options the contract admits in every launch class (kernels are built per option)
         renorms = tuple(admitted["renormalize"]) if admitted else (True, False)
         factors = admitted["routed_scaling_factor"] if admitted else None
-        scalings = SCALING_FACTORS if factors is None else tuple(s for s in SCALING_FACTORS if s in factors)
+        scalings = SCALING_FACTORS + UNUSUAL_SCALING_FACTORS if factors is None else tuple(s for s in SCALING_FACTORS if s in factors)
         options = [{"renormalize": r, "scaling": s} for r in renorms for s in scalings] if len(renorms) * len(scalings) > 1 else []
         sweep = sweep_sizes(max_batch, sweep_points)
         tails = [n for n in tail_sizes(max_batch, points) if n not in sweep]

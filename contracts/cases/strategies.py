@@ -83,7 +83,7 @@ THEMES: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 }
 STRIDES = (1, 3, 5, 11, 65, 129, 257)
 PAD_ROWS = (0, 1, 6, 63, 383, 1024)
-SCALING = (1.0, 2.5, 2.827)
+SCALING = oracle.SCALING_FACTORS  # the factors a case draws (contracts.cases.plan pins two more)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ def parse_shard(text: str | None, *, option: str = "--shard") -> tuple[int, int]
 def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"):
     """``FAMILY:SEED:ROWS`` or ``FAMILY:SEED:ROWS:bulk`` (a report's replay id) as a CaseSpec, every part checked."""
     from ..cases.families import FAMILIES, FAMILY_NAMES
-    from ..cases.plan import BIAS_PARAMETERS, GRAD_MODES, SCALING_FACTORS, CaseSpec
+    from ..cases.plan import BIAS_PARAMETERS, GRAD_MODES, SCALING_FACTORS, UNUSUAL_SCALING_FACTORS, CaseSpec
 
     parts = text.split(":")
     tags = parts[3:]  # what the case pins: bulk (drawn on the device), logits-fp16, bias-bf16 / -fp16 / -fp32, offset-N,
@@ -77,7 +77,7 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
             pinned["zero_bias"] = True
         elif kind == "renormalize" and value in ("on", "off"):
             pinned["renormalize"] = value == "on"
-        elif kind == "scaling" and value in {f"{s:g}" for s in SCALING_FACTORS}:
+        elif kind == "scaling" and value in {f"{s:g}" for s in SCALING_FACTORS + UNUSUAL_SCALING_FACTORS}:
             pinned["scaling"] = float(value)
         elif kind == "grad" and value in GRAD_MODES:
             pinned["grad_mode"] = value

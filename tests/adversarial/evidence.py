@@ -285,6 +285,17 @@ def wrong_renormalized_scaled_2827_in_the_first_warp_launches(scores, bias, topk
     return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), pair)
 
 
+def ignores_a_scaling_factor_below_1(scores, bias, topk, renormalize, rsf):
+    """Scales by max(routed_scaling_factor, 1): right for the factors the cases draw (1.0, 2.5, 2.827), wrong for a
+    model whose factor is below 1."""
+    return correct(scores, bias, topk, renormalize, max(float(rsf), 1.0))
+
+
+def clamps_the_scaling_factor_at_8(scores, bias, topk, renormalize, rsf):
+    """Scales by min(routed_scaling_factor, 8): a factor kept in a narrow type; wrong for a model that scales by 16."""
+    return correct(scores, bias, topk, renormalize, min(float(rsf), 8.0))
+
+
 def wrong_on_strided_offset_0(scores, bias, topk, renormalize, rsf):
     """Wrong on rows further apart than E at storage offset 0 (the old strided family always had an offset)."""
     strided = scores.stride(0) > scores.shape[1] and scores.storage_offset() == 0

@@ -260,6 +260,16 @@ def test_a_router_wrong_with_one_pair_of_call_options_in_one_launch_class_fails(
     assert s.status.value == "fail" and s.mismatched_rows >= 1, s
 
 
+@pytest.mark.parametrize("router", ["ignores_a_scaling_factor_below_1", "clamps_the_scaling_factor_at_8"])
+def test_a_router_wrong_only_for_a_scaling_factor_no_case_draws_fails(router, tmp_path):
+    # Cases draw routed_scaling_factor 1.0, 2.5 or 2.827; both PASSed the default check (207,078 rows, exit 0) before
+    # batch_sizes pinned 0.375 and 16.0 with every renormalize option in every launch class.
+    run = run_checks([f"{ADV}:{router}"], families=["batch_sizes"], rows=100, max_batch=64, isolate=False,
+                     out=tmp_path / router, progress=False)  # fmt: skip
+    s = run.summaries[0]
+    assert s.status.value == "fail" and set(s.clauses_broken) == {"scaling"}, (s.status, s.clauses_broken)
+
+
 def test_the_pinned_call_options_are_only_those_the_contract_admits():
     import oracle
 
@@ -269,7 +279,8 @@ def test_the_pinned_call_options_are_only_those_the_contract_admits():
         specs = [s for s in iter_plan(["batch_sizes"], 10, 0, c.experts, c.topk, max_batch=64, contract=name, admitted=admitted)
                  if s.renormalize is not None]  # fmt: skip
         pairs = {(s.renormalize, s.scaling) for s in specs}
-        factors = admitted["routed_scaling_factor"] or (1.0, 2.5, 2.827)
+        # a contract that admits any factor: the three a case draws and the two pinned only (below 1, and 16)
+        factors = admitted["routed_scaling_factor"] or (1.0, 2.5, 2.827, 0.375, 16.0)
         wanted = {(r, f) for r in admitted["renormalize"] for f in factors}
         assert pairs == (wanted if len(wanted) > 1 else set()), (name, pairs)
         from contracts.cases.plan import launch_class_sizes, launch_points
