@@ -20,16 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from tests.adversarial.evidence import _reverse_first_row
 from tests.planted._common import correct
-
-
-def _reverse_first_row(out, where: bool) -> tuple:
-    weights, ids = out
-    if where:
-        weights, ids = weights.clone(), ids.clone()
-        ids[0] = ids[0].flip(0)
-        weights[0] = weights[0].flip(0)
-    return weights, ids
 
 
 # ---------------------------------------------------------------- the autograd context of the call
