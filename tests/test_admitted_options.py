@@ -153,3 +153,17 @@ def test_check_plan_plans_only_the_admitted_options(monkeypatch, capsys):
     assert "plan: contract mixtral" in capsys.readouterr().out
     assert planned and {s.renormalize_options for s in planned} == {(True,)}  # Mixtral always renormalizes
     assert {(case.renormalize, float(case.routed_scaling_factor)) for case in map(build_case, planned[:20])} == {(True, 1.0)}
+
+
+def test_the_plan_and_the_search_draw_the_oracles_scaling_factors():
+    # The plan writes the drawn factors out (importing oracle there would import torch before a command checks its
+    # arguments); the search's strategy reads oracle's. The pinned-only factors are none of them.
+    import oracle
+    import sys
+
+    from contracts.cases import strategies
+
+    plan = sys.modules["contracts.cases.plan"]  # the module (contracts.cases.plan is also the name of a function)
+
+    assert plan.SCALING_FACTORS == oracle.SCALING_FACTORS == strategies.SCALING
+    assert not set(plan.UNUSUAL_SCALING_FACTORS) & set(oracle.SCALING_FACTORS)

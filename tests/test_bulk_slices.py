@@ -145,7 +145,7 @@ def test_every_pinned_call_option_case_replays_from_its_id_and_is_called_so():
     from contracts.cases import build_case, iter_plan
 
     pinned = [s for s in iter_plan(["batch_sizes"], 10, 0, 64, 4, max_batch=2) if s.renormalize is not None]
-    assert len(pinned) == 2 * 2 * 3  # 1 and 2 rows (max_batch 2), renormalize on / off, scaling 1, 2.5, 2.827
+    assert len(pinned) == 2 * 2 * 5  # 1 and 2 rows (max_batch 2), renormalize on / off, scaling 1, 2.5, 2.827, 0.375, 16
     for spec in pinned:
         assert parse_replay(spec.replay_id, 64, 4) == spec, spec.replay_id
         case = build_case(spec)
