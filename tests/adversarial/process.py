@@ -53,13 +53,15 @@ def background_writer(scores, bias, topk, renormalize, rsf):
     w, ids = correct(scores, bias, topk, renormalize, rsf)
     w, ids = w.clone(), ids.clone()
 
-    def scribble():
+    def scribble(mine: int):
+        # Until a later call's writer takes over (one writer busy at a time, however many calls a check makes), or
+        # 30 s: the last call's writer is still inside torch when the interpreter shuts down.
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and mine == len(_writers):
             w.fill_(float("nan"))
             ids.fill_(-1)
 
-    thread = threading.Thread(target=scribble, daemon=True)
+    thread = threading.Thread(target=scribble, args=(len(_writers) + 1,), daemon=True)
     _writers.append(thread)
     thread.start()
     return w, ids
