@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oracle
-from contracts.candidates import Candidate
 from contracts.cases import strategies as strat
 from contracts.commands.search import main
 from tests.adversarial import evidence
@@ -144,10 +143,8 @@ def test_search_under_a_per_expert_scale_passes_the_scale_and_replays_it(tmp_pat
 
 
 def _at_16_4(name):
-    """The layout adversary ``name`` of tests/adversarial/evidence.py, covering (E, k) = (16, 4) only: the search
-    draws only shapes a candidate covers, and shrinks a 16-expert input in a second where an 896-expert one takes
-    a minute or two."""
-    return Candidate(name=f"{name}@16/4", route=getattr(evidence, name), covered=lambda *, experts, topk, **_: (experts, topk) == (16, 4))
+    """The layout adversary ``name`` of tests/adversarial/evidence.py, covering (E, k) = (16, 4) only."""
+    return evidence.offered_at_16_4(getattr(evidence, name), name)
 
 
 column_stride_at_16_4 = _at_16_4("ignores_the_logits_column_stride")

@@ -481,13 +481,10 @@ def test_search_reads_an_answer_as_check_does(router, said):
     # search called the route itself and compared what it returned: it found nothing on 3221a05. The router is
     # offered at (E, k) = (16, 4) only (the search draws the shapes a candidate covers): a 16-expert finding shrinks in
     # seconds, an 896-expert one in tens of seconds, and the way an answer is read does not depend on the shape.
-    from contracts.candidates import Candidate
     from contracts.run.search import search
     from tests.adversarial import call_contexts
 
-    at_16_4 = Candidate(name=f"{router}@16/4", route=getattr(call_contexts, router),
-                        covered=lambda *, experts, topk, **_: (experts, topk) == (16, 4))  # fmt: skip
-    result = search(at_16_4, contract="aiter", examples=5, database=None)
+    result = search(evidence.offered_at_16_4(getattr(call_contexts, router), router), contract="aiter", examples=5, database=None)
     assert result.findings, result.hypothesis_log[-3:]
     assert said in " ".join(str(f) for f in result.findings), result.findings[0]
 
