@@ -488,6 +488,9 @@ inline std::atomic<long> emu_paths[6];
 // How many lanes got their model-contract scores each way (radix4::ScorePath).
 inline std::atomic<long> emu_score_paths[2];
 #define RADIX4_NOTE_SCORES(path) (++emu_score_paths[static_cast<int>(path)])
+// How many lanes selected by approximate keys and how many the exact way (radix4::KeyPath).
+inline std::atomic<long> emu_key_paths[2];
+#define RADIX4_NOTE_KEYS(path) (++emu_key_paths[static_cast<int>(path)])
 
 #include "radix4_router.h"
 
@@ -534,6 +537,28 @@ struct EmuLanes {
     template <class E16> static E16* cursor(E16* at) { return at; }
     template <class E16> static void store_if_at_least(uint32_t key, uint32_t lo, E16*& at, uint64_t c, float s) { if (key >= lo) at->composite = c, at->sig = s, ++at; }
     static float exp2_flushed(float x) { const float r = std::exp2(x); return r < 0x1p-126f ? 0.0f : r; }
+    // The approximate keys: tanh off by up to 0.9 of radix4::kApproximateKeyBound (a quarter of the inputs by
+    // all of that, up or down by the input's bits): the device's tanh.approx errs too, and an error that
+    // reorders close values is what the margin must cover (a margin of 0 then fails).
+    static constexpr bool kApproximateKeys = true;
+    static float tanh_approx(float y) {
+        if (y != y) return y;
+        uint32_t u; std::memcpy(&u, &y, 4);
+        const uint32_t h = (u * 2654435761u) >> 16;
+        const double spread = (h & 3u) == 0 ? ((h & 4u) ? 1.0 : -1.0) : (static_cast<double>(h >> 3) / 4095.0) * 2.0 - 1.0;
+        const double t = std::tanh(static_cast<double>(y)) + spread * 0.9 * radix4::kApproximateKeyBound;
+        return static_cast<float>(t > 1.0 ? 1.0 : t < -1.0 ? -1.0 : t);
+    }
+    static float fma(float a, float b, float c) { return std::fma(a, b, c); }
+    static float max_nan(float a, float b) {
+        if (a != a || b != b) { const uint32_t n = 0x7fffffffu; float f; std::memcpy(&f, &n, 4); return f; }
+        return a > b ? a : b;
+    }
+    static void add_if_at_least(uint32_t& n, float key, float lo) { n += key >= lo; }
+    // Only the low word, as the device's 32-bit store: the high word keeps what was there.
+    template <class E16> static void store_if_at_least(float key, float lo, E16*& at, uint32_t low) {
+        if (key >= lo) std::memcpy(&at->composite, &low, 4), ++at;
+    }
     static uint32_t shfl_xor(uint32_t v, int d) { const int me = lane(); return exchange(v, [me, d](uint64_t* s) { return s[me ^ d]; }); }
     static uint32_t shfl(uint32_t v, int src) { return exchange(v, [src](uint64_t* s) { return s[src]; }); }
     using Mask = uint64_t;
@@ -835,6 +860,10 @@ extern "C" void emu_score_path_counts(long* out) {
     for (int p = 0; p < 2; ++p) out[p] = emu_score_paths[p].exchange(0);
 }
 
+extern "C" void emu_key_path_counts(long* out) {
+    for (int p = 0; p < 2; ++p) out[p] = emu_key_paths[p].exchange(0);
+}
+
 extern "C" void emu_path_counts(long* out, int reset) {
     for (int p = 0; p < 6; ++p) out[p] = reset ? emu_paths[p].exchange(0) : emu_paths[p].load();
 }
@@ -876,6 +905,7 @@ def _build_emulation(tmp_path_factory, rank_max=None, defines=(), launches=None)
     lib.emu_hook_counts.argtypes = [p]
     lib.emu_path_counts.argtypes = [p, i]
     lib.emu_score_path_counts.argtypes = [p]
+    lib.emu_key_path_counts.argtypes = [p]
     return lib
 
 

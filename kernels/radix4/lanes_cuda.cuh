@@ -133,6 +133,37 @@ struct Warp32 {
     }
     static __device__ __forceinline__ bool any(bool p) { return __any_sync(0xffffffffu, p); }
 
+    // The approximate keys (radix4_router.h's approximate_key): tanh(y)
+    // within radix4::kApproximateKeyBound for every fp32 y (one MUFU.TANH;
+    // kernels/radix4/lab/radix4_sigmoid_exhaustive.cu checks the bound for
+    // every input), a fused multiply-add, and the max of two floats that is
+    // NaN when either is (FMNMX.NAN, sm_80+; its NaN is 0x7fffffff).
+    static constexpr bool kApproximateKeys = true;
+    static __device__ __forceinline__ float tanh_approx(float y) {
+        float r;
+        asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(y));
+        return r;
+    }
+    static __device__ __forceinline__ float fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+    static __device__ __forceinline__ float max_nan(float a, float b) {
+        float r;
+        asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+        return r;
+    }
+    // The approximate copy (CopyStep::run_approximate): n += (key >= lo) and
+    // a compare, a predicated store of the candidate's low word (tie
+    // priority and id; the rank step scores it exactly) and a predicated add.
+    static __device__ __forceinline__ void add_if_at_least(uint32_t& n, float key, float lo) {
+        asm("{\n\t.reg .pred p;\n\tsetp.ge.f32 p, %1, %2;\n\t@p add.u32 %0, %0, 1;\n\t}" : "+r"(n) : "f"(key), "f"(lo));
+    }
+    static __device__ __forceinline__ void store_if_at_least(float key, float lo, uint32_t& at, uint32_t low_word) {
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ge.f32 p, %1, %2;\n\t@p st.shared.b32 [%0], %3;"
+                     "\n\t@p add.u32 %0, %0, 16;\n\t}"
+                     : "+r"(at)
+                     : "f"(key), "f"(lo), "r"(low_word)
+                     : "memory");
+    }
+
     // 2^x, flushed to zero below 2^-126 (one MUFU.EX2).
     static __device__ __forceinline__ float exp2_flushed(float x) {
         float r;

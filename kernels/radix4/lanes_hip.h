@@ -105,6 +105,9 @@ struct Wave64 {
     }
 
     static __device__ __forceinline__ float exp2_flushed(float x) { return exp2f(x); }
+    // No approximate keys (radix4_router.h's kApproximateKeys): CDNA has no
+    // tanh instruction, and no AMD GPU has measured what would pay instead.
+    static constexpr bool kApproximateKeys = false;
 
     // IEEE division is branch-free on CDNA (v_div_scale / v_div_fmas /
     // v_div_fixup), so it serves every y.

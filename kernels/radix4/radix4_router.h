@@ -123,6 +123,13 @@
 //                          every 1st, 2nd or 4th value (a store reads its
 //                          address late: one cursor's predicated step after
 //                          each store waits for that read)
+//   RADIX4_APPROXIMATE_KEYS  the contracts aiter and serial, where the lanes
+//                          have a tanh instruction (CUDA): every value gets
+//                          an approximate key (one MUFU op, no reciprocal),
+//                          the bound and the copy run on those with a margin
+//                          that covers their error, and only the candidates
+//                          get the contract's sigmoid and key, in the rank
+//                          step (approximate_key, Rescore)
 // and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
 // SM for ptxas: the register cap that sets how many warps fit an SM (1: no
 // cap, no spills). The entry point also has a dense warp-per-token kernel
@@ -157,6 +164,9 @@
 #endif
 #ifndef RADIX4_COPY_CURSORS
 #define RADIX4_COPY_CURSORS 4
+#endif
+#ifndef RADIX4_APPROXIMATE_KEYS
+#define RADIX4_APPROXIMATE_KEYS 1
 #endif
 #if RADIX4_COPY_CURSORS != 1 && RADIX4_COPY_CURSORS != 2 && RADIX4_COPY_CURSORS != 4
 #error "RADIX4_COPY_CURSORS must be 1, 2 or 4 (the copy count's four chains split among the cursors)"
@@ -408,7 +418,84 @@ __device__ __forceinline__ float contract_sigmoid(float x) {
     return y < L::kReciprocalLimit ? L::reciprocal(y) : ieee_reciprocal(y);
 }
 
-// ---- the model contracts' float64 scores, decided in a few float64 steps ----
+// ---- approximate keys: the contract's sigmoid for the candidates only ----
+//
+// A key r = sig + b needs the contract's sigmoid: an exp2, a reciprocal with
+// its Newton step, about 15 instructions and two MUFU ops a value. The
+// selection needs it only near the k-th largest key. So with
+// kApproximateKeys every value first gets
+//   a = tanh(x / 2) + 2 b   (L::tanh_approx: one MUFU op; a fused add)
+// which, as 2 sig - 1 = tanh(x / 2), lies near rho = 2 r - 1, an increasing
+// function of r. With |tanh_approx(x / 2) - (2 sig(x) - 1)| <= delta for
+// every x (kApproximateKeyBound, checked for all 2^32 inputs against both
+// contracts' sigmoids on the device) and the roundings of a and of r
+// (2^-24 of |a| and of 2 |r| <= |rho| + 1), |a - rho| <= delta + 2^-23 (|a|
+// + 1) + delta 2^-23 within the values that matter, those with |a| <= M, M
+// the larger of |lo|, |kmax| (the worst non-candidate lies just below the
+// threshold; the error falls with a, below it). E = 2 delta + 2^-20 (M + 2)
+// covers that with room for the roundings of the uniform arithmetic below
+// (each within 2^-24 of sizes E is 2^-20 of):
+//   the bound step on the approximate keys gives lo, with k values a >= lo;
+//   so the k-th largest rho, T, is >= lo - E;
+//   every value with rho >= T (every winner, every tie at the cutoff) has
+//   a >= lo - 2E: the copy takes every a >= lo - 2E (at least k values);
+//   every other value has rho < lo - E <= T: it neither wins nor ties.
+// The rank step then scores each candidate exactly (Rescore) and ranks the
+// candidates by their composites, which gives the same winners in the same
+// order as ranking every value. A token takes the exact way for every
+// value (exact_keys, then the bound and the copy again) when a key is NaN
+// or past 2^90 in size (lo, kmax or E would not be finite, the serial floor
+// could matter), or when more than RADIX4_RANK_MAX values reach lo - 2E
+// (ties, levels): kmax then carries NaN as a key above every number's.
+template <class C, class L>
+constexpr bool kApproximateKeys = RADIX4_APPROXIMATE_KEYS && RADIX4_COPY_CURSOR && RADIX4_RANK_MAX > 0 && L::kApproximateKeys &&
+                                  C::kScore == ScoreFn::kSigmoid && !C::kRoundedSigmoid && C::kGroups == 1;
+constexpr float kApproximateKeyBound = 0x1p-10f;  // delta
+constexpr float kApproximateKeyLimit = 0x1p90f;
+
+template <class L>
+__device__ __forceinline__ float approximate_key(float x, float b) {
+    return L::fma(2.0f, b, L::tanh_approx(0.5f * x));  // 2 b is exact: one rounding, as t + 2 b
+}
+
+// A candidate's exact score and composite. With approximate keys the copy
+// stores only a candidate's low word (inverted tie priority << 12 | id), and
+// the rank step scores it here: its logit and bias read again (the row was
+// just read), the contract's sigmoid and rank key, as exact_keys computes
+// them. Without (NoRescore) the copy stores the exact composite and sig.
+struct Scored {
+    uint64_t composite;
+    float sig;
+};
+template <class S, class L, class C, class Score, class Bias>
+struct Rescore {
+    static constexpr bool kRescores = true;
+    const typename Score::Raw* row;
+    const typename Bias::Raw* bias;
+
+    __device__ __forceinline__ float sig(int expert) const {
+        return contract_sigmoid<C, L>(Score::template widen<L>(row[expert]));
+    }
+    __device__ __forceinline__ Scored operator()(uint32_t low_word) const {
+        const int expert = static_cast<int>(low_word & S::kIdMask);
+        const float sig_e = sig(expert);
+        const uint32_t key = C::template rank_key<L>(sig_e + Bias::template widen<L>(bias[expert]));
+        return Scored{(static_cast<uint64_t>(key) << 32) | low_word, sig_e};
+    }
+};
+struct NoRescore {
+    static constexpr bool kRescores = false;
+};
+template <bool kFirst, class A, class B>
+struct EitherType {
+    using type = A;
+};
+template <class A, class B>
+struct EitherType<false, A, B> {
+    using type = B;
+};
+
+
 //
 // rounded_sigmoid and sqrt_softplus above are the oracle's formulas through
 // the device's float64 libm, called out of line: a chain of a few hundred
@@ -815,6 +902,16 @@ enum class ScorePath : int { kTwoPhase = 0, kEvery = 1 };
     } while (0)
 #endif
 
+// How a token of the approximate keys (kApproximateKeys) was selected:
+// kApproximate, the candidates within the margin; kExact, every value's
+// exact key (a NaN or huge key, too many candidates).
+enum class KeyPath : int { kApproximate = 0, kExact = 1 };
+#ifndef RADIX4_NOTE_KEYS
+#define RADIX4_NOTE_KEYS(path) \
+    do {                       \
+    } while (0)
+#endif
+
 // ---- the launch's compile-time shape, and the shared memory of all steps ----
 
 // kWarpsPerToken lane groups (warps / waves) route one token together; with
@@ -1133,6 +1230,24 @@ struct Slice {
     template <class L, class Score, class Bias, int kVec, bool kAlt = false>
     __device__ __forceinline__ void compute_keys(const typename Score::Raw* row, const typename Bias::Raw* bias,
                                                  const float x[kVals], const float b[kVals], bool vec = true) {
+        if constexpr (kApproximateKeys<C, L>) {
+            // key[j] holds approximate_key's float, phantoms -inf (below
+            // every threshold); lane_max its ordered bits, NaN's above every
+            // number's (the kernel then takes the exact way), 0 on a lane
+            // of phantoms only (no key reaches it). No sig: Rescore.
+            float m = -__builtin_huge_valf();
+            bool any_here = false;
+#pragma unroll
+            for (int j = 0; j < kVals; ++j) {
+                const bool here = valid(j);
+                const float a = here ? approximate_key<L>(x[j], b[j]) : -__builtin_huge_valf();
+                key[j] = L::as_uint(a);
+                m = L::max_nan(m, a);
+                any_here |= here;
+            }
+            lane_max = any_here ? ordered_bits<L>(m) : 0u;
+            return;
+        }
         uint32_t sig_min = ~0u, key_min = ~0u, key_max = 0u;
         constexpr bool kPhased = kTwoPhase<C, kAlt> && S::kWarps == 1;
         if constexpr (kScoreIsFloat64<C, kAlt> && !kPhased) {  // four values (a slot) a call: eight were slower on the H200
@@ -1171,16 +1286,21 @@ struct Slice {
             if (__builtin_expect(!exact_all, 1)) exact_all = !two_phase_keys<L, kAlt>(x, b, key_min);
             RADIX4_NOTE_SCORES(exact_all ? ScorePath::kEvery : ScorePath::kTwoPhase);
         }
-        if (__builtin_expect(exact_all, 0)) {
-            if constexpr (kVec == 2) {
-                if (vec) {
-                    exact_keys<L, Score, Bias, 1, kAlt>(row, bias);
-                } else {
-                    exact_keys<L, Score, Bias, 0, kAlt>(row, bias);
-                }
+        if (__builtin_expect(exact_all, 0)) exact_keys_for<L, Score, Bias, kVec, kAlt>(row, bias, vec);
+    }
+
+    // exact_keys with compute_keys's choice of vector loads.
+    template <class L, class Score, class Bias, int kVec, bool kAlt = false>
+    __device__ __forceinline__ void exact_keys_for(const typename Score::Raw* row, const typename Bias::Raw* bias,
+                                                   bool vec) {
+        if constexpr (kVec == 2) {
+            if (vec) {
+                exact_keys<L, Score, Bias, 1, kAlt>(row, bias);
             } else {
-                exact_keys<L, Score, Bias, kVec, kAlt>(row, bias);
+                exact_keys<L, Score, Bias, 0, kAlt>(row, bias);
             }
+        } else {
+            exact_keys<L, Score, Bias, kVec, kAlt>(row, bias);
         }
     }
 
@@ -1312,6 +1432,9 @@ struct Slice {
                     }
                     lane_max = key[4 * s + i] > lane_max ? key[4 * s + i] : lane_max;
                 }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) key[4 * s + i] = 0u;  // a phantom slot (approximate keys held -inf there)
             }
         }
     }
@@ -1419,6 +1542,29 @@ struct Bound {
     uint32_t lo;  // at least k keys are >= lo
 };
 
+// The approximate selection's thresholds (approximate_key's comment), from
+// the bound step on the approximate keys; uniform over the token's lanes.
+struct ApproximateBound {
+    bool exact;   // the token takes the exact way (a NaN key, a key past 2^90)
+    float lo;     // the copy takes every approximate key >= lo - 2E
+    Bound ranks;  // every candidate's exact key lies in [ranks.lo, ranks.kmax] (the rank step's packed words)
+
+    template <class L>
+    static __device__ __forceinline__ ApproximateBound of(Bound approximate) {
+        ApproximateBound r;
+        r.exact = approximate.kmax > ordered_bits<L>(kApproximateKeyLimit) ||
+                  approximate.lo < ordered_bits<L>(-kApproximateKeyLimit);
+        const float lo = key_value<L>(approximate.lo), kmax = key_value<L>(approximate.kmax);
+        const float e = 2.0f * kApproximateKeyBound + 0x1p-20f * (fmaxf(fabsf(lo), fabsf(kmax)) + 2.0f);
+        r.lo = lo - 2.0f * e;
+        // A candidate's rho lies in [r.lo - E, kmax + E], its exact key r =
+        // (rho + 1) / 2; 2E leaves room for the roundings.
+        r.ranks.lo = ordered_bits<L>((r.lo - 2.0f * e + 1.0f) * 0.5f);
+        r.ranks.kmax = ordered_bits<L>((kmax + 2.0f * e + 1.0f) * 0.5f);
+        return r;
+    }
+};
+
 template <class S, class L>
 struct BoundStep {
     static_assert(S::K <= S::kLanes, "bound 1 is the k-th largest of a group's lane maxima");
@@ -1511,12 +1657,15 @@ __device__ __forceinline__ void place_winner(Storage<S>& storage, int local, uin
 
 // Expert 0's sig, on every lane of the token's first group (thread 0 of the
 // token holds it in its first slot); only a filling contract needs it.
-template <class S, class L, class C>
-__device__ __forceinline__ float expert_zero_sig(const Slice<S, C>& slice) {
-    if constexpr (C::kFillWithExpertZero) {
-        return L::as_float(L::shfl(L::as_uint(slice.sig[0]), 0));
-    } else {
+// With approximate keys (Rescore), expert 0's logit is read again.
+template <class S, class L, class C, class R>
+__device__ __forceinline__ float expert_zero_sig(const Slice<S, C>& slice, const R& rescore) {
+    if constexpr (!C::kFillWithExpertZero) {
         return 0.0f;
+    } else if constexpr (R::kRescores) {
+        return rescore.sig(0);
+    } else {
+        return L::as_float(L::shfl(L::as_uint(slice.sig[0]), 0));
     }
 }
 
@@ -1577,14 +1726,8 @@ struct CopyStep {
         for (int j = 0; j < S::kVals; ++j) mine += static_cast<uint32_t>(slice.valid(j) && slice.key[j] >= lo);
         auto taken = [&](int j) { return slice.valid(j) && slice.key[j] >= lo; };
 #endif
-        uint32_t first = 0, n = 0;
-        const auto below = L::lanes_below();
-#pragma unroll
-        for (int bit = 0; bit < kCountBits; ++bit) {
-            const auto m = L::ballot((mine >> bit) & 1u);
-            first += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m & below))) << bit;
-            n += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m))) << bit;
-        }
+        uint32_t first, n;
+        prefix(mine, first, n);
         if (__builtin_expect(n <= static_cast<uint32_t>(S::kRankCap), 1)) {
 #if RADIX4_COPY_CURSOR
             // The compare again (7 predicate registers cannot hold 28), a
@@ -1606,7 +1749,9 @@ struct CopyStep {
             }
 #pragma unroll
             for (int j = 0; j < S::kVals; ++j) {
-                L::store_if_at_least(slice.key[j], bound_of(j), cursor[j % kCursors], slice.composite(j), slice.sig[j]);
+                // With approximate keys sig is not kept (Rescore scores each candidate again).
+                const float sig = kApproximateKeys<C, L> ? 0.0f : slice.sig[j];
+                L::store_if_at_least(slice.key[j], bound_of(j), cursor[j % kCursors], slice.composite(j), sig);
             }
 #else
 #pragma unroll
@@ -1617,8 +1762,59 @@ struct CopyStep {
             }
 #endif
         }
-        // One warp: n (from ballots) is already every lane's, and only the
-        // entries need the barrier; several meet through shared memory.
+        return counted(n, storage, at);
+    }
+
+#if RADIX4_COPY_CURSOR
+    // The copy of the approximate keys (kApproximateKeys): every value whose
+    // float key is >= lo (phantoms hold -inf), by one compare, a predicated
+    // store of its low word and a predicated step of its cursor.
+    template <class C>
+    static __device__ __forceinline__ CandidateCount run_approximate(const Slice<S, C>& slice, float lo,
+                                                                     Storage<S>& storage, const Coords<S, L>& at) {
+        uint32_t part[4] = {0, 0, 0, 0};  // four chains of adds, not one
+#pragma unroll
+        for (int j = 0; j < S::kVals; ++j) L::add_if_at_least(part[j & 3], L::as_float(slice.key[j]), lo);
+        const uint32_t mine = (part[0] + part[1]) + (part[2] + part[3]);
+        uint32_t first, n;
+        prefix(mine, first, n);
+        if (__builtin_expect(n <= static_cast<uint32_t>(S::kRankCap), 1)) {
+            constexpr int kCursors = RADIX4_COPY_CURSORS;
+            decltype(L::cursor(&storage.cand.entry[0][0][0])) cursor[kCursors];
+            uint32_t start = first;
+#pragma unroll
+            for (int c = 0; c < kCursors; ++c) {
+                cursor[c] = L::cursor(&storage.cand.entry[at.local][at.region][start]);
+#pragma unroll
+                for (int e = c; e < 4; e += kCursors) start += part[e];
+            }
+#pragma unroll
+            for (int j = 0; j < S::kVals; ++j) {
+                L::store_if_at_least(L::as_float(slice.key[j]), lo, cursor[j % kCursors], slice.low_word(j));
+            }
+        }
+        return counted(n, storage, at);
+    }
+#endif
+
+   private:
+    // Where this lane's `mine` candidates start in its group's region, and
+    // the group's count n: a prefix sum over lanes from one ballot per bit.
+    static __device__ __forceinline__ void prefix(uint32_t mine, uint32_t& first, uint32_t& n) {
+        first = 0, n = 0;
+        const auto below = L::lanes_below();
+#pragma unroll
+        for (int bit = 0; bit < kCountBits; ++bit) {
+            const auto m = L::ballot((mine >> bit) & 1u);
+            first += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m & below))) << bit;
+            n += static_cast<uint32_t>(__popcll(static_cast<uint64_t>(m))) << bit;
+        }
+    }
+
+    // The token's count after the copy. One warp: n (from ballots) is
+    // already every lane's, and only the entries need the barrier; several
+    // meet through shared memory.
+    static __device__ __forceinline__ CandidateCount counted(uint32_t n, Storage<S>& storage, const Coords<S, L>& at) {
         if (S::kShared && at.lane == 0) storage.cand_count[at.local][at.region] = n;
         TokenExchange<S, L>::sync();
         RADIX4_STAMP(3);
@@ -1662,8 +1858,8 @@ struct RankStep {
         return (key_above_lo << S::kPackBits) | (static_cast<uint32_t>(composite) >> S::kPrioBits);
     }
 
-    // Candidate i of the token (regions in order, entries in order).
-    static __device__ __forceinline__ Found candidate(const Storage<S>& storage, int local, uint32_t i) {
+    // Candidate i of the token is entry i of region r (regions in order, entries in order).
+    static __device__ __forceinline__ int region_of(const Storage<S>& storage, int local, uint32_t& i) {
         uint32_t r = 0;
 #pragma unroll
         for (int w = 0; w + 1 < S::kWarps; ++w) {
@@ -1672,23 +1868,53 @@ struct RankStep {
             i -= past ? cw : 0u;
             r += static_cast<uint32_t>(past);
         }
-        return Found{storage.cand.composite(local, static_cast<int>(r), i), storage.cand.sig(local, static_cast<int>(r), i)};
+        return static_cast<int>(r);
+    }
+    static __device__ __forceinline__ Found candidate(const Storage<S>& storage, int local, uint32_t i) {
+        const int r = region_of(storage, local, i);
+        return Found{storage.cand.composite(local, r, i), storage.cand.sig(local, r, i)};
+    }
+    // Candidate i, scored exactly from its low word (approximate keys), or as stored.
+    template <class R>
+    static __device__ __forceinline__ Found candidate(const Storage<S>& storage, int local, uint32_t i, const R& rescore) {
+        const Found stored = candidate(storage, local, i);
+        if constexpr (R::kRescores) {
+            const Scored exact = rescore(static_cast<uint32_t>(stored.composite));
+            return Found{exact.composite, exact.sig};
+        } else {
+            return stored;
+        }
     }
 
-    template <class C>
+    template <class C, class R>
     static __device__ __forceinline__ void run(Storage<S>& storage, const Coords<S, L>& at, CandidateCount c,
-                                               Bound bound, float sig0) {
+                                               Bound bound, float sig0, const R& rescore) {
         auto place = [&](bool is_candidate, uint32_t rank, uint64_t composite, float sig) {
             if (is_candidate && rank < static_cast<uint32_t>(at.dims.topk())) {
                 place_winner<S, C>(storage, at.local, rank, composite, sig, sig0);
             }
         };
+        if constexpr (R::kRescores) {
+            // More candidates than lanes: each is scored once and written
+            // back, for the passes below that read the regions.
+            if (c.count > static_cast<uint32_t>(S::kLanes)) {
+                for (uint32_t i = static_cast<uint32_t>(at.lane); i < c.count; i += S::kLanes) {
+                    uint32_t at_i = i;
+                    const int r = region_of(storage, at.local, at_i);
+                    Entry& entry = storage.cand.entry[at.local][r][at_i];
+                    const Scored exact = rescore(static_cast<uint32_t>(entry.composite));
+                    entry.composite = exact.composite;
+                    entry.sig = exact.sig;
+                }
+                L::sync();
+            }
+        }
         if (c.count <= static_cast<uint32_t>(S::kLanes)) {
             // One candidate per lane; its rank = how many lanes hold a larger
             // composite. Lanes without one hold 0, smaller than every
             // candidate.
             const bool is_candidate = static_cast<uint32_t>(at.lane) < c.count;
-            const Found mine = is_candidate ? candidate(storage, at.local, static_cast<uint32_t>(at.lane)) : Found{0u, 0.0f};
+            const Found mine = is_candidate ? candidate(storage, at.local, static_cast<uint32_t>(at.lane), rescore) : Found{0u, 0.0f};
             const uint64_t me = mine.composite;
             if constexpr (RADIX4_RANK_PACKED) {
                 // By the packed words (packs); a lane without a candidate
@@ -1896,9 +2122,9 @@ struct GatherStep {
     static_assert(S::K <= S::kLanes, "one lane of the first group places each winner");
 
     // Returns false on the groups that are done (all but the first).
-    template <class C>
+    template <class C, class R>
     static __device__ __forceinline__ bool run(const Slice<S, C>& slice, const Cutoff& cut, Storage<S>& storage,
-                                               const Coords<S, L>& at) {
+                                               const Coords<S, L>& at, const R& rescore) {
         uint64_t won = 0;
 #pragma unroll
         for (int j = 0; j < S::kVals; ++j) {
@@ -1917,18 +2143,20 @@ struct GatherStep {
         Entry* mine = storage.winners[at.local];
 #pragma unroll
         for (int j = 0; j < S::kVals; ++j) {
-            if ((won >> j) & 1u) mine[slot++] = Entry{slice.composite(j), slice.sig[j], slice.expert_of(j)};
+            if ((won >> j) & 1u) mine[slot++] = Entry{slice.composite(j), R::kRescores ? 0.0f : slice.sig[j], slice.expert_of(j)};
         }
         TokenExchange<S, L>::sync();
         if (S::kShared && at.warp != 0) return false;
-        const float sig0 = expert_zero_sig<S, L>(slice);
+        const float sig0 = expert_zero_sig<S, L>(slice, rescore);
         const int k = at.dims.topk();
         if (at.lane < k) {
             const Entry w = mine[at.lane];
             uint32_t rank = 0;
 #pragma unroll
             for (int i = 0; i < S::K; ++i) rank += static_cast<uint32_t>(i < k && mine[i].composite > w.composite);
-            place_winner<S, C>(storage, at.local, rank, w.composite, w.sig, sig0);
+            float sig = w.sig;
+            if constexpr (R::kRescores) sig = rescore.sig(w.id);
+            place_winner<S, C>(storage, at.local, rank, w.composite, sig, sig0);
         }
         L::sync();
         return true;
@@ -1961,6 +2189,30 @@ struct WriteStep {
         L::store_global_if(writes, ids + out, id);
     }
 };
+
+// The approximate keys' exact way (route_kernel), out of line: inlined, its
+// chains of loads and sigmoids shared registers with the rest of the
+// kernel, and the dense kernel (128 registers) spilled 384 bytes for fp32
+// logits; out of line the slice goes through local memory only on this
+// rare way.
+template <class S>
+struct ExactKeys {
+    uint32_t key[S::kVals];
+    uint32_t lane_max;
+};
+template <class L, class Score, class Bias, int kVec, class S, class C>
+__device__ __noinline__ ExactKeys<S> exact_keys_out_of_line(int tid, Dims<S> dims, const typename Score::Raw* row,
+                                                            const typename Bias::Raw* bias, bool vec) {
+    Slice<S, C> slice;
+    slice.tid = tid;
+    slice.dims = dims;
+    slice.template exact_keys_for<L, Score, Bias, kVec>(row, bias, vec);
+    ExactKeys<S> out;
+#pragma unroll
+    for (int j = 0; j < S::kVals; ++j) out.key[j] = slice.key[j];
+    out.lane_max = slice.lane_max;
+    return out;
+}
 
 // ---- the kernel ----
 
@@ -2016,12 +2268,12 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     slice.tid = at.tid;
     slice.dims = dims;
     const typename Score::Raw* row = scores + static_cast<int64_t>(at.token) * row_stride;
+    // kVec 2: vector loads where this row and the bias allow them (and,
+    // on the generic path, whole vectors of 4 experts).
+    const bool vec = kVec != 2 || ((reinterpret_cast<uintptr_t>(row) % (4 * sizeof(typename Score::Raw))) |
+                                   (reinterpret_cast<uintptr_t>(bias) % (4 * sizeof(typename Bias::Raw))) |
+                                   static_cast<uintptr_t>(dims.experts() % 4)) == 0;
     {
-        // kVec 2: vector loads where this row and the bias allow them (and,
-        // on the generic path, whole vectors of 4 experts).
-        const bool vec = kVec != 2 || ((reinterpret_cast<uintptr_t>(row) % (4 * sizeof(typename Score::Raw))) |
-                                       (reinterpret_cast<uintptr_t>(bias) % (4 * sizeof(typename Bias::Raw))) |
-                                       static_cast<uintptr_t>(dims.experts() % 4)) == 0;
         float x[S::kVals], b[S::kVals];
         slice.template load<L, Score, Bias, kVec>(row, bias, x, b, vec);
         // Cleared while the loads are in flight.
@@ -2042,18 +2294,51 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     RADIX4_STAMP(1);
 
     TokenExchange<S, L> exchange(storage);
-    const Bound bound = slice.phased_lo != 0u ? Bound{L::all_max(slice.lane_max), slice.phased_lo}
-                                              : BoundStep<S, L>::run(slice, at, exchange);
+    Bound bound = slice.phased_lo != 0u ? Bound{L::all_max(slice.lane_max), slice.phased_lo}
+                                        : BoundStep<S, L>::run(slice, at, exchange);
     RADIX4_STAMP(2);
 
+    using R = typename EitherType<kApproximateKeys<C, L>, Rescore<S, L, C, Score, Bias>, NoRescore>::type;
+    R rescore;
+    if constexpr (R::kRescores) rescore = R{row, bias};
     bool ranked = false;  // the rank step placed the winners
     bool all_equal = false;
     if constexpr (S::kRankMax > 0) {
-        const CandidateCount c = CopyStep<S, L>::run(slice, bound.lo, storage, at);
-        if (__builtin_expect(c.count <= static_cast<uint32_t>(S::kRankMax), 1)) {
+        // With approximate keys, the copy of those within the margin first;
+        // the exact way (every value's key, the bound and the copy again)
+        // when it cannot serve (ApproximateBound::exact, too many
+        // candidates). The token's lanes decide together.
+        bool rank = false;
+        CandidateCount c{0, 0};
+        Bound ranks = bound;
+        if constexpr (kApproximateKeys<C, L>) {
+            const ApproximateBound approximate = ApproximateBound::of<L>(bound);
+            if (__builtin_expect(!approximate.exact, 1)) {
+                c = CopyStep<S, L>::run_approximate(slice, approximate.lo, storage, at);
+                rank = c.count <= static_cast<uint32_t>(S::kRankMax);
+                ranks = approximate.ranks;
+            }
+            if (__builtin_expect(!rank, 0)) {
+                RADIX4_NOTE_KEYS(KeyPath::kExact);
+                const ExactKeys<S> exact = exact_keys_out_of_line<L, Score, Bias, kVec, S, C>(slice.tid, dims, row, bias, vec);
+#pragma unroll
+                for (int j = 0; j < S::kVals; ++j) slice.key[j] = exact.key[j];
+                slice.lane_max = exact.lane_max;
+                CopyStep<S, L>::clear(storage, at);  // the approximate copy may have filled entries
+                bound = BoundStep<S, L>::run(slice, at, exchange);
+                ranks = bound;
+            } else {
+                RADIX4_NOTE_KEYS(KeyPath::kApproximate);
+            }
+        }
+        if (!rank) {
+            c = CopyStep<S, L>::run(slice, bound.lo, storage, at);
+            rank = c.count <= static_cast<uint32_t>(S::kRankMax);
+        }
+        if (__builtin_expect(rank, 1)) {
             ranked = true;
             if (S::kShared && at.warp != 0) return;  // no further barrier
-            RankStep<S, L>::template run<C>(storage, at, c, bound, expert_zero_sig<S, L>(slice));
+            RankStep<S, L>::template run<C>(storage, at, c, ranks, expert_zero_sig<S, L>(slice, rescore), rescore);
         } else {
             // Every key equal (lo is some key, so every key >= lo == max
             // means every key == max): no selection, the k first in tie
@@ -2064,7 +2349,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
     if (__builtin_expect(!ranked, 0)) {
         RADIX4_NOTE_PATH(RankPath::kRadix);
         const Cutoff cut = all_equal ? Cutoff::all_equal<S>(bound.kmax, dims) : RadixSelect<S, L>::run(slice, bound, exchange, at);
-        if (!GatherStep<S, L>::run(slice, cut, storage, at)) return;
+        if (!GatherStep<S, L>::run(slice, cut, storage, at, rescore)) return;
     } else {
         L::sync();  // the ranking group's placements, before its reads below
     }
