@@ -90,6 +90,7 @@ VARIANTS = {
     "tokens_per_block_2": ("aiter", ("RADIX4_TOKENS_PER_BLOCK=2",)),
     "two_warps_to_1536": ("aiter", ("RADIX4_WARPS_PER_TOKEN=2", "RADIX4_BLOCK_PER_TOKEN_MAX_ROWS=1536")),
     "exact_keys": ("aiter", ("RADIX4_APPROXIMATE_KEYS=0",)),
+    "approximate_keys_warp_shapes": ("aiter", ("RADIX4_APPROXIMATE_KEYS=2",)),
     "serial": ("serial", ()),
     "serial_exact_keys": ("serial", ("RADIX4_APPROXIMATE_KEYS=0",)),
     "serial_no_dense": ("serial", ("RADIX4_DENSE_MIN_ROWS=1000000",)),

@@ -447,8 +447,10 @@ __device__ __forceinline__ float contract_sigmoid(float x) {
 // or past 2^90 in size (lo, kmax or E would not be finite, the serial floor
 // could matter), or when more than RADIX4_RANK_MAX values reach lo - 2E
 // (ties, levels): kmax then carries NaN as a key above every number's.
-template <class C, class L>
-constexpr bool kApproximateKeys = RADIX4_APPROXIMATE_KEYS && RADIX4_COPY_CURSOR && RADIX4_RANK_MAX > 0 && L::kApproximateKeys &&
+// RADIX4_APPROXIMATE_KEYS 2: only in the warp-per-token launch shapes.
+template <class S, class C, class L>
+constexpr bool kApproximateKeys = RADIX4_APPROXIMATE_KEYS && (RADIX4_APPROXIMATE_KEYS != 2 || S::kWarps == 1) &&
+                                  RADIX4_COPY_CURSOR && RADIX4_RANK_MAX > 0 && L::kApproximateKeys &&
                                   C::kScore == ScoreFn::kSigmoid && !C::kRoundedSigmoid && C::kGroups == 1;
 constexpr float kApproximateKeyBound = 0x1p-10f;  // delta
 constexpr float kApproximateKeyLimit = 0x1p90f;
@@ -1230,7 +1232,7 @@ struct Slice {
     template <class L, class Score, class Bias, int kVec, bool kAlt = false>
     __device__ __forceinline__ void compute_keys(const typename Score::Raw* row, const typename Bias::Raw* bias,
                                                  const float x[kVals], const float b[kVals], bool vec = true) {
-        if constexpr (kApproximateKeys<C, L>) {
+        if constexpr (kApproximateKeys<S, C, L>) {
             // key[j] holds approximate_key's float, phantoms -inf (below
             // every threshold); lane_max its ordered bits, NaN's above every
             // number's (the kernel then takes the exact way), 0 on a lane
@@ -1750,7 +1752,7 @@ struct CopyStep {
 #pragma unroll
             for (int j = 0; j < S::kVals; ++j) {
                 // With approximate keys sig is not kept (Rescore scores each candidate again).
-                const float sig = kApproximateKeys<C, L> ? 0.0f : slice.sig[j];
+                const float sig = kApproximateKeys<S, C, L> ? 0.0f : slice.sig[j];
                 L::store_if_at_least(slice.key[j], bound_of(j), cursor[j % kCursors], slice.composite(j), sig);
             }
 #else
@@ -2298,7 +2300,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
                                         : BoundStep<S, L>::run(slice, at, exchange);
     RADIX4_STAMP(2);
 
-    using R = typename EitherType<kApproximateKeys<C, L>, Rescore<S, L, C, Score, Bias>, NoRescore>::type;
+    using R = typename EitherType<kApproximateKeys<S, C, L>, Rescore<S, L, C, Score, Bias>, NoRescore>::type;
     R rescore;
     if constexpr (R::kRescores) rescore = R{row, bias};
     bool ranked = false;  // the rank step placed the winners
@@ -2311,7 +2313,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         bool rank = false;
         CandidateCount c{0, 0};
         Bound ranks = bound;
-        if constexpr (kApproximateKeys<C, L>) {
+        if constexpr (kApproximateKeys<S, C, L>) {
             const ApproximateBound approximate = ApproximateBound::of<L>(bound);
             if (__builtin_expect(!approximate.exact, 1)) {
                 c = CopyStep<S, L>::run_approximate(slice, approximate.lo, storage, at);
