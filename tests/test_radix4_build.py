@@ -618,7 +618,8 @@ inline bool emu_run_lanes(int lanes, unsigned block_index, std::function<void()>
 
 // One block after another; a block of kTokens tokens of kWarps warps each.
 // kDynamic: the generic path, E and K bounds for `experts` and `topk`.
-template <class C, int N, int E, int K, class S, class B, int kVec, int kWarps, int kTokens, bool kDynamic = false>
+template <class C, int N, int E, int K, class S, class B, int kVec, int kWarps, int kTokens, bool kDynamic = false,
+          int kMinBlocks = 1>
 void run(const void* scores, int64_t stride, const void* bias, int rows, int renorm, float rs, float* w, int32_t* ids,
          int experts = E, int topk = K) {
     constexpr int kGroups = kWarps * kTokens;
@@ -631,7 +632,7 @@ void run(const void* scores, int64_t stride, const void* bias, int rows, int ren
     emu_block_barrier = &block;
     for (int blk = 0; blk * kTokens < rows && !emu_deadlocked; ++blk) {
         emu_deadlocked = !emu_run_lanes(N * kGroups, blk, [=] {
-            radix4::route_kernel<C, EmuLanes<N>, E, K, S, B, kVec, kWarps, kTokens, 1, kDynamic>(
+            radix4::route_kernel<C, EmuLanes<N>, E, K, S, B, kVec, kWarps, kTokens, kMinBlocks, kDynamic>(
                 static_cast<const typename S::Raw*>(scores), stride, static_cast<const typename B::Raw*>(bias),
                 rows, renorm, rs, w, ids, experts, topk);
         });
@@ -640,7 +641,8 @@ void run(const void* scores, int64_t stride, const void* bias, int rows, int ren
 
 // block: 0 = a warp per token; 1 = a block of min(4, E/4/N) warps per token
 // (radix4_entry.h's default); 2 = two warps per token; 3 = one vector of 4
-// experts per thread; 4 = a warp per token, two tokens per block.
+// experts per thread; 4 = a warp per token, two tokens per block, as the
+// dense kernel (kMinBlocks 4: its approximate keys, radix4_router.h).
 // EMU_LAUNCHES: the launch shapes this build instantiates, bit (N == 64) * 5 + block
 // (a build for a test that needs a few compiles in a fraction of the time);
 // a launch not built returns 4.
@@ -666,7 +668,7 @@ int shaped(int block, const void* s, int64_t st, const void* b, int rows, int rn
     } else if (block == 3) {
         if constexpr (emu_built<N, 3>) return run<C, N, E, K, S, B, kVec, kFull, 1>(s, st, b, rows, rn, rs, w, i), 0;
     } else if (block == 4) {
-        if constexpr (emu_built<N, 4>) return run<C, N, E, K, S, B, kVec, 1, 2>(s, st, b, rows, rn, rs, w, i), 0;
+        if constexpr (emu_built<N, 4>) return run<C, N, E, K, S, B, kVec, 1, 2, false, 4>(s, st, b, rows, rn, rs, w, i), 0;
     } else {
         if constexpr (emu_built<N, 0>) return run<C, N, E, K, S, B, kVec, 1, 1>(s, st, b, rows, rn, rs, w, i), 0;
     }
@@ -933,7 +935,7 @@ CONTRACTS = {"aiter": 0, "serial": 1, "lowest": 2, "grouped": 3, "sqrt_softplus"
 
 def emulated_route(lib, lanes, scores, bias, topk, renormalize, rs, *, block=0, vec=True, contract="aiter"):
     """The emulated kernel. block: 0 warp per token, 1 the default block, 2 two warps, 3 a vector per thread,
-    4 a warp per token with two tokens per block."""
+    4 a warp per token with two tokens per block, as the dense kernel (approximate keys)."""
     M, E = scores.shape
     weights = torch.full((M, topk), 12345.0, dtype=torch.float32)  # poisoned: every slot must be written
     ids = torch.full((M, topk), -7, dtype=torch.int32)
@@ -1057,7 +1059,7 @@ CASES = list(_cases())
 
 SHAPE_PARAMS = [(32, 1), (32, 2), (32, 3), (32, 0), (32, 4), (64, 1), (64, 2), (64, 0)]
 SHAPE_IDS = ["warp32-4-warps", "warp32-2-warps", "warp32-vector-per-thread", "warp32-warp-per-token",
-             "warp32-2-tokens-per-block", "wave64-4-waves", "wave64-2-waves", "wave64-wave-per-token"]  # fmt: skip
+             "warp32-dense-2-tokens-per-block", "wave64-4-waves", "wave64-2-waves", "wave64-wave-per-token"]  # fmt: skip
 SHAPES = pytest.mark.parametrize("lanes,block", SHAPE_PARAMS, ids=SHAPE_IDS)
 
 
@@ -1173,6 +1175,28 @@ def test_cases_reach_every_way_of_the_rank_step(emulation, lanes, block, contrac
     seen = emulated_paths(emulation, lanes, block, contract)
     missing = [p for p in ("packed", "keys", "composites", "radix", "packed_pairs") if seen[p] == 0]
     assert not missing, f"no case took {missing}: {seen}"
+
+
+def emulated_key_paths(lib, lanes, block, contract, cases=CASES):
+    """How many lanes selected by approximate keys and how many the exact way over ``cases`` (radix4::KeyPath)."""
+    counts = (ctypes.c_long * 2)()
+    lib.emu_key_path_counts(counts)
+    for _, scores, bias, topk in cases:
+        emulated_route(lib, lanes, scores, bias, topk, True, 2.5, block=block, contract=contract)
+    lib.emu_key_path_counts(counts)
+    return {"approximate": counts[0], "exact": counts[1]}
+
+
+# The dense kernel selects by approximate keys and takes the exact way for NaN, huge keys and too many candidates
+# (radix4_router.h's approximate_key): the cases must reach both, or a broken exact way would pass unseen; the
+# other launch shapes use neither.
+@needs_gxx
+@pytest.mark.parametrize("contract", ["aiter", "serial"])
+def test_cases_reach_both_ways_of_the_approximate_keys_in_the_dense_launch_only(emulation, contract):
+    dense = emulated_key_paths(emulation, 32, 4, contract)
+    assert dense["approximate"] > 0 and dense["exact"] > 0, dense
+    for block in (0, 1):
+        assert emulated_key_paths(emulation, 32, block, contract) == {"approximate": 0, "exact": 0}
 
 
 @extra_builds  # slow: see extra_builds

@@ -166,7 +166,7 @@
 #define RADIX4_COPY_CURSORS 4
 #endif
 #ifndef RADIX4_APPROXIMATE_KEYS
-#define RADIX4_APPROXIMATE_KEYS 1
+#define RADIX4_APPROXIMATE_KEYS 3
 #endif
 #if RADIX4_COPY_CURSORS != 1 && RADIX4_COPY_CURSORS != 2 && RADIX4_COPY_CURSORS != 4
 #error "RADIX4_COPY_CURSORS must be 1, 2 or 4 (the copy count's four chains split among the cursors)"
@@ -447,11 +447,19 @@ __device__ __forceinline__ float contract_sigmoid(float x) {
 // or past 2^90 in size (lo, kmax or E would not be finite, the serial floor
 // could matter), or when more than RADIX4_RANK_MAX values reach lo - 2E
 // (ties, levels): kmax then carries NaN as a key above every number's.
-// RADIX4_APPROXIMATE_KEYS 2: only in the warp-per-token launch shapes.
-template <class S, class C, class L>
+// Which launches: RADIX4_APPROXIMATE_KEYS 1 every launch shape, 2 the
+// warp-per-token shapes, 3 the dense kernel only (kMinBlocks > 1). On the
+// H200 the rank step's scoring of its candidate (a shared read, then the
+// logit and bias from L1, then the sigmoid: about 370 cycles on a token's
+// critical path) costs more than the keys step saves wherever a launch is
+// one token's latency (every shape below the dense switch), and less where
+// it is throughput (the dense kernel: 6.65 against 6.78 us at M = 4096,
+// 6.13 against 6.34 with PDL; docs/radix4_tuning.md).
+template <class S, class C, class L, int kMinBlocks>
 constexpr bool kApproximateKeys = RADIX4_APPROXIMATE_KEYS && (RADIX4_APPROXIMATE_KEYS != 2 || S::kWarps == 1) &&
-                                  RADIX4_COPY_CURSOR && RADIX4_RANK_MAX > 0 && L::kApproximateKeys &&
-                                  C::kScore == ScoreFn::kSigmoid && !C::kRoundedSigmoid && C::kGroups == 1;
+                                  (RADIX4_APPROXIMATE_KEYS != 3 || kMinBlocks > 1) && RADIX4_COPY_CURSOR &&
+                                  RADIX4_RANK_MAX > 0 && L::kApproximateKeys && C::kScore == ScoreFn::kSigmoid &&
+                                  !C::kRoundedSigmoid && C::kGroups == 1;
 constexpr float kApproximateKeyBound = 0x1p-10f;  // delta
 constexpr float kApproximateKeyLimit = 0x1p90f;
 
@@ -1229,10 +1237,10 @@ struct Slice {
     // to 0). Then, in one branch the token's lanes take together, the exact
     // way for every value, reading the logits and the bias again. (A model
     // contract's float64 score has one form, four values a call.)
-    template <class L, class Score, class Bias, int kVec, bool kAlt = false>
+    template <class L, class Score, class Bias, int kVec, bool kAlt = false, bool kApproximate = false>
     __device__ __forceinline__ void compute_keys(const typename Score::Raw* row, const typename Bias::Raw* bias,
                                                  const float x[kVals], const float b[kVals], bool vec = true) {
-        if constexpr (kApproximateKeys<S, C, L>) {
+        if constexpr (kApproximate) {
             // key[j] holds approximate_key's float, phantoms -inf (below
             // every threshold); lane_max its ordered bits, NaN's above every
             // number's (the kernel then takes the exact way), 0 on a lane
@@ -1704,7 +1712,8 @@ struct CopyStep {
     // This lane's share, and where it starts in the group's region (a prefix
     // sum over lanes from one ballot per bit of `mine`); the copy only if
     // the group's count fits a region, as predicated stores.
-    template <class C>
+    // kApproximate: a launch of approximate keys (its candidates' sig is the rank step's to score).
+    template <bool kApproximate, class C>
     static __device__ __forceinline__ CandidateCount run(const Slice<S, C>& slice, uint32_t lo, Storage<S>& storage,
                                                          const Coords<S, L>& at) {
 #if RADIX4_COPY_CURSOR
@@ -1752,7 +1761,7 @@ struct CopyStep {
 #pragma unroll
             for (int j = 0; j < S::kVals; ++j) {
                 // With approximate keys sig is not kept (Rescore scores each candidate again).
-                const float sig = kApproximateKeys<S, C, L> ? 0.0f : slice.sig[j];
+                const float sig = kApproximate ? 0.0f : slice.sig[j];
                 L::store_if_at_least(slice.key[j], bound_of(j), cursor[j % kCursors], slice.composite(j), sig);
             }
 #else
@@ -2255,6 +2264,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
              const typename Bias::Raw* __restrict__ bias, int rows, int mode, float routed_scaling_factor,
              float* __restrict__ weights, int32_t* __restrict__ ids, int experts, int topk) {
     using S = Shape<L, E, K, kWarpsPerToken, kTokensPerBlock, kDynamic>;
+    constexpr bool kApproximate = kApproximateKeys<S, C, L, kMinBlocks>;
     static_assert(!kDynamic || C::kGroups == 1, "expert groups have fixed shapes");
     const Dims<S> dims{experts, topk};
     constexpr bool kLateTrigger = RADIX4_PDL_LATE_TRIGGER && !S::kShared;
@@ -2288,7 +2298,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
                 slice.template compute_keys<L, Score, Bias, kVec, false>(row, bias, x, b, vec);
             }
         } else {
-            slice.template compute_keys<L, Score, Bias, kVec>(row, bias, x, b, vec);
+            slice.template compute_keys<L, Score, Bias, kVec, false, kApproximate>(row, bias, x, b, vec);
         }
     }
     if constexpr (C::kGroups > 1) GroupStep<S, L>::run(slice, storage);
@@ -2300,7 +2310,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
                                         : BoundStep<S, L>::run(slice, at, exchange);
     RADIX4_STAMP(2);
 
-    using R = typename EitherType<kApproximateKeys<S, C, L>, Rescore<S, L, C, Score, Bias>, NoRescore>::type;
+    using R = typename EitherType<kApproximate, Rescore<S, L, C, Score, Bias>, NoRescore>::type;
     R rescore;
     if constexpr (R::kRescores) rescore = R{row, bias};
     bool ranked = false;  // the rank step placed the winners
@@ -2313,7 +2323,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
         bool rank = false;
         CandidateCount c{0, 0};
         Bound ranks = bound;
-        if constexpr (kApproximateKeys<S, C, L>) {
+        if constexpr (kApproximate) {
             const ApproximateBound approximate = ApproximateBound::of<L>(bound);
             if (__builtin_expect(!approximate.exact, 1)) {
                 c = CopyStep<S, L>::run_approximate(slice, approximate.lo, storage, at);
@@ -2334,7 +2344,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
             }
         }
         if (!rank) {
-            c = CopyStep<S, L>::run(slice, bound.lo, storage, at);
+            c = CopyStep<S, L>::template run<kApproximate>(slice, bound.lo, storage, at);
             rank = c.count <= static_cast<uint32_t>(S::kRankMax);
         }
         if (__builtin_expect(rank, 1)) {
