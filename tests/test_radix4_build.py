@@ -42,7 +42,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not o
 # slow: each compiles the whole kernel for a GPU architecture with nvcc or
 # hipcc (tens of seconds of CPU, not cached); the fast tier leaves them to CI.
 gpu_compile = pytest.mark.slow
-# slow: each needs emulation builds of its own (nine with a tuning switch,
+# slow: each needs emulation builds of its own (eleven with a tuning switch,
 # two with one selection path forced), about 10 s of g++ each on a cold cache.
 extra_builds = pytest.mark.slow
 
@@ -1089,8 +1089,8 @@ def test_each_selection_path_alone_matches_plain_reference(emulation_one_path, l
 
 # The tuning switches of radix4_router.h against the defaults (RADIX4_EX2_FTZ=1,
 # RADIX4_COPY_ENTRY16=1, RADIX4_RANK_KEY32=1, RADIX4_RANK_PACKED=1, RADIX4_COPY_MASK=1,
-# RADIX4_COPY_CURSOR, which follows RADIX4_COPY_ENTRY16, and
-# RADIX4_COPY_CURSORS=4): each must leave every output bit as it was.
+# RADIX4_COPY_CURSOR, which follows RADIX4_COPY_ENTRY16, RADIX4_COPY_CURSORS=4 and
+# RADIX4_APPROXIMATE_KEYS=3, the dense kernel's): each must leave every output bit as it was.
 SWITCHES = {
     "plain-exp2-two-arrays": ("RADIX4_EX2_FTZ=0", "RADIX4_COPY_ENTRY16=0"),  # the cursor goes off with the entries
     "sorted-bound": ("RADIX4_SORTED_BOUND=1",),
@@ -1101,6 +1101,8 @@ SWITCHES = {
     "copy-count-by-sum": ("RADIX4_COPY_CURSOR=0", "RADIX4_COPY_MASK=0"),
     "one-copy-cursor": ("RADIX4_COPY_CURSORS=1",),
     "two-copy-cursors": ("RADIX4_COPY_CURSORS=2",),
+    "exact-keys": ("RADIX4_APPROXIMATE_KEYS=0",),
+    "approximate-keys-in-every-launch": ("RADIX4_APPROXIMATE_KEYS=1",),  # the block shape's candidates by approximate keys too
 }
 
 
@@ -1114,7 +1116,7 @@ def emulation_switched(tmp_path_factory, request):
 
 @pytest.fixture(scope="module")
 def shipped_outputs(emulation):
-    """The shipped build's outputs over CASES per launch shape and contract, computed once for all nine switches."""
+    """The shipped build's outputs over CASES per launch shape and contract, computed once for all the switches."""
     cache = {}
 
     def outputs(lanes, block, contract):
