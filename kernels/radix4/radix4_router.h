@@ -1749,15 +1749,8 @@ struct CopyStep {
             // register late, and the step of the same cursor right after it
             // waits for that read; with several, the other cursors' stores
             // fill the wait.
-            constexpr int kCursors = RADIX4_COPY_CURSORS;
             decltype(L::cursor(&storage.cand.entry[0][0][0])) cursor[kCursors];
-            uint32_t start = first;
-#pragma unroll
-            for (int c = 0; c < kCursors; ++c) {
-                cursor[c] = L::cursor(&storage.cand.entry[at.local][at.region][start]);
-#pragma unroll
-                for (int e = c; e < 4; e += kCursors) start += part[e];  // cursor c takes the values j with j % kCursors == c
-            }
+            cursors(cursor, first, part, storage, at);
 #pragma unroll
             for (int j = 0; j < S::kVals; ++j) {
                 // With approximate keys sig is not kept (Rescore scores each candidate again).
@@ -1790,15 +1783,8 @@ struct CopyStep {
         uint32_t first, n;
         prefix(mine, first, n);
         if (__builtin_expect(n <= static_cast<uint32_t>(S::kRankCap), 1)) {
-            constexpr int kCursors = RADIX4_COPY_CURSORS;
             decltype(L::cursor(&storage.cand.entry[0][0][0])) cursor[kCursors];
-            uint32_t start = first;
-#pragma unroll
-            for (int c = 0; c < kCursors; ++c) {
-                cursor[c] = L::cursor(&storage.cand.entry[at.local][at.region][start]);
-#pragma unroll
-                for (int e = c; e < 4; e += kCursors) start += part[e];
-            }
+            cursors(cursor, first, part, storage, at);
 #pragma unroll
             for (int j = 0; j < S::kVals; ++j) {
                 L::store_if_at_least(L::as_float(slice.key[j]), lo, cursor[j % kCursors], slice.low_word(j));
@@ -1809,6 +1795,24 @@ struct CopyStep {
 #endif
 
    private:
+#if RADIX4_COPY_CURSOR
+    static constexpr int kCursors = RADIX4_COPY_CURSORS;
+    // The copy's cursors into the group's region, from this lane's first
+    // entry and its four chains' counts: cursor c takes the values j with
+    // j % kCursors == c and starts where the cursors before it end.
+    template <class Cursor>
+    static __device__ __forceinline__ void cursors(Cursor (&cursor)[kCursors], uint32_t first, const uint32_t part[4],
+                                                   Storage<S>& storage, const Coords<S, L>& at) {
+        uint32_t start = first;
+#pragma unroll
+        for (int c = 0; c < kCursors; ++c) {
+            cursor[c] = L::cursor(&storage.cand.entry[at.local][at.region][start]);
+#pragma unroll
+            for (int e = c; e < 4; e += kCursors) start += part[e];
+        }
+    }
+#endif
+
     // Where this lane's `mine` candidates start in its group's region, and
     // the group's count n: a prefix sum over lanes from one ballot per bit.
     static __device__ __forceinline__ void prefix(uint32_t mine, uint32_t& first, uint32_t& n) {
@@ -2252,6 +2256,10 @@ __device__ __noinline__ ExactKeys<S> exact_keys_out_of_line(int tid, Dims<S> dim
 //      and max differ, then (GatherStep) the winners are gathered and placed
 //      by rank.
 //   4. Write (WriteStep): the weights in output order.
+// With approximate keys (kApproximate: the dense kernel, approximate_key's
+// comment) steps 1-3a run on approximate keys with a margin, the rank step
+// scores its candidates exactly (Rescore), and a token the approximate
+// keys cannot serve takes the exact keys and steps 2-3a again.
 //
 // kMinBlocks: ptxas keeps registers low enough for that many blocks per SM
 // (1: as many registers as it likes, no spills).
