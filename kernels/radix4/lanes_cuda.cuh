@@ -133,11 +133,13 @@ struct Warp32 {
     }
     static __device__ __forceinline__ bool any(bool p) { return __any_sync(0xffffffffu, p); }
 
-    // The approximate keys (radix4_router.h's approximate_key): tanh(y)
-    // within radix4::kApproximateKeyBound for every fp32 y (one MUFU.TANH;
-    // kernels/radix4/lab/radix4_sigmoid_exhaustive.cu checks the bound for
-    // every input), a fused multiply-add, and the max of two floats that is
-    // NaN when either is (FMNMX.NAN, sm_80+; its NaN is 0x7fffffff).
+    // The approximate keys (radix4_router.h's approximate_key): one
+    // MUFU.TANH, whose tanh_approx(x / 2) lies within
+    // radix4::kApproximateKeyBound of 2 sig(x) - 1 for every fp32 x and both
+    // contracts' sigmoids (kernels/radix4/lab/radix4_sigmoid_exhaustive.cu
+    // checks every input; the H200's largest error is 2^-16.93), a fused
+    // multiply-add, and the max of two floats that is NaN when either is
+    // (FMNMX.NAN, sm_80+; its NaN is 0x7fffffff).
     static constexpr bool kApproximateKeys = true;
     static __device__ __forceinline__ float tanh_approx(float y) {
         float r;
