@@ -129,7 +129,9 @@
 //                          the bound and the copy run on those with a margin
 //                          that covers their error, and only the candidates
 //                          get the contract's sigmoid and key, in the rank
-//                          step (approximate_key, Rescore)
+//                          step (approximate_key, Rescore); 0 nowhere, 1 in
+//                          every launch shape, 2 the warp-per-token shapes,
+//                          3 (the default) the dense kernel only
 // and RADIX4_WARP_MIN_BLOCKS, the warp-per-token kernel's minimum blocks per
 // SM for ptxas: the register cap that sets how many warps fit an SM (1: no
 // cap, no spills). The entry point also has a dense warp-per-token kernel
