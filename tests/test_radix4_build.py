@@ -1155,14 +1155,19 @@ def test_emulated_kernel_strided_rows_and_scalar_loads(emulation, lanes, block):
 PATHS = ("packed", "keys", "composites", "regions", "radix", "packed_pairs")
 
 
-def emulated_paths(lib, lanes, block, contract, cases=CASES):
-    """How many lanes took each way of the selection over ``cases`` (radix4::RankPath)."""
-    counts = (ctypes.c_long * len(PATHS))()
-    lib.emu_path_counts(counts, 1)
+def _counted_over_cases(read_and_reset, names, lib, lanes, block, contract, cases):
+    """One of the emulation's path counters (``read_and_reset(counts)``), over ``cases`` routed from zero."""
+    counts = (ctypes.c_long * len(names))()
+    read_and_reset(counts)
     for _, scores, bias, topk in cases:
         emulated_route(lib, lanes, scores, bias, topk, True, 2.5, block=block, contract=contract)
-    lib.emu_path_counts(counts, 1)
-    return dict(zip(PATHS, counts))
+    read_and_reset(counts)
+    return dict(zip(names, counts))
+
+
+def emulated_paths(lib, lanes, block, contract, cases=CASES):
+    """How many lanes took each way of the selection over ``cases`` (radix4::RankPath)."""
+    return _counted_over_cases(lambda c: lib.emu_path_counts(c, 1), PATHS, lib, lanes, block, contract, cases)
 
 
 # The cases must reach every way the rank step can finish with one candidate
@@ -1181,12 +1186,7 @@ def test_cases_reach_every_way_of_the_rank_step(emulation, lanes, block, contrac
 
 def emulated_key_paths(lib, lanes, block, contract, cases=CASES):
     """How many lanes selected by approximate keys and how many the exact way over ``cases`` (radix4::KeyPath)."""
-    counts = (ctypes.c_long * 2)()
-    lib.emu_key_path_counts(counts)
-    for _, scores, bias, topk in cases:
-        emulated_route(lib, lanes, scores, bias, topk, True, 2.5, block=block, contract=contract)
-    lib.emu_key_path_counts(counts)
-    return {"approximate": counts[0], "exact": counts[1]}
+    return _counted_over_cases(lib.emu_key_path_counts, ("approximate", "exact"), lib, lanes, block, contract, cases)
 
 
 # The dense kernel selects by approximate keys and takes the exact way for NaN, huge keys and too many candidates

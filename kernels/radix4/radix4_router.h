@@ -70,6 +70,8 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "tie_order.h"
 
 // No contraction into fused multiply-adds: the contracts round every step.
@@ -455,8 +457,8 @@ __device__ __forceinline__ float contract_sigmoid(float x) {
 // logit and bias from L1, then the sigmoid: about 370 cycles on a token's
 // critical path) costs more than the keys step saves wherever a launch is
 // one token's latency (every shape below the dense switch), and less where
-// it is throughput (the dense kernel: 6.65 against 6.78 us at M = 4096,
-// 6.13 against 6.34 with PDL; docs/radix4_tuning.md).
+// it is throughput (the dense kernel, 896/16, M = 4096: 6.70 against 6.93
+// us, 6.20 against 6.45 with PDL; docs/radix4_tuning.md).
 template <class S, class C, class L, int kMinBlocks>
 constexpr bool kApproximateKeys = RADIX4_APPROXIMATE_KEYS && (RADIX4_APPROXIMATE_KEYS != 2 || S::kWarps == 1) &&
                                   (RADIX4_APPROXIMATE_KEYS != 3 || kMinBlocks > 1) && RADIX4_COPY_CURSOR &&
@@ -498,16 +500,8 @@ struct Rescore {
 struct NoRescore {
     static constexpr bool kRescores = false;
 };
-template <bool kFirst, class A, class B>
-struct EitherType {
-    using type = A;
-};
-template <class A, class B>
-struct EitherType<false, A, B> {
-    using type = B;
-};
 
-
+// ---- the model contracts' float64 scores, decided in a few float64 steps ----
 //
 // rounded_sigmoid and sqrt_softplus above are the oracle's formulas through
 // the device's float64 libm, called out of line: a chain of a few hundred
@@ -2210,8 +2204,8 @@ struct WriteStep {
 // The approximate keys' exact way (route_kernel), out of line: inlined, its
 // chains of loads and sigmoids shared registers with the rest of the
 // kernel, and the dense kernel (128 registers) spilled 384 bytes for fp32
-// logits; out of line the slice goes through local memory only on this
-// rare way.
+// logits. Out of line, only this rare way pays for the call: the keys come
+// back as its return value, and the kernel's own slice stays in registers.
 template <class S>
 struct ExactKeys {
     uint32_t key[S::kVals];
@@ -2320,7 +2314,7 @@ route_kernel(const typename Score::Raw* __restrict__ scores, int64_t row_stride,
                                         : BoundStep<S, L>::run(slice, at, exchange);
     RADIX4_STAMP(2);
 
-    using R = typename EitherType<kApproximate, Rescore<S, L, C, Score, Bias>, NoRescore>::type;
+    using R = std::conditional_t<kApproximate, Rescore<S, L, C, Score, Bias>, NoRescore>;
     R rescore;
     if constexpr (R::kRescores) rescore = R{row, bias};
     bool ranked = false;  // the rank step placed the winners
