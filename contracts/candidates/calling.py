@@ -6,8 +6,8 @@ and runs the ``--against`` candidate.
 
 Each call gets its own copy of the case's inputs (same bits, same layout:
 strides, storage offset and the padding of strided rows; the bias as an
-``nn.Parameter`` and the call under ``no_grad`` or ``inference_mode`` where
-the case pins that context) and what it
+``nn.Parameter``, the logits requiring grad, the call under ``no_grad`` or
+``inference_mode`` and under ``autocast`` where the case pins that context) and what it
 returns is copied at once, before anything else runs. So a candidate that
 mutates or re-points its inputs (``scores.set_()``, ``t_()``) cannot
 corrupt the harness's copy, a candidate that returns the same static
@@ -49,6 +49,7 @@ slice.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -129,15 +130,22 @@ class _Inputs:
         self.bias = None if case.bias is None else _private_copy(case.bias)  # a contract without a correction bias
         if self.bias is not None and case.spec.bias_parameter is not None:  # pinned: as a model module holds it
             self.bias = torch.nn.Parameter(self.bias, requires_grad=case.spec.bias_parameter == "trainable")
+        if case.spec.logits_grad:  # pinned: a view of a leaf that requires grad, as the gate's output in a training step
+            # (same storage, layout and bytes; made with grad enabled, so it carries a grad_fn)
+            with torch.enable_grad():
+                self.scores = self.scores.requires_grad_(True).view_as(self.scores)
         self._originals = [t for t in (case.scores, case.bias) if t is not None]
         self._given = [(t, t.untyped_storage(), _layout(t)) for t in (self.scores, self.bias) if t is not None]
 
-    def grad_context(self):
-        """The autograd context the call runs in: the case's pinned grad mode (default: grad enabled)."""
-        mode = self.case.spec.grad_mode
-        if mode == "inference":
-            return torch.inference_mode()
-        return torch.set_grad_enabled(mode != "off")
+    def grad_context(self) -> contextlib.ExitStack:
+        """The context the call runs in: the case's pinned grad mode (default: grad enabled), under
+        ``torch.autocast(device, bfloat16)`` where the case pins it."""
+        spec = self.case.spec
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.inference_mode() if spec.grad_mode == "inference" else torch.set_grad_enabled(spec.grad_mode != "off"))
+        if spec.autocast:
+            stack.enter_context(torch.autocast(self.scores.device.type, dtype=torch.bfloat16))
+        return stack
 
     def args(self) -> tuple:
         c = self.case

@@ -88,6 +88,10 @@ class CaseSpec:
     # pinned: the bias is handed over as an nn.Parameter, "frozen" (requires_grad=False, as vLLM and SGLang load it)
     # or "trainable" (requires_grad=True, as a transformers model holds it); None: a plain tensor
     bias_parameter: str | None = None
+    # pinned: the logits require grad, a view of a leaf as a training step's gate output is (grad mode "on" only: a
+    # tensor made under no_grad or inference mode never requires grad)
+    logits_grad: bool = False
+    autocast: bool = False  # pinned: the call runs under torch.autocast(device, bfloat16), as mixed precision runs a model
     zero_bias: bool = False  # pinned: every bias element is +0.0 (a freshly initialised e_score_correction_bias)
     scaling: float | None = None  # pinned routed_scaling_factor (None: drawn from SCALING_FACTORS)
 
@@ -101,7 +105,8 @@ class CaseSpec:
     def tags(self) -> tuple[str, ...]:
         """What the spec pins, as replay-id parts: ``bulk``, ``logits-fp16``, ``bias-bf16``, ``offset-0``,
         ``bias_offset-1``, ``logits_offset-1``, ``column_stride-2``, ``transposed``, ``bias_stride-2``,
-        ``renormalize-off``, ``scaling-2.5``, ``grad-inference``, ``bias_parameter-frozen``, ``zero_bias``."""
+        ``renormalize-off``, ``scaling-2.5``, ``grad-inference``, ``bias_parameter-frozen``, ``logits_grad``, ``autocast``,
+        ``zero_bias``."""
         return (("bulk",) if self.bulk else ()) + ((f"logits-{self.logits_dtype}",) if self.logits_dtype else ()) + (
             (f"bias-{self.bias_dtype}",) if self.bias_dtype else ()) + (
             (f"offset-{self.offset}",) if self.offset is not None else ()) + (
@@ -114,6 +119,7 @@ class CaseSpec:
             (f"scaling-{self.scaling:g}",) if self.scaling is not None else ()) + (
             (f"grad-{self.grad_mode}",) if self.grad_mode is not None else ()) + (
             (f"bias_parameter-{self.bias_parameter}",) if self.bias_parameter is not None else ()) + (
+            ("logits_grad",) if self.logits_grad else ()) + (("autocast",) if self.autocast else ()) + (
             ("zero_bias",) if self.zero_bias else ())  # fmt: skip
 
     @property
@@ -384,12 +390,24 @@ ALIGNED_OFFSET = 256
 START_OFFSETS = (1, ALIGNED_OFFSET)
 GRAD_MODES = ("on", "off", "inference")
 BIAS_PARAMETERS = ("frozen", "trainable")
-# The autograd contexts a call is pinned in (random_fp32): every grad mode with the bias as a plain tensor or either
-# kind of nn.Parameter, but the default (grad on, a plain tensor: every other case). A kernel wrapper whose path
-# depends on torch.is_grad_enabled(), inference mode or the bias's requires_grad (a custom op's autograd kernel, a
-# fallback taken for tensors that require grad) is checked in each. Without a bias: the grad modes only.
-CALL_CONTEXTS: tuple[dict, ...] = tuple({"grad_mode": m, "bias_parameter": p} for m in GRAD_MODES for p in (None, *BIAS_PARAMETERS)
-                                        if (m, p) != ("on", None))  # fmt: skip
+# The contexts a call is pinned in: every grad mode, with the bias as a plain tensor or either kind of nn.Parameter,
+# the logits requiring grad or not (grad on only) and the call under autocast or not, but the default (grad on, plain
+# tensors, no autocast: every other case). A kernel wrapper whose path depends on torch.is_grad_enabled(), inference
+# mode, an input's requires_grad (a custom op's autograd kernel, a fallback for tensors that require grad) or
+# torch.is_autocast_enabled() is checked in each, and in each conjunction of them. The first eight (grad mode x bias)
+# keep their place, so the seeds of the cases that pinned them before stay what they were. Without a bias: the
+# contexts with a plain bias.
+def _call_contexts() -> tuple[dict, ...]:
+    combos = [(m, p, False, False) for m in GRAD_MODES for p in (None, *BIAS_PARAMETERS)]
+    combos += [(m, p, g, a) for m in GRAD_MODES for p in (None, *BIAS_PARAMETERS) for g in ((False, True) if m == "on" else (False,))
+               for a in (False, True) if g or a]  # fmt: skip
+    fields = ("grad_mode", "bias_parameter", "logits_grad", "autocast")
+    return tuple({k: v for k, v in zip(fields, combo) if v or k == "bias_parameter"} for combo in combos if combo != ("on", None, False, False))
+
+
+CALL_CONTEXTS: tuple[dict, ...] = _call_contexts()
+# The contexts random_fp32 pinned before the logits' grad and autocast were (their cases keep their seeds).
+_FIRST_CONTEXTS = 3 * 3 - 1
 
 
 def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points: tuple[int, ...] | None = None,
@@ -432,11 +450,11 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
         fields += [{"logits_offset": o} for o in START_OFFSETS] + (
             [{"logits_dtype": "fp16", "logits_offset": o} for o in START_OFFSETS] if name == "random_fp32" else [])
         fields += [*LOGITS_STRIDES, *(BIAS_STRIDES if name == "random_bf16" else ())]
-        fields += [*CALL_CONTEXTS] if name == "random_fp32" else []
+        fields += [*CALL_CONTEXTS[:_FIRST_CONTEXTS]] if name == "random_fp32" else []
     elif name in ("random_bf16", "random_fp32"):  # no bias: the logits' dtype and layout alone
         fields = [{"logits_offset": o} for o in START_OFFSETS] + ([{"logits_dtype": "fp16"}, *({"logits_dtype": "fp16", "logits_offset": o} for o in START_OFFSETS)]
                                                                   if name == "random_fp32" else []) + [*LOGITS_STRIDES]
-        fields += [c for c in CALL_CONTEXTS if c["bias_parameter"] is None] if name == "random_fp32" else []
+        fields += [c for c in CALL_CONTEXTS[:_FIRST_CONTEXTS] if c["bias_parameter"] is None] if name == "random_fp32" else []
     elif FAMILIES[name].strided:
         fields = [{"offset": 0}]
     classes = launch_class_sizes(max_batch, points)
@@ -450,6 +468,15 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
     if bias and name in ZERO_BIAS_FAMILIES:  # and with an all-zero bias (a freshly initialised e_score_correction_bias):
         # a kernel may take a bias-free path for it, with its own NaN, infinity and tie handling
         pins += [(rows, {"zero_bias": True}) for rows in classes]
+    if name in ("random_bf16", "random_fp32"):  # every call context with every logits dtype (bf16 here, fp32 and fp16
+        # there), in every launch class: a path a context selects (an engine's fused inference op, a training
+        # fallback) has dtype and launch handling of its own. Last, so that the cases above keep their seeds.
+        contexts = [c for c in CALL_CONTEXTS if bias or c["bias_parameter"] is None]
+        later = contexts
+        if name == "random_fp32":  # its first contexts with fp32 logits are pinned above; and each with fp16 logits
+            done = len([c for c in CALL_CONTEXTS[:_FIRST_CONTEXTS] if bias or c["bias_parameter"] is None])
+            later = contexts[done:] + [{**c, "logits_dtype": "fp16"} for c in contexts]
+        pins += [(rows, f) for f in later for rows in classes]
     return pins
 
 

@@ -55,7 +55,7 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
     parts = text.split(":")
     tags = parts[3:]  # what the case pins: bulk (drawn on the device), logits-fp16, bias-bf16 / -fp16 / -fp32, offset-N,
     # bias_offset-N, logits_offset-N, column_stride-N, transposed, bias_stride-N, renormalize-on|off, scaling-F,
-    # grad-on|off|inference, bias_parameter-frozen|trainable, zero_bias
+    # grad-on|off|inference, bias_parameter-frozen|trainable, logits_grad, autocast, zero_bias
     pinned: dict = {}
     for tag in tags:
         kind, _, value = tag.partition("-")
@@ -83,6 +83,8 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
             pinned["grad_mode"] = value
         elif kind == "bias_parameter" and value in BIAS_PARAMETERS:
             pinned["bias_parameter"] = value
+        elif tag in ("logits_grad", "autocast"):
+            pinned[tag] = True
         else:
             pinned = None
             break
@@ -90,7 +92,7 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
         raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk (a pinned case adds :logits-fp16, "
                           ":bias-bf16, :bias-fp16, :bias-fp32, :offset-N, :bias_offset-N, :logits_offset-N, :column_stride-N, "
                           ":transposed, :bias_stride-N, :renormalize-on|off, :scaling-F, :grad-on|off|inference, "
-                          ":bias_parameter-frozen|trainable or :zero_bias), as printed in a report's replay line")  # fmt: skip
+                          ":bias_parameter-frozen|trainable, :logits_grad, :autocast or :zero_bias), as printed in a report's replay line")  # fmt: skip
     family, seed_text, rows_text = parts[:3]
     if family not in FAMILY_NAMES:
         raise OptionError(f"{option} family {family!r} is unknown; known: {', '.join(FAMILY_NAMES)}")
@@ -99,6 +101,9 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
     if len(layouts) + bool(FAMILIES[family].strided and layouts) > 1:
         raise OptionError(f"{option} {text!r} pins more than one layout of the logits ({', '.join(layouts)}"
                           f"{', family ' + family if FAMILIES[family].strided else ''}); give one, as printed in a report's replay line")  # fmt: skip
+    if pinned.get("logits_grad") and pinned.get("grad_mode", "on") != "on":
+        raise OptionError(f"{option} {text!r}: logits_grad needs grad on (a tensor made under no_grad or inference mode never "
+                          "requires grad); drop one of the two tags")  # fmt: skip
     try:
         seed, rows = int(seed_text), int(rows_text)
     except ValueError:

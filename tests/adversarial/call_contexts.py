@@ -48,6 +48,38 @@ def wrong_when_the_bias_requires_grad(scores, bias, topk, renormalize, rsf):
     return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), trainable and scores.shape[0] > 0)
 
 
+def wrong_when_the_logits_require_grad(scores, bias, topk, renormalize, rsf):
+    """Wrong output order when the logits require grad (a training step: the gate's output is part of the graph, and a
+    wrapper takes its autograd path). Passed the default check on 75b5150: no case's logits required grad."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), scores.requires_grad and scores.shape[0] > 0)
+
+
+def wrong_under_autocast(scores, bias, topk, renormalize, rsf):
+    """Wrong output order under torch.autocast (mixed-precision training and evaluation). Passed on 75b5150."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), torch.is_autocast_enabled(scores.device.type) and scores.shape[0] > 0)
+
+
+def wrong_under_inference_mode_on_bf16_logits(scores, bias, topk, renormalize, rsf):
+    """Wrong output order under torch.inference_mode() on bf16 logits: a serving engine's fused path, which has its own
+    bf16 loads. Passed on 75b5150: the call contexts were made with fp32 logits only."""
+    wrong = torch.is_inference_mode_enabled() and scores.dtype == torch.bfloat16 and scores.shape[0] > 0
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), wrong)
+
+
+def wrong_under_no_grad_on_fp16_logits(scores, bias, topk, renormalize, rsf):
+    """The same under torch.no_grad on fp16 logits. Passed on 75b5150."""
+    wrong = not torch.is_grad_enabled() and scores.dtype == torch.float16 and scores.shape[0] > 0
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), wrong)
+
+
+def wrong_when_bf16_logits_require_grad_under_autocast(scores, bias, topk, renormalize, rsf):
+    """Wrong only in the conjunction: bf16 logits that require grad, under autocast, with a trainable bias (a
+    mixed-precision training step of a transformers model)."""
+    wrong = (scores.requires_grad and torch.is_autocast_enabled(scores.device.type) and scores.dtype == torch.bfloat16
+             and bias is not None and bias.requires_grad and scores.shape[0] > 0)  # fmt: skip
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), wrong)
+
+
 # ---------------------------------------------------------------- where the inputs start
 
 

@@ -5,6 +5,7 @@ wherever the old harness looked; each test here failed on e67c3a4 (PASS and
 exit 0) and must keep failing loudly: FAIL, ERROR or NOT COVERED, non-zero.
 """
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -373,9 +374,11 @@ CTX = "tests.adversarial.call_contexts"
 
 @pytest.mark.parametrize("router, tags", [("wrong_under_inference_mode", {"grad-inference"}), ("wrong_under_no_grad", {"grad-off"}),
                                           ("wrong_when_the_bias_is_a_parameter", {"bias_parameter-frozen", "bias_parameter-trainable"}),
-                                          ("wrong_when_the_bias_requires_grad", {"bias_parameter-trainable"})])  # fmt: skip
+                                          ("wrong_when_the_bias_requires_grad", {"bias_parameter-trainable"}),
+                                          ("wrong_when_the_logits_require_grad", {"logits_grad"}), ("wrong_under_autocast", {"autocast"})])  # fmt: skip
 def test_a_router_wrong_only_in_one_autograd_context_fails(router, tags, tmp_path):
-    # Every case was called with grad enabled and a plain bias tensor: each passed the default check on 3221a05.
+    # Every case was called with grad enabled and a plain bias tensor: each of the first four passed the default check
+    # on 3221a05; the logits never required grad and no call ran under autocast: the last two passed on 75b5150.
     run = run_checks([f"{CTX}:{router}"], families=["random_fp32"], rows=100, isolate=False, out=tmp_path / router, progress=False)
     s, details = run.summaries[0], run.results[0].details
     assert s.status.value == "fail" and s.mismatched_rows >= 1, s
@@ -383,6 +386,18 @@ def test_a_router_wrong_only_in_one_autograd_context_fails(router, tags, tmp_pat
     assert details and all(tags & set(d.case.split(":")[3:]) for d in details), {d.case for d in details}
     spec = parse_replay(details[0].case, 896, 16)  # the replay line rebuilds the context
     assert spec.replay_id == details[0].case and (spec.grad_mode or spec.bias_parameter)
+
+
+@pytest.mark.parametrize("router, family, tags", [
+    ("wrong_under_inference_mode_on_bf16_logits", "random_bf16", {"grad-inference"}),
+    ("wrong_under_no_grad_on_fp16_logits", "random_fp32", {"grad-off", "logits-fp16"}),
+    ("wrong_when_bf16_logits_require_grad_under_autocast", "random_bf16", {"logits_grad", "autocast", "bias_parameter-trainable"})])  # fmt: skip
+def test_a_router_wrong_only_in_a_context_on_one_logits_dtype_fails(router, family, tags, tmp_path):
+    # The call contexts were pinned with fp32 logits only, and one at a time: each passed the default check on 75b5150.
+    run = run_checks([f"{CTX}:{router}"], families=[family], rows=20, isolate=False, out=tmp_path / router, progress=False)
+    s, details = run.summaries[0], run.results[0].details
+    assert s.status.value == "fail" and set(s.clauses_broken) == {"output_order"}, (s.status, s.clauses_broken)
+    assert details and all(tags <= set(d.case.split(":")[3:]) for d in details), {d.case for d in details}
 
 
 def test_a_router_wrong_only_under_inference_mode_fails_in_a_worker(tmp_path):
@@ -397,25 +412,38 @@ def test_every_call_context_is_pinned_in_every_launch_class_and_called_so():
     from contracts.cases import build_case
     from contracts.cases.plan import CALL_CONTEXTS
 
-    specs = [s for s in iter_plan(["random_fp32"], 10, 0, 64, 4, max_batch=9) if s.grad_mode]
-    assert {(s.grad_mode, s.bias_parameter) for s in specs} == {(c["grad_mode"], c["bias_parameter"]) for c in CALL_CONTEXTS}
-    assert len(CALL_CONTEXTS) == 3 * 3 - 1 and {s.rows for s in specs} == {1, 2, 9}
+    def context(c) -> tuple:
+        return c.get("grad_mode"), c.get("bias_parameter"), c.get("logits_grad", False), c.get("autocast", False)
+
+    # grad mode x bias as a tensor or a frozen or trainable Parameter x logits requiring grad (grad on only) x autocast,
+    # but the default: every conjunction, so a path chosen by any function of them is met
+    assert len(CALL_CONTEXTS) == 3 * 2 * 2 + 2 * 3 * 2 - 1 == len({context(c) for c in CALL_CONTEXTS})
+    dtypes = {"random_fp32": {None, "fp16"}, "random_bf16": {None}}  # fp32 / fp16 logits there, bf16 here
+    for family in ("random_fp32", "random_bf16"):
+        specs = [s for s in iter_plan([family], 10, 0, 64, 4, max_batch=9) if s.grad_mode]
+        pinned = {(s.logits_dtype, s.rows, context(dataclasses.asdict(s))) for s in specs}
+        want = {(d, rows, context(c)) for d in dtypes[family] for rows in (1, 2, 9) for c in CALL_CONTEXTS}
+        assert pinned == want, (family, want - pinned)
     seen = []
 
     def route(scores, bias, topk, renormalize, rsf):
-        seen.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled(), type(bias), bias.requires_grad))
+        seen.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled(), type(bias), bias.requires_grad, scores.requires_grad,
+                     scores.is_leaf, torch.is_autocast_enabled("cpu")))  # fmt: skip
         return correct(scores, bias, topk, renormalize, rsf)
 
     from contracts.candidates.calling import _call
 
-    for spec in specs:
-        _call(route, _Inputs(build_case(spec)))
-        grad, inference, kind, requires_grad = seen[-1]
+    for spec in specs + [s for s in iter_plan(["random_fp32"], 10, 0, 64, 4, max_batch=9) if s.grad_mode][:40]:
+        answer, error = _call(route, _Inputs(build_case(spec)))
+        assert error is None and not answer[0].requires_grad, spec.replay_id
+        grad, inference, kind, requires_grad, logits_grad, leaf, autocast = seen[-1]
         assert grad == (spec.grad_mode == "on") and inference == (spec.grad_mode == "inference"), spec.replay_id
         assert (kind is torch.nn.Parameter) == (spec.bias_parameter is not None), spec.replay_id
         assert requires_grad == (spec.bias_parameter == "trainable"), spec.replay_id
+        assert logits_grad == spec.logits_grad and leaf == (not spec.logits_grad) and autocast == spec.autocast, spec.replay_id
     no_bias = [s for s in iter_plan(["random_fp32"], 10, 0, 64, 4, max_batch=9, bias=False) if s.grad_mode]
-    assert {s.grad_mode for s in no_bias} == {"off", "inference"} and not any(s.bias_parameter for s in no_bias)
+    assert not any(s.bias_parameter for s in no_bias)
+    assert {context(dataclasses.asdict(s)) for s in no_bias} == {context(c) for c in CALL_CONTEXTS if c["bias_parameter"] is None}
 
 
 @pytest.mark.parametrize("router, tag", [("reads_aligned_logits_from_the_storage_start", "logits_offset-256"),
