@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 import oracle
-from contracts.cases.captured import CAPTURED_SIZES, CapturedError, iter_captured_plan, open_logits, plan_position
+from contracts.cases.captured import CAPTURED_SIZES, CapturedError, captured_rows, iter_captured_plan, open_logits, plan_position
 from contracts.commands import main as contracts_main
 from contracts.run.checks import run_checks
 from contracts.run.options import OptionError
@@ -83,6 +83,16 @@ def checked(tmp_path_factory, captures):
     return check
 
 
+def _checked_rows(f, contract: str) -> int:
+    """The file's rows once, and the first layer's again in every call context at each launch class of the contract."""
+    from contracts.cases.plan import launch_class_sizes, launch_points
+    from contracts.cases.plan import default_max_batch, switch_points
+
+    c = oracle.get_contract(contract)
+    sizes = launch_class_sizes(default_max_batch("cpu", switch_points()), launch_points(f.experts, f.topk or c.topk, c.name))
+    return captured_rows(f, c.has_bias, sizes)
+
+
 def test_capture_records_every_moe_layer_with_names_ids_weights_and_bias(captures):
     f = open_logits(str(captures["deepseek"]))
     assert (f.layers, f.tokens, f.experts, f.topk) == (2, len(TEXT.encode()), 64, 8)
@@ -104,11 +114,11 @@ def test_capture_records_every_moe_layer_with_names_ids_weights_and_bias(capture
 def test_captured_logits_pass_a_correct_router_and_fail_a_broken_one(captures, checked, family, contract, good, bad, clause):
     f = open_logits(str(captures[family]))
     ok, _ = checked(good, contract, family)
-    assert ok.status.value == "pass" and ok.rows_checked == f.rows and ok.mismatched_rows == 0
+    assert ok.status.value == "pass" and ok.rows_checked == _checked_rows(f, contract) > f.rows and ok.mismatched_rows == 0
     assert set(ok.families) == {"captured.L0", "captured.L1"}
     assert ok.options["logits"]["sha256"] and ok.options["logits"]["layer_names"] == list(f.layer_names)
     broken, _ = checked(bad, contract, family)
-    assert broken.status.value == "fail" and broken.rows_checked == f.rows
+    assert broken.status.value == "fail" and broken.rows_checked == _checked_rows(f, contract)
     assert max(broken.clauses, key=broken.clauses.get) == clause, broken.clauses
 
 
@@ -147,7 +157,7 @@ def test_the_models_own_routing_follows_its_contract(tmp_path, captures):
 def test_an_isolated_candidate_rebuilds_captured_cases_in_its_worker(tmp_path, captures):
     # The worker process rebuilds each case from its spec (file, layer, rows): the path a GPU candidate takes.
     s = _check(tmp_path, "captured_routers:softmax_topk_unnormalized", "qwen3-moe", captures["qwen"], isolate=True)
-    assert s.isolated and s.status.value == "fail" and s.rows_checked == open_logits(str(captures["qwen"])).rows
+    assert s.isolated and s.status.value == "fail" and s.rows_checked == _checked_rows(open_logits(str(captures["qwen"])), "qwen3-moe")
 
 
 # ---- the file formats and the plan, without a model
@@ -192,10 +202,14 @@ def test_a_merge_puts_captured_cases_back_in_plan_order_from_their_replay_ids(tm
 
     save({"logits": _logits(3, 9000)}, str(tmp_path / "x.safetensors"))  # past the launch-edge sizes: bulk cases too
     f = open_logits(str(tmp_path / "x.safetensors"))
-    specs = list(iter_captured_plan(f, 4, bulk_rows=1000, renormalize=True, routed_scaling_factor=1.0, contract_bias=False))
+    specs = list(iter_captured_plan(f, 4, bulk_rows=1000, renormalize=True, routed_scaling_factor=1.0, contract_bias=True,
+                                    context_sizes=(1, 2, 64, 20_000)))  # fmt: skip
     positions = [plan_position(s.replay_id, f.tokens) for s in specs]
     assert len({s.family for s in specs}) == 3 and any(s.bulk for s in specs)  # three layers, bulk ids (":bulk") among them
     assert positions == sorted(positions) and len(set(positions)) == len(specs)  # the plan's order, each case its own place
+    in_context = [s for s in specs if s.in_context]  # the first layer's first rows in every call context, after the file
+    assert len(in_context) == 23 * 4 and {s.rows for s in in_context} == {1, 2, 64, 9000} and {s.family for s in in_context} == {"captured.L0"}
+    assert sum(s.rows for s in specs) == captured_rows(f, True, (1, 2, 64, 20_000)) == 3 * 9000 + 23 * 9067
     with pytest.raises(CapturedError, match="is not a captured family"):
         plan_position("random_bf16:1:2", f.tokens)
 
@@ -273,3 +287,24 @@ def test_a_replay_line_rebuilt_from_the_summary_alone_names_the_file(tmp_path):
     line = _fallback_replay(record, "captured.L1:16:17", 3)
     assert f"--logits {tmp_path / 'x.safetensors'} --logits-sha256 {s.options['logits']['sha256'][:16]}" in line
     assert line.endswith("--replay captured.L1:16:17 --row 3  # layer 1 token 19")
+
+
+@pytest.mark.parametrize("router, tag", [("wrong_under_inference_mode", "grad-inference"), ("wrong_when_the_logits_require_grad", "logits_grad"),
+                                         ("wrong_under_autocast", "autocast")])  # fmt: skip
+def test_a_router_wrong_only_in_a_call_context_fails_on_captured_logits(tmp_path, capsys, router, tag):
+    # Captured rows were routed in the default context only: each of these passed check --logits on 75b5150.
+    x = _logits(2, 300, 16)
+    save_file({"logits": x, "bias": torch.randn(2, 16, generator=torch.Generator().manual_seed(5))}, str(tmp_path / "x.safetensors"))
+    s = _check(tmp_path, f"tests.adversarial.call_contexts:{router}", "aiter", tmp_path / "x.safetensors", topk=4)
+    assert s.status.value == "fail" and set(s.clauses_broken) == {"output_order"}, (s.status, s.clauses_broken)
+    assert s.expert_load and all(load["rows"] == 300 for load in s.expert_load.values())  # the file's rows once
+    details = json.loads((tmp_path / "bundle" / "details.json").read_text())
+    assert details and all(d["case"].startswith("captured.L0:0:") and tag in d["case"].split(":") for d in details)
+    import shlex
+
+    argv = shlex.split(details[0]["replay"], comments=True)
+    argv = argv[1:] if argv[0].startswith("PYTHONPATH=") else argv
+    capsys.readouterr()
+    assert contracts_main(["check", *argv[3:], "--out", str(tmp_path / "replayed"), "--quiet", "--no-isolate"]) == 1  # the context replays
+    ok = _check(tmp_path / "ok", "oracle", "aiter", tmp_path / "x.safetensors", topk=4)
+    assert ok.status.value == "pass" and ok.rows_checked > 600

@@ -12,7 +12,10 @@ Each layer is a family (``captured`` for a file without layers, else
 ``captured.L3:START:ROWS`` names the first row and the row count, and the
 plan walks every row once: first in cases of ``CAPTURED_SIZES`` rows (the
 batch sizes that pick a kernel's launch shapes, on real rows), then in bulk
-cases of the plan's bulk size. The spec carries the file (``CaseSpec.source``,
+cases of the plan's bulk size; then the first layer's first rows once more
+in every call context (``CALL_CONTEXTS``) at each launch class of the
+contract's kernels, with the context's tags in the replay id
+(``captured.L0:0:64:grad-inference:autocast``). The spec carries the file (``CaseSpec.source``,
 a JSON string), so a worker process rebuilds the same case from it.
 
 Large files are never loaded whole: ``.safetensors`` and ``.npy`` rows are
@@ -35,10 +38,10 @@ from typing import Iterator
 
 import torch
 
-from .plan import CaseSpec
+from .plan import CALL_CONTEXTS, CaseSpec
 
 __all__ = ["CAPTURED_SIZES", "CapturedError", "LogitsFile", "build_captured", "family_name", "file_row", "iter_captured_plan",
-           "open_logits", "parse_captured_replay", "plan_position", "sha256_of"]  # fmt: skip
+           "captured_rows", "open_logits", "parse_captured_replay", "plan_position", "sha256_of"]  # fmt: skip
 
 # Case sizes walked first on every layer: odd and power-of-two batch sizes around the launch-shape edges.
 CAPTURED_SIZES = (1, 2, 3, 7, 8, 16, 17, 33, 64, 65, 128, 129, 255, 256, 513, 1024, 1025, 4096)
@@ -332,10 +335,24 @@ def source_from_record(record: dict | None, replay_id: str) -> str:
                        "layer": layer or 0, "sha256": record["sha256"]}, sort_keys=True)  # fmt: skip
 
 
+def _contexts(contract_bias: bool) -> list[dict]:
+    return [c for c in CALL_CONTEXTS if contract_bias or c["bias_parameter"] is None]
+
+
+def _context_tags(context: dict) -> tuple[str, ...]:
+    return CaseSpec(FAMILY, 0, 0, 1, 1, **context).tags
+
+
 def iter_captured_plan(f: LogitsFile, topk: int, *, bulk_rows: int | None, renormalize: bool, routed_scaling_factor: float,
-                       contract_bias: bool, n_group: int = 1, topk_group: int = 1, sizes=CAPTURED_SIZES) -> Iterator[CaseSpec]:  # fmt: skip
-    """Every row of every layer once: cases of ``sizes`` rows first, then bulk cases of ``bulk_rows``."""
+                       contract_bias: bool, n_group: int = 1, topk_group: int = 1, sizes=CAPTURED_SIZES,
+                       context_sizes: tuple[int, ...] = ()) -> Iterator[CaseSpec]:  # fmt: skip
+    """Every row of every layer once: cases of ``sizes`` rows first, then bulk cases of ``bulk_rows``. Then the first
+    layer's first rows again in every call context (``CALL_CONTEXTS``: grad mode, the bias as a Parameter, logits
+    requiring grad, autocast) at each of ``context_sizes`` (the launch classes of the contract's kernels): the default
+    context is the walk's, and a router served under inference mode or trained under autocast must route the captured
+    rows right there too."""
     zero_bias = contract_bias and not f.has_bias
+    shape = dict(n_group=n_group, topk_group=topk_group, bias=contract_bias)
     for layer in range(f.layer_count):
         source = _source(f, layer, renormalize, routed_scaling_factor, zero_bias)
         family = f.family(layer)
@@ -346,15 +363,31 @@ def iter_captured_plan(f: LogitsFile, topk: int, *, bulk_rows: int | None, renor
             else:
                 rows, bulk = bulk_rows, True
             rows = min(rows, f.tokens - first)
-            yield CaseSpec(family, first, rows, f.experts, topk, n_group, topk_group, bulk=bulk, bias=contract_bias, source=source)
+            yield CaseSpec(family, first, rows, f.experts, topk, bulk=bulk, source=source, **shape)
             first += rows
             index += 1
+    source = _source(f, 0, renormalize, routed_scaling_factor, zero_bias)
+    for context in _contexts(contract_bias):
+        for rows in _context_rows(f.tokens, context_sizes):
+            yield CaseSpec(f.family(0), 0, rows, f.experts, topk, source=source, **shape, **context)
+
+
+def _context_rows(tokens: int, context_sizes: tuple[int, ...]) -> list[int]:
+    return sorted({min(n, tokens) for n in context_sizes if n > 0})
+
+
+def captured_rows(f: LogitsFile, contract_bias: bool, context_sizes: tuple[int, ...] = ()) -> int:
+    """The rows ``iter_captured_plan`` routes: the file's, and the call contexts' repeats of the first layer's."""
+    return f.rows + len(_contexts(contract_bias)) * sum(_context_rows(f.tokens, context_sizes))
 
 
 def captured_spec(f: LogitsFile, replay_id: str, topk: int, *, renormalize: bool, routed_scaling_factor: float, contract_bias: bool,
                   n_group: int = 1, topk_group: int = 1) -> CaseSpec:  # fmt: skip
-    """The spec of a captured case's replay id ``captured.L3:START:ROWS[:bulk]``."""
-    family, first, rows, bulk = parse_captured_replay(replay_id)
+    """The spec of a captured case's replay id ``captured.L3:START:ROWS[:bulk]`` or ``...:ROWS:CONTEXT`` (a call
+    context's tags, ``grad-inference:autocast``)."""
+    family, first, rows, bulk, context = parse_captured_replay(replay_id)
+    if context.get("bias_parameter") and not contract_bias:
+        raise CapturedError(f"--replay {replay_id}: the contract has no correction bias, so no case pins the bias's kind; drop the bias_parameter tag")
     layer = _layer_of(family)
     if (layer is None) != (f.layers == 0) or (layer is not None and layer >= f.layers):
         want = FAMILY if f.layers == 0 else f"{FAMILY}.L0 .. {FAMILY}.L{f.layers - 1}"
@@ -362,14 +395,18 @@ def captured_spec(f: LogitsFile, replay_id: str, topk: int, *, renormalize: bool
     if first + rows > f.tokens:
         raise CapturedError(f"--replay {replay_id}: rows {first}..{first + rows - 1} are outside the file's {f.tokens} tokens")
     source = _source(f, layer or 0, renormalize, routed_scaling_factor, contract_bias and not f.has_bias)
-    return CaseSpec(family, first, rows, f.experts, topk, n_group, topk_group, bulk=bulk, bias=contract_bias, source=source)
+    return CaseSpec(family, first, rows, f.experts, topk, n_group, topk_group, bulk=bulk, bias=contract_bias, source=source, **context)
 
 
-def parse_captured_replay(text: str) -> tuple[str, int, int, bool]:
+def parse_captured_replay(text: str) -> tuple[str, int, int, bool, dict]:
+    """``(family, first row, rows, bulk, call context)`` of a captured case's replay id."""
     parts = text.split(":")
     bulk = len(parts) == 4 and parts[3] == "bulk"
-    if len(parts) != 3 and not bulk:
-        raise CapturedError(f"--replay {text!r} must be {FAMILY}[.L<layer>]:FIRST_ROW:ROWS[:bulk], as printed in a report's replay line")
+    by_tags = {":".join(_context_tags(c)): c for c in CALL_CONTEXTS}
+    context = by_tags.get(":".join(parts[3:])) if len(parts) > 3 and not bulk else {}
+    if len(parts) < 3 or context is None:
+        raise CapturedError(f"--replay {text!r} must be {FAMILY}[.L<layer>]:FIRST_ROW:ROWS[:bulk] or ...:ROWS:CONTEXT (a call "
+                            "context's tags, e.g. :grad-inference:autocast), as printed in a report's replay line")  # fmt: skip
     _layer_of(parts[0])  # its own message: the family is not a captured one
     try:
         first, rows = int(parts[1]), int(parts[2])
@@ -377,14 +414,21 @@ def parse_captured_replay(text: str) -> tuple[str, int, int, bool]:
         raise CapturedError(f"--replay {text!r}: FIRST_ROW and ROWS must be integers, as printed in a report's replay line") from None
     if first < 0 or rows < 1:
         raise CapturedError(f"--replay {text!r}: need FIRST_ROW >= 0 and ROWS >= 1")
-    return parts[0], first, rows, bulk
+    return parts[0], first, rows, bulk, context
 
 
 def plan_position(replay_id: str, tokens: int) -> int:
-    """Where a captured case stands in its plan (layer by layer, each layer's rows in order) from its replay id alone:
-    the file row of its first row. A merge puts the shards' cells back in this order without opening the file."""
-    family, first, _, _ = parse_captured_replay(replay_id)
+    """Where a captured case stands in its plan (layer by layer, each layer's rows in order, then the call contexts'
+    cases) from its replay id alone: the file row of its first row, or past every file row, by context and rows. A
+    merge puts the shards' cells back in this order without opening the file."""
+    family, first, rows, _, context = parse_captured_replay(replay_id)
+    if context:
+        return _AFTER_THE_FILE + CALL_CONTEXTS.index(context) * _CONTEXT_STRIDE + rows
     return (_layer_of(family) or 0) * tokens + first
+
+
+_CONTEXT_STRIDE = 1 << 40  # more rows than any case has
+_AFTER_THE_FILE = 1 << 56  # more rows than any file has
 
 
 def file_row(spec: CaseSpec, row: int) -> int:

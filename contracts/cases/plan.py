@@ -36,9 +36,11 @@ logits of column stride 2 (every other column of a wider buffer) and
 transposed logits (row stride 1, from 2 rows), ``random_bf16`` a bias of stride 2;
 ``strided`` cases at storage offset 0; every other family one case of its own
 rows in every launch class (below), and those whose rows do not rest on their
-bias (``ZERO_BIAS_FAMILIES``) one more with an all-zero bias; ``random_fp32`` calls in every autograd
-context but the default (``CALL_CONTEXTS``: grad on, off or inference mode,
-the bias a plain tensor or an ``nn.Parameter``, frozen or trainable). Each of those dtype and layout pins
+bias (``ZERO_BIAS_FAMILIES``) one more with an all-zero bias; ``random_fp32`` (fp32 and
+fp16 logits) and ``random_bf16`` call in every call context but the default
+(``CALL_CONTEXTS``: grad on, off or inference mode, the bias a plain tensor or
+an ``nn.Parameter``, frozen or trainable, the logits requiring grad, autocast;
+every conjunction). Each of those dtype, layout and context pins
 runs in **every launch class** of the checked shape: at 1 and 2 rows (one
 row is often a class of its own, the decode step), at 64, and at the first
 batch of each launch shape the kernels use there under the contract
@@ -121,6 +123,11 @@ class CaseSpec:
             (f"bias_parameter-{self.bias_parameter}",) if self.bias_parameter is not None else ()) + (
             ("logits_grad",) if self.logits_grad else ()) + (("autocast",) if self.autocast else ()) + (
             ("zero_bias",) if self.zero_bias else ())  # fmt: skip
+
+    @property
+    def in_context(self) -> bool:
+        """Whether the case pins a call context (``CALL_CONTEXTS``) rather than the default."""
+        return self.grad_mode is not None or self.bias_parameter is not None or self.logits_grad or self.autocast
 
     @property
     def replay_id(self) -> str:

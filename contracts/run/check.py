@@ -170,7 +170,8 @@ class _Step:
         with tally.timed("comparison", spec.rows):
             oracle_side = None
             malformed = isinstance(actual, str)  # it returned something that is not an answer: a validity finding
-            if spec.source and not malformed:  # captured logits: the expert-load histograms, the oracle's and the candidate's
+            if spec.source and not malformed and not spec.in_context:  # captured logits: the expert-load histograms, the
+                # oracle's and the candidate's, of the file's rows once (a call context's case repeats rows)
                 try:
                     self.load.add(spec.family, spec.experts, exp.ids, actual[1])
                 except (TypeError, IndexError, RuntimeError, AttributeError):  # not a pair of tensors: the comparison reports it

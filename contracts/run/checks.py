@@ -21,7 +21,8 @@ from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_m
 from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
 from ..cases.families import families_for
 from ..cases.coverage import coverage_of
-from ..cases.plan import admitted_fields, bulk_rows_for, candidate_points, default_max_batch, plan_bulk_rows, switch_points
+from ..cases.plan import (admitted_fields, bulk_rows_for, candidate_points, default_max_batch, launch_class_sizes, launch_points, plan_bulk_rows,
+                          switch_points)
 from ..reports.bundle import prepare_out, write_check_bundle, write_index
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
@@ -213,9 +214,10 @@ class _Shape:
     def specs(self, bulk_rows: int | None, device: str = "cpu", extra_points: tuple[int, ...] = ()):
         """The cases and their rows; ``extra_points``: the switch points the candidate's own module publishes."""
         p = self.plan
-        if p.captured is not None:
-            return self._captured_specs(bulk_rows)
         max_batch = self.max_batch(device)
+        if p.captured is not None:
+            points = launch_points(self.experts, self.topk, self.contract.name) + tuple(extra_points)
+            return self._captured_specs(bulk_rows, launch_class_sizes(max_batch, points))
         if p.replay is not None:
             spec = parse_replay(p.replay, self.experts, self.topk)
             spec = dataclasses.replace(spec, n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias,
@@ -233,8 +235,9 @@ class _Shape:
                                         extra_points=extra_points)  # fmt: skip
         return shard_of(full(), *p.shard), sum(s.rows for s in shard_of(full(), *p.shard))
 
-    def _captured_specs(self, bulk_rows: int | None):
-        from ..cases.captured import CapturedError, captured_spec, iter_captured_plan
+    def _captured_specs(self, bulk_rows: int | None, context_sizes: tuple[int, ...]):
+        """The captured file's cases; ``context_sizes``: the launch classes each call context meets its first rows at."""
+        from ..cases.captured import CapturedError, captured_rows, captured_spec, iter_captured_plan
 
         p, c, f = self.plan, self.contract, self.plan.captured
         call = dict(renormalize=c.default_renormalize, routed_scaling_factor=c.routed_scaling_factor, contract_bias=c.has_bias,
@@ -247,10 +250,10 @@ class _Shape:
             return ([spec], spec.rows) if p.replay_here else ([], 0)
 
         def full():
-            return iter_captured_plan(f, self.topk, bulk_rows=bulk_rows, **call)
+            return iter_captured_plan(f, self.topk, bulk_rows=bulk_rows, context_sizes=context_sizes, **call)
 
         if p.shard is None:
-            return full(), f.rows
+            return full(), captured_rows(f, c.has_bias, context_sizes)
         return shard_of(full(), *p.shard), sum(s.rows for s in shard_of(full(), *p.shard))
 
 
