@@ -63,7 +63,7 @@ import torch
 
 from ..cases import Case
 
-__all__ = ["DIFF_SAMPLE_ROWS", "CallOutcome", "CandidateExit", "CaseRunner", "copied_answer", "fatal_kind", "first_line", "raised_message"]
+__all__ = ["DIFF_SAMPLE_ROWS", "CallOutcome", "CandidateExit", "CaseRunner", "call_once", "fatal_kind", "first_line", "raised_message"]
 
 DIFF_SAMPLE_ROWS = 16
 
@@ -251,11 +251,13 @@ class _Fence:
         return False
 
 
-def copied_answer(value):
-    """What a call returned as the comparison reads it: two plain tensors copied from their memory, or a one-line
-    message (not row-major, not copyable), or the value itself when it is not a sequence of tensors. For callers
-    that make their own calls (``search``): ``CaseRunner`` copies so already."""
-    return _copied(value)
+def call_once(route: Callable, case: Case) -> tuple[object, BaseException | None, bool]:
+    """One call of ``route`` on ``case`` as a check makes it (private copies of the inputs, the case's call context, the
+    fence), for callers that make their own calls (``search``): ``(answer, exception, inputs changed)``, the answer
+    copied from its memory at once (or a one-line message: not row-major, not copyable), None when it raised."""
+    inputs = _Inputs(case)
+    value, exc = _call(route, inputs)
+    return value, exc, inputs.changed()
 
 
 def _call(route: Callable, inputs: _Inputs):

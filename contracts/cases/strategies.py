@@ -44,6 +44,7 @@ from hypothesis import strategies as st
 import oracle
 
 from .build import GAP, column_strided, draw_expert_scale, strided_bias, transposed
+from .plan import CALL_CONTEXTS
 
 __all__ = [
     "BIAS_PALETTE",
@@ -185,7 +186,15 @@ class RoutingExample:
     # A contract with a per-expert weight scale (Gemma 4): the seed of the [E] scales the call passes
     # (contracts.cases.build.draw_expert_scale, as the checks draw them); None otherwise.
     expert_scale_seed: int | None = None
+    # The context of the call: 0 the default (grad on, plain tensors, no autocast), i > 0 ``CALL_CONTEXTS[i - 1]``
+    # (grad mode, the bias as a Parameter, logits requiring grad, autocast)
+    call_context: int = 0
     _cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
+
+    @property
+    def context(self) -> dict:
+        """The ``CaseSpec`` fields of the call context (``{}``: the default)."""
+        return dict(CALL_CONTEXTS[self.call_context - 1]) if self.call_context else {}
 
     @property
     def total_rows(self) -> int:
@@ -438,4 +447,6 @@ def routing_examples(
         # Drawn last, so that the draws above stay what they were; each shrinks to the plain layout.
         logits_layout=draw(st.sampled_from(LOGITS_LAYOUTS)),
         bias_stride=draw(st.sampled_from((1, 1, 1, 2))),
+        # Last of all; half the examples call in the default context, which it shrinks to.
+        call_context=draw(st.one_of(st.just(0), st.integers(1, len(CALL_CONTEXTS)))),
     )

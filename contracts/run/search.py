@@ -18,7 +18,9 @@ The bundle (``--out``, default ``reports/<UTC time>-search-<candidate>``):
 - ``minimal.pt``: ``torch.save`` of a dict ``scores, bias, topk, renormalize,
   routed_scaling_factor, contract, candidate`` (plus ``row``, ``clause``,
   ``reason``, ``example``: the strategy's description of the input; and
-  ``expert_scale`` under a contract with a per-expert weight scale). Other
+  ``expert_scale`` under a contract with a per-expert weight scale, ``context``
+  when the call ran in a call context other than the default: grad mode, the
+  bias as a Parameter, logits requiring grad, autocast). Other
   clauses that broke get ``minimal-<clause>.pt``.
 - ``search.md``: the minimal failing row side by side (expected vs actual
   ids and weights) with the one-line replay command.
@@ -46,7 +48,7 @@ import torch
 import oracle
 
 from ..candidates import Candidate
-from ..candidates.calling import copied_answer
+from ..candidates.calling import call_once
 from ..cases import CaseSpec
 from ..cases import strategies as strat
 from ..cases.build import Case
@@ -82,6 +84,7 @@ class Finding:
     detail: dict  # compare's row detail: expected/actual ids and weights
     example: dict | None = None  # the strategy's description, when it came from one
     expert_scale: torch.Tensor | None = None  # the call's per-expert weight scale (contracts with one), CPU
+    context: dict | None = None  # the call context (``CaseSpec`` fields: grad mode, bias Parameter, ...); None: the default
 
 
 class Mismatch(AssertionError):
@@ -135,25 +138,23 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def check_input(route, contract: str, deviations: dict, scores, bias, topk, renormalize, rsf, device: str,
-                expert_scale: torch.Tensor | None = None):  # fmt: skip
+                expert_scale: torch.Tensor | None = None, context: dict | None = None):  # fmt: skip
     """Run ``route`` and the oracle on one input; ``(outcome, first unexpected mismatch detail or None)``.
-    ``expert_scale``: the call's per-expert weight scale, passed to both (contracts that have one)."""
+    ``expert_scale``: the call's per-expert weight scale, passed to both (contracts that have one); ``context``: the
+    call context's ``CaseSpec`` fields (grad mode, the bias as a Parameter, logits requiring grad, autocast). The call
+    is the checks' (``contracts.candidates.calling``): private copies of the inputs, the context, a fence against
+    ``os._exit``, the answer copied from its memory at once."""
     scores_d, bias_d = _to_device(scores, device), _to_device(bias, device)
     scale_d = None if expert_scale is None else expert_scale.to(device)
     rows, experts = scores.shape
-    case = Case(CaseSpec("search", 0, rows, experts, topk), scores_d, bias_d, renormalize, rsf, scale_d)
-    before = (scores_d.clone(), bias_d.clone())
-    try:
-        actual = copied_answer(route(scores_d, bias_d, topk, renormalize, rsf, **case.call_kwargs))
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        raised = None
-        if isinstance(actual, str):  # not an answer as an engine reads it (not row-major, not copyable): a validity finding
-            actual, raised = ("malformed",), actual
-    except Exception as exc:  # the candidate's failure is a finding
+    case = Case(CaseSpec("search", 0, rows, experts, topk, **(context or {})), scores_d, bias_d, renormalize, rsf, scale_d)
+    actual, exc, changed = call_once(route, case)
+    raised = None
+    if exc is not None:  # the candidate's failure is a finding
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         actual, raised = ("raised",), f"raised {type(exc).__name__}: {text}"
-    changed = not (_same_bits(scores_d, before[0]) and _same_bits(bias_d, before[1]))
+    elif isinstance(actual, str):  # not an answer as an engine reads it (not row-major, not copyable): a validity finding
+        actual, raised = ("malformed",), actual
     c = oracle.get_contract(contract)
     outcome = compare_case(case, expected_for(case, c), actual, c, deviations=deviations, inputs_changed=changed)
     bad = next((d for d in outcome.rows_detail if d["verdict"] == "mismatch"), None)
@@ -234,12 +235,12 @@ def search(
         result.examples_run += 1
         scale = example.expert_scale()
         _, bad = check_input(route, contract, deviations, scores, bias, example.topk, example.renormalize,
-                             example.routed_scaling_factor, device, expert_scale=scale)  # fmt: skip
+                             example.routed_scaling_factor, device, expert_scale=scale, context=example.context)  # fmt: skip
         if bad is not None:
             finding = Finding(
                 clause=bad["clause"], reason=bad["reason"], row=bad["row"], scores=scores, bias=bias, topk=example.topk,
                 renormalize=example.renormalize, routed_scaling_factor=example.routed_scaling_factor, detail=bad,
-                example=_describe(example), expert_scale=scale,
+                example=_describe(example), expert_scale=scale, context=example.context or None,
             )  # fmt: skip
             raise _mismatch_type(finding.clause)(finding)
 
@@ -325,6 +326,7 @@ def _finding_dict(f: Finding, candidate: str, contract: str, device: str) -> dic
         "example": f.example,
         "schema_version": SCHEMA_VERSION,
         **({} if f.expert_scale is None else {"expert_scale": f.expert_scale}),
+        **({} if not f.context else {"context": dict(f.context)}),
     }
 
 
@@ -353,6 +355,11 @@ def _row_text(label: str, values: torch.Tensor, limit: int = 40) -> str:
     return f"{label}: every entry {_fmt(default)} except {len(entries)}: {{{shown}{more}}}"
 
 
+def _context_text(context: dict | None) -> str:
+    """", called under grad-inference:autocast" for a call context (its replay tags), "" for the default one."""
+    return f", called under {':'.join(CaseSpec('search', 0, 0, 1, 1, **context).tags)}" if context else ""
+
+
 def side_by_side(f: Finding, contract: str) -> list[str]:
     """The failing row: its inputs in compact form, then expected vs actual, slot by slot
     (``*`` marks a different expert, ``~`` a weight outside the contract's tolerance)."""
@@ -362,7 +369,7 @@ def side_by_side(f: Finding, contract: str) -> list[str]:
         f"input: {rows} row(s) x {experts} experts, top-{f.topk}, {str(scores.dtype).replace('torch.', '')} logits "
         f"(strides {tuple(scores.stride())}), {str(bias.dtype).replace('torch.', '')} bias (stride {bias.stride(0)}), "
         f"renormalize={f.renormalize}, "
-        f"routed_scaling_factor={f.routed_scaling_factor}",
+        f"routed_scaling_factor={f.routed_scaling_factor}{_context_text(f.context)}",
         _row_text(f"logits row {f.row}", scores[f.row]),
         _row_text("bias", bias),
         f"{f.clause}: {f.reason}",
@@ -468,6 +475,17 @@ def load_minimal(path: Path) -> dict:
     return data
 
 
+def _saved_context(context, path: Path) -> dict | None:
+    """A minimal.pt's call context, one of ``CALL_CONTEXTS`` (None: the default); ``ValueError`` naming the file if not."""
+    from ..cases.plan import CALL_CONTEXTS
+
+    if not context:
+        return None
+    if dict(context) not in [dict(c) for c in CALL_CONTEXTS]:
+        raise ValueError(f"{path}: its call context {context!r} is none of the contexts a search draws; re-run the search")
+    return dict(context)
+
+
 def replay(path: Path, candidate: Candidate, *, contract: str | None = None, device: str = "cpu") -> bool:
     """Re-run a saved minimal input; print expected vs actual; True if it still fails."""
     data = load_minimal(path)
@@ -475,13 +493,14 @@ def replay(path: Path, candidate: Candidate, *, contract: str | None = None, dev
     scores, bias = data["scores"], data["bias"]
     args = (data["topk"], bool(data["renormalize"]), float(data["routed_scaling_factor"]))
     scale = data.get("expert_scale")  # saved by searches under a contract with a per-expert weight scale
+    context = _saved_context(data.get("context"), path)  # saved by a search that found it in a call context
     outcome, bad = check_input(candidate.route_under(contract), contract, candidate.deviations(contract), scores, bias, *args, device,
-                               expert_scale=scale)  # fmt: skip
+                               expert_scale=scale, context=context)  # fmt: skip
     print(f"replay {path} on {candidate.name} ({contract}, {device}): {outcome.verdict_counts}")
     if bad is None:
         print("no unexpected mismatch: the input no longer fails")
         return False
-    finding = Finding(bad["clause"], bad["reason"], bad["row"], scores, bias, *args, detail=bad, expert_scale=scale)
+    finding = Finding(bad["clause"], bad["reason"], bad["row"], scores, bias, *args, detail=bad, expert_scale=scale, context=context)
     print("\n".join(side_by_side(finding, contract)))
     return True
 

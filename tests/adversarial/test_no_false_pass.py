@@ -19,6 +19,7 @@ from contracts.cases.coverage import coverage_of
 from contracts.cases.plan import iter_plan, sweep_sizes
 from contracts.run.checks import run_checks
 from contracts.run.options import parse_replay
+from tests.adversarial import call_contexts as call_contexts_module
 from tests.adversarial import evidence
 from tests.planted._common import correct
 
@@ -500,7 +501,7 @@ def test_an_answer_is_read_from_its_memory_not_through_its_subclass(isolate, tmp
 
 
 # Slow: Hypothesis shrinks the finding, about 9 s on the 2-core machine. One router: search reads answers through
-# calling.copied_answer, the function check reads them with, so the subclass whose memory differs from what torch ops
+# calling.call_once, the call check makes, so the subclass whose memory differs from what torch ops
 # see (which search also missed on 3221a05) is caught there as in check (its check test above; its search took 60 s,
 # every torch op of a __torch_dispatch__ subclass running in Python).
 @pytest.mark.slow
@@ -620,3 +621,26 @@ def test_the_exit_cases_cover_every_exit_and_command():
 def test_a_candidate_that_ends_the_process_never_passes(command, exit_kind, tmp_path):
     code, out = RUNNERS[command](evidence.PROCESS_EXITS[exit_kind], tmp_path)
     assert code != 0, f"{command} with a router that does {exit_kind}: exit 0\n{out[-3000:]}"
+
+
+# Slow: Hypothesis shrinks the finding (a few seconds at (E, k) = (16, 4) on the 2-core machine).
+@pytest.mark.slow
+@pytest.mark.parametrize("router", ["wrong_under_inference_mode", "wrong_when_the_logits_require_grad"])
+def test_search_calls_in_every_call_context_and_replays_it(router, tmp_path, capsys):
+    # search called the route itself, in the default context: it found nothing in either on 75b5150. It now draws the
+    # call context with the input (the default for half the examples) and the minimal input keeps it on replay.
+    from contracts.commands.search import main as search_main
+
+    spec = f"tests.adversarial.test_no_false_pass:{router}_at_16_4"
+    code = search_main(["--candidate", spec, "--examples", "40", "--seed", "0", "--database", str(tmp_path / "db"), "--out", str(tmp_path / "b")])
+    assert code == 1, capsys.readouterr().out
+    minimal = torch.load(tmp_path / "b" / "minimal.pt", weights_only=True)
+    assert minimal["context"] and minimal["example"]["call_context"] > 0, minimal.get("context")
+    assert "called under" in (tmp_path / "b" / "search.md").read_text()
+    assert search_main(["--replay", str(tmp_path / "b" / "minimal.pt"), "--candidate", spec]) == 1
+    assert search_main(["--replay", str(tmp_path / "b" / "minimal.pt"), "--candidate", "oracle"]) == 0
+
+
+wrong_under_inference_mode_at_16_4 = evidence.offered_at_16_4(call_contexts_module.wrong_under_inference_mode, "wrong_under_inference_mode")
+wrong_when_the_logits_require_grad_at_16_4 = evidence.offered_at_16_4(call_contexts_module.wrong_when_the_logits_require_grad,
+                                                                       "wrong_when_the_logits_require_grad")  # fmt: skip
