@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 
 import oracle
 from contracts.cases.captured import CAPTURED_SIZES, CapturedError, captured_rows, iter_captured_plan, open_logits, plan_position
+from contracts.cases.plan import CALL_CONTEXTS
 from contracts.commands import main as contracts_main
 from contracts.run.checks import run_checks
 from contracts.run.options import OptionError
@@ -208,8 +209,8 @@ def test_a_merge_puts_captured_cases_back_in_plan_order_from_their_replay_ids(tm
     assert len({s.family for s in specs}) == 3 and any(s.bulk for s in specs)  # three layers, bulk ids (":bulk") among them
     assert positions == sorted(positions) and len(set(positions)) == len(specs)  # the plan's order, each case its own place
     in_context = [s for s in specs if s.in_context]  # the first layer's first rows in every call context, after the file
-    assert len(in_context) == 23 * 4 and {s.rows for s in in_context} == {1, 2, 64, 9000} and {s.family for s in in_context} == {"captured.L0"}
-    assert sum(s.rows for s in specs) == captured_rows(f, True, (1, 2, 64, 20_000)) == 3 * 9000 + 23 * 9067
+    assert len(in_context) == len(CALL_CONTEXTS) * 4 and {s.rows for s in in_context} == {1, 2, 64, 9000} and {s.family for s in in_context} == {"captured.L0"}
+    assert sum(s.rows for s in specs) == captured_rows(f, True, (1, 2, 64, 20_000)) == 3 * 9000 + len(CALL_CONTEXTS) * 9067
     with pytest.raises(CapturedError, match="is not a captured family"):
         plan_position("random_bf16:1:2", f.tokens)
 

@@ -7,7 +7,8 @@ and runs the ``--against`` candidate.
 Each call gets its own copy of the case's inputs (same bits, same layout:
 strides, storage offset and the padding of strided rows; the bias as an
 ``nn.Parameter``, the logits requiring grad, the call under ``no_grad`` or
-``inference_mode`` and under ``autocast`` where the case pins that context) and what it
+``inference_mode``, under ``autocast`` and a bf16 default dtype where the case
+pins that context) and what it
 returns is copied at once, before anything else runs. So a candidate that
 mutates or re-points its inputs (``scores.set_()``, ``t_()``) cannot
 corrupt the harness's copy, a candidate that returns the same static
@@ -121,6 +122,20 @@ def _same_bytes(a, b) -> bool:
     return torch.equal(x[:whole].view(torch.int64), y[:whole].view(torch.int64)) and torch.equal(x[whole:], y[whole:])
 
 
+_DEFAULT_DTYPES = {"bf16": torch.bfloat16}
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype):
+    """``torch.set_default_dtype(dtype)`` for the call, the previous default restored whatever the call does."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
 class _Inputs:
     """A case's inputs as one candidate call gets them: private copies, checked for changes after the call."""
 
@@ -139,12 +154,14 @@ class _Inputs:
 
     def grad_context(self) -> contextlib.ExitStack:
         """The context the call runs in: the case's pinned grad mode (default: grad enabled), under
-        ``torch.autocast(device, bfloat16)`` where the case pins it."""
+        ``torch.autocast(device, bfloat16)`` and a bf16 default dtype where the case pins them."""
         spec = self.case.spec
         stack = contextlib.ExitStack()
         stack.enter_context(torch.inference_mode() if spec.grad_mode == "inference" else torch.set_grad_enabled(spec.grad_mode != "off"))
         if spec.autocast:
             stack.enter_context(torch.autocast(self.scores.device.type, dtype=torch.bfloat16))
+        if spec.default_dtype:
+            stack.enter_context(_default_dtype(_DEFAULT_DTYPES[spec.default_dtype]))
         return stack
 
     def args(self) -> tuple:

@@ -39,8 +39,8 @@ rows in every launch class (below), and those whose rows do not rest on their
 bias (``ZERO_BIAS_FAMILIES``) one more with an all-zero bias; ``random_fp32`` (fp32 and
 fp16 logits) and ``random_bf16`` call in every call context but the default
 (``CALL_CONTEXTS``: grad on, off or inference mode, the bias a plain tensor or
-an ``nn.Parameter``, frozen or trainable, the logits requiring grad, autocast;
-every conjunction). Each of those dtype, layout and context pins
+an ``nn.Parameter``, frozen or trainable, the logits requiring grad, autocast:
+every conjunction; and a bf16 default dtype in each grad mode and in a training step). Each of those dtype, layout and context pins
 runs in **every launch class** of the checked shape: at 1 and 2 rows (one
 row is often a class of its own, the decode step), at 64, and at the first
 batch of each launch shape the kernels use there under the contract
@@ -94,6 +94,9 @@ class CaseSpec:
     # tensor made under no_grad or inference mode never requires grad)
     logits_grad: bool = False
     autocast: bool = False  # pinned: the call runs under torch.autocast(device, bfloat16), as mixed precision runs a model
+    # pinned: the call runs under torch.set_default_dtype(bfloat16) ("bf16"), as some training frameworks set it: a
+    # tensor a router makes without a dtype is bf16 there
+    default_dtype: str | None = None
     zero_bias: bool = False  # pinned: every bias element is +0.0 (a freshly initialised e_score_correction_bias)
     scaling: float | None = None  # pinned routed_scaling_factor (None: drawn from SCALING_FACTORS)
 
@@ -108,7 +111,7 @@ class CaseSpec:
         """What the spec pins, as replay-id parts: ``bulk``, ``logits-fp16``, ``bias-bf16``, ``offset-0``,
         ``bias_offset-1``, ``logits_offset-1``, ``column_stride-2``, ``transposed``, ``bias_stride-2``,
         ``renormalize-off``, ``scaling-2.5``, ``grad-inference``, ``bias_parameter-frozen``, ``logits_grad``, ``autocast``,
-        ``zero_bias``."""
+        ``default_dtype-bf16``, ``zero_bias``."""
         return (("bulk",) if self.bulk else ()) + ((f"logits-{self.logits_dtype}",) if self.logits_dtype else ()) + (
             (f"bias-{self.bias_dtype}",) if self.bias_dtype else ()) + (
             (f"offset-{self.offset}",) if self.offset is not None else ()) + (
@@ -122,12 +125,13 @@ class CaseSpec:
             (f"grad-{self.grad_mode}",) if self.grad_mode is not None else ()) + (
             (f"bias_parameter-{self.bias_parameter}",) if self.bias_parameter is not None else ()) + (
             ("logits_grad",) if self.logits_grad else ()) + (("autocast",) if self.autocast else ()) + (
+            (f"default_dtype-{self.default_dtype}",) if self.default_dtype else ()) + (
             ("zero_bias",) if self.zero_bias else ())  # fmt: skip
 
     @property
     def in_context(self) -> bool:
         """Whether the case pins a call context (``CALL_CONTEXTS``) rather than the default."""
-        return self.grad_mode is not None or self.bias_parameter is not None or self.logits_grad or self.autocast
+        return self.grad_mode is not None or self.bias_parameter is not None or self.logits_grad or self.autocast or self.default_dtype is not None
 
     @property
     def replay_id(self) -> str:
@@ -409,7 +413,12 @@ def _call_contexts() -> tuple[dict, ...]:
     combos += [(m, p, g, a) for m in GRAD_MODES for p in (None, *BIAS_PARAMETERS) for g in ((False, True) if m == "on" else (False,))
                for a in (False, True) if g or a]  # fmt: skip
     fields = ("grad_mode", "bias_parameter", "logits_grad", "autocast")
-    return tuple({k: v for k, v in zip(fields, combo) if v or k == "bias_parameter"} for combo in combos if combo != ("on", None, False, False))
+    contexts = [{k: v for k, v in zip(fields, combo) if v or k == "bias_parameter"} for combo in combos if combo != ("on", None, False, False)]
+    # A bf16 default dtype in each grad mode, and in a training step's context (a trainable bias, logits requiring
+    # grad): what a router makes without a dtype is bf16 then, whatever the rest of the context is.
+    contexts += [{"grad_mode": m, "bias_parameter": None, "default_dtype": "bf16"} for m in GRAD_MODES]
+    contexts += [{"grad_mode": "on", "bias_parameter": "trainable", "logits_grad": True, "default_dtype": "bf16"}]
+    return tuple(contexts)
 
 
 CALL_CONTEXTS: tuple[dict, ...] = _call_contexts()

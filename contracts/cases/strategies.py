@@ -400,6 +400,12 @@ def _bias_ties(experts: int, topk: int, described_rows: int) -> st.SearchStrateg
                     max_size=2)  # fmt: skip
 
 
+# An example's call context (``RoutingExample.call_context``): the default for half of them, else the grad mode first
+# (each a third of the rest: inference mode is a quarter of the contexts but what every engine serves under), then one
+# of that mode's contexts.
+_CALL_CONTEXT_INDICES = st.one_of(st.just(0), st.sampled_from(("on", "off", "inference")).flatmap(
+    lambda mode: st.sampled_from([i + 1 for i, c in enumerate(CALL_CONTEXTS) if c["grad_mode"] == mode])))  # fmt: skip
+
 # The logits layouts an example draws, the plain one (the shrink target) most often.
 LOGITS_LAYOUTS = ("rows", "rows", "rows", "column_stride", "transposed")
 
@@ -448,5 +454,5 @@ def routing_examples(
         logits_layout=draw(st.sampled_from(LOGITS_LAYOUTS)),
         bias_stride=draw(st.sampled_from((1, 1, 1, 2))),
         # Last of all; half the examples call in the default context, which it shrinks to.
-        call_context=draw(st.one_of(st.just(0), st.integers(1, len(CALL_CONTEXTS)))),
+        call_context=draw(_CALL_CONTEXT_INDICES),
     )

@@ -55,7 +55,7 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
     parts = text.split(":")
     tags = parts[3:]  # what the case pins: bulk (drawn on the device), logits-fp16, bias-bf16 / -fp16 / -fp32, offset-N,
     # bias_offset-N, logits_offset-N, column_stride-N, transposed, bias_stride-N, renormalize-on|off, scaling-F,
-    # grad-on|off|inference, bias_parameter-frozen|trainable, logits_grad, autocast, zero_bias
+    # grad-on|off|inference, bias_parameter-frozen|trainable, logits_grad, autocast, default_dtype-bf16, zero_bias
     pinned: dict = {}
     for tag in tags:
         kind, _, value = tag.partition("-")
@@ -85,6 +85,8 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
             pinned["bias_parameter"] = value
         elif tag in ("logits_grad", "autocast"):
             pinned[tag] = True
+        elif kind == "default_dtype" and value == "bf16":
+            pinned["default_dtype"] = value
         else:
             pinned = None
             break
@@ -92,7 +94,7 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
         raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk (a pinned case adds :logits-fp16, "
                           ":bias-bf16, :bias-fp16, :bias-fp32, :offset-N, :bias_offset-N, :logits_offset-N, :column_stride-N, "
                           ":transposed, :bias_stride-N, :renormalize-on|off, :scaling-F, :grad-on|off|inference, "
-                          ":bias_parameter-frozen|trainable, :logits_grad, :autocast or :zero_bias), as printed in a report's replay line")  # fmt: skip
+                          ":bias_parameter-frozen|trainable, :logits_grad, :autocast, :default_dtype-bf16 or :zero_bias), as printed in a report's replay line")  # fmt: skip
     family, seed_text, rows_text = parts[:3]
     if family not in FAMILY_NAMES:
         raise OptionError(f"{option} family {family!r} is unknown; known: {', '.join(FAMILY_NAMES)}")

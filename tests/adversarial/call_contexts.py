@@ -80,6 +80,20 @@ def wrong_when_bf16_logits_require_grad_under_autocast(scores, bias, topk, renor
     return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), wrong)
 
 
+def weights_in_the_default_dtype(scores, bias, topk, renormalize, rsf):
+    """The weights written into ``torch.empty(M, k)`` with no dtype: under torch.set_default_dtype(torch.bfloat16), as
+    some training frameworks set it, they come back bf16. Passed the default check on 75b5150."""
+    weights, ids = correct(scores, bias, topk, renormalize, rsf)
+    out = torch.empty(weights.shape, device=weights.device)
+    out.copy_(weights)
+    return out, ids
+
+
+def wrong_under_a_bf16_default_dtype(scores, bias, topk, renormalize, rsf):
+    """Wrong output order when the default dtype is bf16. Passed on 75b5150."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), torch.get_default_dtype() == torch.bfloat16 and scores.shape[0] > 0)
+
+
 # ---------------------------------------------------------------- where the inputs start
 
 

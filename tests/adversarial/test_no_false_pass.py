@@ -376,10 +376,12 @@ CTX = "tests.adversarial.call_contexts"
 @pytest.mark.parametrize("router, tags", [("wrong_under_inference_mode", {"grad-inference"}), ("wrong_under_no_grad", {"grad-off"}),
                                           ("wrong_when_the_bias_is_a_parameter", {"bias_parameter-frozen", "bias_parameter-trainable"}),
                                           ("wrong_when_the_bias_requires_grad", {"bias_parameter-trainable"}),
-                                          ("wrong_when_the_logits_require_grad", {"logits_grad"}), ("wrong_under_autocast", {"autocast"})])  # fmt: skip
+                                          ("wrong_when_the_logits_require_grad", {"logits_grad"}), ("wrong_under_autocast", {"autocast"}),
+                                          ("wrong_under_a_bf16_default_dtype", {"default_dtype-bf16"})])  # fmt: skip
 def test_a_router_wrong_only_in_one_autograd_context_fails(router, tags, tmp_path):
     # Every case was called with grad enabled and a plain bias tensor: each of the first four passed the default check
-    # on 3221a05; the logits never required grad and no call ran under autocast: the last two passed on 75b5150.
+    # on 3221a05; the logits never required grad, no call ran under autocast or a bf16 default dtype: the last three
+    # passed on 75b5150.
     run = run_checks([f"{CTX}:{router}"], families=["random_fp32"], rows=100, isolate=False, out=tmp_path / router, progress=False)
     s, details = run.summaries[0], run.results[0].details
     assert s.status.value == "fail" and s.mismatched_rows >= 1, s
@@ -387,6 +389,16 @@ def test_a_router_wrong_only_in_one_autograd_context_fails(router, tags, tmp_pat
     assert details and all(tags & set(d.case.split(":")[3:]) for d in details), {d.case for d in details}
     spec = parse_replay(details[0].case, 896, 16)  # the replay line rebuilds the context
     assert spec.replay_id == details[0].case and (spec.grad_mode or spec.bias_parameter)
+
+
+def test_weights_made_in_the_default_dtype_fail_validity_under_a_bf16_default(tmp_path):
+    # torch.empty(M, k) with no dtype: fp32 in every case before, so the router passed on 75b5150.
+    run = run_checks([f"{CTX}:weights_in_the_default_dtype"], families=["random_bf16"], rows=20, isolate=False, out=tmp_path / "d",
+                     progress=False)  # fmt: skip
+    s, details = run.summaries[0], run.results[0].details
+    assert s.status.value == "fail" and set(s.clauses_broken) == {"validity"}, (s.status, s.clauses_broken)
+    assert details and all("default_dtype-bf16" in d.case.split(":") for d in details), {d.case for d in details}
+    assert torch.get_default_dtype() == torch.float32  # restored after every call
 
 
 @pytest.mark.parametrize("router, family, tags", [
@@ -414,11 +426,13 @@ def test_every_call_context_is_pinned_in_every_launch_class_and_called_so():
     from contracts.cases.plan import CALL_CONTEXTS
 
     def context(c) -> tuple:
-        return c.get("grad_mode"), c.get("bias_parameter"), c.get("logits_grad", False), c.get("autocast", False)
+        return c.get("grad_mode"), c.get("bias_parameter"), c.get("logits_grad", False), c.get("autocast", False), c.get("default_dtype")
 
     # grad mode x bias as a tensor or a frozen or trainable Parameter x logits requiring grad (grad on only) x autocast,
-    # but the default: every conjunction, so a path chosen by any function of them is met
-    assert len(CALL_CONTEXTS) == 3 * 2 * 2 + 2 * 3 * 2 - 1 == len({context(c) for c in CALL_CONTEXTS})
+    # but the default: every conjunction, so a path chosen by any function of them is met; and a bf16 default dtype in
+    # each grad mode and in a training step
+    assert len(CALL_CONTEXTS) == 3 * 2 * 2 + 2 * 3 * 2 - 1 + 3 + 1 == len({context(c) for c in CALL_CONTEXTS})
+    assert {c.get("default_dtype") for c in CALL_CONTEXTS} == {None, "bf16"}
     dtypes = {"random_fp32": {None, "fp16"}, "random_bf16": {None}}  # fp32 / fp16 logits there, bf16 here
     for family in ("random_fp32", "random_bf16"):
         specs = [s for s in iter_plan([family], 10, 0, 64, 4, max_batch=9) if s.grad_mode]
@@ -429,7 +443,7 @@ def test_every_call_context_is_pinned_in_every_launch_class_and_called_so():
 
     def route(scores, bias, topk, renormalize, rsf):
         seen.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled(), type(bias), bias.requires_grad, scores.requires_grad,
-                     scores.is_leaf, torch.is_autocast_enabled("cpu")))  # fmt: skip
+                     scores.is_leaf, torch.is_autocast_enabled("cpu"), torch.get_default_dtype()))  # fmt: skip
         return correct(scores, bias, topk, renormalize, rsf)
 
     from contracts.candidates.calling import _call
@@ -437,7 +451,9 @@ def test_every_call_context_is_pinned_in_every_launch_class_and_called_so():
     for spec in specs + [s for s in iter_plan(["random_fp32"], 10, 0, 64, 4, max_batch=9) if s.grad_mode][:40]:
         answer, error = _call(route, _Inputs(build_case(spec)))
         assert error is None and not answer[0].requires_grad, spec.replay_id
-        grad, inference, kind, requires_grad, logits_grad, leaf, autocast = seen[-1]
+        grad, inference, kind, requires_grad, logits_grad, leaf, autocast, default_dtype = seen[-1]
+        assert default_dtype == (torch.bfloat16 if spec.default_dtype else torch.float32), spec.replay_id
+        assert torch.get_default_dtype() == torch.float32  # restored
         assert grad == (spec.grad_mode == "on") and inference == (spec.grad_mode == "inference"), spec.replay_id
         assert (kind is torch.nn.Parameter) == (spec.bias_parameter is not None), spec.replay_id
         assert requires_grad == (spec.bias_parameter == "trainable"), spec.replay_id
@@ -624,11 +640,35 @@ def test_a_candidate_that_ends_the_process_never_passes(command, exit_kind, tmp_
 
 
 # Slow: Hypothesis shrinks the finding (a few seconds at (E, k) = (16, 4) on the 2-core machine).
+def test_search_draws_every_kind_of_call_context():
+    # Half the examples (about) in the default context, the rest in each grad mode and with each other kind of context.
+    from hypothesis import HealthCheck, given, seed, settings
+
+    from contracts.cases import strategies as strat
+    from contracts.cases.plan import CALL_CONTEXTS
+
+    drawn = []
+
+    @seed(0)
+    @settings(max_examples=200, database=None, suppress_health_check=list(HealthCheck))
+    @given(strat.routing_examples(shapes=((16, 4),)))
+    def draw(example):
+        drawn.append(example.context)
+
+    draw()
+    contexts = [c for c in drawn if c]
+    assert 0.15 * len(drawn) <= len(contexts) <= 0.85 * len(drawn) and all(c in CALL_CONTEXTS for c in contexts)
+    assert {c["grad_mode"] for c in contexts} == {"on", "off", "inference"}
+    for kind in ("logits_grad", "autocast", "default_dtype"):
+        assert any(c.get(kind) for c in contexts), kind
+    assert any(c["bias_parameter"] == "trainable" for c in contexts) and any(c["bias_parameter"] == "frozen" for c in contexts)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("router", ["wrong_under_inference_mode", "wrong_when_the_logits_require_grad"])
+@pytest.mark.parametrize("router", ["wrong_under_inference_mode"])
 def test_search_calls_in_every_call_context_and_replays_it(router, tmp_path, capsys):
-    # search called the route itself, in the default context: it found nothing in either on 75b5150. It now draws the
-    # call context with the input (the default for half the examples) and the minimal input keeps it on replay.
+    # search called the route itself, in the default context: it found nothing on 75b5150. It now draws the call
+    # context with the input (the default for about half the examples) and the minimal input keeps it on replay.
     from contracts.commands.search import main as search_main
 
     spec = f"tests.adversarial.test_no_false_pass:{router}_at_16_4"
@@ -642,5 +682,3 @@ def test_search_calls_in_every_call_context_and_replays_it(router, tmp_path, cap
 
 
 wrong_under_inference_mode_at_16_4 = evidence.offered_at_16_4(call_contexts_module.wrong_under_inference_mode, "wrong_under_inference_mode")
-wrong_when_the_logits_require_grad_at_16_4 = evidence.offered_at_16_4(call_contexts_module.wrong_when_the_logits_require_grad,
-                                                                       "wrong_when_the_logits_require_grad")  # fmt: skip
