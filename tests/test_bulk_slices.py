@@ -72,6 +72,7 @@ def test_bulk_replay_ids_parse_and_bad_ones_name_the_form():
 
 def test_every_pinned_case_replays_from_its_id_and_builds_its_dtypes():
     from contracts.cases import build_case, iter_plan
+    from contracts.cases.plan import CALL_CONTEXTS
 
     names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     pinned = [s for s in iter_plan(["random_bf16", "random_fp32", "strided"], 10, 0, 64, 4, max_batch=9) if s.tags]
@@ -79,8 +80,8 @@ def test_every_pinned_case_replays_from_its_id_and_builds_its_dtypes():
     # strided bias of random_bf16 too, and the transposed logits of both at 2 and 9 rows (one row is contiguous)
     # (random_bf16: 3 bias dtypes, each at offsets 1 and 256, logits at offsets 1 and 256, a zero bias; random_fp32: 3
     # bias dtypes, 3 with fp16 logits, fp32 and fp16 logits at offsets 1 and 256, 8 call contexts; strided at offset 0
-    # and with a zero bias)
-    assert len(pinned) == 3 * (12 + 18 + 2) + 3 * 3 + 2 * 2
+    # and with a zero bias); then the other call contexts with fp32 logits, and every one with fp16 and bf16 logits
+    assert len(pinned) == 3 * (12 + 18 + 2) + 3 * 3 + 2 * 2 + 3 * (len(CALL_CONTEXTS) - 8 + 2 * len(CALL_CONTEXTS))
     for spec in pinned:
         assert parse_replay(spec.replay_id, 64, 4) == spec, spec.replay_id
         case = build_case(spec)

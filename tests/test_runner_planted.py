@@ -46,7 +46,9 @@ def test_correct_routers_pass_every_family(tmp_path, candidate):
 def test_planted_defect_is_caught_with_its_clause(tmp_path, name, families, clause):
     code, s, out = _check(tmp_path, PLANTED + name, families)
     assert code == 1
-    assert s["status"] == "fail"
+    # A router that writes into its logits raises where they require grad (torch refuses an in-place write to a view
+    # of a leaf that requires grad): those cases are its errors, the rest validity mismatches.
+    assert s["status"] == ("error" if name == "writes_its_input" else "fail")
     assert _worst_clause(s) == clause, s["clauses"]
     report = (out / "report.md").read_text()
     assert f"`{clause}`" in report and "Replay: `python -m contracts.check" in report

@@ -97,6 +97,10 @@ class Candidate:
     covered: Callable[..., bool] = _always
     # contract name -> {clause: why}; deviations this candidate is known to have.
     expected_deviations: dict[str, dict[str, str]] = field(default_factory=dict)
+    # contract name -> the largest relative error of a weight its declared weight_accuracy excuses (default
+    # contracts.compare.tolerance.DECLARED_WEIGHT_RTOL, 2^-16: rounding differences of an fp32 computation). A router
+    # whose weights are bf16 values declares about 2^-8; weights beyond the bound are a mismatch whatever it declares.
+    weight_accuracy_bound: dict[str, float] = field(default_factory=dict)
     third_party: bool = False
     # The module that holds the routing code, so an isolated worker can import it afresh.
     origin: str = ""
@@ -129,6 +133,10 @@ class Candidate:
             if "validity" in (clauses or {}):
                 raise ValueError(f"candidate {self.name!r}: expected_deviations[{contract!r}] declares 'validity', which cannot be "
                                  "declared; fix the router's outputs (ids in [0, E), no repeats, fp32/int32 [M, topk]) instead")
+        for contract, bound in (self.weight_accuracy_bound or {}).items():
+            if not (isinstance(bound, (int, float)) and not isinstance(bound, bool) and 0 <= bound < 1):
+                raise ValueError(f"candidate {self.name!r}: weight_accuracy_bound[{contract!r}] = {bound!r} must be a relative error in "
+                                 "[0, 1), e.g. 2**-8 for weights that are bf16 values")
 
     def covers(self, *, contract: str | None = None, **shape) -> bool:
         """``covered`` asked about one call: rows, experts, topk, dtype and bias_dtype always; the call's other
@@ -159,7 +167,14 @@ class Candidate:
         return self.route_for_contract(contract) if self.route_for_contract else self.route
 
     def deviations(self, contract: str) -> dict[str, str]:
-        return dict(self.expected_deviations.get(contract, {}))
+        """{clause: why} it declares under ``contract``; a declared weight_accuracy carries its bound (``WeightAccuracy``)."""
+        from ..compare.tolerance import DECLARED_WEIGHT_RTOL, WeightAccuracy  # here: the registry loads without torch
+
+        declared = dict(self.expected_deviations.get(contract, {}))
+        if "weight_accuracy" in declared:
+            bound = self.weight_accuracy_bound.get(contract, DECLARED_WEIGHT_RTOL)
+            declared["weight_accuracy"] = WeightAccuracy(declared["weight_accuracy"], bound)
+        return declared
 
     def available(self, device: str) -> tuple[bool, str]:
         """Never raises. ``(True, detail)`` or ``(False, the reason in one line)``."""

@@ -348,7 +348,7 @@ def iter_captured_plan(f: LogitsFile, topk: int, *, bulk_rows: int | None, renor
                        context_sizes: tuple[int, ...] = ()) -> Iterator[CaseSpec]:  # fmt: skip
     """Every row of every layer once: cases of ``sizes`` rows first, then bulk cases of ``bulk_rows``. Then the first
     layer's first rows again in every call context (``CALL_CONTEXTS``: grad mode, the bias as a Parameter, logits
-    requiring grad, autocast) at each of ``context_sizes`` (the launch classes of the contract's kernels): the default
+    requiring grad, autocast, a bf16 default dtype) at each of ``context_sizes`` (the launch classes of the contract's kernels): the default
     context is the walk's, and a router served under inference mode or trained under autocast must route the captured
     rows right there too."""
     zero_bias = contract_bias and not f.has_bias

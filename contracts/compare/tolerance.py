@@ -25,7 +25,43 @@ import torch
 
 import oracle
 
-__all__ = ["f32_ulp", "near_allowance", "plain_contract_tolerance", "ulp_distance", "weights_close"]
+__all__ = ["DECLARED_WEIGHT_RTOL", "WeightAccuracy", "declared_weight_bound", "f32_ulp", "near_allowance", "plain_contract_tolerance",
+           "ulp_distance", "weights_close", "within_declared_accuracy"]
+
+# A declared ``weight_accuracy`` excuses weights within this much of the contract's, relative (2^-16: about 128 fp32
+# ULPs, "ULP-level"), unless the declaration names its own bound (``WeightAccuracy``: a candidate whose weights are
+# bf16 values says 2^-8 or so). Beyond it the row is a mismatch of weight_accuracy: a declaration of rounding
+# differences is no licence for weights 5 % off. Plus an absolute 2^-126 (the smallest normal fp32): an underflowed,
+# subnormal weight may be off by all its bits.
+DECLARED_WEIGHT_RTOL = 2.0**-16
+DECLARED_WEIGHT_ATOL = 2.0**-126
+
+
+class WeightAccuracy(str):
+    """A declared ``weight_accuracy`` deviation: why (the text, as every declaration) and the largest relative error of
+    a weight it excuses (``max_relative``)."""
+
+    max_relative: float
+
+    def __new__(cls, why: str, max_relative: float = DECLARED_WEIGHT_RTOL):
+        if not (isinstance(max_relative, (int, float)) and 0 <= max_relative < 1):
+            raise ValueError(f"weight_accuracy bound {max_relative!r} must be a relative error in [0, 1), e.g. 2**-8 for bf16 weights")
+        text = super().__new__(cls, why)
+        text.max_relative = float(max_relative)
+        return text
+
+
+def declared_weight_bound(deviations: dict) -> float | None:
+    """The relative bound of the declared ``weight_accuracy`` in ``deviations`` (None when it is not declared)."""
+    why = deviations.get("weight_accuracy")
+    if why is None:
+        return None
+    return getattr(why, "max_relative", DECLARED_WEIGHT_RTOL)
+
+
+def within_declared_accuracy(weights: torch.Tensor, reference: torch.Tensor, bound: float) -> torch.Tensor:
+    """bool [B]: every weight of the row within ``bound`` (relative, plus 2^-126) of the contract's; NaN only for NaN."""
+    return torch.isclose(weights.float(), reference.float(), rtol=bound, atol=DECLARED_WEIGHT_ATOL, equal_nan=True).all(1)
 
 _TINY = 2.0**-126  # the smallest normal fp32
 _SUB_STEP = 2.0**-149

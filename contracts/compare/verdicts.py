@@ -27,7 +27,7 @@ import torch
 from . import attribution as A
 from .reasons import generic_reason, reason_text
 from .shared import add_to_blame, split_shared
-from .tolerance import plain_contract_tolerance, ulp_distance, weights_close
+from .tolerance import declared_weight_bound, plain_contract_tolerance, ulp_distance, weights_close, within_declared_accuracy
 
 __all__ = ["DETAILS_PER_CLAUSE", "UNDECLARABLE", "VERDICTS", "CaseOutcome", "compare_case", "plain_output", "row_blame"]
 
@@ -36,6 +36,7 @@ VERDICTS = ("exact", "within_tolerance", "near_tie", "mismatch", "expected")
 # no router's freedom (contracts.candidates.registry refuses such a declaration when a Candidate is built).
 UNDECLARABLE = frozenset({"validity"})
 DETAILS_PER_CLAUSE = 5
+_WEIGHT_ACCURACY = A.INDEX["weight_accuracy"]
 _CHUNK = 8192  # bad rows attributed at a time: bounds the [B, k, k] and [B, E] work tensors
 
 
@@ -162,13 +163,15 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     out_of_range = torch.zeros(rows, dtype=torch.bool, device=rest.device).index_put_((rest,), oor_rest)
     twice = torch.zeros(rows, dtype=torch.bool, device=rest.device).index_put_((rest,), twice_rest)
     bad = rest[~good_rest]
-    declared = torch.tensor([name in deviations and name not in UNDECLARABLE for name in A.CLAUSE_ORDER], device=bad.device)
+    declared_clauses = torch.tensor([name in deviations and name not in UNDECLARABLE for name in A.CLAUSE_ORDER], device=bad.device)
+    bound = declared_weight_bound(deviations)
     for start in range(0, bad.numel(), _CHUNK):
         rows_b = bad[start : start + _CHUNK]
         values = exp.values(rows_b)
         blame = A.attribute(case, exp, values, w_act, ids_act, rows_b, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
         if slot is not None:
             add_to_blame(blame, slot, rows_b)
+        declared = _declared_per_row(declared_clauses, blame, w_act.index_select(0, rows_b), bound)
         _count(out, blame, declared)
         _keep_mismatched(out, rows_b, blame, declared)
         differing = (exp.ids.index_select(0, rows_b) != ids_act.index_select(0, rows_b)) | ~blame.weights_ok
@@ -176,6 +179,16 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
         if out.cells_rows < max_cells or len(out.rows_detail) < DETAILS_PER_CLAUSE * len(A.CLAUSE_ORDER):
             _record(out, case, exp, values, w_act, ids_act, rows_b, blame, declared, max_cells, quiet)
     return out
+
+
+def _declared_per_row(declared: torch.Tensor, blame, weights: torch.Tensor, bound: float | None) -> torch.Tensor:
+    """What each row's declarations excuse, ``[B, clauses]``: the declared clauses, but a declared weight_accuracy only
+    where every weight lies within its bound of the contract's weights for the row's own experts."""
+    if bound is None or not bool(declared[_WEIGHT_ACCURACY]):
+        return declared
+    rows = declared.unsqueeze(0).repeat(weights.shape[0], 1)
+    rows[:, _WEIGHT_ACCURACY] &= within_declared_accuracy(weights, blame.reference_weights, bound)
+    return rows
 
 
 def _keep_mismatched(out: CaseOutcome, rows_b, blame, declared) -> None:

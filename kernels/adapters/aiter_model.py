@@ -72,9 +72,11 @@ def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0):
     round_index = torch.arange(topk, device=scores.device).expand(rows, topk)
     ids = torch.where(won, top.indices, round_index)
     weights = sig.gather(1, ids)
-    scale = torch.full((rows, 1), float(routed_scaling_factor), device=scores.device)
+    # fp32 by name: aiter's kernel computes in fp32 whatever torch's default dtype is (a bf16 default rounded the
+    # scaling factor here, 2.827 to 2.828125, until the call contexts' bf16 default dtype showed it)
+    scale = torch.full((rows, 1), float(routed_scaling_factor), dtype=torch.float32, device=scores.device)
     if renormalize:
-        total = torch.zeros(rows, device=scores.device)
+        total = torch.zeros(rows, dtype=torch.float32, device=scores.device)
         for j in range(topk):
             total = total + weights[:, j]
         scale = scale / total.unsqueeze(1)

@@ -16,7 +16,7 @@ import torch
 
 from contracts.cases.families import FAMILIES
 from contracts.cases.coverage import coverage_of
-from contracts.cases.plan import iter_plan, sweep_sizes
+from contracts.cases.plan import CALL_CONTEXTS, iter_plan, sweep_sizes
 from contracts.run.checks import run_checks
 from contracts.run.options import parse_replay
 from tests.adversarial import call_contexts as call_contexts_module
@@ -218,8 +218,10 @@ def test_the_pinned_pairs_and_layouts_run_in_every_launch_class_of_the_contract(
         # 9 dtype pairs' pins, the misaligned and the aligned-offset bias of each dtype, contiguous logits at an offset
         # and at an aligned offset (bf16, fp32, fp16), the 8 call contexts (random_fp32),
         # strided at offset 0, logits of column stride 2 and transposed (bf16, fp32), a bias of stride 2
-        # and an all-zero bias (random_bf16, strided)
-        assert len(pinned) == 9 + 3 + 3 + 3 + 3 + 8 + 1 + 2 + 2 + 1 + 2, pinned
+        # and an all-zero bias (random_bf16, strided); the other call contexts with fp32 logits, and every one with fp16
+        # (random_fp32) and bf16 logits (random_bf16)
+        contexts = len(CALL_CONTEXTS)
+        assert len(pinned) == 9 + 3 + 3 + 3 + 3 + 8 + 1 + 2 + 2 + 1 + 2 + (contexts - 8) + 2 * contexts, pinned
         every = sorted({1, 2, 64, *points})
         assert all(rows == (every[1:] if tag.endswith(":transposed") else every) for tag, rows in pinned.items()), (contract, pinned)
     # a model contract's point is not aiter's: 896/16 switches at 768 under kimi-k2 only
@@ -423,7 +425,6 @@ def test_a_router_wrong_only_under_inference_mode_fails_in_a_worker(tmp_path):
 def test_every_call_context_is_pinned_in_every_launch_class_and_called_so():
     from contracts.candidates.calling import _Inputs
     from contracts.cases import build_case
-    from contracts.cases.plan import CALL_CONTEXTS
 
     def context(c) -> tuple:
         return c.get("grad_mode"), c.get("bias_parameter"), c.get("logits_grad", False), c.get("autocast", False), c.get("default_dtype")
@@ -645,7 +646,6 @@ def test_search_draws_every_kind_of_call_context():
     from hypothesis import HealthCheck, given, seed, settings
 
     from contracts.cases import strategies as strat
-    from contracts.cases.plan import CALL_CONTEXTS
 
     drawn = []
 

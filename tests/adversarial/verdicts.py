@@ -106,6 +106,35 @@ returns_nothing_all_declared = Candidate(
 )  # fmt: skip
 
 
+def _weights_off_by(fraction: float):
+    def route(scores, bias, topk, renormalize, rsf):
+        """The contract's ids; each weight off by up to ``fraction`` of itself (seeded by the batch size)."""
+        w, ids = _route("aiter", scores, bias, topk, renormalize, rsf)
+        g = torch.Generator().manual_seed(int(scores.shape[0]))
+        return w * (1 + fraction * torch.rand(w.shape, generator=g)).to(w.device), ids
+
+    return route
+
+
+def _weights_in_bf16(scores, bias, topk, renormalize, rsf):
+    """The contract's weights rounded to bf16 once (a router that keeps bf16 weights): 2^-9 relative at most."""
+    w, ids = _route("aiter", scores, bias, topk, renormalize, rsf)
+    return w.to(torch.bfloat16).float(), ids
+
+
+_ULP_LEVEL = {"aiter": {"weight_accuracy": "ULP-level differences (it says)"}}
+# Weights 5 % off under a declaration of ULP-level differences: PASS on 75b5150 (a declared weight_accuracy excused a
+# weight of any size), 71,677 of 71,677 rows "declared".
+weights_5_percent_off_declared = Candidate(name="weights-5-percent-off-declared", route=_weights_off_by(0.05), expected_deviations=_ULP_LEVEL)
+# The same 5 % under a bf16 declaration (2^-7): still beyond it.
+weights_5_percent_off_declared_bf16 = Candidate(name="weights-5-percent-off-declared-bf16", route=_weights_off_by(0.05),
+                                                expected_deviations=_ULP_LEVEL, weight_accuracy_bound={"aiter": 2.0**-7})  # fmt: skip
+# bf16 weights, declared as such: passes; declared as ULP-level (the default bound): fails.
+weights_in_bf16_declared_bf16 = Candidate(name="weights-in-bf16-declared-bf16", route=_weights_in_bf16, expected_deviations=_ULP_LEVEL,
+                                          weight_accuracy_bound={"aiter": 2.0**-7})  # fmt: skip
+weights_in_bf16_declared_ulp_level = Candidate(name="weights-in-bf16-declared-ulp-level", route=_weights_in_bf16, expected_deviations=_ULP_LEVEL)
+
+
 # ---------------------------------------------------------------- issue 34: group aspects, column order
 
 

@@ -85,6 +85,26 @@ def test_a_declared_nan_rule_does_not_hide_the_wrong_numbers(tmp_path):
     assert s["mismatched_rows"] > s["expected_deviation_rows"], (s["mismatched_rows"], s["expected_deviation_rows"])
 
 
+@pytest.mark.parametrize("candidate, code_wanted", [("weights_5_percent_off_declared", 1), ("weights_5_percent_off_declared_bf16", 1),
+                                                   ("weights_in_bf16_declared_ulp_level", 1), ("weights_in_bf16_declared_bf16", 0)])  # fmt: skip
+def test_a_declared_weight_accuracy_excuses_only_weights_within_its_bound(tmp_path, candidate, code_wanted):
+    """Before: a declared weight_accuracy excused weights of any error: 5 % off under a declaration of ULP-level
+    differences passed. It now excuses weights within its bound (2^-16 relative unless the candidate names one)."""
+    code, s = _check(tmp_path, f"{ADV}:{candidate}", "aiter", "--families", "strided", "--max-batch", "64", rows=300)
+    assert code == code_wanted, (s["status"], s["clauses"])
+    if code_wanted:
+        assert s["status"] == "fail" and set(_undeclared(s)) == {"weight_accuracy"}, s["clauses"]
+    else:
+        assert s["status"] == "pass" and s["expected_deviation_rows"] > 0
+
+
+def test_a_weight_accuracy_bound_is_a_relative_error():
+    for bound in (1.5, -0.1, "2^-8", True):
+        with pytest.raises(ValueError, match="weight_accuracy_bound") as err:
+            Candidate(name="x", route=lambda *a: None, weight_accuracy_bound={"aiter": bound})
+        assert len(str(err.value).splitlines()) == 1
+
+
 def test_validity_cannot_be_declared():
     """Before: a candidate declaring validity passed with no tensors returned at all."""
     with pytest.raises(ValueError, match="validity") as err:
