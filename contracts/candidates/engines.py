@@ -110,15 +110,18 @@ _GROUPED_TORCH_ROUTER = {
 
 # candidate -> contract -> the largest relative weight error its declared weight_accuracy excuses
 # (contracts.compare.tolerance; default 2^-16, fp32 rounding). The torch routers' weights are bf16 sigmoids widened
-# at the end (one bf16 rounding: 2^-8, bounded at 2^-7); lmdeploy also sums, divides and scales in bf16 (2^-5). The
-# GPU kernels' fp32 weights that differ beyond the tolerance in a few rows get 2^-10: set from their arithmetic, NOT
-# measured since the bound exists (the next H200 run checks them against it).
-_BF16_SIGMOIDS = 2.0**-7
+# at the end, and underflowed (subnormal) bf16 sigmoids keep few bits: the worst error measured over 20,000 rows
+# (CPU, torch 2.13, the engines of requirements/engines.txt; the rows blamed on weight_accuracy), times four,
+# rounded up to a power of two: sglang-torch 2^-7.50 (aiter) and 2^-7.36 (deepseek-v3), vllm-torch 2^-6.90 (aiter),
+# lmdeploy-torch, which also sums, divides and scales in bf16, 2^-6.58 and 2^-6.57. vllm-torch under deepseek-v3
+# fails on the CPU on `scaling` (355 sigmoid_underflow rows, as on 75b5150, before the bound) and gets vllm's aiter
+# bound. The GPU kernels' fp32 weights that differ beyond the tolerance in a few rows get 2^-10: set from their
+# arithmetic, NOT measured since the bound exists (the next H200 run checks them against it).
 _FP32_KERNEL = 2.0**-10
 ENGINE_WEIGHT_BOUNDS: dict[str, dict[str, float]] = {
-    "sglang-torch": {"aiter": _BF16_SIGMOIDS, "deepseek-v3": _BF16_SIGMOIDS},
-    "vllm-torch": {"aiter": _BF16_SIGMOIDS, "deepseek-v3": _BF16_SIGMOIDS},
-    "lmdeploy-torch": {"aiter": 2.0**-5, "deepseek-v3": _BF16_SIGMOIDS},
+    "sglang-torch": {"aiter": 2.0**-5, "deepseek-v3": 2.0**-5},
+    "vllm-torch": {"aiter": 2.0**-4, "deepseek-v3": 2.0**-4},
+    "lmdeploy-torch": {"aiter": 2.0**-4, "deepseek-v3": 2.0**-4},
     "sglang-radix": {"aiter": _FP32_KERNEL},
     "sglang-triton": {"deepseek-v3": _FP32_KERNEL},
     "flashinfer-noaux": {"aiter": _FP32_KERNEL, "deepseek-v3": _FP32_KERNEL},
