@@ -264,3 +264,16 @@ def test_adapters_raise_only_value_error(module, call):
     import importlib
 
     _assert_documented(importlib.import_module(module).route, call, ValueError)
+
+
+def test_a_usage_error_under_no_isolate_is_one_line_from_the_command(tmp_path):
+    # Started as a command, --no-isolate runs the check in a supervised child; a usage error found there (an unknown
+    # family) ended the child with 2 and no completion record, and the supervisor added a second line blaming the
+    # candidate ("ended without finishing ... the candidate ... ended it") on 75b5150.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "contracts", "check", "--candidate", "oracle", "--families", "nope", "--no-isolate",
+                           "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "unknown family 'nope'" in done.stderr, done.stderr

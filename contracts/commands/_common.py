@@ -247,7 +247,11 @@ def run_main(build_parser: Callable[[], argparse.ArgumentParser], run: Callable[
         return int(run(args))
     except (UsageError, OptionError, CandidateLoadError, DuplicateCandidateError, BundleError, RecordError, WorldError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+        # A usage error found in a supervised child (--out already holds a bundle, say) finished the command: recorded,
+        # so the supervisor passes the 2 on instead of adding a second line blaming a candidate that never ran.
+        from ..run.supervisor import mark_completed
+
+        return mark_completed(ExitCode.USAGE)
 
 
 def exit_process(code: int):
