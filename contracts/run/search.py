@@ -132,11 +132,6 @@ def _to_device(t: torch.Tensor, device: str) -> torch.Tensor:
     return backing.as_strided(tuple(t.shape), t.stride(), t.storage_offset())
 
 
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    as_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return bool(torch.equal(a.view(as_int), b.view(as_int)))
-
-
 def check_input(route, contract: str, deviations: dict, scores, bias, topk, renormalize, rsf, device: str,
                 expert_scale: torch.Tensor | None = None, context: dict | None = None):  # fmt: skip
     """Run ``route`` and the oracle on one input; ``(outcome, first unexpected mismatch detail or None)``.
