@@ -15,8 +15,11 @@ def _last_expert_replaced(scores, bias, topk, renormalize, routed_scaling_factor
 
 
 def test_a_declared_clause_behind_another_declared_one_is_seen():
+    # Both catch-alls declared with bounds wide enough for the planted defects (the next expert instead of the last;
+    # weights renormalized over k + 1 experts and 1 % off): each bound's own test is tests/compare/test_row_whole.py.
     cand = Candidate(name="replaced", route=_last_expert_replaced,
-                     expected_deviations={"aiter": {"selection": "planted", "weight_accuracy": "planted"}})  # fmt: skip
+                     expected_deviations={"aiter": {"selection": "planted", "weight_accuracy": "planted"}},
+                     declared_bounds={"aiter": {"selection": 0.5, "weight_accuracy": 0.5}})  # fmt: skip
     s = check_candidate(cand, list(iter_plan(["random_fp32"], 300, 0, 896, 16)), contract="aiter", device="cpu").summary
     seen = s.expected_deviations
     assert s.mismatched_rows == 0 and seen["selection"].rows == s.rows_checked

@@ -275,7 +275,8 @@ def test_two_ranks_on_captured_logits_report_one_expert_load_for_the_whole_file(
     code, output = _torchrun(["contracts.check", *args, "--out", str(tmp_path / "two")], cwd)
     assert code == 0, output
     one, two = _summary(tmp_path / "one"), _summary(tmp_path / "two")
-    assert all(r["rows_checked"] for r in two["ranks"]) and two["rows_checked"] == one["rows_checked"] == 2 * 600
+    # the file's rows, and the first layer's again in every call context (contracts.cases.captured)
+    assert all(r["rows_checked"] for r in two["ranks"]) and two["rows_checked"] == one["rows_checked"] > 2 * 600
     assert list(two["expert_load"]) == ["captured.L0", "captured.L1"] and two["expert_load"] == one["expert_load"]
     for load in two["expert_load"].values():  # every token of the layer, k = 16 experts each, on both sides
         assert load["rows"] == 600 and sum(load["oracle"]) == 600 * 16 and sum(load["candidate_minus_oracle"]) == 0

@@ -97,10 +97,11 @@ class Candidate:
     covered: Callable[..., bool] = _always
     # contract name -> {clause: why}; deviations this candidate is known to have.
     expected_deviations: dict[str, dict[str, str]] = field(default_factory=dict)
-    # contract name -> the largest relative error of a weight its declared weight_accuracy excuses (default
-    # contracts.compare.tolerance.DECLARED_WEIGHT_RTOL, 2^-16: rounding differences of an fp32 computation). A router
-    # whose weights are bf16 values declares about 2^-8; weights beyond the bound are a mismatch whatever it declares.
-    weight_accuracy_bound: dict[str, float] = field(default_factory=dict)
+    # contract name -> {clause: bound}: how far its declared catch-all clauses reach (contracts.compare.tolerance:
+    # ``weight_accuracy``, the relative error of a weight; ``selection``, the relative distance past the contract's
+    # cutoff of an expert chosen or left out). Default 2^-16, an fp32 computation in another order; a router that
+    # ranks or weighs in bf16 names about 2^-7. Beyond the bound a row is a mismatch whatever it declares.
+    declared_bounds: dict[str, dict[str, float]] = field(default_factory=dict)
     third_party: bool = False
     # The module that holds the routing code, so an isolated worker can import it afresh.
     origin: str = ""
@@ -133,10 +134,14 @@ class Candidate:
             if "validity" in (clauses or {}):
                 raise ValueError(f"candidate {self.name!r}: expected_deviations[{contract!r}] declares 'validity', which cannot be "
                                  "declared; fix the router's outputs (ids in [0, E), no repeats, fp32/int32 [M, topk]) instead")
-        for contract, bound in (self.weight_accuracy_bound or {}).items():
-            if not (isinstance(bound, (int, float)) and not isinstance(bound, bool) and 0 <= bound < 1):
-                raise ValueError(f"candidate {self.name!r}: weight_accuracy_bound[{contract!r}] = {bound!r} must be a relative error in "
-                                 "[0, 1), e.g. 2**-8 for weights that are bf16 values")
+        for contract, bounds in (self.declared_bounds or {}).items():
+            for clause, bound in (bounds or {}).items():
+                if clause not in ("weight_accuracy", "selection"):
+                    raise ValueError(f"candidate {self.name!r}: declared_bounds[{contract!r}] names {clause!r}; only weight_accuracy and "
+                                     "selection carry a bound")  # fmt: skip
+                if isinstance(bound, bool) or not (isinstance(bound, (int, float)) and 0 <= bound < 1):
+                    raise ValueError(f"candidate {self.name!r}: declared_bounds[{contract!r}][{clause!r}] = {bound!r} must be a relative "
+                                     "error in [0, 1), e.g. 2**-7 for a router that ranks or weighs in bf16")  # fmt: skip
 
     def covers(self, *, contract: str | None = None, **shape) -> bool:
         """``covered`` asked about one call: rows, experts, topk, dtype and bias_dtype always; the call's other
@@ -167,13 +172,15 @@ class Candidate:
         return self.route_for_contract(contract) if self.route_for_contract else self.route
 
     def deviations(self, contract: str) -> dict[str, str]:
-        """{clause: why} it declares under ``contract``; a declared weight_accuracy carries its bound (``WeightAccuracy``)."""
-        from ..compare.tolerance import DECLARED_WEIGHT_RTOL, WeightAccuracy  # here: the registry loads without torch
+        """{clause: why} it declares under ``contract``; a declared weight_accuracy or selection carries its bound
+        (``contracts.compare.tolerance.Bounded``)."""
+        from ..compare.tolerance import BOUNDED_CLAUSES, DECLARED_BOUND, Bounded  # here: the registry loads without torch
 
         declared = dict(self.expected_deviations.get(contract, {}))
-        if "weight_accuracy" in declared:
-            bound = self.weight_accuracy_bound.get(contract, DECLARED_WEIGHT_RTOL)
-            declared["weight_accuracy"] = WeightAccuracy(declared["weight_accuracy"], bound)
+        bounds = self.declared_bounds.get(contract, {})
+        for clause in BOUNDED_CLAUSES:
+            if clause in declared:
+                declared[clause] = Bounded(declared[clause], bounds.get(clause, DECLARED_BOUND))
         return declared
 
     def available(self, device: str) -> tuple[bool, str]:

@@ -102,6 +102,9 @@ class Blame:
     weights2: torch.Tensor | None = None
     weights2_code: torch.Tensor | None = None
     factor: torch.Tensor | None = None  # [B] the constant a ``scaling`` row's weights are off by (NaN if none)
+    # [B] how far past the contract's cutoff the row's choice reaches, relative (``selection_departure``): what a
+    # declared ``selection`` must bound
+    selection_departure: torch.Tensor | None = None
 
     def __post_init__(self):
         none = torch.full_like(self.ids, NONE)
@@ -110,6 +113,8 @@ class Blame:
                 setattr(self, name, none.clone() if not name.endswith("code") else torch.zeros_like(self.ids))
         if self.factor is None:
             self.factor = torch.full(self.ids.shape, math.nan, device=self.ids.device)
+        if self.selection_departure is None:
+            self.selection_departure = torch.zeros(self.ids.shape, device=self.ids.device)
 
     def aspects(self) -> tuple[torch.Tensor, ...]:
         """The clause of every aspect, in the order reasons are listed: validity, ids, the row-whole ids, weights (two)."""
@@ -702,6 +707,34 @@ def _fallback_too_early(r: _Rows, c, a_raw: torch.Tensor) -> torch.Tensor:
     return repeats > (a_raw.shape[1] - r.valid)
 
 
+_TINY = 2.0**-126  # the smallest normal fp32: a flushed subnormal is no departure
+
+
+def selection_departure(r: _Rows) -> torch.Tensor:
+    """float [B]: how far past the contract's cutoff (the smallest finite selection value the oracle chose) each row's
+    choice reaches. For every expert the candidate chose that the oracle did not, its distance below the cutoff; for
+    every one the oracle chose that the candidate did not, its distance above it; each less 2^-126 and divided by the
+    expert's scale, ``|score| + |selection value - score|`` (a sigmoid and its bias, each rounded where a router ranks
+    in a narrower dtype), at least the cutoff expert's. A router ranking bf16 values departs by about 2^-8; one that
+    drops its top expert by far more. Experts of non-finite value (NaN, masked groups) are the special-value and
+    group clauses' to judge, and count 0 here."""
+    v = r.selection
+    scale = torch.nan_to_num(r.scores.abs() + (v - r.scores).abs(), nan=math.inf, posinf=math.inf)
+    k = r.e.shape[1]
+    ve, va, se, sa = _gather(v, r.e), _gather(v, r.a), _gather(scale, r.e), _gather(scale, r.a)
+    counted = (torch.arange(k, device=r.e.device) < r.valid.unsqueeze(1)) & torch.isfinite(ve)
+    inf = torch.full_like(ve, math.inf)
+    cut_slot = torch.where(counted, ve, inf).argmin(1, keepdim=True)
+    cut, cut_scale = ve.gather(1, cut_slot), se.gather(1, cut_slot)
+    extra, missing = _unmatched(r.a, r.e), _unmatched(r.e, r.a)
+    below = ((cut - va) - _TINY).clamp(min=0) / torch.maximum(sa, cut_scale).clamp(min=_TINY)
+    above = ((ve - cut) - _TINY).clamp(min=0) / torch.maximum(se, cut_scale).clamp(min=_TINY)
+    below = torch.where(extra & torch.isfinite(va), torch.nan_to_num(below, nan=math.inf), torch.zeros_like(below))
+    above = torch.where(missing & torch.isfinite(ve), torch.nan_to_num(above, nan=math.inf), torch.zeros_like(above))
+    departure = torch.maximum(below.amax(1), above.amax(1))
+    return torch.where(counted.any(1), departure, torch.zeros_like(departure))
+
+
 def attribute(case, exp, values, w_act: torch.Tensor, ids_act: torch.Tensor, rows: torch.Tensor, c, *, out_of_range, twice, ids_equal) -> Blame:
     """The blame of the ``rows`` (int64 indices into the case) that are not a clean match; ``values`` are the oracle's for them."""
     experts = case.scores.shape[1]
@@ -730,4 +763,5 @@ def attribute(case, exp, values, w_act: torch.Tensor, ids_act: torch.Tensor, row
     same_set = ~_unmatched(r.a, r.e).any(1)
     w_clause, w_code, w2_clause, w2_code, factor, reference, ok = _weights_aspect(r, c, case, eq, same_set, invalid)
     return Blame(validity, ids_clause, w_clause, validity_code, ids_code, w_code, slot, reference, ok,
-                 core=core, core_code=core_code, weights2=w2_clause, weights2_code=w2_code, factor=factor)  # fmt: skip
+                 core=core, core_code=core_code, weights2=w2_clause, weights2_code=w2_code, factor=factor,
+                 selection_departure=selection_departure(r))  # fmt: skip

@@ -25,43 +25,48 @@ import torch
 
 import oracle
 
-__all__ = ["DECLARED_WEIGHT_RTOL", "WeightAccuracy", "declared_weight_bound", "f32_ulp", "near_allowance", "plain_contract_tolerance",
+__all__ = ["BOUNDED_CLAUSES", "DECLARED_BOUND", "Bounded", "declared_bound", "f32_ulp", "near_allowance", "plain_contract_tolerance",
            "ulp_distance", "weights_close", "within_declared_accuracy"]
 
-# A declared ``weight_accuracy`` excuses weights within this much of the contract's, relative (2^-16: about 128 fp32
-# ULPs, "ULP-level"), unless the declaration names its own bound (``WeightAccuracy``: a candidate whose weights are
-# bf16 values says 2^-8 or so). Beyond it the row is a mismatch of weight_accuracy: a declaration of rounding
-# differences is no licence for weights 5 % off. Plus an absolute 2^-126 (the smallest normal fp32): an underflowed,
-# subnormal weight may be off by all its bits.
-DECLARED_WEIGHT_RTOL = 2.0**-16
+# The declarable clauses that are catch-alls, and so carry a bound: ``weight_accuracy`` (any weight no rule explains)
+# and ``selection`` (any choice of experts no tie, special value or group rule explains). Declared, each excuses a
+# row only within its bound: ``weight_accuracy`` weights within the bound of the contract's, relative (plus 2^-126:
+# an underflowed, subnormal weight may lose all its bits); ``selection`` a choice whose experts lie within the bound
+# of the contract's cutoff, relative to their scale (``attribution.selection_departure``). The default, 2^-16 (about
+# 128 fp32 ULPs), is an fp32 computation in another order; a router that ranks or weighs in bf16 names its own bound
+# (``Candidate.declared_bounds``: 2^-8 is one bf16 rounding). Beyond it the row is a mismatch of that clause: a
+# declaration of rounding differences excused weights 5 % off, and the k lowest-ranked experts, before the bounds.
+BOUNDED_CLAUSES = ("weight_accuracy", "selection")
+DECLARED_BOUND = 2.0**-16
 DECLARED_WEIGHT_ATOL = 2.0**-126
 
 
-class WeightAccuracy(str):
-    """A declared ``weight_accuracy`` deviation: why (the text, as every declaration) and the largest relative error of
-    a weight it excuses (``max_relative``)."""
+class Bounded(str):
+    """A declared deviation of a bounded clause: why (the text, as every declaration) and its bound (``bound``)."""
 
-    max_relative: float
+    bound: float
 
-    def __new__(cls, why: str, max_relative: float = DECLARED_WEIGHT_RTOL):
-        if not (isinstance(max_relative, (int, float)) and 0 <= max_relative < 1):
-            raise ValueError(f"weight_accuracy bound {max_relative!r} must be a relative error in [0, 1), e.g. 2**-8 for bf16 weights")
+    def __new__(cls, why: str, bound: float = DECLARED_BOUND):
+        if isinstance(bound, bool) or not (isinstance(bound, (int, float)) and 0 <= bound < 1):
+            raise ValueError(f"bound {bound!r} must be a relative error in [0, 1), e.g. 2**-7 for a router that ranks or weighs in bf16")
         text = super().__new__(cls, why)
-        text.max_relative = float(max_relative)
+        text.bound = float(bound)
         return text
 
 
-def declared_weight_bound(deviations: dict) -> float | None:
-    """The relative bound of the declared ``weight_accuracy`` in ``deviations`` (None when it is not declared)."""
-    why = deviations.get("weight_accuracy")
+def declared_bound(deviations: dict, clause: str) -> float | None:
+    """The bound of ``clause`` (one of ``BOUNDED_CLAUSES``) in ``deviations`` (None when it is not declared; the
+    default bound for a declaration made without one)."""
+    why = deviations.get(clause)
     if why is None:
         return None
-    return getattr(why, "max_relative", DECLARED_WEIGHT_RTOL)
+    return getattr(why, "bound", DECLARED_BOUND)
 
 
 def within_declared_accuracy(weights: torch.Tensor, reference: torch.Tensor, bound: float) -> torch.Tensor:
     """bool [B]: every weight of the row within ``bound`` (relative, plus 2^-126) of the contract's; NaN only for NaN."""
     return torch.isclose(weights.float(), reference.float(), rtol=bound, atol=DECLARED_WEIGHT_ATOL, equal_nan=True).all(1)
+
 
 _TINY = 2.0**-126  # the smallest normal fp32
 _SUB_STEP = 2.0**-149

@@ -27,7 +27,7 @@ import torch
 from . import attribution as A
 from .reasons import generic_reason, reason_text
 from .shared import add_to_blame, split_shared
-from .tolerance import declared_weight_bound, plain_contract_tolerance, ulp_distance, weights_close, within_declared_accuracy
+from .tolerance import declared_bound, plain_contract_tolerance, ulp_distance, weights_close, within_declared_accuracy
 
 __all__ = ["DETAILS_PER_CLAUSE", "UNDECLARABLE", "VERDICTS", "CaseOutcome", "compare_case", "plain_output", "row_blame"]
 
@@ -36,7 +36,7 @@ VERDICTS = ("exact", "within_tolerance", "near_tie", "mismatch", "expected")
 # no router's freedom (contracts.candidates.registry refuses such a declaration when a Candidate is built).
 UNDECLARABLE = frozenset({"validity"})
 DETAILS_PER_CLAUSE = 5
-_WEIGHT_ACCURACY = A.INDEX["weight_accuracy"]
+_WEIGHT_ACCURACY, _SELECTION = A.INDEX["weight_accuracy"], A.INDEX["selection"]
 _CHUNK = 8192  # bad rows attributed at a time: bounds the [B, k, k] and [B, E] work tensors
 
 
@@ -164,14 +164,14 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     twice = torch.zeros(rows, dtype=torch.bool, device=rest.device).index_put_((rest,), twice_rest)
     bad = rest[~good_rest]
     declared_clauses = torch.tensor([name in deviations and name not in UNDECLARABLE for name in A.CLAUSE_ORDER], device=bad.device)
-    bound = declared_weight_bound(deviations)
+    bounds = {clause: declared_bound(deviations, clause) for clause in ("weight_accuracy", "selection")}
     for start in range(0, bad.numel(), _CHUNK):
         rows_b = bad[start : start + _CHUNK]
         values = exp.values(rows_b)
         blame = A.attribute(case, exp, values, w_act, ids_act, rows_b, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
         if slot is not None:
             add_to_blame(blame, slot, rows_b)
-        declared = _declared_per_row(declared_clauses, blame, w_act.index_select(0, rows_b), bound)
+        declared = _declared_per_row(declared_clauses, blame, w_act.index_select(0, rows_b), bounds)
         _count(out, blame, declared)
         _keep_mismatched(out, rows_b, blame, declared)
         differing = (exp.ids.index_select(0, rows_b) != ids_act.index_select(0, rows_b)) | ~blame.weights_ok
@@ -181,13 +181,27 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     return out
 
 
-def _declared_per_row(declared: torch.Tensor, blame, weights: torch.Tensor, bound: float | None) -> torch.Tensor:
-    """What each row's declarations excuse, ``[B, clauses]``: the declared clauses, but a declared weight_accuracy only
-    where every weight lies within its bound of the contract's weights for the row's own experts."""
-    if bound is None or not bool(declared[_WEIGHT_ACCURACY]):
+def _declared_per_row(declared: torch.Tensor, blame, weights: torch.Tensor, bounds: dict[str, float | None]) -> torch.Tensor:
+    """What each row's declarations excuse, ``[B, clauses]``: the declared clauses, but a declared bounded clause
+    (``tolerance.BOUNDED_CLAUSES``) only where the row lies within its bound: weight_accuracy where every weight is
+    within it of the contract's weights for the row's own experts, selection where the choice departs from the
+    contract's cutoff by no more (``attribution.selection_departure``)."""
+    within = {}
+    if bounds.get("weight_accuracy") is not None and bool(declared[_WEIGHT_ACCURACY]):
+        # the catch-all only: weights that are the contract's cast to bf16 or fp16 (an exact counterfactual) are bounded
+        catch_all = ((blame.weights == _WEIGHT_ACCURACY) & (blame.weights_code == A.R_ACCURACY)) | (
+            (blame.weights2 == _WEIGHT_ACCURACY) & (blame.weights2_code == A.R_ACCURACY))
+        ok = within_declared_accuracy(weights, blame.reference_weights, bounds["weight_accuracy"])
+        within[_WEIGHT_ACCURACY] = ok | ~catch_all
+    if bounds.get("selection") is not None and bool(declared[_SELECTION]):
+        # the catch-all only: a choice the flushed-subnormal counterfactual gives exactly is that rule's
+        ftz = (blame.ids == _SELECTION) & (blame.ids_code == A.R_SELECTION_FTZ)
+        within[_SELECTION] = (blame.selection_departure <= bounds["selection"]) | ftz
+    if not within:
         return declared
     rows = declared.unsqueeze(0).repeat(weights.shape[0], 1)
-    rows[:, _WEIGHT_ACCURACY] &= within_declared_accuracy(weights, blame.reference_weights, bound)
+    for clause, ok in within.items():
+        rows[:, clause] &= ok
     return rows
 
 

@@ -38,6 +38,7 @@ from .schema import (
     Summary,
     worst_status,
 )
+from .text import CELLS_NOTE
 
 __all__ = ["MergeError", "merge_bundles", "merge_summaries"]
 
@@ -267,6 +268,13 @@ def _merge_one(out: Path, folders: list[Path], allow_partial: bool) -> Summary:
     cells = keeper.table(CELL_COLUMNS)
     merged.cells_recorded = keeper.kept
     merged.cells_capped = merged.cells_total > keeper.kept
+    # Each shard's note on its own cell sample gives its own numbers: the note of the whole takes the first one's place
+    # (as contracts.run.rank_merge does for torchrun's ranks), so the notes read as an unsharded run's.
+    at = next((i for i, n in enumerate(merged.notes) if n.startswith(CELLS_NOTE)), None)
+    merged.notes = [n for n in merged.notes if not n.startswith(CELLS_NOTE)]
+    note = keeper.note(merged.cells_total)
+    if note:
+        merged.notes.insert(len(merged.notes) if at is None else at, note)
     write_check_bundle(out, CheckResult(merged, cells, details))
     return merged
 

@@ -11,6 +11,8 @@ the correct ones (the oracle with its columns shuffled where the order is
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 import oracle
@@ -128,11 +130,37 @@ _ULP_LEVEL = {"aiter": {"weight_accuracy": "ULP-level differences (it says)"}}
 weights_5_percent_off_declared = Candidate(name="weights-5-percent-off-declared", route=_weights_off_by(0.05), expected_deviations=_ULP_LEVEL)
 # The same 5 % under a bf16 declaration (2^-7): still beyond it.
 weights_5_percent_off_declared_bf16 = Candidate(name="weights-5-percent-off-declared-bf16", route=_weights_off_by(0.05),
-                                                expected_deviations=_ULP_LEVEL, weight_accuracy_bound={"aiter": 2.0**-7})  # fmt: skip
+                                                expected_deviations=_ULP_LEVEL, declared_bounds={"aiter": {"weight_accuracy": 2.0**-7}})  # fmt: skip
 # bf16 weights, declared as such: passes; declared as ULP-level (the default bound): fails.
 weights_in_bf16_declared_bf16 = Candidate(name="weights-in-bf16-declared-bf16", route=_weights_in_bf16, expected_deviations=_ULP_LEVEL,
-                                          weight_accuracy_bound={"aiter": 2.0**-7})  # fmt: skip
+                                          declared_bounds={"aiter": {"weight_accuracy": 2.0**-7}})  # fmt: skip
 weights_in_bf16_declared_ulp_level = Candidate(name="weights-in-bf16-declared-ulp-level", route=_weights_in_bf16, expected_deviations=_ULP_LEVEL)
+
+
+def _lowest_ranked(scores, bias, topk, renormalize, rsf):
+    """The k LOWEST-ranked experts, with the contract's weights for them."""
+    _, ranking = oracle.ranking_values(scores, bias, "aiter")
+    ids = torch.topk(-torch.nan_to_num(ranking, nan=0.0), topk, dim=1).indices.to(torch.int32)
+    return _own_weights("aiter", scores, bias, ids, renormalize, rsf), ids
+
+
+def _ranks_bf16_values(scores, bias, topk, renormalize, rsf):
+    """The engines' torch routers' ranking: the sigmoid and the bias added in bf16 (other experts near the cutoff),
+    the contract's weights for the experts chosen."""
+    ranked = torch.sigmoid(scores.to(torch.bfloat16)) + bias.to(torch.bfloat16)
+    ids = torch.topk(torch.nan_to_num(ranked.float(), nan=-math.inf), topk, dim=1).indices.to(torch.int32)
+    return _own_weights("aiter", scores, bias, ids, renormalize, rsf), ids
+
+
+_BF16_SELECTION = {"aiter": {"selection": "bf16 sigmoids choose other experts near the cutoff (it says)",
+                              "tie_order": "bf16 sigmoids tie where fp32 ones do not", "output_order": "ranked by bf16 values"}}
+# The k lowest-ranked experts under a declared selection: PASS on 75b5150 (a declared selection excused any choice).
+lowest_ranked_declared_selection = Candidate(name="lowest-ranked-declared-selection", route=_lowest_ranked, expected_deviations=_BF16_SELECTION,
+                                             declared_bounds={"aiter": {"selection": 2.0**-4}})  # fmt: skip
+# bf16 ranking declared with a bf16 bound passes; declared with none (the default, 2^-16) fails.
+bf16_ranking_declared_bf16 = Candidate(name="bf16-ranking-declared-bf16", route=_ranks_bf16_values, expected_deviations=_BF16_SELECTION,
+                                       declared_bounds={"aiter": {"selection": 2.0**-4}})  # fmt: skip
+bf16_ranking_declared_default = Candidate(name="bf16-ranking-declared-default", route=_ranks_bf16_values, expected_deviations=_BF16_SELECTION)
 
 
 # ---------------------------------------------------------------- issue 34: group aspects, column order

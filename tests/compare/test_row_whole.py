@@ -86,10 +86,12 @@ def test_a_declared_nan_rule_does_not_hide_the_wrong_numbers(tmp_path):
 
 
 @pytest.mark.parametrize("candidate, code_wanted", [("weights_5_percent_off_declared", 1), ("weights_5_percent_off_declared_bf16", 1),
-                                                   ("weights_in_bf16_declared_ulp_level", 1), ("weights_in_bf16_declared_bf16", 0)])  # fmt: skip
+                                                   ("weights_in_bf16_declared_ulp_level", 0), ("weights_in_bf16_declared_bf16", 0)])  # fmt: skip
 def test_a_declared_weight_accuracy_excuses_only_weights_within_its_bound(tmp_path, candidate, code_wanted):
     """Before: a declared weight_accuracy excused weights of any error: 5 % off under a declaration of ULP-level
-    differences passed. It now excuses weights within its bound (2^-16 relative unless the candidate names one)."""
+    differences passed. It now excuses weights within its bound (2^-16 relative unless the candidate names one).
+    Weights that are the contract's cast to bf16 are that exact counterfactual (half a bf16 ULP at most), excused
+    whatever the bound."""
     code, s = _check(tmp_path, f"{ADV}:{candidate}", "aiter", "--families", "strided", "--max-batch", "64", rows=300)
     assert code == code_wanted, (s["status"], s["clauses"])
     if code_wanted:
@@ -98,10 +100,25 @@ def test_a_declared_weight_accuracy_excuses_only_weights_within_its_bound(tmp_pa
         assert s["status"] == "pass" and s["expected_deviation_rows"] > 0
 
 
-def test_a_weight_accuracy_bound_is_a_relative_error():
-    for bound in (1.5, -0.1, "2^-8", True):
-        with pytest.raises(ValueError, match="weight_accuracy_bound") as err:
-            Candidate(name="x", route=lambda *a: None, weight_accuracy_bound={"aiter": bound})
+@pytest.mark.parametrize("candidate, code_wanted", [("lowest_ranked_declared_selection", 1), ("bf16_ranking_declared_default", 1),
+                                                   ("bf16_ranking_declared_bf16", 0)])  # fmt: skip
+def test_a_declared_selection_excuses_only_choices_near_the_cutoff(tmp_path, candidate, code_wanted):
+    """Before: a declared selection excused any choice of experts: the k lowest-ranked passed. It now excuses a choice
+    whose experts lie within its bound of the contract's cutoff (2^-16 unless the candidate names one)."""
+    code, s = _check(tmp_path, f"{ADV}:{candidate}", "aiter", "--families", "random_bf16,bf16_near_ties", "--max-batch", "16", rows=300)
+    assert code == code_wanted, (s["status"], s["clauses"])
+    if code_wanted:
+        assert s["status"] == "fail" and set(_undeclared(s)) == {"selection"}, s["clauses"]
+    else:
+        assert s["status"] == "pass" and s["expected_deviation_rows"] > 0
+
+
+def test_a_declared_bound_is_a_relative_error_of_a_bounded_clause():
+    for clause, bound, said in [("weight_accuracy", 1.5, "relative error"), ("selection", -0.1, "relative error"),
+                                ("weight_accuracy", "2^-8", "relative error"), ("selection", True, "relative error"),
+                                ("tie_order", 0.01, "only weight_accuracy and selection")]:  # fmt: skip
+        with pytest.raises(ValueError, match=said) as err:
+            Candidate(name="x", route=lambda *a: None, declared_bounds={"aiter": {clause: bound}})
         assert len(str(err.value).splitlines()) == 1
 
 

@@ -27,9 +27,9 @@ def _route(scores, bias, topk, renormalize, routed_scaling_factor):
     slot = torch.arange(topk, device=scores.device).expand_as(chosen)
     ids = torch.where(slot < valid.sum(1, keepdim=True), chosen, slot)  # the round index when nothing is left
     weights = sig.gather(1, ids)
-    scale = torch.full((scores.shape[0], 1), routed_scaling_factor, device=scores.device)
+    scale = torch.full((scores.shape[0], 1), routed_scaling_factor, dtype=torch.float32, device=scores.device)
     if renormalize:
-        total = torch.zeros(scores.shape[0], device=scores.device)
+        total = torch.zeros(scores.shape[0], dtype=torch.float32, device=scores.device)
         for j in range(topk):
             total = total + weights[:, j]
         scale = scale / total.unsqueeze(1)
