@@ -343,6 +343,12 @@ def _context_tags(context: dict) -> tuple[str, ...]:
     return CaseSpec(FAMILY, 0, 0, 1, 1, **context).tags
 
 
+@functools.lru_cache(maxsize=1)
+def _contexts_by_tags() -> dict[str, dict]:
+    """Each call context by its replay tags (``grad-inference:autocast``): built once, as a merge parses a replay id per cell."""
+    return {":".join(_context_tags(c)): c for c in CALL_CONTEXTS}
+
+
 def iter_captured_plan(f: LogitsFile, topk: int, *, bulk_rows: int | None, renormalize: bool, routed_scaling_factor: float,
                        contract_bias: bool, n_group: int = 1, topk_group: int = 1, sizes=CAPTURED_SIZES,
                        context_sizes: tuple[int, ...] = ()) -> Iterator[CaseSpec]:  # fmt: skip
@@ -402,8 +408,7 @@ def parse_captured_replay(text: str) -> tuple[str, int, int, bool, dict]:
     """``(family, first row, rows, bulk, call context)`` of a captured case's replay id."""
     parts = text.split(":")
     bulk = len(parts) == 4 and parts[3] == "bulk"
-    by_tags = {":".join(_context_tags(c)): c for c in CALL_CONTEXTS}
-    context = by_tags.get(":".join(parts[3:])) if len(parts) > 3 and not bulk else {}
+    context = _contexts_by_tags().get(":".join(parts[3:])) if len(parts) > 3 and not bulk else {}
     if len(parts) < 3 or context is None:
         raise CapturedError(f"--replay {text!r} must be {FAMILY}[.L<layer>]:FIRST_ROW:ROWS[:bulk] or ...:ROWS:CONTEXT (a call "
                             "context's tags, e.g. :grad-inference:autocast), as printed in a report's replay line")  # fmt: skip

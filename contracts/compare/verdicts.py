@@ -27,7 +27,7 @@ import torch
 from . import attribution as A
 from .reasons import generic_reason, reason_text
 from .shared import add_to_blame, split_shared
-from .tolerance import declared_bound, plain_contract_tolerance, ulp_distance, weights_close, within_declared_accuracy
+from .tolerance import BOUNDED_CLAUSES, declared_bound, plain_contract_tolerance, ulp_distance, weights_close, within_declared_accuracy
 
 __all__ = ["DETAILS_PER_CLAUSE", "UNDECLARABLE", "VERDICTS", "CaseOutcome", "compare_case", "plain_output", "row_blame"]
 
@@ -164,7 +164,7 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     twice = torch.zeros(rows, dtype=torch.bool, device=rest.device).index_put_((rest,), twice_rest)
     bad = rest[~good_rest]
     declared_clauses = torch.tensor([name in deviations and name not in UNDECLARABLE for name in A.CLAUSE_ORDER], device=bad.device)
-    bounds = {clause: declared_bound(deviations, clause) for clause in ("weight_accuracy", "selection")}
+    bounds = {clause: declared_bound(deviations, clause) for clause in BOUNDED_CLAUSES}
     for start in range(0, bad.numel(), _CHUNK):
         rows_b = bad[start : start + _CHUNK]
         values = exp.values(rows_b)

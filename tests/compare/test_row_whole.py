@@ -85,6 +85,15 @@ def test_a_declared_nan_rule_does_not_hide_the_wrong_numbers(tmp_path):
     assert s["mismatched_rows"] > s["expected_deviation_rows"], (s["mismatched_rows"], s["expected_deviation_rows"])
 
 
+def _bounded_declaration_verdict(tmp_path, candidate, clause, code_wanted, *families_and_batch):
+    code, s = _check(tmp_path, f"{ADV}:{candidate}", "aiter", "--families", *families_and_batch, rows=300)
+    assert code == code_wanted, (s["status"], s["clauses"])
+    if code_wanted:
+        assert s["status"] == "fail" and set(_undeclared(s)) == {clause}, s["clauses"]
+    else:
+        assert s["status"] == "pass" and s["expected_deviation_rows"] > 0
+
+
 @pytest.mark.parametrize("candidate, code_wanted", [("weights_5_percent_off_declared", 1), ("weights_5_percent_off_declared_bf16", 1),
                                                    ("weights_in_bf16_declared_ulp_level", 0), ("weights_in_bf16_declared_bf16", 0)])  # fmt: skip
 def test_a_declared_weight_accuracy_excuses_only_weights_within_its_bound(tmp_path, candidate, code_wanted):
@@ -92,12 +101,7 @@ def test_a_declared_weight_accuracy_excuses_only_weights_within_its_bound(tmp_pa
     differences passed. It now excuses weights within its bound (2^-16 relative unless the candidate names one).
     Weights that are the contract's cast to bf16 are that exact counterfactual (half a bf16 ULP at most), excused
     whatever the bound."""
-    code, s = _check(tmp_path, f"{ADV}:{candidate}", "aiter", "--families", "strided", "--max-batch", "64", rows=300)
-    assert code == code_wanted, (s["status"], s["clauses"])
-    if code_wanted:
-        assert s["status"] == "fail" and set(_undeclared(s)) == {"weight_accuracy"}, s["clauses"]
-    else:
-        assert s["status"] == "pass" and s["expected_deviation_rows"] > 0
+    _bounded_declaration_verdict(tmp_path, candidate, "weight_accuracy", code_wanted, "strided", "--max-batch", "64")
 
 
 @pytest.mark.parametrize("candidate, code_wanted", [("lowest_ranked_declared_selection", 1), ("bf16_ranking_declared_default", 1),
@@ -105,12 +109,7 @@ def test_a_declared_weight_accuracy_excuses_only_weights_within_its_bound(tmp_pa
 def test_a_declared_selection_excuses_only_choices_near_the_cutoff(tmp_path, candidate, code_wanted):
     """Before: a declared selection excused any choice of experts: the k lowest-ranked passed. It now excuses a choice
     whose experts lie within its bound of the contract's cutoff (2^-16 unless the candidate names one)."""
-    code, s = _check(tmp_path, f"{ADV}:{candidate}", "aiter", "--families", "random_bf16,bf16_near_ties", "--max-batch", "16", rows=300)
-    assert code == code_wanted, (s["status"], s["clauses"])
-    if code_wanted:
-        assert s["status"] == "fail" and set(_undeclared(s)) == {"selection"}, s["clauses"]
-    else:
-        assert s["status"] == "pass" and s["expected_deviation_rows"] > 0
+    _bounded_declaration_verdict(tmp_path, candidate, "selection", code_wanted, "random_bf16,bf16_near_ties", "--max-batch", "16")
 
 
 def test_a_declared_bound_is_a_relative_error_of_a_bounded_clause():
