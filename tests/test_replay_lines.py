@@ -163,7 +163,9 @@ def test_a_layout_cases_replay_id_rebuilds_its_layout(router, tag):
 
 @pytest.mark.parametrize("router, tags", [("wrong_when_the_logits_require_grad", "grad-on:logits_grad"),
                                           ("wrong_when_bf16_logits_require_grad_under_autocast",
-                                           "grad-on:bias_parameter-trainable:logits_grad:autocast")])  # fmt: skip
+                                           "grad-on:bias_parameter-trainable:logits_grad:autocast"),
+                                          ("wrong_under_fp16_autocast_in_inference_mode", "grad-inference:autocast-fp16"),
+                                          ("wrong_under_deterministic_algorithms", "grad-off:deterministic")])  # fmt: skip
 def test_a_call_contexts_replay_id_rebuilds_the_context(router, tags):
     # The replay of a case pinned to logits requiring grad, under autocast, calls the router so again: the row still
     # fails; without the tags the router (wrong in that context only) is right.
@@ -177,5 +179,5 @@ def test_a_call_contexts_replay_id_rebuilds_the_context(router, tags):
     assert spec.replay_id == f"random_bf16:7:4:{tags}"
     cand = get_candidate(f"tests.adversarial.call_contexts:{router}")
     assert replay_row(cand, "aiter", "cpu", spec, 0).failed
-    plain = dataclasses.replace(spec, grad_mode=None, bias_parameter=None, logits_grad=False, autocast=False)
+    plain = dataclasses.replace(spec, grad_mode=None, bias_parameter=None, logits_grad=False, autocast=None, deterministic=False)
     assert not replay_row(cand, "aiter", "cpu", plain, 0).failed

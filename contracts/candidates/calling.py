@@ -7,8 +7,8 @@ and runs the ``--against`` candidate.
 Each call gets its own copy of the case's inputs (same bits, same layout:
 strides, storage offset and the padding of strided rows; the bias as an
 ``nn.Parameter``, the logits requiring grad, the call under ``no_grad`` or
-``inference_mode``, under ``autocast`` and a bf16 default dtype where the case
-pins that context) and what it
+``inference_mode``, under ``autocast`` (bf16 or fp16), a bf16 default dtype and
+deterministic algorithms where the case pins that context) and what it
 returns is copied at once, before anything else runs. So a candidate that
 mutates or re-points its inputs (``scores.set_()``, ``t_()``) cannot
 corrupt the harness's copy, a candidate that returns the same static
@@ -123,6 +123,7 @@ def _same_bytes(a, b) -> bool:
 
 
 _DEFAULT_DTYPES = {"bf16": torch.bfloat16}
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @contextlib.contextmanager
@@ -134,6 +135,19 @@ def _default_dtype(dtype: torch.dtype):
         yield
     finally:
         torch.set_default_dtype(previous)
+
+
+@contextlib.contextmanager
+def _deterministic_algorithms():
+    """``torch.use_deterministic_algorithms(True)`` for the call, the previous setting restored whatever the call does.
+    warn_only: what a router sees is the flag (and torch.empty's NaN fill); an op with no deterministic form warns, as
+    it cannot be made to pass in a process whose cuBLAS started without CUBLAS_WORKSPACE_CONFIG."""
+    previous, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous, warn_only=warn_only)
 
 
 class _Inputs:
@@ -154,12 +168,15 @@ class _Inputs:
 
     def grad_context(self) -> contextlib.ExitStack:
         """The context the call runs in: the case's pinned grad mode (default: grad enabled), under
-        ``torch.autocast(device, bfloat16)`` and a bf16 default dtype where the case pins them."""
+        ``torch.autocast(device, bfloat16 or float16)``, a bf16 default dtype and deterministic algorithms where the case
+        pins them."""
         spec = self.case.spec
         stack = contextlib.ExitStack()
         stack.enter_context(torch.inference_mode() if spec.grad_mode == "inference" else torch.set_grad_enabled(spec.grad_mode != "off"))
         if spec.autocast:
-            stack.enter_context(torch.autocast(self.scores.device.type, dtype=torch.bfloat16))
+            stack.enter_context(torch.autocast(self.scores.device.type, dtype=_AUTOCAST_DTYPES[spec.autocast]))
+        if spec.deterministic:
+            stack.enter_context(_deterministic_algorithms())
         if spec.default_dtype:
             stack.enter_context(_default_dtype(_DEFAULT_DTYPES[spec.default_dtype]))
         return stack

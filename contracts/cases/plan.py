@@ -40,7 +40,8 @@ bias (``ZERO_BIAS_FAMILIES``) one more with an all-zero bias; ``random_fp32`` (f
 fp16 logits) and ``random_bf16`` call in every call context but the default
 (``CALL_CONTEXTS``: grad on, off or inference mode, the bias a plain tensor or
 an ``nn.Parameter``, frozen or trainable, the logits requiring grad, autocast:
-every conjunction; and a bf16 default dtype in each grad mode and in a training step). Each of those dtype, layout and context pins
+every conjunction; a bf16 default dtype and autocast to fp16 in each grad mode and in a training step; deterministic
+algorithms in each grad mode). Each of those dtype, layout and context pins
 runs in **every launch class** of the checked shape: at 1 and 2 rows (one
 row is often a class of its own, the decode step), at 64, and at the first
 batch of each launch shape the kernels use there under the contract
@@ -93,7 +94,12 @@ class CaseSpec:
     # pinned: the logits require grad, a view of a leaf as a training step's gate output is (grad mode "on" only: a
     # tensor made under no_grad or inference mode never requires grad)
     logits_grad: bool = False
-    autocast: bool = False  # pinned: the call runs under torch.autocast(device, bfloat16), as mixed precision runs a model
+    # pinned: the call runs under torch.autocast(device, bfloat16) ("bf16") or float16 ("fp16"), as mixed precision runs
+    # a model
+    autocast: str | None = None
+    # pinned: the call runs under torch.use_deterministic_algorithms(True) (warn_only: an op without a deterministic
+    # form warns rather than raises; torch.empty then fills with NaN), as a reproducible run sets it
+    deterministic: bool = False
     # pinned: the call runs under torch.set_default_dtype(bfloat16) ("bf16"), as some training frameworks set it: a
     # tensor a router makes without a dtype is bf16 there
     default_dtype: str | None = None
@@ -110,8 +116,8 @@ class CaseSpec:
     def tags(self) -> tuple[str, ...]:
         """What the spec pins, as replay-id parts: ``bulk``, ``logits-fp16``, ``bias-bf16``, ``offset-0``,
         ``bias_offset-1``, ``logits_offset-1``, ``column_stride-2``, ``transposed``, ``bias_stride-2``,
-        ``renormalize-off``, ``scaling-2.5``, ``grad-inference``, ``bias_parameter-frozen``, ``logits_grad``, ``autocast``,
-        ``default_dtype-bf16``, ``zero_bias``."""
+        ``renormalize-off``, ``scaling-2.5``, ``grad-inference``, ``bias_parameter-frozen``, ``logits_grad``, ``autocast``
+        (bf16), ``autocast-fp16``, ``default_dtype-bf16``, ``deterministic``, ``zero_bias``."""
         return (("bulk",) if self.bulk else ()) + ((f"logits-{self.logits_dtype}",) if self.logits_dtype else ()) + (
             (f"bias-{self.bias_dtype}",) if self.bias_dtype else ()) + (
             (f"offset-{self.offset}",) if self.offset is not None else ()) + (
@@ -124,14 +130,16 @@ class CaseSpec:
             (f"scaling-{self.scaling:g}",) if self.scaling is not None else ()) + (
             (f"grad-{self.grad_mode}",) if self.grad_mode is not None else ()) + (
             (f"bias_parameter-{self.bias_parameter}",) if self.bias_parameter is not None else ()) + (
-            ("logits_grad",) if self.logits_grad else ()) + (("autocast",) if self.autocast else ()) + (
+            ("logits_grad",) if self.logits_grad else ()) + (
+            (("autocast",) if self.autocast == "bf16" else (f"autocast-{self.autocast}",)) if self.autocast else ()) + (
             (f"default_dtype-{self.default_dtype}",) if self.default_dtype else ()) + (
-            ("zero_bias",) if self.zero_bias else ())  # fmt: skip
+            ("deterministic",) if self.deterministic else ()) + (("zero_bias",) if self.zero_bias else ())  # fmt: skip
 
     @property
     def in_context(self) -> bool:
         """Whether the case pins a call context (``CALL_CONTEXTS``) rather than the default."""
-        return self.grad_mode is not None or self.bias_parameter is not None or self.logits_grad or self.autocast or self.default_dtype is not None
+        return (self.grad_mode is not None or self.bias_parameter is not None or self.logits_grad or self.autocast is not None
+                or self.default_dtype is not None or self.deterministic)
 
     @property
     def replay_id(self) -> str:
@@ -405,19 +413,26 @@ BIAS_PARAMETERS = ("frozen", "trainable")
 # the logits requiring grad or not (grad on only) and the call under autocast or not, but the default (grad on, plain
 # tensors, no autocast: every other case). A kernel wrapper whose path depends on torch.is_grad_enabled(), inference
 # mode, an input's requires_grad (a custom op's autograd kernel, a fallback for tensors that require grad) or
-# torch.is_autocast_enabled() is checked in each, and in each conjunction of them. The first eight (grad mode x bias)
+# torch.is_autocast_enabled() is checked in each, and in each conjunction of them; the autocast dtype, the default
+# dtype and deterministic algorithms in each grad mode. The first eight (grad mode x bias)
 # keep their place, so the seeds of the cases that pinned them before stay what they were. Without a bias: the
 # contexts with a plain bias.
 def _call_contexts() -> tuple[dict, ...]:
     combos = [(m, p, False, False) for m in GRAD_MODES for p in (None, *BIAS_PARAMETERS)]
     combos += [(m, p, g, a) for m in GRAD_MODES for p in (None, *BIAS_PARAMETERS) for g in ((False, True) if m == "on" else (False,))
-               for a in (False, True) if g or a]  # fmt: skip
+               for a in (None, "bf16") if g or a]  # fmt: skip
     fields = ("grad_mode", "bias_parameter", "logits_grad", "autocast")
     contexts = [{k: v for k, v in zip(fields, combo) if v or k == "bias_parameter"} for combo in combos if combo != ("on", None, False, False)]
     # A bf16 default dtype in each grad mode, and in a training step's context (a trainable bias, logits requiring
     # grad): what a router makes without a dtype is bf16 then, whatever the rest of the context is.
     contexts += [{"grad_mode": m, "bias_parameter": None, "default_dtype": "bf16"} for m in GRAD_MODES]
     contexts += [{"grad_mode": "on", "bias_parameter": "trainable", "logits_grad": True, "default_dtype": "bf16"}]
+    # Autocast to fp16 (a path chosen by torch.get_autocast_dtype) in each grad mode and in a training step; and
+    # deterministic algorithms (torch.are_deterministic_algorithms_enabled) in each grad mode. Appended, so the
+    # contexts above keep their seeds.
+    contexts += [{"grad_mode": m, "bias_parameter": None, "autocast": "fp16"} for m in GRAD_MODES]
+    contexts += [{"grad_mode": "on", "bias_parameter": "trainable", "logits_grad": True, "autocast": "fp16"}]
+    contexts += [{"grad_mode": m, "bias_parameter": None, "deterministic": True} for m in GRAD_MODES]
     return tuple(contexts)
 
 

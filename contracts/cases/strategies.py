@@ -187,7 +187,8 @@ class RoutingExample:
     # (contracts.cases.build.draw_expert_scale, as the checks draw them); None otherwise.
     expert_scale_seed: int | None = None
     # The context of the call: 0 the default (grad on, plain tensors, no autocast), i > 0 ``CALL_CONTEXTS[i - 1]``
-    # (grad mode, the bias as a Parameter, logits requiring grad, autocast)
+    # (grad mode, the bias as a Parameter, logits requiring grad, autocast and its dtype, the default dtype, deterministic
+    # algorithms)
     call_context: int = 0
     _cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 

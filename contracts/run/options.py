@@ -55,7 +55,8 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
     parts = text.split(":")
     tags = parts[3:]  # what the case pins: bulk (drawn on the device), logits-fp16, bias-bf16 / -fp16 / -fp32, offset-N,
     # bias_offset-N, logits_offset-N, column_stride-N, transposed, bias_stride-N, renormalize-on|off, scaling-F,
-    # grad-on|off|inference, bias_parameter-frozen|trainable, logits_grad, autocast, default_dtype-bf16, zero_bias
+    # grad-on|off|inference, bias_parameter-frozen|trainable, logits_grad, autocast, autocast-fp16, default_dtype-bf16, deterministic,
+    # zero_bias
     pinned: dict = {}
     for tag in tags:
         kind, _, value = tag.partition("-")
@@ -83,8 +84,10 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
             pinned["grad_mode"] = value
         elif kind == "bias_parameter" and value in BIAS_PARAMETERS:
             pinned["bias_parameter"] = value
-        elif tag in ("logits_grad", "autocast"):
+        elif tag in ("logits_grad", "deterministic"):
             pinned[tag] = True
+        elif tag == "autocast" or (kind == "autocast" and value == "fp16"):
+            pinned["autocast"] = value or "bf16"
         elif kind == "default_dtype" and value == "bf16":
             pinned["default_dtype"] = value
         else:
@@ -94,7 +97,8 @@ def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"
         raise OptionError(f"{option} {text!r} must be FAMILY:SEED:ROWS or FAMILY:SEED:ROWS:bulk (a pinned case adds :logits-fp16, "
                           ":bias-bf16, :bias-fp16, :bias-fp32, :offset-N, :bias_offset-N, :logits_offset-N, :column_stride-N, "
                           ":transposed, :bias_stride-N, :renormalize-on|off, :scaling-F, :grad-on|off|inference, "
-                          ":bias_parameter-frozen|trainable, :logits_grad, :autocast, :default_dtype-bf16 or :zero_bias), as printed in a report's replay line")  # fmt: skip
+                          ":bias_parameter-frozen|trainable, :logits_grad, :autocast, :autocast-fp16, :default_dtype-bf16, :deterministic or "
+                          ":zero_bias), as printed in a report's replay line")  # fmt: skip
     family, seed_text, rows_text = parts[:3]
     if family not in FAMILY_NAMES:
         raise OptionError(f"{option} family {family!r} is unknown; known: {', '.join(FAMILY_NAMES)}")

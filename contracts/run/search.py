@@ -20,7 +20,8 @@ The bundle (``--out``, default ``reports/<UTC time>-search-<candidate>``):
   ``reason``, ``example``: the strategy's description of the input; and
   ``expert_scale`` under a contract with a per-expert weight scale, ``context``
   when the call ran in a call context other than the default: grad mode, the
-  bias as a Parameter, logits requiring grad, autocast). Other
+  bias as a Parameter, logits requiring grad, autocast, the default dtype,
+  deterministic algorithms). Other
   clauses that broke get ``minimal-<clause>.pt``.
 - ``search.md``: the minimal failing row side by side (expected vs actual
   ids and weights) with the one-line replay command.
@@ -136,7 +137,8 @@ def check_input(route, contract: str, deviations: dict, scores, bias, topk, reno
                 expert_scale: torch.Tensor | None = None, context: dict | None = None):  # fmt: skip
     """Run ``route`` and the oracle on one input; ``(outcome, first unexpected mismatch detail or None)``.
     ``expert_scale``: the call's per-expert weight scale, passed to both (contracts that have one); ``context``: the
-    call context's ``CaseSpec`` fields (grad mode, the bias as a Parameter, logits requiring grad, autocast). The call
+    call context's ``CaseSpec`` fields (grad mode, the bias as a Parameter, logits requiring grad, autocast, the default dtype,
+    deterministic algorithms). The call
     is the checks' (``contracts.candidates.calling``): private copies of the inputs, the context, a fence against
     ``os._exit``, the answer copied from its memory at once."""
     scores_d, bias_d = _to_device(scores, device), _to_device(bias, device)

@@ -94,6 +94,34 @@ def wrong_under_a_bf16_default_dtype(scores, bias, topk, renormalize, rsf):
     return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), torch.get_default_dtype() == torch.bfloat16 and scores.shape[0] > 0)
 
 
+def wrong_under_fp16_autocast(scores, bias, topk, renormalize, rsf):
+    """Wrong output order under torch.autocast with fp16 (mixed precision on GPUs without bf16, or by choice): a path
+    chosen by torch.get_autocast_dtype. Passed on 7834d12: every autocast call was bf16."""
+    dev = scores.device.type
+    wrong = torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev) == torch.float16 and scores.shape[0] > 0
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), wrong)
+
+
+def wrong_under_fp16_autocast_in_inference_mode(scores, bias, topk, renormalize, rsf):
+    """The same only under inference mode too (a serving engine's fp16 forward). Passed on 7834d12."""
+    dev = scores.device.type
+    wrong = (torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev) == torch.float16 and torch.is_inference_mode_enabled()
+             and scores.shape[0] > 0)  # fmt: skip
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), wrong)
+
+
+def wrong_under_deterministic_algorithms(scores, bias, topk, renormalize, rsf):
+    """Wrong output order under torch.use_deterministic_algorithms(True) (reproducible training and evaluation runs
+    set it): a wrapper that swaps in another kernel there. Passed on 7834d12: no call ran with it on."""
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), torch.are_deterministic_algorithms_enabled() and scores.shape[0] > 0)
+
+
+def wrong_under_deterministic_algorithms_without_grad(scores, bias, topk, renormalize, rsf):
+    """Wrong only with deterministic algorithms on and grad off (a reproducible evaluation loop). Passed on 7834d12."""
+    wrong = torch.are_deterministic_algorithms_enabled() and not torch.is_grad_enabled() and scores.shape[0] > 0
+    return _reverse_first_row(correct(scores, bias, topk, renormalize, rsf), wrong)
+
+
 # ---------------------------------------------------------------- where the inputs start
 
 

@@ -16,7 +16,7 @@ import torch
 
 from contracts.cases.families import FAMILIES
 from contracts.cases.coverage import coverage_of
-from contracts.cases.plan import CALL_CONTEXTS, iter_plan, sweep_sizes
+from contracts.cases.plan import CALL_CONTEXTS, GRAD_MODES, iter_plan, sweep_sizes
 from contracts.run.checks import run_checks
 from contracts.run.options import parse_replay
 from tests.adversarial import call_contexts as call_contexts_module
@@ -379,11 +379,16 @@ CTX = "tests.adversarial.call_contexts"
                                           ("wrong_when_the_bias_is_a_parameter", {"bias_parameter-frozen", "bias_parameter-trainable"}),
                                           ("wrong_when_the_bias_requires_grad", {"bias_parameter-trainable"}),
                                           ("wrong_when_the_logits_require_grad", {"logits_grad"}), ("wrong_under_autocast", {"autocast"}),
-                                          ("wrong_under_a_bf16_default_dtype", {"default_dtype-bf16"})])  # fmt: skip
+                                          ("wrong_under_a_bf16_default_dtype", {"default_dtype-bf16"}),
+                                          ("wrong_under_fp16_autocast", {"autocast-fp16"}),
+                                          ("wrong_under_fp16_autocast_in_inference_mode", {"autocast-fp16"}),
+                                          ("wrong_under_deterministic_algorithms", {"deterministic"}),
+                                          ("wrong_under_deterministic_algorithms_without_grad", {"deterministic"})])  # fmt: skip
 def test_a_router_wrong_only_in_one_autograd_context_fails(router, tags, tmp_path):
     # Every case was called with grad enabled and a plain bias tensor: each of the first four passed the default check
-    # on 3221a05; the logits never required grad, no call ran under autocast or a bf16 default dtype: the last three
-    # passed on 75b5150.
+    # on 3221a05; the logits never required grad, no call ran under autocast or a bf16 default dtype: the next three
+    # passed on 75b5150; every autocast was bf16 and deterministic algorithms were never on: the last four passed on
+    # 7834d12.
     run = run_checks([f"{CTX}:{router}"], families=["random_fp32"], rows=100, isolate=False, out=tmp_path / router, progress=False)
     s, details = run.summaries[0], run.results[0].details
     assert s.status.value == "fail" and s.mismatched_rows >= 1, s
@@ -406,13 +411,16 @@ def test_weights_made_in_the_default_dtype_fail_validity_under_a_bf16_default(tm
 @pytest.mark.parametrize("router, family, tags", [
     ("wrong_under_inference_mode_on_bf16_logits", "random_bf16", {"grad-inference"}),
     ("wrong_under_no_grad_on_fp16_logits", "random_fp32", {"grad-off", "logits-fp16"}),
-    ("wrong_when_bf16_logits_require_grad_under_autocast", "random_bf16", {"logits_grad", "autocast", "bias_parameter-trainable"})])  # fmt: skip
+    # (under autocast to bf16 or to fp16: the router looks only at whether autocast is on)
+    ("wrong_when_bf16_logits_require_grad_under_autocast", "random_bf16", {"logits_grad", "bias_parameter-trainable"})])  # fmt: skip
 def test_a_router_wrong_only_in_a_context_on_one_logits_dtype_fails(router, family, tags, tmp_path):
     # The call contexts were pinned with fp32 logits only, and one at a time: each passed the default check on 75b5150.
     run = run_checks([f"{CTX}:{router}"], families=[family], rows=20, isolate=False, out=tmp_path / router, progress=False)
     s, details = run.summaries[0], run.results[0].details
     assert s.status.value == "fail" and set(s.clauses_broken) == {"output_order"}, (s.status, s.clauses_broken)
     assert details and all(tags <= set(d.case.split(":")[3:]) for d in details), {d.case for d in details}
+    if "autocast" in router:
+        assert all({"autocast", "autocast-fp16"} & set(d.case.split(":")[3:]) for d in details), {d.case for d in details}
 
 
 def test_a_router_wrong_only_under_inference_mode_fails_in_a_worker(tmp_path):
@@ -427,13 +435,16 @@ def test_every_call_context_is_pinned_in_every_launch_class_and_called_so():
     from contracts.cases import build_case
 
     def context(c) -> tuple:
-        return c.get("grad_mode"), c.get("bias_parameter"), c.get("logits_grad", False), c.get("autocast", False), c.get("default_dtype")
+        return (c.get("grad_mode"), c.get("bias_parameter"), c.get("logits_grad", False), c.get("autocast"), c.get("default_dtype"),
+                c.get("deterministic", False))  # fmt: skip
 
     # grad mode x bias as a tensor or a frozen or trainable Parameter x logits requiring grad (grad on only) x autocast,
-    # but the default: every conjunction, so a path chosen by any function of them is met; and a bf16 default dtype in
-    # each grad mode and in a training step
-    assert len(CALL_CONTEXTS) == 3 * 2 * 2 + 2 * 3 * 2 - 1 + 3 + 1 == len({context(c) for c in CALL_CONTEXTS})
+    # but the default: every conjunction, so a path chosen by any function of them is met; a bf16 default dtype and
+    # autocast to fp16 in each grad mode and in a training step; deterministic algorithms in each grad mode
+    assert len(CALL_CONTEXTS) == 3 * 2 * 2 + 2 * 3 * 2 - 1 + (3 + 1) * 2 + 3 == len({context(c) for c in CALL_CONTEXTS})
     assert {c.get("default_dtype") for c in CALL_CONTEXTS} == {None, "bf16"}
+    assert {c.get("autocast") for c in CALL_CONTEXTS} == {None, "bf16", "fp16"}
+    assert {c.get("grad_mode") for c in CALL_CONTEXTS if c.get("deterministic")} == set(GRAD_MODES)
     dtypes = {"random_fp32": {None, "fp16"}, "random_bf16": {None}}  # fp32 / fp16 logits there, bf16 here
     for family in ("random_fp32", "random_bf16"):
         specs = [s for s in iter_plan([family], 10, 0, 64, 4, max_batch=9) if s.grad_mode]
@@ -444,7 +455,8 @@ def test_every_call_context_is_pinned_in_every_launch_class_and_called_so():
 
     def route(scores, bias, topk, renormalize, rsf):
         seen.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled(), type(bias), bias.requires_grad, scores.requires_grad,
-                     scores.is_leaf, torch.is_autocast_enabled("cpu"), torch.get_default_dtype()))  # fmt: skip
+                     scores.is_leaf, torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu"), torch.get_default_dtype(),
+                     torch.are_deterministic_algorithms_enabled()))  # fmt: skip
         return correct(scores, bias, topk, renormalize, rsf)
 
     from contracts.candidates.calling import _call
@@ -452,13 +464,15 @@ def test_every_call_context_is_pinned_in_every_launch_class_and_called_so():
     for spec in specs + [s for s in iter_plan(["random_fp32"], 10, 0, 64, 4, max_batch=9) if s.grad_mode][:40]:
         answer, error = _call(route, _Inputs(build_case(spec)))
         assert error is None and not answer[0].requires_grad, spec.replay_id
-        grad, inference, kind, requires_grad, logits_grad, leaf, autocast, default_dtype = seen[-1]
+        grad, inference, kind, requires_grad, logits_grad, leaf, autocast, default_dtype, deterministic = seen[-1]
+        assert autocast == {None: False, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.autocast], spec.replay_id
+        assert deterministic == spec.deterministic and not torch.are_deterministic_algorithms_enabled(), spec.replay_id
         assert default_dtype == (torch.bfloat16 if spec.default_dtype else torch.float32), spec.replay_id
         assert torch.get_default_dtype() == torch.float32  # restored
         assert grad == (spec.grad_mode == "on") and inference == (spec.grad_mode == "inference"), spec.replay_id
         assert (kind is torch.nn.Parameter) == (spec.bias_parameter is not None), spec.replay_id
         assert requires_grad == (spec.bias_parameter == "trainable"), spec.replay_id
-        assert logits_grad == spec.logits_grad and leaf == (not spec.logits_grad) and autocast == spec.autocast, spec.replay_id
+        assert logits_grad == spec.logits_grad and leaf == (not spec.logits_grad), spec.replay_id
     no_bias = [s for s in iter_plan(["random_fp32"], 10, 0, 64, 4, max_batch=9, bias=False) if s.grad_mode]
     assert not any(s.bias_parameter for s in no_bias)
     assert {context(dataclasses.asdict(s)) for s in no_bias} == {context(c) for c in CALL_CONTEXTS if c["bias_parameter"] is None}
