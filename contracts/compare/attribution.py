@@ -73,6 +73,9 @@ R_SELECTION, R_SELECTION_FTZ, R_ORDER, R_ORDER_FTZ, R_NOT_TOP_NUMBERS, R_NOT_TOP
 R_BIAS, R_GUARD_DIVIDED, R_NOT_RENORMALIZED, R_SCALING, R_ACCURACY = 60, 61, 62, 63, 64
 R_RENORMALIZED, R_SOFTMAX_OF_CHOSEN, R_SOFTMAX_OF_ALL, R_FACTOR, R_EPS_MISSING = 65, 66, 67, 68, 69
 R_EPS_ADDED = 74
+# How far bf16 arithmetic (a sigmoid, a sum of k, a division and a scaling, each rounded to 8 bits) takes a weight: below
+# 2^-5 for k up to 16; twice that.
+_NARROW_ARITHMETIC = 2.0**-4
 # a per-expert weight scale (weight_scale="per_expert") ignored, applied before renormalizing, taken by slot, or twice
 R_SCALE_IGNORED, R_SCALE_BEFORE_RENORM, R_SCALE_BY_SLOT, R_SCALE_TWICE = 70, 71, 72, 73
 # the shared expert's column (shared_expert_slot="last", contracts.compare.shared): its id, its weight
@@ -92,7 +95,9 @@ class Blame:
     ids_code: torch.Tensor
     weights_code: torch.Tensor
     slot: torch.Tensor  # [B] the first differing slot (-1 if none)
-    reference_weights: torch.Tensor  # [B, k] the contract's weights for the candidate's own experts
+    # [B, k] the contract's weights for the candidate's own experts (where the row also breaks renorm_guard in a narrower
+    # arithmetic, that rule's weights): what a declared weight_accuracy's bound is measured from
+    reference_weights: torch.Tensor
     weights_ok: torch.Tensor  # [B, k] bool
     # The row-whole check of the ids, beside a clause that frees part of them (nan_last, sentinel_fallback):
     # ``selection`` when the experts that clause does not free are not the top ones.
@@ -605,6 +610,8 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
         return clause, code, clause2, code2, factor, reference, ok
     todo = bad.clone()
     casts = _casts(r.w, case.scores.dtype)
+    bounded_against = reference  # what a declared weight_accuracy's bound is measured from: the contract's weights, or
+    # the counterfactual of the rule the row also breaks
 
     def close_to(alt):
         # The counterfactual as it is, or rounded to a dtype the row's weights may have been cast to. Rounded, only
@@ -636,6 +643,7 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
     for dtype, rows_cast in casts:
         assign(rows_cast & weights_close(r.w, reference.to(dtype).float(), c).all(1), "weight_accuracy", _CAST_CODE[dtype])
     total = chosen.sum(1)
+    guards = []  # the division rule's counterfactuals: (weights, code)
     if renormalize and c.renormalize != "raw":
         # A sum the contract's guard (or epsilon) does not divide by, divided by anyway: NaN or inf weights.
         raw = oracle.weights_from(chosen, contract=c.replace(renormalize="raw"), renormalize=True, routed_scaling_factor=rsf,
@@ -645,6 +653,7 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
         # the raw sum where the contract adds its epsilon (a tiny sum): the division rule, not a factor
         assign(close_to(raw) & differs(raw) & torch.isfinite(raw).all(1), "renorm_guard", R_EPS_MISSING)
         assign(~(total > 0) & ~torch.isfinite(r.w).all(1) & torch.isfinite(reference).all(1), "renorm_guard", R_GUARD_DIVIDED)
+        guards.append((raw, R_EPS_MISSING))
     if renormalize and c.renormalize != "eps":
         # The sum plus the engines' epsilon (1e-20) where the contract divides by the raw sum: a sum of underflowed
         # sigmoids then divides to nearly nothing. Before the renormalization flag, whose counterfactual (the raw
@@ -652,6 +661,7 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
         eps = oracle.weights_from(chosen, contract=c.replace(renormalize="eps", renorm_eps=1e-20), renormalize=True,
                                   routed_scaling_factor=rsf, logits_dtype=case.scores.dtype, slot_scale=slot_scale)  # fmt: skip
         assign(close_to(eps) & differs(eps) & torch.isfinite(eps).all(1), "renorm_guard", R_EPS_ADDED)
+        guards.append((eps, R_EPS_ADDED))
     if c.has_bias:
         with_bias = formula(_gather(r.ranking, r.a))
         # an all-zero bias gives the same weights; NaN or infinite biases make both formulas NaN: that
@@ -682,6 +692,18 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
         for hit2, name2, why2 in matches[i + 1 :]:
             assign(hit & hit2, name, why, name2, why2)
         assign(hit, name, why)
+    # The division rule in a narrower arithmetic: weights within 2^-4 of a guard's counterfactual that lies far from
+    # the contract's weights (a tiny sum, which the epsilon dwarfs or does not), as a router that takes its sigmoids and
+    # their sum in bf16 and divides by the raw sum gives (vLLM's torch router). Otherwise the "any other constant" rule
+    # below names scaling, a factor of about 1e16 that no kernel engineer would look for. The division is the rule to
+    # fix; the rest is the arithmetic's, so the row breaks weight_accuracy too, bounded against the counterfactual: a
+    # declared weight_accuracy may excuse the arithmetic, never the division.
+    for alt, why in guards:
+        far = ~torch.isclose(alt, reference, rtol=0.5, atol=c.weight_atol, equal_nan=True).all(1)
+        near = torch.isclose(r.w, alt, rtol=_NARROW_ARITHMETIC, atol=c.weight_atol).all(1)
+        hit = todo & far & near & torch.isfinite(alt).all(1)
+        assign(hit, "renorm_guard", why, "weight_accuracy", R_ACCURACY)
+        bounded_against = torch.where(hit.unsqueeze(1), alt, bounded_against)
     # A constant factor: the scaling factor applied twice or not at all, 1/k, ... alone or beside a rule.
     for f in _factors(k, rsf):
         assign(close_to(reference * f), "scaling", R_FACTOR, by=f)
@@ -696,7 +718,7 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
     constant = several & torch.isfinite(mean) & ((mean.log().abs()) > math.log(1.1)) & close_to(reference * mean.unsqueeze(1))
     assign(constant, "scaling", R_FACTOR, by=mean)
     assign(torch.ones_like(todo), "weight_accuracy", R_ACCURACY)
-    return clause, code, clause2, code2, factor, reference, ok
+    return clause, code, clause2, code2, factor, bounded_against, ok
 
 
 def _fallback_too_early(r: _Rows, c, a_raw: torch.Tensor) -> torch.Tensor:
