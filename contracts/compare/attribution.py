@@ -72,7 +72,7 @@ R_TIE_SET, R_TIE_ORDER, R_SIGNED_ZERO, R_NEAR_ULP, R_NEAR_SET, R_NAN_TIE = 40, 4
 R_SELECTION, R_SELECTION_FTZ, R_ORDER, R_ORDER_FTZ, R_NOT_TOP_NUMBERS, R_NOT_TOP_ELIGIBLE = 50, 51, 52, 53, 54, 55
 R_BIAS, R_GUARD_DIVIDED, R_NOT_RENORMALIZED, R_SCALING, R_ACCURACY = 60, 61, 62, 63, 64
 R_RENORMALIZED, R_SOFTMAX_OF_CHOSEN, R_SOFTMAX_OF_ALL, R_FACTOR, R_EPS_MISSING = 65, 66, 67, 68, 69
-R_EPS_ADDED = 74
+R_EPS_ADDED, R_GUARD_ADDED = 74, 75
 # How far bf16 arithmetic (a sigmoid, a sum of k, a division and a scaling, each rounded to 8 bits) takes a weight: below
 # 2^-5 for k up to 16; twice that.
 _NARROW_ARITHMETIC = 2.0**-4
@@ -662,6 +662,13 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
                                   routed_scaling_factor=rsf, logits_dtype=case.scores.dtype, slot_scale=slot_scale)  # fmt: skip
         assign(close_to(eps) & differs(eps) & torch.isfinite(eps).all(1), "renorm_guard", R_EPS_ADDED)
         guards.append((eps, R_EPS_ADDED))
+    if renormalize and c.renormalize in ("eps", "raw"):
+        # A guard where the contract has none: a sum that is not > 0 (NaN, zero, negative) left undivided where the
+        # contract divides it, as SGLang's Triton router does on a row with NaN chosen (its weights then are the
+        # sigmoids themselves, not the contract's NaN). Before the renormalization flag, whose counterfactual is the
+        # same weights: the flag holds on every other row, and the guard is what to fix.
+        undivided = formula(chosen, renorm=False)
+        assign(~(total > 0) & close_to(undivided) & differs(undivided), "renorm_guard", R_GUARD_ADDED)
     if c.has_bias:
         with_bias = formula(_gather(r.ranking, r.a))
         # an all-zero bias gives the same weights; NaN or infinite biases make both formulas NaN: that

@@ -31,6 +31,7 @@ _FIXED = {
     A.R_NOT_RENORMALIZED: "weights were not renormalized (renormalize=True)",
     A.R_EPS_MISSING: "weights divided by the raw sum where the contract divides by the sum plus its epsilon",
     A.R_EPS_ADDED: "weights divided by the sum plus 1e-20 where the contract divides by the raw sum (a sum of underflowed scores)",
+    A.R_GUARD_ADDED: "weights left undivided where their sum is not > 0 (NaN, zero): a guard where the contract divides every sum",
     A.R_RENORMALIZED: "weights were renormalized although renormalize=False",
     A.R_SOFTMAX_OF_CHOSEN: "weights are a softmax over the k chosen logits, not over all experts",
     A.R_SOFTMAX_OF_ALL: "weights are a softmax over all experts, not over the k chosen logits",

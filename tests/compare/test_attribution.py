@@ -132,6 +132,13 @@ def _all_equal_case(contract):
     return _case(torch.zeros(1, 64), torch.zeros(64), 8)
 
 
+def _nan_taken_undivided(w, ids, exp):
+    """NaN experts chosen first (torch.topk's order), and their weights left undivided: the sum is NaN, not > 0, and a
+    guard skips the division (SGLang's Triton router under deepseek-v3)."""
+    ids = torch.cat([torch.tensor([[40, 41]]), ids[:, :-2]], 1).to(ids.dtype)
+    return exp.scores.gather(1, ids.long()), ids
+
+
 def _other_tied(w, ids, exp):
     chosen = set(ids[0].tolist())
     spare = next(e for e in range(64) if e not in chosen)
@@ -420,6 +427,12 @@ PLANTS = [
           "renorm_guard", ("weight_accuracy",), reason="raw sum"),
     Plant("declared_guard_hides_no_arithmetic", "serial", lambda: (_tiny_sum_case("serial"), _raw_sum_in_bf16_arithmetic),
           "mismatch", "weight_accuracy", ("renorm_guard",), declared=("renorm_guard",)),
+    # The sum of a row with NaN chosen left undivided where the contract divides it (to NaN weights): the guard, not the
+    # renormalization flag, which every other row follows (it was blamed on renormalization on 7834d12).
+    Plant("nan_sum_left_undivided", "serial", lambda: (_nan_case("serial"), _nan_taken_undivided), "mismatch", "nan_last",
+          ("renorm_guard",)),
+    Plant("nan_sum_left_undivided_nan_rule_declared", "serial", lambda: (_nan_case("serial"), _nan_taken_undivided), "mismatch",
+          "renorm_guard", ("nan_last",), reason="not > 0", declared=("nan_last", "tie_order")),
     Plant("accuracy", "aiter", lambda: (_rows_case("aiter"), _scaled(1.01)), "mismatch", "weight_accuracy"),
     Plant("serial_zero_sum", "serial", lambda: (_zero_sum_case("serial"), _divide_by_zero), "mismatch", "renorm_guard", reason="must not divide"),
     Plant("serial_sentinel", "serial", lambda: (_few_valid_case("serial"), _garbage_beyond_valid), "mismatch", "sentinel_fallback",
