@@ -57,6 +57,18 @@ def test_an_independent_grouped_router_passes_deepseek_v3(tmp_path):
     assert code == 0 and s["status"] == "pass" and s["mismatched_rows"] == 0
 
 
+def test_a_router_that_ranks_nan_first_in_the_group_scores_passes_under_its_declarations(tmp_path):
+    # torch.topk ranks NaN first: a group holding NaN scores NaN and is kept first, and the router's numbers come from
+    # the groups it kept. On b540d84 the row-whole check beside nan_last read them against the contract's kept groups:
+    # selection, 2,805 rows of these families (SGLang's torch router failed so, with 1,596 rows of a 2,000-row check).
+    families = ("--families", "nan_sparse,nan_dense,nan_neg_inf_bias,few_valid")
+    code, s = _check(tmp_path, f"{ROUTER}:nan_first_declared", "deepseek-v3", *families, rows=1000)
+    assert code == 0 and s["status"] == "pass" and s["expected_deviations"]["nan_last"]["rows"] > 0, s["clauses"]
+    # and the same router taking the lowest numbers of its groups still fails, on selection
+    code, s = _check(tmp_path, f"{ROUTER}:nan_first_lowest_numbers_declared", "deepseek-v3", *families, "--force", rows=1000)
+    assert code == 1 and s["clauses"].get("selection", 0) > 0, s["clauses"]
+
+
 @pytest.mark.slow  # two checks (6,000 + 2,000 rows), the second failing: attribution and diagnosis run
 def test_the_zero_mask_router_meets_the_reference_code_and_not_the_engines(tmp_path):
     code, s = _check(tmp_path, f"{ROUTER}:route_mask_zero", "deepseek-v3-reference", rows=6000)

@@ -42,6 +42,7 @@ rows a report shows (``contracts.compare.reasons``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -524,11 +525,39 @@ def _core_aspect(r: _Rows, c, ids_clause: torch.Tensor, freed: torch.Tensor):
         return clause, code
     s = _Rows(**{f: (getattr(r, f).index_select(0, sub) if f != "bias" and getattr(r, f) is not None else getattr(r, f))
                  for f in r.__dataclass_fields__})  # fmt: skip
+    freed_sub = freed.index_select(0, sub)
+    bad, n = _numbers_not_top(s, c, freed_sub)
+    if s.kept is not None and bool(bad.any()):
+        # The NaN rule frees where NaN ranks in the group scores too: a router that ranks NaN first (torch.topk) gives
+        # every group holding NaN a NaN score, keeps those groups first and takes its numbers from the groups it kept.
+        # With more such groups than the contract keeps, which of them are kept is a tie among NaN group scores; the
+        # groups the router took its experts from then say which, if they are all such groups.
+        for used in (False, True):
+            bad &= _numbers_not_top(dataclasses.replace(s, **_nan_first_groups(s, c, used)), c, freed_sub)[0]
+    short = sentinel_rows.index_select(0, sub) & (n < s.valid)  # a fallback where eligible experts are left
+    reason = torch.where(sentinel_rows.index_select(0, sub), R_NOT_TOP_ELIGIBLE, R_NOT_TOP_NUMBERS)
+    hit = bad | short
+    clause[sub[hit]] = INDEX["selection"]
+    code[sub[hit]] = reason[hit]
+    # NaN experts taken where the NaN rule put numbers (NaN ranked higher) all tie: the tie rule says which.
+    nan = torch.isnan(s.selection)
+    took = _gather(nan, s.a) & (_repeats(s.a) == 0) & ~freed.index_select(0, sub)
+    nan_taken = torch.zeros(s.selection.shape, dtype=torch.long, device=s.a.device).scatter_add_(1, s.a, took.long()) > 0
+    priority = oracle.tie_priority(s.x.shape[1], c.tie_rule).to(s.x.device)
+    tie_broken = ~hit & took.any(1) & ~_rule_explains(priority, nan_taken, nan)
+    clause[sub[tie_broken]] = INDEX["tie_order"]
+    code[sub[tie_broken]] = R_NAN_TIE
+    return clause, code
+
+
+def _numbers_not_top(s: _Rows, c, freed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bool [B], long [B]): whether the candidate's numbers (the experts its NaN or fallback slots leave, ``freed``
+    aside) are not the top numbers of ``s.selection`` up to exact and near ties at their cutoff; how many it took."""
     pool = ~torch.isnan(s.selection)
     if c.floor is not None:
         pool &= s.selection > c.floor
     rk = _contract_keys(s, c)
-    counted = _gather(pool, s.a) & (_repeats(s.a) == 0) & ~freed.index_select(0, sub)
+    counted = _gather(pool, s.a) & (_repeats(s.a) == 0) & ~freed
     n = counted.sum(1)
     ranked = torch.where(pool, rk, torch.full_like(rk, _LOWEST))
     top_keys, top_experts = ranked.sort(1, descending=True)
@@ -538,21 +567,30 @@ def _core_aspect(r: _Rows, c, ids_clause: torch.Tensor, freed: torch.Tensor):
     taken = torch.zeros(rk.shape, dtype=torch.long, device=rk.device).scatter_add_(1, s.a, counted.long()) > 0
     below = counted & (_gather(rk, s.a) < boundary) & ~_near_to(s, c, s.a, anchor)
     passed_over = pool & ~taken & (rk > boundary) & ~_near_to(s, c, experts, anchor)
-    bad = (n > 0) & (below.any(1) | passed_over.any(1))
-    short = sentinel_rows.index_select(0, sub) & (n < s.valid)  # a fallback where eligible experts are left
-    reason = torch.where(sentinel_rows.index_select(0, sub), R_NOT_TOP_ELIGIBLE, R_NOT_TOP_NUMBERS)
-    hit = bad | short
-    clause[sub[hit]] = INDEX["selection"]
-    code[sub[hit]] = reason[hit]
-    # NaN experts taken where the NaN rule put numbers (NaN ranked higher) all tie: the tie rule says which.
-    nan = torch.isnan(s.selection)
-    took = _gather(nan, s.a) & (_repeats(s.a) == 0) & ~freed.index_select(0, sub)
-    nan_taken = torch.zeros(rk.shape, dtype=torch.long, device=rk.device).scatter_add_(1, s.a, took.long()) > 0
-    priority = oracle.tie_priority(s.x.shape[1], c.tie_rule).to(s.x.device)
-    tie_broken = ~hit & took.any(1) & ~_rule_explains(priority, nan_taken, nan)
-    clause[sub[tie_broken]] = INDEX["tie_order"]
-    code[sub[tie_broken]] = R_NAN_TIE
-    return clause, code
+    return (n > 0) & (below.any(1) | passed_over.any(1)), n
+
+
+def _nan_first_groups(s: _Rows, c, used: bool) -> dict:
+    """The fields of ``s`` a grouped contract gives when NaN ranks first in the group scores: a group holding NaN
+    scores NaN (its top value, or the sum of its top two, under NaN first) and is kept before every number, ties by
+    the contract's group tie rule or, with ``used``, where more groups hold NaN than are kept, the groups the router
+    took its experts from when every one of them holds NaN; the selection is the ranking masked outside the groups
+    kept."""
+    rows, experts = s.ranking.shape
+    n_group = s.kept.shape[1]
+    size = experts // n_group
+    per_group = s.ranking.view(rows, n_group, size)
+    nan_group = torch.isnan(per_group).any(2)
+    gkeys = oracle.rank_keys(s.group_scores.float().contiguous() + 0.0).long().masked_fill(nan_group, 1 << 40)
+    priority = oracle.group_tie_priority(n_group, c.group_tie_rule).to(gkeys.device)
+    kept_groups = (gkeys * n_group + (n_group - 1 - priority)).topk(c.topk_group, dim=1).indices
+    kept = torch.zeros_like(s.kept).scatter_(1, kept_groups, True)
+    if used:
+        took = torch.zeros_like(s.kept).scatter_(1, s.a // size, True)
+        tied = (nan_group.sum(1) > c.topk_group) & ~(took & ~nan_group).any(1) & (took.sum(1) <= c.topk_group)
+        kept = torch.where(tied.unsqueeze(1), took, kept)
+    selection = per_group.masked_fill(~kept.unsqueeze(2), c.group_mask).view(rows, experts)
+    return {"selection": selection, "keys": oracle.rank_keys(selection.contiguous()), "kept": kept}
 
 
 def _factors(k: int, rsf: float) -> list[float]:

@@ -175,7 +175,8 @@ def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "
     c = oracle.get_contract(contract)
     mask = _declared_mask(set(declared))
     base = [expected_for(p.case, c) for p in parts]
-    before = [_broken(p, c, mask, exp) for p, exp in zip(parts, base)]
+    routed = _Routed(parts, c, base, [_broken(p, c, _declared_mask(()), exp) for p, exp in zip(parts, base)])
+    before = [raw & ~mask for raw in routed.blame]
     dtypes = {p.case.scores.dtype for p in parts}
     dtype = torch.bfloat16 if torch.bfloat16 in dtypes else next(iter(dtypes))
     scored: list[_Scored] = []
@@ -188,7 +189,7 @@ def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "
             scored.append(s)
     scored.sort(key=lambda s: (-s.explained, -s.matched))
     out = [_variant_entry(s, scored, parts, base, total) for s in scored]
-    best = _combine(parts, c, [s.variant for s in scored], mask, total, first={id(s.variant): s.matched for s in scored})
+    best = _combine(routed, [s.variant for s in scored], mask, total, first={id(s.variant): s.matched for s in scored})
     if best is not None:
         chosen, matched = best
         labels = " and ".join(_label(v, parts, base) for v in chosen)
@@ -196,7 +197,7 @@ def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "
                        "sampled_rows": total,
                        "text": f"matches {c.name} with {labels} on {_pct(matched, total)} of the mismatched rows "
                                f"({matched:,} of {total:,} sampled across {_groups(len(sample.buckets))})"})  # fmt: skip
-    better = _better_builtin(parts, c, total, best[1] if best else 0, command)
+    better = _better_builtin(routed, total, best[1] if best else 0, command)
     if better is not None:  # after the combination (what the router is), before the single variants
         out.insert(1 if best is not None else 0, better)
     return out
@@ -212,6 +213,14 @@ def _score_variant(parts: list[_Part], base: list, v, mask: torch.Tensor, before
     for part, exp, was in zip(parts, base, before):
         var = expected_for(part.case, v.contract)
         answers.append(var)
+        same = _same_answer(var, exp)
+        if v.field not in COMPARISON_ONLY and bool(same.all()):
+            # The contract's own answer on every row of the part: the variant explains none of them, and they match as
+            # they do under the contract. (Most parts, for most variants: each changes a few kinds of row; the blame
+            # of a part is a dozen milliseconds of small tensor operations, and a check samples hundreds of parts.)
+            explained_rows.append(torch.zeros_like(same))
+            matched += int((~was.any(1)).sum())
+            continue
         broken = _broken(part, v.contract, mask, var)
         # the primary clause gone and nothing new broken: the blame did not merely move to another clause
         fixed = ~broken.gather(1, part.primary.unsqueeze(1)).squeeze(1) & ~(broken & ~was).any(1)
@@ -258,13 +267,34 @@ def _indistinguishable(a: _Scored, b: _Scored) -> bool:
     return all(bool(_same_answer(x, y).all()) for x, y in zip(a.answers, b.answers))
 
 
-def _matched(parts: list[_Part], contract, mask: torch.Tensor) -> int:
-    return sum(int((~_broken(p, contract, mask).any(1)).sum()) for p in parts)
+@dataclass
+class _Routed:
+    """The sample under the contract: each part's expected answer and every clause each row breaks (no mask)."""
+
+    parts: list[_Part]
+    contract: object
+    base: list
+    blame: list
 
 
-def _combine(parts: list[_Part], c, ranked: list, mask: torch.Tensor, total: int, first: dict | None = None) -> tuple[list, int] | None:
+def _matched(routed: _Routed, contract, mask: torch.Tensor) -> int:
+    """The sampled rows that break no undeclared clause under ``contract``. A part whose every row gets the contract's
+    own answer there, compared the same way, is counted as under the contract (no blame routed again)."""
+    total = 0
+    for part, exp, raw in zip(routed.parts, routed.base, routed.blame):
+        var = expected_for(part.case, contract)
+        if contract.output_order == routed.contract.output_order and bool(_same_answer(var, exp).all()):
+            broken = raw & ~mask
+        else:
+            broken = _broken(part, contract, mask, var)
+        total += int((~broken.any(1)).sum())
+    return total
+
+
+def _combine(routed: _Routed, ranked: list, mask: torch.Tensor, total: int, first: dict | None = None) -> tuple[list, int] | None:
     """Greedily add variants while the rows matching entirely grow (fields already set are not changed twice);
     ``first``: each variant's rows matched alone, already counted (the first round routes nothing again)."""
+    c = routed.contract
     chosen, matched, contract = [], 0, c
     for round_ in range(MAX_COMBINED):
         best = None
@@ -273,7 +303,7 @@ def _combine(parts: list[_Part], c, ranked: list, mask: torch.Tensor, total: int
                 continue
             try:
                 trial = contract.replace(name=c.name, **{v.field: v.value})
-                m = first[id(v)] if round_ == 0 and first is not None and id(v) in first else _matched(parts, trial, mask)
+                m = first[id(v)] if round_ == 0 and first is not None and id(v) in first else _matched(routed, trial, mask)
             except (ValueError, RuntimeError):
                 continue
             if m > matched and (best is None or m > best[1]):
@@ -287,15 +317,15 @@ def _combine(parts: list[_Part], c, ranked: list, mask: torch.Tensor, total: int
     return (chosen, matched) if chosen else None
 
 
-def _better_builtin(parts: list[_Part], c, total: int, best_matched: int, command: str) -> dict | None:
+def _better_builtin(routed: _Routed, total: int, best_matched: int, command: str) -> dict | None:
     """Another built-in contract of the same shape that the sampled rows meet (nearly) whole, better than any variant."""
-    nothing = _declared_mask(())
+    c, nothing = routed.contract, _declared_mask(())
     found = None
     for name, other in oracle.BUILTIN_CONTRACTS.items():
         if name == c.name or (other.experts, other.topk, other.n_group, other.scoring) != (c.experts, c.topk, c.n_group, c.scoring):
             continue
         try:
-            m = _matched(parts, other, nothing)
+            m = _matched(routed, other, nothing)
         except (ValueError, RuntimeError):
             continue
         if m >= BETTER_CONTRACT_SHARE * total and m >= best_matched and (found is None or m > found[1]):
