@@ -117,10 +117,12 @@ _GROUPED_TORCH_ROUTER = {
 # the contract's cutoff a chosen or left-out expert lies, relative to |sigmoid| + |bias|): sglang-torch 2^-6.57 under
 # aiter (--rows 2000 and the pinned cases, 310,187 rows), which three bf16 roundings on each of two experts explain;
 # the other two rank the same bf16 values and get the same 2^-4 (not measured separately).
-# vllm-torch under deepseek-v3 fails on the CPU on `scaling` (355 sigmoid_underflow rows, as on 75b5150, before the
-# bounds) and gets its aiter bounds. The GPU kernels' declarations get bounds set from their arithmetic, NOT
-# measured since the bounds exist (the next H200 run checks them against them): fp32 weights that differ beyond the
-# tolerance in a few rows 2^-10, sglang-triton's choice among near-equal bf16 values 2^-6.
+# vllm-torch under deepseek-v3 gets its aiter bounds (its sigmoid_underflow rows, once blamed on `scaling`, are its
+# declared renorm_guard in bf16 arithmetic since aa9b69b). The GPU kernels' bounds come from their arithmetic: fp32
+# weights that differ beyond the tolerance in a few rows 2^-10, sglang-triton's choice among near-equal bf16 values
+# 2^-6. Measured on the H200 on 2026-12-05 (reports/baselines/h200-contexts-engine-bounds/): weights 2^-14.2 at
+# worst (flashinfer-noaux), none for sglang-triton; selections beyond the bounds in rows that are other deviations
+# (flashinfer's zero sigmoids below 1.2e-37, ties among -inf groups and experts), which fail, and no others.
 _FP32_KERNEL = {"weight_accuracy": 2.0**-10}
 ENGINE_DECLARED_BOUNDS: dict[str, dict[str, dict[str, float]]] = {
     "sglang-torch": {"aiter": {"weight_accuracy": 2.0**-5, "selection": 2.0**-4}, "deepseek-v3": {"weight_accuracy": 2.0**-5, "selection": 2.0**-4}},
