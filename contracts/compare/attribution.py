@@ -476,8 +476,18 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, 
                                   (other_score, other_tie, "group_selection", R_GROUP_SELECTION)):  # fmt: skip
         alt = _select_under(_masked_by(r, c, score, tie), k, ungrouped)
         assign(_same_ids(alt, r.a, c) & ~_same_ids(alt, r.e, c), name, why)
-    if bool((todo & leaked).any()):
-        e_used = torch.zeros_like(r.kept).scatter_(1, r.e // size, True).sum(1)
+    e_groups = torch.zeros_like(r.kept).scatter_(1, r.e // size, True)
+    # No expert of a dropped group, but none of a group the contract took experts from either: the router kept another
+    # group in its place, whose experts lost to those of the groups both kept (the mask 0.0, or tiny scores). Only
+    # where the groups it lost score within 2^-5 of the best group the contract drops (group sums in bf16 flip
+    # there); a router that keeps one group too few is no group_selection.
+    lost = e_groups & ~used
+    lost_score = r.group_scores.masked_fill(~lost, math.inf).amin(1)
+    best_dropped = r.group_scores.masked_fill(r.kept, -math.inf).amax(1)
+    close = torch.isfinite(lost_score) & torch.isfinite(best_dropped) & (lost_score - best_dropped <= 2.0**-5 * lost_score.abs())
+    replaced = ~leaked & lost.any(1) & (used.sum(1) < c.topk_group) & close
+    if bool((todo & (leaked | replaced)).any()):
+        e_used = e_groups.sum(1)
         n_used = used.sum(1)
         # Kept other groups, chose right within them? The contract's selection restricted to the used groups.
         within = r.ranking.view(rows, n_group, size).masked_fill(~used.unsqueeze(2), -math.inf).view(rows, -1)
@@ -487,7 +497,7 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, 
         tied = ((r.group_scores == cutoff) | ~(used & ~r.kept)).all(1)
         assign(leaked & (n_used > e_used.clamp(min=c.topk_group)), "group_mask", R_GROUP_MASK)
         assign(leaked & consistent & tied, "group_tie_order", R_GROUP_TIE)
-        assign(leaked & consistent, "group_selection", R_GROUP_SELECTION)
+        assign((leaked | replaced) & consistent, "group_selection", R_GROUP_SELECTION)
 
 
 def _masked_by(r: _Rows, c, score: str, tie: str) -> torch.Tensor:

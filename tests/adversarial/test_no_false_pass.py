@@ -449,7 +449,8 @@ def test_every_call_context_is_pinned_in_every_launch_class_and_called_so():
     for family in ("random_fp32", "random_bf16"):
         specs = [s for s in iter_plan([family], 10, 0, 64, 4, max_batch=9) if s.grad_mode]
         pinned = {(s.logits_dtype, s.rows, context(dataclasses.asdict(s))) for s in specs}
-        want = {(d, rows, context(c)) for d in dtypes[family] for rows in (1, 2, 9) for c in CALL_CONTEXTS}
+        want = {(d, rows, context(c)) for d in dtypes[family] for rows in (1, 2, 9) for c in CALL_CONTEXTS
+                if family == "random_fp32" or c.get("autocast") != "fp16"}  # no bf16 logits under fp16 autocast
         assert pinned == want, (family, want - pinned)
     seen = []
 

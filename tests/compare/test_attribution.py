@@ -642,3 +642,33 @@ def test_a_weight_rule_broken_in_bf16_keeps_its_name(contract, rsf, broken, clau
     out = compare_case(case, exp, (broken(w, ids, case), ids), c, deviations={"weight_accuracy": "a bf16 cast"})
     assert out.verdict_counts["mismatch"] >= case.spec.rows // 2, (out.verdict_counts, out.clauses_broken)
     assert max(out.clause_rows, key=out.clause_rows.get) == clause, (out.clause_rows, out.rows_detail[:2])
+
+
+def _one_group_short_case(second: tuple[float, float]):
+    """mistral4 (softmax, 4 groups of 32, 2 kept, mask 0.0, top-4): group 2 holds four large probabilities, group 0
+    the best of the rest (0.0429, its top-2 sum 0.0517 just above group 1's ``second``), group 1 ``second``."""
+    p = torch.full((1, 128), 1e-9)
+    p[0, 64:68] = torch.tensor([0.06, 0.055, 0.05, 0.036])
+    p[0, 0:2] = torch.tensor([0.0429, 0.0088])
+    p[0, 32:34] = torch.tensor(second)
+    return _case(p.log(), None, 4, groups=(4, 2))
+
+
+def _top_four_of_group_2(w, ids, exp):
+    ids = torch.tensor([[64, 65, 66, 67]], dtype=ids.dtype)
+    return _own_weights(ids, exp, "mistral4"), ids
+
+
+@pytest.mark.parametrize("second, clause", [((0.031, 0.0205), "group_selection"), ((0.001, 0.001), "selection")])
+def test_a_group_kept_in_place_of_a_near_tied_one_is_group_selection(second, clause):
+    # Keeping group 1 for group 0 (top-2 sums 0.0515 and 0.0517, a bf16 flip) takes no expert of a dropped group: the
+    # four best of group 2 beat group 1's. It was blamed on selection (hf-mistral4, a random_bf16 row, 2^-2.55 past
+    # the cutoff); with group 1 far below group 0 the same answer is no group rule's.
+    c = oracle.get_contract("mistral4")
+    case = _one_group_short_case(second)
+    exp, w, ids = _answer(case, c)
+    assert exp.ids[0].sort().values.tolist() == [0, 64, 65, 66]
+    w2, ids2 = _top_four_of_group_2(w, ids, _view(exp))
+    out = compare_case(case, exp, (w2.float(), ids2.to(torch.int32)), c, deviations={})
+    detail = next(d for d in out.rows_detail if d["verdict"] == "mismatch")
+    assert detail["clause"] == clause, detail
