@@ -514,10 +514,16 @@ def _masked_by(r: _Rows, c, score: str, tie: str) -> torch.Tensor:
     gkeys = oracle.rank_keys(group_scores.float().contiguous() + 0.0).long()
     if c.nan_rule == "first":
         gkeys = gkeys.masked_fill(torch.isnan(group_scores), 1 << 40)
-    priority = oracle.group_tie_priority(n_group, tie).to(gkeys.device)
-    kept_groups = (gkeys * n_group + (n_group - 1 - priority)).topk(c.topk_group, dim=1).indices
-    kept = torch.zeros_like(r.kept).scatter_(1, kept_groups, True)
+    kept = _top_groups(gkeys, tie, c.topk_group)
     return per_group.masked_fill(~kept.unsqueeze(2), c.group_mask).view(rows, experts)
+
+
+def _top_groups(gkeys: torch.Tensor, tie: str, topk_group: int) -> torch.Tensor:
+    """bool [B, G]: the ``topk_group`` groups of the largest group keys, ties by the group tie rule ``tie``."""
+    n_group = gkeys.shape[1]
+    priority = oracle.group_tie_priority(n_group, tie).to(gkeys.device)
+    kept_groups = (gkeys * n_group + (n_group - 1 - priority)).topk(topk_group, dim=1).indices
+    return torch.zeros(gkeys.shape, dtype=torch.bool, device=gkeys.device).scatter_(1, kept_groups, True)
 
 
 def _core_aspect(r: _Rows, c, ids_clause: torch.Tensor, freed: torch.Tensor):
@@ -592,9 +598,7 @@ def _nan_first_groups(s: _Rows, c, used: bool) -> dict:
     per_group = s.ranking.view(rows, n_group, size)
     nan_group = torch.isnan(per_group).any(2)
     gkeys = oracle.rank_keys(s.group_scores.float().contiguous() + 0.0).long().masked_fill(nan_group, 1 << 40)
-    priority = oracle.group_tie_priority(n_group, c.group_tie_rule).to(gkeys.device)
-    kept_groups = (gkeys * n_group + (n_group - 1 - priority)).topk(c.topk_group, dim=1).indices
-    kept = torch.zeros_like(s.kept).scatter_(1, kept_groups, True)
+    kept = _top_groups(gkeys, c.group_tie_rule, c.topk_group)
     if used:
         took = torch.zeros_like(s.kept).scatter_(1, s.a // size, True)
         tied = (nan_group.sum(1) > c.topk_group) & ~(took & ~nan_group).any(1) & (took.sum(1) <= c.topk_group)

@@ -142,6 +142,26 @@ def _broken(part: _Part, contract, declared_mask: torch.Tensor, exp=None) -> tor
     return row_blame(part.case, exp, (part.weights, part.ids), contract) & ~declared_mask
 
 
+@dataclass
+class _Routed:
+    """The sample under the contract: each part's expected answer and every clause each row breaks (no mask)."""
+
+    parts: list[_Part]
+    contract: object
+    base: list
+    blame: list
+
+
+def _broken_under(routed: _Routed, i: int, contract, mask: torch.Tensor, var) -> torch.Tensor:
+    """``_broken`` of part ``i`` under ``contract``, whose expected answer there is ``var``. A part whose every row gets
+    the contract's own answer, compared the same way, breaks what it breaks under the contract: its blame is not routed
+    again (most parts, for most variants: each changes a few kinds of row; the blame of a part is a dozen milliseconds
+    of small tensor operations, and a check samples hundreds of parts)."""
+    if contract.output_order == routed.contract.output_order and bool(_same_answer(var, routed.base[i]).all()):
+        return routed.blame[i] & ~mask
+    return _broken(routed.parts[i], contract, mask, var)
+
+
 def _same_answer(a, b) -> torch.Tensor:
     """bool [B]: the two expected answers are the same, ids and weights bit for bit (NaN equal to NaN)."""
     ids = (a.ids == b.ids).all(1)
@@ -182,7 +202,7 @@ def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "
     scored: list[_Scored] = []
     for v in _offered(c, dtype):
         try:
-            s = _score_variant(parts, base, v, mask, before)
+            s = _score_variant(routed, v, mask, before)
         except (ValueError, RuntimeError):  # a variant the sample's shapes cannot take
             continue
         if s.explained:
@@ -208,20 +228,12 @@ def _offered(c, dtype) -> list:
     return [v for v in oracle.variants(c, logits_dtype=dtype) if not (v.field == "tie_rule" and v.value == "aiter" and c.scoring != "sigmoid")]
 
 
-def _score_variant(parts: list[_Part], base: list, v, mask: torch.Tensor, before: list) -> _Scored:
+def _score_variant(routed: _Routed, v, mask: torch.Tensor, before: list) -> _Scored:
     explained_rows, answers, explained, matched = [], [], 0, 0
-    for part, exp, was in zip(parts, base, before):
+    for i, (part, exp, was) in enumerate(zip(routed.parts, routed.base, before)):
         var = expected_for(part.case, v.contract)
         answers.append(var)
-        same = _same_answer(var, exp)
-        if v.field not in COMPARISON_ONLY and bool(same.all()):
-            # The contract's own answer on every row of the part: the variant explains none of them, and they match as
-            # they do under the contract. (Most parts, for most variants: each changes a few kinds of row; the blame
-            # of a part is a dozen milliseconds of small tensor operations, and a check samples hundreds of parts.)
-            explained_rows.append(torch.zeros_like(same))
-            matched += int((~was.any(1)).sum())
-            continue
-        broken = _broken(part, v.contract, mask, var)
+        broken = _broken_under(routed, i, v.contract, mask, var)
         # the primary clause gone and nothing new broken: the blame did not merely move to another clause
         fixed = ~broken.gather(1, part.primary.unsqueeze(1)).squeeze(1) & ~(broken & ~was).any(1)
         if v.field not in COMPARISON_ONLY:  # a variant that gives this row the contract's own answer explains nothing
@@ -267,26 +279,11 @@ def _indistinguishable(a: _Scored, b: _Scored) -> bool:
     return all(bool(_same_answer(x, y).all()) for x, y in zip(a.answers, b.answers))
 
 
-@dataclass
-class _Routed:
-    """The sample under the contract: each part's expected answer and every clause each row breaks (no mask)."""
-
-    parts: list[_Part]
-    contract: object
-    base: list
-    blame: list
-
-
 def _matched(routed: _Routed, contract, mask: torch.Tensor) -> int:
-    """The sampled rows that break no undeclared clause under ``contract``. A part whose every row gets the contract's
-    own answer there, compared the same way, is counted as under the contract (no blame routed again)."""
+    """The sampled rows that break no undeclared clause under ``contract``."""
     total = 0
-    for part, exp, raw in zip(routed.parts, routed.base, routed.blame):
-        var = expected_for(part.case, contract)
-        if contract.output_order == routed.contract.output_order and bool(_same_answer(var, exp).all()):
-            broken = raw & ~mask
-        else:
-            broken = _broken(part, contract, mask, var)
+    for i, part in enumerate(routed.parts):
+        broken = _broken_under(routed, i, contract, mask, expected_for(part.case, contract))
         total += int((~broken.any(1)).sum())
     return total
 
