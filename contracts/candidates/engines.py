@@ -124,13 +124,17 @@ _GROUPED_TORCH_ROUTER = {
 # worst (flashinfer-noaux), none for sglang-triton; selections beyond the bounds in rows that are other deviations
 # (flashinfer's zero sigmoids below 1.2e-37, ties among -inf groups and experts), which fail, and no others.
 _FP32_KERNEL = {"weight_accuracy": 2.0**-10}
+_BF16_GROUP_SUMS = {"group_selection": 2.0**-4, "group_mask": 2.0**-4}
 ENGINE_DECLARED_BOUNDS: dict[str, dict[str, dict[str, float]]] = {
-    "sglang-torch": {"aiter": {"weight_accuracy": 2.0**-5, "selection": 2.0**-4}, "deepseek-v3": {"weight_accuracy": 2.0**-5, "selection": 2.0**-4}},
-    "vllm-torch": {"aiter": {"weight_accuracy": 2.0**-4, "selection": 2.0**-4}, "deepseek-v3": {"weight_accuracy": 2.0**-4, "selection": 2.0**-4}},
-    "lmdeploy-torch": {"aiter": {"weight_accuracy": 2.0**-4, "selection": 2.0**-4}, "deepseek-v3": {"weight_accuracy": 2.0**-4, "selection": 2.0**-4}},
+    "sglang-torch": {"aiter": {"weight_accuracy": 2.0**-5, "selection": 2.0**-4},
+                     "deepseek-v3": {"weight_accuracy": 2.0**-5, "selection": 2.0**-4, **_BF16_GROUP_SUMS}},
+    "vllm-torch": {"aiter": {"weight_accuracy": 2.0**-4, "selection": 2.0**-4},
+                   "deepseek-v3": {"weight_accuracy": 2.0**-4, "selection": 2.0**-4, **_BF16_GROUP_SUMS}},
+    "lmdeploy-torch": {"aiter": {"weight_accuracy": 2.0**-4, "selection": 2.0**-4},
+                       "deepseek-v3": {"weight_accuracy": 2.0**-4, "selection": 2.0**-4, **_BF16_GROUP_SUMS}},
     "sglang-radix": {"aiter": _FP32_KERNEL},
-    "sglang-triton": {"deepseek-v3": {**_FP32_KERNEL, "selection": 2.0**-6}},
-    "flashinfer-noaux": {"aiter": _FP32_KERNEL, "deepseek-v3": _FP32_KERNEL},
+    "sglang-triton": {"deepseek-v3": {**_FP32_KERNEL, "selection": 2.0**-6, "group_selection": 2.0**-6}},
+    "flashinfer-noaux": {"aiter": _FP32_KERNEL, "deepseek-v3": {**_FP32_KERNEL, "group_selection": 2.0**-10, "group_mask": 2.0**-10}},
     "sglang-radix-unsorted": {"aiter": _FP32_KERNEL},
 }
 

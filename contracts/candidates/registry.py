@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 __all__ = [
+    "BOUNDED_CLAUSES_NAMED",
     "Candidate",
     "CandidateLoadError",
     "DuplicateCandidateError",
@@ -53,6 +54,10 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "router_contracts"
+
+# The clauses a declaration bounds, by name (contracts.compare.tolerance.BOUNDED_CLAUSES, which needs torch; a test
+# holds the two equal): the registry loads without torch.
+BOUNDED_CLAUSES_NAMED = ("weight_accuracy", "selection", "group_selection", "group_mask")
 
 
 class CandidateLoadError(ValueError):
@@ -99,8 +104,9 @@ class Candidate:
     expected_deviations: dict[str, dict[str, str]] = field(default_factory=dict)
     # contract name -> {clause: bound}: how far its declared catch-all clauses reach (contracts.compare.tolerance:
     # ``weight_accuracy``, the relative error of a weight; ``selection``, the relative distance past the contract's
-    # cutoff of an expert chosen or left out). Default 2^-16, an fp32 computation in another order; a router that
-    # ranks or weighs in bf16 names about 2^-7. Beyond the bound a row is a mismatch whatever it declares.
+    # cutoff of an expert chosen or left out; ``group_selection`` and ``group_mask``, the relative distance between the
+    # groups kept and the best left out). Default 2^-16, an fp32 computation in another order; a router that ranks or
+    # weighs in bf16 names about 2^-7. Beyond the bound a row is a mismatch whatever it declares.
     declared_bounds: dict[str, dict[str, float]] = field(default_factory=dict)
     third_party: bool = False
     # The module that holds the routing code, so an isolated worker can import it afresh.
@@ -136,9 +142,9 @@ class Candidate:
                                  "declared; fix the router's outputs (ids in [0, E), no repeats, fp32/int32 [M, topk]) instead")
         for contract, bounds in (self.declared_bounds or {}).items():
             for clause, bound in (bounds or {}).items():
-                if clause not in ("weight_accuracy", "selection"):
-                    raise ValueError(f"candidate {self.name!r}: declared_bounds[{contract!r}] names {clause!r}; only weight_accuracy and "
-                                     "selection carry a bound")  # fmt: skip
+                if clause not in BOUNDED_CLAUSES_NAMED:
+                    raise ValueError(f"candidate {self.name!r}: declared_bounds[{contract!r}] names {clause!r}; only "
+                                     f"{', '.join(BOUNDED_CLAUSES_NAMED)} carry a bound")  # fmt: skip
                 if isinstance(bound, bool) or not (isinstance(bound, (int, float)) and 0 <= bound < 1):
                     raise ValueError(f"candidate {self.name!r}: declared_bounds[{contract!r}][{clause!r}] = {bound!r} must be a relative "
                                      "error in [0, 1), e.g. 2**-7 for a router that ranks or weighs in bf16")  # fmt: skip
@@ -172,13 +178,13 @@ class Candidate:
         return self.route_for_contract(contract) if self.route_for_contract else self.route
 
     def deviations(self, contract: str) -> dict[str, str]:
-        """{clause: why} it declares under ``contract``; a declared weight_accuracy or selection carries its bound
+        """{clause: why} it declares under ``contract``; a declared clause of ``BOUNDED_CLAUSES_NAMED`` carries its bound
         (``contracts.compare.tolerance.Bounded``)."""
-        from ..compare.tolerance import BOUNDED_CLAUSES, DECLARED_BOUND, Bounded  # here: the registry loads without torch
+        from ..compare.tolerance import DECLARED_BOUND, Bounded  # here: the registry loads without torch
 
         declared = dict(self.expected_deviations.get(contract, {}))
         bounds = self.declared_bounds.get(contract, {})
-        for clause in BOUNDED_CLAUSES:
+        for clause in BOUNDED_CLAUSES_NAMED:
             if clause in declared:
                 declared[clause] = Bounded(declared[clause], bounds.get(clause, DECLARED_BOUND))
         return declared

@@ -111,6 +111,9 @@ class Blame:
     # [B] how far past the contract's cutoff the row's choice reaches, relative (``selection_departure``): what a
     # declared ``selection`` must bound
     selection_departure: torch.Tensor | None = None
+    # [B] how far the groups the row's experts came from depart from a choice of groups by score, relative
+    # (``group_departure``): what a declared ``group_selection`` or ``group_mask`` must bound
+    group_departure: torch.Tensor | None = None
 
     def __post_init__(self):
         none = torch.full_like(self.ids, NONE)
@@ -119,8 +122,9 @@ class Blame:
                 setattr(self, name, none.clone() if not name.endswith("code") else torch.zeros_like(self.ids))
         if self.factor is None:
             self.factor = torch.full(self.ids.shape, math.nan, device=self.ids.device)
-        if self.selection_departure is None:
-            self.selection_departure = torch.zeros(self.ids.shape, device=self.ids.device)
+        for name in ("selection_departure", "group_departure"):
+            if getattr(self, name) is None:
+                setattr(self, name, torch.zeros(self.ids.shape, device=self.ids.device))
 
     def aspects(self) -> tuple[torch.Tensor, ...]:
         """The clause of every aspect, in the order reasons are listed: validity, ids, the row-whole ids, weights (two)."""
@@ -486,18 +490,32 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, 
     best_dropped = r.group_scores.masked_fill(r.kept, -math.inf).amax(1)
     close = torch.isfinite(lost_score) & torch.isfinite(best_dropped) & (lost_score - best_dropped <= 2.0**-5 * lost_score.abs())
     replaced = ~leaked & lost.any(1) & (used.sum(1) < c.topk_group) & close
-    if bool((todo & (leaked | replaced)).any()):
-        e_used = e_groups.sum(1)
-        n_used = used.sum(1)
+    # ... and where every group it lost ties the best dropped one exactly (groups of one finite expert all score
+    # -inf: few_valid), another of the tied groups was kept: group_tie_order, if its numbers are the top numbers of
+    # the groups it used (its -inf picks are ties among themselves)
+    lost_best = r.group_scores.masked_fill(~lost, -math.inf).amax(1)
+    tied_away = ~leaked & lost.any(1) & (used.sum(1) < c.topk_group) & (lost_best == best_dropped) & (lost_score == best_dropped)
+    if bool((todo & (leaked | replaced | tied_away)).any()):
         # Kept other groups, chose right within them? The contract's selection restricted to the used groups.
         within = r.ranking.view(rows, n_group, size).masked_fill(~used.unsqueeze(2), -math.inf).view(rows, -1)
-        consistent = _same_ids(_select_under(within, k, ungrouped), r.a, c)
+        alt = _select_under(within, k, ungrouped)
+        consistent = _same_ids(alt, r.a, c)
+        # ... or chose its numbers right, its -inf picks being ties among themselves (and the group ties' doing)
+        same_numbers = (_numbers_among(r, alt) == _numbers_among(r, r.a)).all(1)
+        assign(tied_away & same_numbers, "group_tie_order", R_GROUP_TIE)
+        e_used = e_groups.sum(1)
+        n_used = used.sum(1)
         # Do the groups it used tie the kept ones exactly (group scores equal at the cutoff)?
         cutoff = r.group_scores.masked_fill(~r.kept, math.inf).amin(1, keepdim=True)
         tied = ((r.group_scores == cutoff) | ~(used & ~r.kept)).all(1)
         assign(leaked & (n_used > e_used.clamp(min=c.topk_group)), "group_mask", R_GROUP_MASK)
-        assign(leaked & consistent & tied, "group_tie_order", R_GROUP_TIE)
+        assign(leaked & (consistent | same_numbers) & tied, "group_tie_order", R_GROUP_TIE)
         assign((leaked | replaced) & consistent, "group_selection", R_GROUP_SELECTION)
+
+
+def _numbers_among(r: _Rows, ids: torch.Tensor) -> torch.Tensor:
+    """bool [B, E]: the experts of ``ids`` whose ranking value is a finite number."""
+    return torch.zeros_like(r.ranking, dtype=torch.bool).scatter_(1, ids, torch.isfinite(_gather(r.ranking, ids)))
 
 
 def _masked_by(r: _Rows, c, score: str, tie: str) -> torch.Tensor:
@@ -816,6 +834,89 @@ def selection_departure(r: _Rows) -> torch.Tensor:
     return torch.where(counted.any(1), departure, torch.zeros_like(departure))
 
 
+# How far an expert of a group the router is read to keep may outrank its lowest choice: a bf16 sigmoid flips two
+# experts 2^-10 apart without any group being another (the departure is the larger of that and the groups' gap).
+_OUTRANK_STEPS = (0.0, 2.0**-12, 2.0**-10, 2.0**-8, 2.0**-7, 2.0**-6, 2.0**-5, 2.0**-4, 2.0**-3)
+
+
+def group_departure(r: _Rows, c) -> torch.Tensor:
+    """float [B]: how far the groups a row's experts came from depart from keeping groups by score (grouped
+    contracts; 0 elsewhere). The router's choice is read as ``topk_group`` kept groups: those it took a finite-ranked
+    expert from, then the best-scoring others that hold no expert outranking its lowest choice by more than a step
+    (had it kept such a group, that expert would be in its answer). The reading's departure is the larger of the
+    best group left out less the worst group kept (less 2^-126, flushed subnormals, over the larger of the two
+    groups' scales, each the sum of ``|score| + |ranking value - score|`` over its two top experts) and how far an
+    expert of a kept, unused group outranks the lowest choice (relative to the two experts' scales); the row's is
+    the least over the steps, and over a second reading for the other mask value, 0.0 (experts ranked at 0 or below
+    may be a dropped group's zeros, and every kept one above 0 outranks them). The contract's own groups depart by 0
+    and a bf16 flip of two near group sums by about 2^-8; the lowest groups, or no groups at all, by far more. A
+    group of -inf score kept over one with a number, and more groups used than the contract keeps, depart
+    infinitely. Groups holding NaN count on neither side; -inf and NaN experts (slots of rows with too few numbers)
+    and experts of dropped groups the contract takes too use no group: the NaN, tie and mask clauses judge those."""
+    rows = r.a.shape[0]
+    if r.kept is None or r.group_scores is None:
+        return torch.zeros(rows, device=r.a.device)
+    n_group = r.kept.shape[1]
+    size = r.ranking.shape[1] // n_group
+    chosen = _gather(r.ranking, r.a)
+    per_expert = torch.nan_to_num(r.scores.abs() + (r.ranking - r.scores).abs(), nan=math.inf, posinf=math.inf)
+    # an expert of a dropped group that the contract takes too (a NaN slot's fill, a 0.0 mask's) uses no group
+    own_fill = ~_unmatched(r.a, r.e) & ~r.kept.gather(1, r.a // size)
+    finite = torch.isfinite(chosen) & ~own_fill
+    slot = torch.where(finite, chosen, torch.full_like(chosen, math.inf)).argmin(1, keepdim=True)
+    by_minus_inf = _reading(r, c, finite, chosen.gather(1, slot), _gather(per_expert, r.a).gather(1, slot), per_expert)
+    # the 0.0 reading: a pick ranked at 0 or below, or one of a group beyond the topk_group best-scoring groups the
+    # positive picks came from, may be a dropped group's 0.0 (a tie of the mask with kept zeros)
+    positive = finite & (chosen > 0)
+    groups = torch.zeros(r.kept.shape, device=r.a.device).scatter_reduce_(1, r.a // size, positive.float(), "amax") > 0
+    scores = torch.nan_to_num(r.group_scores.float(), nan=-math.inf)
+    best = torch.where(groups, scores, torch.full_like(scores, -math.inf)).argsort(dim=1, descending=True, stable=True)
+    top = torch.zeros_like(groups).scatter_(1, best[:, : c.topk_group], True) & groups
+    counted = positive & top.gather(1, r.a // size)
+    zeros = finite & ~counted
+    lowest = torch.where(zeros.any(1, keepdim=True), torch.zeros_like(chosen[:, :1]),
+                         torch.where(counted, chosen, torch.full_like(chosen, math.inf)).amin(1, keepdim=True))  # fmt: skip
+    by_zero = _reading(r, c, counted, lowest, torch.zeros_like(lowest), per_expert)
+    return torch.minimum(by_minus_inf, by_zero)
+
+
+def _reading(r: _Rows, c, counted: torch.Tensor, lowest: torch.Tensor, lowest_scale: torch.Tensor, per_expert: torch.Tensor):
+    """``group_departure`` of one reading: ``counted`` [B, k] the chosen experts whose groups the router kept,
+    ``lowest`` [B, 1] the value no expert left out of a kept group may outrank (an unused group that does by more
+    than a step is read as dropped; what a kept group's does adds to the departure)."""
+    rows = r.a.shape[0]
+    n_group = r.kept.shape[1]
+    size = r.ranking.shape[1] // n_group
+    used = torch.zeros(r.kept.shape, device=r.a.device).scatter_reduce_(1, r.a // size, counted.float(), "amax") > 0
+    ahead = ((r.ranking - lowest) - _TINY).clamp(min=0) / torch.maximum(per_expert, lowest_scale).clamp(min=_TINY)
+    unchosen = torch.ones_like(r.ranking, dtype=torch.bool).scatter_(1, r.a, False)
+    ahead = torch.where((r.ranking > lowest) & unchosen, torch.nan_to_num(ahead, nan=math.inf), torch.zeros_like(ahead))
+    outranks = ahead.view(rows, n_group, size).amax(2)  # [B, G]: how far a group's best expert left out outranks
+    scores = torch.nan_to_num(r.group_scores.float(), nan=-math.inf)
+    top2 = oracle.rank_keys(r.ranking.view(rows, n_group, size).contiguous()).topk(min(2, size), dim=2).indices
+    group_scale = per_expert.view(rows, n_group, size).gather(2, top2).sum(2)
+    # a group holding NaN is neither the worst kept nor the best left out (a router ranking NaN first scores it NaN):
+    # where NaN ranks is the NaN clauses' to judge
+    numbered = ~torch.isnan(r.group_scores) & ~torch.isnan(r.ranking).view(rows, n_group, size).any(2)
+    fill_places = (c.topk_group - used.sum(1, keepdim=True)).clamp(min=0)
+    best = torch.full((rows,), math.inf, device=r.a.device)
+    for step in _OUTRANK_STEPS:
+        open_ = ~used & (outranks <= step)
+        order = torch.where(open_, scores, torch.full_like(scores, -math.inf)).argsort(dim=1, descending=True, stable=True)
+        place = torch.empty_like(order).scatter_(1, order, torch.arange(n_group, device=order.device).expand_as(order))
+        kept = used | (open_ & (place < fill_places))
+        inside = torch.where(kept & numbered, scores, torch.full_like(scores, math.inf))
+        outside = torch.where(kept | ~numbered, torch.full_like(scores, -math.inf), scores)
+        worst_in, worst_at = inside.min(1)
+        best_out, best_at = outside.max(1)
+        scale = torch.maximum(group_scale.gather(1, worst_at.unsqueeze(1)), group_scale.gather(1, best_at.unsqueeze(1))).squeeze(1)
+        gap = ((best_out - worst_in) - _TINY).clamp(min=0) / scale.clamp(min=_TINY)
+        gap = torch.where(best_out == -math.inf, torch.zeros_like(gap), torch.nan_to_num(gap, nan=math.inf))
+        gap = torch.where((worst_in == -math.inf) & (best_out > -math.inf), torch.full_like(gap, math.inf), gap)
+        best = torch.minimum(best, torch.maximum(gap, outranks.masked_fill(~kept, 0.0).amax(1)))
+    return torch.where(used.sum(1) > c.topk_group, torch.full_like(best, math.inf), best)
+
+
 def attribute(case, exp, values, w_act: torch.Tensor, ids_act: torch.Tensor, rows: torch.Tensor, c, *, out_of_range, twice, ids_equal) -> Blame:
     """The blame of the ``rows`` (int64 indices into the case) that are not a clean match; ``values`` are the oracle's for them."""
     experts = case.scores.shape[1]
@@ -845,4 +946,4 @@ def attribute(case, exp, values, w_act: torch.Tensor, ids_act: torch.Tensor, row
     w_clause, w_code, w2_clause, w2_code, factor, reference, ok = _weights_aspect(r, c, case, eq, same_set, invalid)
     return Blame(validity, ids_clause, w_clause, validity_code, ids_code, w_code, slot, reference, ok,
                  core=core, core_code=core_code, weights2=w2_clause, weights2_code=w2_code, factor=factor,
-                 selection_departure=selection_departure(r))  # fmt: skip
+                 selection_departure=selection_departure(r), group_departure=group_departure(r, c))  # fmt: skip

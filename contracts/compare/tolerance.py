@@ -36,7 +36,10 @@ __all__ = ["BOUNDED_CLAUSES", "DECLARED_BOUND", "Bounded", "declared_bound", "f3
 # 128 fp32 ULPs), is an fp32 computation in another order; a router that ranks or weighs in bf16 names its own bound
 # (``Candidate.declared_bounds``: 2^-8 is one bf16 rounding). Beyond it the row is a mismatch of that clause: a
 # declaration of rounding differences excused weights 5 % off, and the k lowest-ranked experts, before the bounds.
-BOUNDED_CLAUSES = ("weight_accuracy", "selection")
+# ``group_selection`` and ``group_mask`` (grouped contracts: groups no score, tie or mask rule explains) excuse a row
+# whose groups depart from a choice by group score by no more than the bound (``attribution.group_departure``): a
+# declaration of bf16 group sums excused the lowest-scoring groups, and no groups at all, before.
+BOUNDED_CLAUSES = ("weight_accuracy", "selection", "group_selection", "group_mask")
 DECLARED_BOUND = 2.0**-16
 DECLARED_WEIGHT_ATOL = 2.0**-126
 

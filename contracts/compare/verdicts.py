@@ -37,6 +37,7 @@ VERDICTS = ("exact", "within_tolerance", "near_tie", "mismatch", "expected")
 UNDECLARABLE = frozenset({"validity"})
 DETAILS_PER_CLAUSE = 5
 _WEIGHT_ACCURACY, _SELECTION = A.INDEX["weight_accuracy"], A.INDEX["selection"]
+_GROUP_CLAUSES = (A.INDEX["group_selection"], A.INDEX["group_mask"])
 _CHUNK = 8192  # bad rows attributed at a time: bounds the [B, k, k] and [B, E] work tensors
 
 
@@ -185,7 +186,8 @@ def _declared_per_row(declared: torch.Tensor, blame, weights: torch.Tensor, boun
     """What each row's declarations excuse, ``[B, clauses]``: the declared clauses, but a declared bounded clause
     (``tolerance.BOUNDED_CLAUSES``) only where the row lies within its bound: weight_accuracy where every weight is
     within it of the contract's weights for the row's own experts, selection where the choice departs from the
-    contract's cutoff by no more (``attribution.selection_departure``)."""
+    contract's cutoff by no more (``attribution.selection_departure``), group_selection and group_mask where the
+    groups used depart from a choice by group score by no more (``attribution.group_departure``)."""
     within = {}
     if bounds.get("weight_accuracy") is not None and bool(declared[_WEIGHT_ACCURACY]):
         # the catch-all only: weights that are the contract's cast to bf16 or fp16 (an exact counterfactual) are bounded
@@ -197,6 +199,12 @@ def _declared_per_row(declared: torch.Tensor, blame, weights: torch.Tensor, boun
         # the catch-all only: a choice the flushed-subnormal counterfactual gives exactly is that rule's
         ftz = (blame.ids == _SELECTION) & (blame.ids_code == A.R_SELECTION_FTZ)
         within[_SELECTION] = (blame.selection_departure <= bounds["selection"]) | ftz
+    for clause in _GROUP_CLAUSES:
+        name = A.CLAUSE_ORDER[clause]
+        if bounds.get(name) is not None and bool(declared[clause]):
+            # a leak the other mask value (-inf / 0.0) gives exactly is that rule's, whatever the bound
+            other_mask = (blame.ids == clause) & (blame.ids_code == A.R_GROUP_MASK_VALUE)
+            within[clause] = (blame.group_departure <= bounds[name]) | other_mask
     if not within:
         return declared
     rows = declared.unsqueeze(0).repeat(weights.shape[0], 1)

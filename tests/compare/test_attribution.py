@@ -672,3 +672,48 @@ def test_a_group_kept_in_place_of_a_near_tied_one_is_group_selection(second, cla
     out = compare_case(case, exp, (w2.float(), ids2.to(torch.int32)), c, deviations={})
     detail = next(d for d in out.rows_detail if d["verdict"] == "mismatch")
     assert detail["clause"] == clause, detail
+
+
+@pytest.mark.parametrize("bound, verdict", [(2.0**-6, "expected"), (2.0**-10, "mismatch")])
+def test_a_declared_group_selection_excuses_groups_only_within_its_bound(bound, verdict):
+    # The bf16 flip above (group sums 0.0515 and 0.0517, 2^-8 apart relative): excused by a declaration bounded at
+    # 2^-6, not at 2^-10. Before, a declared group_selection or group_mask excused groups of any score.
+    from contracts.compare.tolerance import Bounded
+
+    c = oracle.get_contract("mistral4")
+    case = _one_group_short_case((0.031, 0.0205))
+    exp, w, ids = _answer(case, c)
+    w2, ids2 = _top_four_of_group_2(w, ids, _view(exp))
+    declared = {"group_selection": Bounded("bf16 group sums", bound)}
+    out = compare_case(case, exp, (w2.float(), ids2.to(torch.int32)), c, deviations=declared)
+    assert {v for v, n in out.verdict_counts.items() if n} == {verdict}, (out.verdict_counts, out.rows_detail)
+
+
+def _one_finite_expert_groups_case(second_of_group_1: float):
+    """deepseek-v3 (8 groups of 32, 4 kept, top-8): six finite experts, the rest biased to -inf. Groups 2 and 5 hold
+    two each (finite scores); groups 1 and 7 one (score -inf, as every empty group's) unless group 1 gets a second
+    finite expert, ``second_of_group_1`` (None: none)."""
+    x = torch.zeros(1, 256)
+    b = torch.full((256,), -math.inf)
+    for expert, logit in ((56, 2.8), (73, 0.2), (67, -0.8), (162, 1.6), (187, 0.3), (228, 0.25)):
+        x[0, expert], b[expert] = logit, 0.0
+    if second_of_group_1 is not None:
+        x[0, 57], b[57] = second_of_group_1, 0.0
+    return _case(x, b, 8, groups=(8, 4))
+
+
+@pytest.mark.parametrize("second, clause", [(None, "group_tie_order"), (2.5, "selection")])
+def test_a_group_of_minus_inf_score_kept_in_place_of_a_tied_one_is_group_tie_order(second, clause):
+    # sglang-torch under deepseek-v3, few_valid: groups 0, 1, 3, 4, 6, 7 all score -inf; the contract keeps 0 and 1
+    # (lowest index) and takes expert 56 of group 1, torch.topk kept two others and took -inf experts of group 5. It
+    # was blamed on selection (38 rows of a 3,000-row check, declared group_tie_order and tie_order). With group 1
+    # scoring a number, the same answer drops a group above the others: selection.
+    c = oracle.get_contract("deepseek-v3")
+    case = _one_finite_expert_groups_case(second)
+    exp, w, ids = _answer(case, c)
+    assert 56 in exp.ids[0].tolist()
+    ids2 = torch.tensor([[162, 73, 187, 67, 160, 161, 163, 164]])
+    w2 = _own_weights(ids2, _view(exp), "deepseek-v3")
+    out = compare_case(case, exp, (w2.float(), ids2.to(torch.int32)), c, deviations={})
+    detail = next(d for d in out.rows_detail if d["verdict"] == "mismatch")
+    assert detail["clause"] == clause, detail

@@ -112,10 +112,32 @@ def test_a_declared_selection_excuses_only_choices_near_the_cutoff(tmp_path, can
     _bounded_declaration_verdict(tmp_path, candidate, "selection", code_wanted, "random_bf16,bf16_near_ties", "--max-batch", "16")
 
 
+@pytest.mark.parametrize("candidate", ["lowest_groups_declared_group_flips", "second_best_groups_declared_group_flips",
+                                       "no_groups_declared_group_flips"])  # fmt: skip
+def test_a_declared_group_clause_excuses_only_groups_near_the_contracts(tmp_path, candidate):
+    """Before (17a921b): a declared group_selection or group_mask excused groups of any score: the lowest-scoring
+    groups, the best group swapped for a dropped one, no groups at all; 11,586 of 11,603 rows excused. A declared
+    group clause now excuses groups within its bound of a choice by group score (here the torch routers' 2^-4 for
+    bf16 group sums: the swap of the best group for the best dropped one stays within it in 7,864 rows, where random
+    groups' sums lie that close, and fails in 3,739)."""
+    code, s = _check(tmp_path, f"{ADV}:{candidate}", "deepseek-v3", "--max-batch", "64", rows=300)
+    assert code == 1 and s["status"] == "fail", s["clauses"]
+    broken = _undeclared(s)
+    assert max(broken, key=broken.get) in ("group_selection", "group_mask"), broken
+    assert s["mismatched_rows"] > 1000, s["mismatched_rows"]
+
+
+def test_the_registry_names_the_bounded_clauses_the_verdict_bounds():
+    from contracts.candidates.registry import BOUNDED_CLAUSES_NAMED
+    from contracts.compare.tolerance import BOUNDED_CLAUSES
+
+    assert BOUNDED_CLAUSES_NAMED == BOUNDED_CLAUSES
+
+
 def test_a_declared_bound_is_a_relative_error_of_a_bounded_clause():
     for clause, bound, said in [("weight_accuracy", 1.5, "relative error"), ("selection", -0.1, "relative error"),
                                 ("weight_accuracy", "2^-8", "relative error"), ("selection", True, "relative error"),
-                                ("tie_order", 0.01, "only weight_accuracy and selection")]:  # fmt: skip
+                                ("tie_order", 0.01, "only weight_accuracy, selection, group_selection, group_mask")]:  # fmt: skip
         with pytest.raises(ValueError, match=said) as err:
             Candidate(name="x", route=lambda *a: None, declared_bounds={"aiter": {clause: bound}})
         assert len(str(err.value).splitlines()) == 1
