@@ -900,9 +900,12 @@ def _reading(r: _Rows, c, counted: torch.Tensor, lowest: torch.Tensor, lowest_sc
     numbered = ~torch.isnan(r.group_scores) & ~torch.isnan(r.ranking).view(rows, n_group, size).any(2)
     fill_places = (c.topk_group - used.sum(1, keepdim=True)).clamp(min=0)
     best = torch.full((rows,), math.inf, device=r.a.device)
+    # the kept places the used groups leave go to groups holding NaN first (they count on neither side), then by score
+    # (an open group of -inf score still before any group that is not open)
+    fill_key = torch.where(numbered, scores.clamp(min=torch.finfo(torch.float32).min), torch.full_like(scores, math.inf))
     for step in _OUTRANK_STEPS:
         open_ = ~used & (outranks <= step)
-        order = torch.where(open_, scores, torch.full_like(scores, -math.inf)).argsort(dim=1, descending=True, stable=True)
+        order = torch.where(open_, fill_key, torch.full_like(scores, -math.inf)).argsort(dim=1, descending=True, stable=True)
         place = torch.empty_like(order).scatter_(1, order, torch.arange(n_group, device=order.device).expand_as(order))
         kept = used | (open_ & (place < fill_places))
         inside = torch.where(kept & numbered, scores, torch.full_like(scores, math.inf))
