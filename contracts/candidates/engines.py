@@ -108,7 +108,7 @@ _GROUPED_TORCH_ROUTER = {
                        "the pinned cases at 1,024 rows)",
 }  # fmt: skip
 
-# candidate -> contract -> {clause: bound}: how far its declared weight_accuracy and selection reach
+# candidate -> contract -> {clause: bound}: how far its declared bounded clauses reach
 # (contracts.compare.tolerance; default 2^-16, an fp32 computation in another order). The torch routers rank and
 # weigh bf16 sigmoids, and underflowed (subnormal) bf16 sigmoids keep few bits: each bound is the worst measured over
 # 20,000 rows (CPU, torch 2.13, the engines of requirements/engines.txt; the rows blamed on that clause), times four,
@@ -123,6 +123,10 @@ _GROUPED_TORCH_ROUTER = {
 # 2^-6. Measured on the H200 on 2026-12-05 (reports/baselines/h200-contexts-engine-bounds/): weights 2^-14.2 at
 # worst (flashinfer-noaux), none for sglang-triton; selections beyond the bounds in rows that are other deviations
 # (flashinfer's zero sigmoids below 1.2e-37, ties among -inf groups and experts), which fail, and no others.
+# Groups (group_selection, group_mask under deepseek-v3: how far the best group left out lies above the worst kept,
+# attribution.group_departure): the torch routers' bf16 group sums 2^-5.36 at worst of 3,000 rows each (the same row
+# in all three), bound 2^-4; sglang-triton's 2^-6 and flashinfer-noaux's 2^-10 are set from their arithmetic (the
+# selection bound; the fp32 kernel bound), not measured: no GPU was lent when the group bounds came (2026-12-05).
 _FP32_KERNEL = {"weight_accuracy": 2.0**-10}
 _BF16_GROUP_SUMS = {"group_selection": 2.0**-4, "group_mask": 2.0**-4}
 ENGINE_DECLARED_BOUNDS: dict[str, dict[str, dict[str, float]]] = {

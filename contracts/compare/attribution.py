@@ -816,7 +816,8 @@ def selection_departure(r: _Rows) -> torch.Tensor:
     expert's scale, ``|score| + |selection value - score|`` (a sigmoid and its bias, each rounded where a router ranks
     in a narrower dtype), at least the cutoff expert's. A router ranking bf16 values departs by about 2^-8; one that
     drops its top expert by far more. Experts of non-finite value (NaN, masked groups) are the special-value and
-    group clauses' to judge, and count 0 here."""
+    group clauses' to judge, and count 0 here, except an expert ranked -inf taken in place of a number the contract
+    chose: that departs infinitely."""
     v = r.selection
     scale = torch.nan_to_num(r.scores.abs() + (v - r.scores).abs(), nan=math.inf, posinf=math.inf)
     k = r.e.shape[1]
@@ -831,6 +832,10 @@ def selection_departure(r: _Rows) -> torch.Tensor:
     below = torch.where(extra & torch.isfinite(va), torch.nan_to_num(below, nan=math.inf), torch.zeros_like(below))
     above = torch.where(missing & torch.isfinite(ve), torch.nan_to_num(above, nan=math.inf), torch.zeros_like(above))
     departure = torch.maximum(below.amax(1), above.amax(1))
+    # an expert ranked -inf taken while a number the contract chose is left out is no rounding, whatever the bound
+    # (ranked -inf before any group mask: an expert of a dropped group is the group clauses' to judge)
+    for_minus_inf = (extra & (_gather(r.ranking, r.a) == -math.inf)).any(1) & (missing & torch.isfinite(ve)).any(1)
+    departure = torch.where(for_minus_inf, torch.full_like(departure, math.inf), departure)
     return torch.where(counted.any(1), departure, torch.zeros_like(departure))
 
 

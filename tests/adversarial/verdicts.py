@@ -362,3 +362,21 @@ second_best_groups_declared_group_flips = Candidate(name="second-best-groups-dec
                                                     declared_bounds=_BF16_GROUP_BOUND)  # fmt: skip
 no_groups_declared_group_flips = Candidate(name="no-groups-declared-group-flips", route=_groups_chosen_by(_no_groups),
                                            expected_deviations=_GROUP_FLIPS, declared_bounds=_BF16_GROUP_BOUND)  # fmt: skip
+
+
+def _cutoff_for_minus_inf(scores, bias, topk, renormalize, rsf):
+    """aiter: in rows holding an expert ranked -inf, the lowest expert chosen is swapped for one of those (a number
+    given up for an expert no number ranks below), with the contract's weights for its own choice."""
+    w, ids = _route("aiter", scores, bias, topk, renormalize, rsf)
+    _, ranking = oracle.ranking_values(scores, bias, "aiter")
+    minus_inf = ranking == -math.inf
+    rows = minus_inf.any(1) & torch.isfinite(ranking.gather(1, ids[:, -1:].long())).squeeze(1)
+    if bool(rows.any()):
+        ids = ids.clone()
+        ids[rows, -1] = minus_inf[rows].float().argmax(1).to(ids.dtype)
+    return _own_weights("aiter", scores, bias, ids, renormalize, rsf), ids
+
+
+# Declared as a bf16 ranking router declares its selection.
+cutoff_for_minus_inf_declared_selection = Candidate(name="cutoff-for-minus-inf-declared-selection", route=_cutoff_for_minus_inf,
+                                                    expected_deviations=_BF16_SELECTION, declared_bounds={"aiter": {"selection": 2.0**-4}})  # fmt: skip

@@ -134,6 +134,13 @@ def test_the_registry_names_the_bounded_clauses_the_verdict_bounds():
     assert BOUNDED_CLAUSES_NAMED == BOUNDED_CLAUSES
 
 
+def test_a_declared_selection_never_excuses_a_number_given_up_for_an_expert_ranked_minus_inf(tmp_path):
+    """Before (aa3f963): PASS, 34 rows of nan_neg_inf_bias excused under a declared selection bounded at 2^-4 (an
+    expert ranked -inf counted 0 in the departure, and the number it replaced sat at the cutoff)."""
+    _bounded_declaration_verdict(tmp_path, "cutoff_for_minus_inf_declared_selection", "selection", 1, "nan_neg_inf_bias,few_valid,random_fp32",
+                                 "--max-batch", "64")  # fmt: skip
+
+
 def test_a_declared_bound_is_a_relative_error_of_a_bounded_clause():
     for clause, bound, said in [("weight_accuracy", 1.5, "relative error"), ("selection", -0.1, "relative error"),
                                 ("weight_accuracy", "2^-8", "relative error"), ("selection", True, "relative error"),
