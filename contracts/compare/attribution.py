@@ -833,8 +833,16 @@ def selection_departure(r: _Rows) -> torch.Tensor:
     above = torch.where(missing & torch.isfinite(ve), torch.nan_to_num(above, nan=math.inf), torch.zeros_like(above))
     departure = torch.maximum(below.amax(1), above.amax(1))
     # an expert ranked -inf taken while a number the contract chose is left out is no rounding, whatever the bound
-    # (ranked -inf before any group mask: an expert of a dropped group is the group clauses' to judge)
-    for_minus_inf = (extra & (_gather(r.ranking, r.a) == -math.inf)).any(1) & (missing & torch.isfinite(ve)).any(1)
+    # (ranked -inf before any group mask, and the number in a group the router took another number from: an expert
+    # of a dropped group, a number of a group not kept, or a dropped group's experts all masked to 0.0 and taken as
+    # ties, is the group clauses' to judge)
+    ranked = _gather(r.ranking, r.a)
+    left_out = missing & torch.isfinite(ve)
+    if r.kept is not None:
+        size = r.ranking.shape[1] // r.kept.shape[1]
+        used = torch.zeros(r.kept.shape, device=r.a.device).scatter_reduce_(1, r.a // size, torch.isfinite(ranked).float(), "amax") > 0
+        left_out &= used.gather(1, r.e // size)
+    for_minus_inf = (extra & (ranked == -math.inf)).any(1) & left_out.any(1)
     departure = torch.where(for_minus_inf, torch.full_like(departure, math.inf), departure)
     return torch.where(counted.any(1), departure, torch.zeros_like(departure))
 
@@ -851,7 +859,7 @@ def group_departure(r: _Rows, c) -> torch.Tensor:
     (had it kept such a group, that expert would be in its answer). The reading's departure is the larger of the
     best group left out less the worst group kept (less 2^-126, flushed subnormals, over the larger of the two
     groups' scales, each the sum of ``|score| + |ranking value - score|`` over its two top experts) and how far an
-    expert of a kept, unused group outranks the lowest choice (relative to the two experts' scales); the row's is
+    expert left out of a kept group outranks the lowest choice (relative to the two experts' scales); the row's is
     the least over the steps, and over a second reading for the other mask value, 0.0 (experts ranked at 0 or below
     may be a dropped group's zeros, and every kept one above 0 outranks them). The contract's own groups depart by 0
     and a bf16 flip of two near group sums by about 2^-8; the lowest groups, or no groups at all, by far more. A
@@ -875,8 +883,8 @@ def group_departure(r: _Rows, c) -> torch.Tensor:
     positive = finite & (chosen > 0)
     groups = torch.zeros(r.kept.shape, device=r.a.device).scatter_reduce_(1, r.a // size, positive.float(), "amax") > 0
     scores = torch.nan_to_num(r.group_scores.float(), nan=-math.inf)
-    best = torch.where(groups, scores, torch.full_like(scores, -math.inf)).argsort(dim=1, descending=True, stable=True)
-    top = torch.zeros_like(groups).scatter_(1, best[:, : c.topk_group], True) & groups
+    by_score = torch.where(groups, scores, torch.full_like(scores, -math.inf)).argsort(dim=1, descending=True, stable=True)
+    top = torch.zeros_like(groups).scatter_(1, by_score[:, : c.topk_group], True) & groups
     counted = positive & top.gather(1, r.a // size)
     zeros = finite & ~counted
     lowest = torch.where(zeros.any(1, keepdim=True), torch.zeros_like(chosen[:, :1]),
