@@ -513,6 +513,12 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, 
         assign((leaked | replaced) & consistent, "group_selection", R_GROUP_SELECTION)
 
 
+def _groups_of(r: _Rows, picks: torch.Tensor) -> torch.Tensor:
+    """bool [B, G]: the groups of the candidate's experts where ``picks`` [B, k] is True."""
+    size = r.ranking.shape[1] // r.kept.shape[1]
+    return torch.zeros(r.kept.shape, device=r.a.device).scatter_reduce_(1, r.a // size, picks.float(), "amax") > 0
+
+
 def _numbers_among(r: _Rows, ids: torch.Tensor) -> torch.Tensor:
     """bool [B, E]: the experts of ``ids`` whose ranking value is a finite number."""
     return torch.zeros_like(r.ranking, dtype=torch.bool).scatter_(1, ids, torch.isfinite(_gather(r.ranking, ids)))
@@ -840,8 +846,7 @@ def selection_departure(r: _Rows) -> torch.Tensor:
     left_out = missing & torch.isfinite(ve)
     if r.kept is not None:
         size = r.ranking.shape[1] // r.kept.shape[1]
-        used = torch.zeros(r.kept.shape, device=r.a.device).scatter_reduce_(1, r.a // size, torch.isfinite(ranked).float(), "amax") > 0
-        left_out &= used.gather(1, r.e // size)
+        left_out &= _groups_of(r, torch.isfinite(ranked)).gather(1, r.e // size)
     for_minus_inf = (extra & (ranked == -math.inf)).any(1) & left_out.any(1)
     departure = torch.where(for_minus_inf, torch.full_like(departure, math.inf), departure)
     return torch.where(counted.any(1), departure, torch.zeros_like(departure))
@@ -877,48 +882,66 @@ def group_departure(r: _Rows, c) -> torch.Tensor:
     own_fill = ~_unmatched(r.a, r.e) & ~r.kept.gather(1, r.a // size)
     finite = torch.isfinite(chosen) & ~own_fill
     slot = torch.where(finite, chosen, torch.full_like(chosen, math.inf)).argmin(1, keepdim=True)
-    by_minus_inf = _reading(r, c, finite, chosen.gather(1, slot), _gather(per_expert, r.a).gather(1, slot), per_expert)
+    groups = _GroupFacts.of(r, per_expert)
+    by_minus_inf = _reading(r, c, groups, finite, chosen.gather(1, slot), _gather(per_expert, r.a).gather(1, slot), per_expert)
     # the 0.0 reading: a pick ranked at 0 or below, or one of a group beyond the topk_group best-scoring groups the
     # positive picks came from, may be a dropped group's 0.0 (a tie of the mask with kept zeros)
     positive = finite & (chosen > 0)
-    groups = torch.zeros(r.kept.shape, device=r.a.device).scatter_reduce_(1, r.a // size, positive.float(), "amax") > 0
-    scores = torch.nan_to_num(r.group_scores.float(), nan=-math.inf)
-    by_score = torch.where(groups, scores, torch.full_like(scores, -math.inf)).argsort(dim=1, descending=True, stable=True)
-    top = torch.zeros_like(groups).scatter_(1, by_score[:, : c.topk_group], True) & groups
+    holding = _groups_of(r, positive)
+    by_score = torch.where(holding, groups.scores, torch.full_like(groups.scores, -math.inf)).argsort(dim=1, descending=True, stable=True)
+    top = torch.zeros_like(holding).scatter_(1, by_score[:, : c.topk_group], True) & holding
     counted = positive & top.gather(1, r.a // size)
     zeros = finite & ~counted
     lowest = torch.where(zeros.any(1, keepdim=True), torch.zeros_like(chosen[:, :1]),
                          torch.where(counted, chosen, torch.full_like(chosen, math.inf)).amin(1, keepdim=True))  # fmt: skip
-    by_zero = _reading(r, c, counted, lowest, torch.zeros_like(lowest), per_expert)
+    by_zero = _reading(r, c, groups, counted, lowest, torch.zeros_like(lowest), per_expert)
     return torch.minimum(by_minus_inf, by_zero)
 
 
-def _reading(r: _Rows, c, counted: torch.Tensor, lowest: torch.Tensor, lowest_scale: torch.Tensor, per_expert: torch.Tensor):
+@dataclass(frozen=True)
+class _GroupFacts:
+    """What both readings of ``group_departure`` need of the groups, [B, G] each."""
+
+    scores: torch.Tensor  # the contract's group scores, NaN as -inf
+    scale: torch.Tensor  # sum of |score| + |ranking value - score| over each group's two top experts
+    # False for a group holding NaN: neither the worst kept nor the best left out (a router ranking NaN first scores
+    # it NaN), where NaN ranks being the NaN clauses' to judge
+    numbered: torch.Tensor
+    # the order kept places are filled in: groups holding NaN first (they count on neither side), then by score (an
+    # open group of -inf score still before any group that is not open)
+    fill_key: torch.Tensor
+
+    @staticmethod
+    def of(r: _Rows, per_expert: torch.Tensor) -> "_GroupFacts":
+        rows, n_group = r.kept.shape
+        size = r.ranking.shape[1] // n_group
+        scores = torch.nan_to_num(r.group_scores.float(), nan=-math.inf)
+        top2 = oracle.rank_keys(r.ranking.view(rows, n_group, size).contiguous()).topk(min(2, size), dim=2).indices
+        scale = per_expert.view(rows, n_group, size).gather(2, top2).sum(2)
+        numbered = ~torch.isnan(r.group_scores) & ~torch.isnan(r.ranking).view(rows, n_group, size).any(2)
+        fill_key = torch.where(numbered, scores.clamp(min=torch.finfo(torch.float32).min), torch.full_like(scores, math.inf))
+        return _GroupFacts(scores, scale, numbered, fill_key)
+
+
+def _reading(r: _Rows, c, groups: _GroupFacts, counted: torch.Tensor, lowest: torch.Tensor, lowest_scale: torch.Tensor,
+             per_expert: torch.Tensor) -> torch.Tensor:  # fmt: skip
     """``group_departure`` of one reading: ``counted`` [B, k] the chosen experts whose groups the router kept,
     ``lowest`` [B, 1] the value no expert left out of a kept group may outrank (an unused group that does by more
     than a step is read as dropped; what a kept group's does adds to the departure)."""
     rows = r.a.shape[0]
     n_group = r.kept.shape[1]
     size = r.ranking.shape[1] // n_group
-    used = torch.zeros(r.kept.shape, device=r.a.device).scatter_reduce_(1, r.a // size, counted.float(), "amax") > 0
+    used = _groups_of(r, counted)
     ahead = ((r.ranking - lowest) - _TINY).clamp(min=0) / torch.maximum(per_expert, lowest_scale).clamp(min=_TINY)
     unchosen = torch.ones_like(r.ranking, dtype=torch.bool).scatter_(1, r.a, False)
     ahead = torch.where((r.ranking > lowest) & unchosen, torch.nan_to_num(ahead, nan=math.inf), torch.zeros_like(ahead))
     outranks = ahead.view(rows, n_group, size).amax(2)  # [B, G]: how far a group's best expert left out outranks
-    scores = torch.nan_to_num(r.group_scores.float(), nan=-math.inf)
-    top2 = oracle.rank_keys(r.ranking.view(rows, n_group, size).contiguous()).topk(min(2, size), dim=2).indices
-    group_scale = per_expert.view(rows, n_group, size).gather(2, top2).sum(2)
-    # a group holding NaN is neither the worst kept nor the best left out (a router ranking NaN first scores it NaN):
-    # where NaN ranks is the NaN clauses' to judge
-    numbered = ~torch.isnan(r.group_scores) & ~torch.isnan(r.ranking).view(rows, n_group, size).any(2)
+    scores, group_scale, numbered = groups.scores, groups.scale, groups.numbered
     fill_places = (c.topk_group - used.sum(1, keepdim=True)).clamp(min=0)
     best = torch.full((rows,), math.inf, device=r.a.device)
-    # the kept places the used groups leave go to groups holding NaN first (they count on neither side), then by score
-    # (an open group of -inf score still before any group that is not open)
-    fill_key = torch.where(numbered, scores.clamp(min=torch.finfo(torch.float32).min), torch.full_like(scores, math.inf))
     for step in _OUTRANK_STEPS:
         open_ = ~used & (outranks <= step)
-        order = torch.where(open_, fill_key, torch.full_like(scores, -math.inf)).argsort(dim=1, descending=True, stable=True)
+        order = torch.where(open_, groups.fill_key, torch.full_like(scores, -math.inf)).argsort(dim=1, descending=True, stable=True)
         place = torch.empty_like(order).scatter_(1, order, torch.arange(n_group, device=order.device).expand_as(order))
         kept = used | (open_ & (place < fill_places))
         inside = torch.where(kept & numbered, scores, torch.full_like(scores, math.inf))
