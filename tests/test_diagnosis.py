@@ -16,7 +16,7 @@ from contracts.cases import build_case
 from contracts.cases.plan import iter_plan
 from contracts.candidates.registry import get_candidate
 from contracts.check import main as check_main
-from contracts.compare.diagnosis import MAX_SAMPLE_ROWS, DiagnosisSample, _offered
+from contracts.compare.diagnosis import MAX_SAMPLE_PARTS, MAX_SAMPLE_ROWS, DiagnosisSample, _offered
 from contracts.run.check import check_candidate
 
 
@@ -53,6 +53,29 @@ def test_the_sample_spreads_over_families_and_call_options():
     assert sum(p.ids.shape[0] for p in chosen if p.case.family == "all_equal") == n  # the late, small group is all there
     families = {p.case.family for p in chosen}
     assert families == {"random_fp32", "all_equal"}
+
+
+def test_the_sample_routes_a_bounded_number_of_cases_keeping_every_family_and_the_largest_cases():
+    """A check's pinned batch sizes and call contexts make hundreds of buckets of a row or two, and a case's blame costs
+    the same whatever its rows: the diagnosis routes at most MAX_SAMPLE_PARTS cases, each family's largest first."""
+    sample = DiagnosisSample()
+    specs = list(iter_plan(["random_fp32", "all_equal", "tie_pool_straddle"], 300, 0, 64, 4))
+    cases = [build_case(spec) for spec in specs]
+    for n in range(3 * MAX_SAMPLE_PARTS):  # one to three mismatched rows a case, each case its own bucket
+        case = cases[n % len(cases)]
+        rows = torch.arange(min(case.spec.rows, 1 + n % 3))
+        k = rows.numel()
+        sample.add(case, rows, torch.zeros(case.spec.rows, 4), torch.zeros(case.spec.rows, 4, dtype=torch.int32), torch.zeros(k, dtype=torch.long),
+                   (case.family, n))  # fmt: skip
+    assert len(sample.buckets) == 3 * MAX_SAMPLE_PARTS
+    chosen = sample.selected()
+    assert len(chosen) == MAX_SAMPLE_PARTS and sample.buckets_selected() == MAX_SAMPLE_PARTS
+    assert {p.case.family for p in chosen} == {s.family for s in specs}
+    for family in {s.family for s in specs}:
+        sizes = sorted((p.ids.shape[0] for ps in sample.buckets.values() for p in ps if p.case.family == family), reverse=True)
+        got = sorted((p.ids.shape[0] for p in chosen if p.case.family == family), reverse=True)
+        assert got == sizes[: len(got)], family  # its largest cases
+    assert sample.rows == sum(p.ids.shape[0] for p in chosen)
 
 
 @pytest.mark.slow  # a failing check and its diagnosis (each variant routes the sample): ~10 s on a loaded 2-core machine

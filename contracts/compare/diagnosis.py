@@ -5,7 +5,9 @@ the candidate's answer, the primary clause of each), spread over case
 families and call options: rows are kept per (family, renormalize, scaling
 factor, dtype pair, batch-size class) bucket, evenly within each case, and
 the rows routed are shared out evenly between the buckets, so one family's
-thousands of rows cannot drown another defect's few.
+thousands of rows cannot drown another defect's few. At most
+``MAX_SAMPLE_PARTS`` cases are routed (each family's largest first, in
+turn): a case costs the same whatever its rows.
 
 The diagnosis routes that sample under every single-field variant of the
 contract (``oracle.variants``: scores in bf16, mask 0.0 for -inf,
@@ -39,6 +41,10 @@ from .expected import expected_for
 __all__ = ["DiagnosisSample", "diagnose"]
 
 MAX_SAMPLE_ROWS = 2048  # rows the diagnosis routes
+# cases (parts) the diagnosis routes: a part's blame under a variant is a dozen milliseconds of small tensor operations
+# whatever its rows, and a check's pinned batch sizes and call contexts make hundreds of buckets of a row or two (445
+# parts, 31 s of a 45 s failing check under deepseek-v3); the largest parts of each family first, in turn
+MAX_SAMPLE_PARTS = 96
 PER_BUCKET = 256  # rows kept per (family, call options) bucket while a check runs
 MAX_KEPT = 8192  # rows kept in all while a check runs (memory: a row is E logits)
 MAX_COMBINED = 3
@@ -82,7 +88,7 @@ class DiagnosisSample:
     @property
     def rows(self) -> int:
         """The rows the diagnosis will route."""
-        return min(self.kept, MAX_SAMPLE_ROWS)
+        return sum(p.ids.shape[0] for p in self.selected()) if self.kept else 0
 
     @property
     def parts(self) -> list[_Part]:
@@ -102,7 +108,15 @@ class DiagnosisSample:
         self.kept += int(rows.numel())
 
     def selected(self) -> list[_Part]:
-        """At most ``MAX_SAMPLE_ROWS`` rows, shared out evenly between the buckets (a small bucket gives all it has)."""
+        """At most ``MAX_SAMPLE_ROWS`` rows, shared out evenly between the buckets (a small bucket gives all it has), from
+        at most ``MAX_SAMPLE_PARTS`` cases."""
+        return [part for _, part in self._selected()]
+
+    def buckets_selected(self) -> int:
+        """How many buckets the selected rows come from."""
+        return len({key for key, _ in self._selected()})
+
+    def _selected(self) -> list[tuple[tuple, _Part]]:
         sizes = {key: sum(p.ids.shape[0] for p in parts) for key, parts in self.buckets.items() if parts}
         quota, left = {}, MAX_SAMPLE_ROWS
         for n, key in enumerate(sorted(sizes, key=lambda k: sizes[k])):
@@ -114,7 +128,7 @@ class DiagnosisSample:
                 continue
             size, want = sizes[key], quota[key]
             if want >= size:
-                out += parts
+                out += [(key, p) for p in parts]
                 continue
             chosen = set(_spread(size, want).tolist())
             at = 0
@@ -122,9 +136,26 @@ class DiagnosisSample:
                 n = p.ids.shape[0]
                 local = torch.tensor([i - at for i in range(at, at + n) if i in chosen], dtype=torch.long)
                 if local.numel():
-                    out.append(_take(p, local))
+                    out.append((key, _take(p, local)))
                 at += n
-        return out
+        return _fewest_parts(out, MAX_SAMPLE_PARTS)
+
+
+def _fewest_parts(parts: list[tuple[tuple, _Part]], cap: int) -> list[tuple[tuple, _Part]]:
+    """At most ``cap`` of the (bucket, part) pairs, in their order: each family's largest part, then each one's next
+    largest, in turn (every family sampled keeps a part while there is room for one per family)."""
+    if len(parts) <= cap:
+        return parts
+    by_family: dict[str, list[int]] = {}
+    for i, (_, p) in enumerate(parts):
+        by_family.setdefault(p.case.spec.family, []).append(i)
+    queues = [sorted(idx, key=lambda i: -parts[i][1].ids.shape[0]) for idx in by_family.values()]
+    chosen: list[int] = []
+    while len(chosen) < cap:
+        for q in queues:
+            if q and len(chosen) < cap:
+                chosen.append(q.pop(0))
+    return [parts[i] for i in sorted(chosen)]
 
 
 def _to_cpu(case):
@@ -216,7 +247,7 @@ def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "
         out.insert(0, {"kind": "combination", "fields": {v.field: _plain(v.value) for v in chosen}, "matched_rows": matched,
                        "sampled_rows": total,
                        "text": f"matches {c.name} with {labels} on {_pct(matched, total)} of the mismatched rows "
-                               f"({matched:,} of {total:,} sampled across {_groups(len(sample.buckets))})"})  # fmt: skip
+                               f"({matched:,} of {total:,} sampled across {_groups(sample.buckets_selected())})"})  # fmt: skip
     better = _better_builtin(routed, total, best[1] if best else 0, command)
     if better is not None:  # after the combination (what the router is), before the single variants
         out.insert(1 if best is not None else 0, better)
