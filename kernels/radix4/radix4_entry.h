@@ -118,9 +118,15 @@
 #define RADIX4_MODEL_FIRST_WARP_ROWS_384_6 1024
 #endif
 // The dense kernel's minimum blocks per SM (register cap; 4 x 128 threads:
-// 128 registers).
+// 128 registers, measured on the H200). On HIP 2: with 4 the wave64 dense
+// kernel spilled 100-146 registers (384-544 bytes of scratch per lane) for
+// gfx942, with 2 none to scratch; no AMD GPU has timed either.
 #ifndef RADIX4_DENSE_MIN_BLOCKS
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)
+#define RADIX4_DENSE_MIN_BLOCKS 2
+#else
 #define RADIX4_DENSE_MIN_BLOCKS 4
+#endif
 #endif
 // Warps (waves) per token in the block-per-token shape, at most one per
 // 4 * lanes experts (0 = as many as give each thread one vector of 4).
