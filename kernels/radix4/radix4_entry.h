@@ -121,12 +121,13 @@
 // 128 registers, measured on the H200). On HIP 2: with 4 the wave64 dense
 // kernel spilled 100-146 registers (384-544 bytes of scratch per lane) for
 // gfx942, with 2 none to scratch; no AMD GPU has timed either.
-#ifndef RADIX4_DENSE_MIN_BLOCKS
 #if defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)
-#define RADIX4_DENSE_MIN_BLOCKS 2
+#define RADIX4_DENSE_MIN_BLOCKS_OF_BACKEND 2
 #else
-#define RADIX4_DENSE_MIN_BLOCKS 4
+#define RADIX4_DENSE_MIN_BLOCKS_OF_BACKEND 4
 #endif
+#ifndef RADIX4_DENSE_MIN_BLOCKS
+#define RADIX4_DENSE_MIN_BLOCKS RADIX4_DENSE_MIN_BLOCKS_OF_BACKEND
 #endif
 // Warps (waves) per token in the block-per-token shape, at most one per
 // 4 * lanes experts (0 = as many as give each thread one vector of 4).
