@@ -815,6 +815,61 @@ def _fallback_too_early(r: _Rows, c, a_raw: torch.Tensor) -> torch.Tensor:
 _TINY = 2.0**-126  # the smallest normal fp32: a flushed subnormal is no departure
 
 
+def _departure_from(r: _Rows, v: torch.Tensor, e: torch.Tensor, counted: torch.Tensor, *, only_counted: bool = False) -> torch.Tensor:
+    """float [B]: ``selection_departure``'s measure of the router's choice against the experts ``e`` [B, k] under the
+    values ``v`` [B, E], the cutoff the least of the slots where ``counted``; ``only_counted``: the other slots of
+    ``e`` are no choice at all (a router's expert matching one is measured against the cutoff too)."""
+    scale = torch.nan_to_num(r.scores.abs() + (v - r.scores).abs(), nan=math.inf, posinf=math.inf)
+    ve, va, se, sa = _gather(v, e), _gather(v, r.a), _gather(scale, e), _gather(scale, r.a)
+    inf = torch.full_like(ve, math.inf)
+    cut_slot = torch.where(counted, ve, inf).argmin(1, keepdim=True)
+    cut, cut_scale = ve.gather(1, cut_slot), se.gather(1, cut_slot)
+    matched = torch.where(counted, e, torch.full_like(e, -1)) if only_counted else e
+    extra, missing = _unmatched(r.a, matched), _unmatched(matched, r.a) & (counted if only_counted else True)
+    below = ((cut - va) - _TINY).clamp(min=0) / torch.maximum(sa, cut_scale).clamp(min=_TINY)
+    above = ((ve - cut) - _TINY).clamp(min=0) / torch.maximum(se, cut_scale).clamp(min=_TINY)
+    below = torch.where(extra & torch.isfinite(va), torch.nan_to_num(below, nan=math.inf), torch.zeros_like(below))
+    above = torch.where(missing & torch.isfinite(ve), torch.nan_to_num(above, nan=math.inf), torch.zeros_like(above))
+    return torch.maximum(below.amax(1), above.amax(1))
+
+
+def _nan_first_kept(r: _Rows) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, G] bool, [B, G] bool): the groups a router ranking NaN first in the group scores is read to keep (those it
+    took its experts from, filled up to the contract's number with groups holding NaN first, then by score), and the
+    groups holding NaN."""
+    rows, n_group = r.kept.shape
+    size = r.ranking.shape[1] // n_group
+    used = _groups_of(r, torch.ones_like(r.a, dtype=torch.bool))
+    holds_nan = torch.isnan(r.ranking).view(rows, n_group, size).any(2)
+    scores = torch.nan_to_num(r.group_scores.float(), nan=-math.inf).clamp(min=torch.finfo(torch.float32).min)
+    key = torch.where(used, torch.full_like(scores, -math.inf), torch.where(holds_nan, torch.full_like(scores, math.inf), scores))
+    order = key.argsort(dim=1, descending=True, stable=True)
+    place = torch.empty_like(order).scatter_(1, order, torch.arange(n_group, device=order.device).expand_as(order))
+    room = (r.kept.sum(1, keepdim=True) - used.sum(1, keepdim=True)).clamp(min=0)
+    return used | (~used & (place < room)), holds_nan
+
+
+def _own_groups_top(r: _Rows, kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, k] ids, [B, k] bool): the top numbers (ranking before any group mask) of the groups ``kept`` [B, G], as
+    many as the router took numbers; the bool marks those slots."""
+    size = r.ranking.shape[1] // r.kept.shape[1]
+    inside = kept.repeat_interleave(size, dim=1) & torch.isfinite(r.ranking)
+    top = torch.where(inside, r.ranking, torch.full_like(r.ranking, -math.inf)).topk(r.a.shape[1], dim=1).indices
+    taken = torch.isfinite(_gather(r.ranking, r.a)).sum(1, keepdim=True)
+    return top, torch.arange(r.a.shape[1], device=r.a.device) < taken
+
+
+def _groups_swapped_among_nan(r: _Rows, kept: torch.Tensor, holds_nan: torch.Tensor) -> torch.Tensor:
+    """bool [B]: the groups ``kept`` differ from the contract's as a router ranking NaN first in the group scores
+    would keep them: each one in place of a contract's holds NaN, and each of the contract's left out either holds NaN
+    or scores no higher than every kept one without NaN (a group holding NaN took its place)."""
+    added, left = kept & ~r.kept, r.kept & ~kept
+    scores = r.group_scores.float()
+    best_left = torch.where(left & ~holds_nan, scores, torch.full_like(scores, -math.inf)).amax(1)
+    worst_kept = torch.where(kept & ~holds_nan, scores, torch.full_like(scores, math.inf)).amin(1)
+    return (added | left).any(1) & (~added | holds_nan).all(1) & ~(best_left > worst_kept)
+
+
 def selection_departure(r: _Rows) -> torch.Tensor:
     """float [B]: how far past the contract's cutoff (the smallest finite selection value the oracle chose) each row's
     choice reaches. For every expert the candidate chose that the oracle did not, its distance below the cutoff; for
@@ -823,21 +878,21 @@ def selection_departure(r: _Rows) -> torch.Tensor:
     in a narrower dtype), at least the cutoff expert's. A router ranking bf16 values departs by about 2^-8; one that
     drops its top expert by far more. Experts of non-finite value (NaN, masked groups) are the special-value and
     group clauses' to judge, and count 0 here, except an expert ranked -inf taken in place of a number the contract
-    chose: that departs infinitely."""
-    v = r.selection
-    scale = torch.nan_to_num(r.scores.abs() + (v - r.scores).abs(), nan=math.inf, posinf=math.inf)
+    chose: that departs infinitely. In grouped contracts, where the router kept other groups as one ranking NaN first
+    in the group scores would, the least of that and the same measure against the top numbers of the groups it kept."""
     k = r.e.shape[1]
-    ve, va, se, sa = _gather(v, r.e), _gather(v, r.a), _gather(scale, r.e), _gather(scale, r.a)
+    ve = _gather(r.selection, r.e)
     counted = (torch.arange(k, device=r.e.device) < r.valid.unsqueeze(1)) & torch.isfinite(ve)
-    inf = torch.full_like(ve, math.inf)
-    cut_slot = torch.where(counted, ve, inf).argmin(1, keepdim=True)
-    cut, cut_scale = ve.gather(1, cut_slot), se.gather(1, cut_slot)
+    departure = _departure_from(r, r.selection, r.e, counted)
     extra, missing = _unmatched(r.a, r.e), _unmatched(r.e, r.a)
-    below = ((cut - va) - _TINY).clamp(min=0) / torch.maximum(sa, cut_scale).clamp(min=_TINY)
-    above = ((ve - cut) - _TINY).clamp(min=0) / torch.maximum(se, cut_scale).clamp(min=_TINY)
-    below = torch.where(extra & torch.isfinite(va), torch.nan_to_num(below, nan=math.inf), torch.zeros_like(below))
-    above = torch.where(missing & torch.isfinite(ve), torch.nan_to_num(above, nan=math.inf), torch.zeros_like(above))
-    departure = torch.maximum(below.amax(1), above.amax(1))
+    if r.kept is not None:
+        # Where the router used other groups as one ranking NaN first in the group scores would (groups holding NaN
+        # in place of kept ones: a tie of NaN scores, or NaN above numbers, the NaN and group tie rules' to judge),
+        # its numbers are measured against the top numbers of the groups it used, as many as it took.
+        kept, holds_nan = _nan_first_kept(r)
+        own, ranked_own = _own_groups_top(r, kept)
+        theirs = _departure_from(r, r.ranking, own, ranked_own, only_counted=True)
+        departure = torch.where(_groups_swapped_among_nan(r, kept, holds_nan), torch.minimum(departure, theirs), departure)
     # an expert ranked -inf taken while a number the contract chose is left out is no rounding, whatever the bound
     # (ranked -inf before any group mask, and the number in a group the router took another number from: an expert
     # of a dropped group, a number of a group not kept, or a dropped group's experts all masked to 0.0 and taken as

@@ -717,3 +717,43 @@ def test_a_group_of_minus_inf_score_kept_in_place_of_a_tied_one_is_group_tie_ord
     out = compare_case(case, exp, (w2.float(), ids2.to(torch.int32)), c, deviations={})
     detail = next(d for d in out.rows_detail if d["verdict"] == "mismatch")
     assert detail["clause"] == clause, detail
+
+
+def _lmdeploy_nan_row():
+    """deepseek-v3, row 2 of the nan_sparse case of lmdeploy-torch's failing rows: every group holds NaN (seven of
+    them at the top of their group); the contract (NaN last) keeps groups 0, 2, 3, 7 by their numbers and takes eight
+    numbers."""
+    import dataclasses
+
+    from contracts.cases.build import build_case
+    from contracts.run.options import parse_replay
+
+    spec = dataclasses.replace(parse_replay("nan_sparse:1513419790:64", 256, 8), n_group=8, topk_group=4)
+    case = build_case(spec)
+    return Case(dataclasses.replace(spec, rows=1), case.scores[2:3], case.bias, case.renormalize, case.routed_scaling_factor)
+
+
+@pytest.mark.parametrize("last, verdict", [(237, "expected"), ("lowest", "mismatch")])
+def test_numbers_of_groups_kept_by_nan_first_are_measured_against_those_groups(last, verdict):
+    # lmdeploy-torch under deepseek-v3: torch.topk ranks NaN first, so every group scores NaN (a tie) and it kept
+    # groups 4..7, took seven NaN experts of those, then 237, a bf16 flip of 238 (2^-12.9 apart), the top number of
+    # those groups. That was measured against the contract's cutoff among its own eight numbers, far below the
+    # numbers it left out (2^-3.5: 8 such rows of a 700-row check failed with selection declared at 2^-4). Against the
+    # top number of the groups the router kept it is 2^-12.9; the lowest number of those groups is not near.
+    from contracts.compare.tolerance import Bounded
+
+    c = oracle.get_contract("deepseek-v3")
+    case = _lmdeploy_nan_row()
+    exp, w, ids = _answer(case, c)
+    assert sorted(exp.ids[0].tolist()) == [24, 26, 65, 91, 101, 112, 237, 238]
+    if last == "lowest":
+        ranking = _view(exp).ranking[0, 128:].clone()
+        last = 128 + int(torch.where(torch.isfinite(ranking), ranking, torch.full_like(ranking, math.inf)).argmin())
+    ids2 = torch.tensor([[134, 160, 196, 206, 209, 215, 236, last]])
+    w2 = _own_weights(ids2, _view(exp), "deepseek-v3", renormalize=case.renormalize, rsf=case.routed_scaling_factor)
+    # lmdeploy-torch's declarations, selection bounded at 2^-8 (its own bound is 2^-4)
+    from contracts.candidates.engines import ENGINE_DEVIATIONS
+
+    declared = {**ENGINE_DEVIATIONS["lmdeploy-torch"]["deepseek-v3"], "selection": Bounded("bf16 sigmoids", 2.0**-8)}
+    out = compare_case(case, exp, (w2.float(), ids2.to(torch.int32)), c, deviations=declared)
+    assert {v for v, n in out.verdict_counts.items() if n} == {verdict}, (out.verdict_counts, out.rows_detail)
