@@ -148,7 +148,9 @@ def test_engine_adapters_run_isolated_and_agree_with_their_declarations(report):
         pytest.skip(f"no engine installed: {missing}")
     for name in here:
         m, vs = report.member(name), report.against_oracle(name)
-        assert m.isolated and m.rows_answered == report.rows_run
+        # every row answered but those the adapter's gate refuses (the torch routers: logits of column stride 1 only,
+        # so the pinned transposed and column-strided layouts are skipped, not run)
+        assert m.isolated and m.rows_answered + m.rows_skipped == report.rows_run and m.rows_answered > m.rows_skipped
         assert m.status.value == "pass", (name, vs.causes)
         assert set(vs.causes) - {"near_tie"} <= set(m.declared)
         assert vs.declared_rows == vs.rows_differing - vs.near_tie_rows > 0
