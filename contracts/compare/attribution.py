@@ -815,7 +815,8 @@ def _fallback_too_early(r: _Rows, c, a_raw: torch.Tensor) -> torch.Tensor:
 _TINY = 2.0**-126  # the smallest normal fp32: a flushed subnormal is no departure
 
 
-def _departure_from(r: _Rows, v: torch.Tensor, e: torch.Tensor, counted: torch.Tensor, *, only_counted: bool = False) -> torch.Tensor:
+def _departure_from(r: _Rows, v: torch.Tensor, e: torch.Tensor, counted: torch.Tensor, *,
+                    only_counted: bool = False) -> torch.Tensor:  # fmt: skip
     """float [B]: ``selection_departure``'s measure of the router's choice against the experts ``e`` [B, k] under the
     values ``v`` [B, E], the cutoff the least of the slots where ``counted``; ``only_counted``: the other slots of
     ``e`` are no choice at all (a router's expert matching one is measured against the cutoff too)."""
@@ -842,7 +843,8 @@ def _nan_first_kept(r: _Rows) -> tuple[torch.Tensor, torch.Tensor]:
     used = _groups_of(r, torch.ones_like(r.a, dtype=torch.bool))
     holds_nan = torch.isnan(r.ranking).view(rows, n_group, size).any(2)
     scores = torch.nan_to_num(r.group_scores.float(), nan=-math.inf).clamp(min=torch.finfo(torch.float32).min)
-    key = torch.where(used, torch.full_like(scores, -math.inf), torch.where(holds_nan, torch.full_like(scores, math.inf), scores))
+    # the fill order: groups holding NaN, then by score; a used group is no candidate
+    key = torch.where(holds_nan, torch.full_like(scores, math.inf), scores).masked_fill(used, -math.inf)
     order = key.argsort(dim=1, descending=True, stable=True)
     place = torch.empty_like(order).scatter_(1, order, torch.arange(n_group, device=order.device).expand_as(order))
     room = (r.kept.sum(1, keepdim=True) - used.sum(1, keepdim=True)).clamp(min=0)
@@ -892,7 +894,8 @@ def selection_departure(r: _Rows) -> torch.Tensor:
         kept, holds_nan = _nan_first_kept(r)
         own, ranked_own = _own_groups_top(r, kept)
         theirs = _departure_from(r, r.ranking, own, ranked_own, only_counted=True)
-        departure = torch.where(_groups_swapped_among_nan(r, kept, holds_nan), torch.minimum(departure, theirs), departure)
+        swapped = _groups_swapped_among_nan(r, kept, holds_nan)
+        departure = torch.where(swapped, torch.minimum(departure, theirs), departure)
     # an expert ranked -inf taken while a number the contract chose is left out is no rounding, whatever the bound
     # (ranked -inf before any group mask, and the number in a group the router took another number from: an expert
     # of a dropped group, a number of a group not kept, or a dropped group's experts all masked to 0.0 and taken as
