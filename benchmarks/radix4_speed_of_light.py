@@ -3,7 +3,8 @@
 The probes (kernels/radix4/lab/radix4_speed_of_light.cu) are laid out and launched as radix4's warp-per-token
 shapes and each does a strict part of a router's work a token: ``read`` (every logit and bias read, an add and a max
 a value), ``keys`` (+ every value's approximate key, as radix4's dense kernel), ``bound`` (+ the k-th largest lane
-maximum and the count of keys reaching it), ``write`` (+ k weights and ids written). A router that does at least a
+maximum and the count of keys reaching it), ``write`` (+ k weights and ids written); ``write_16w`` is ``write`` held
+to sixteen warps an SM (dynamic shared memory leaves room for four blocks), radix4's dense kernel's occupancy. A router that does at least a
 probe's work cannot, laid out the same way, go below that probe's time above the launch floor; the gap between
 ``write`` and radix4 is what the selection itself (the copy of the candidates and their ranking) costs.
 
@@ -80,14 +81,14 @@ class Probes:
     def __init__(self, lib: ctypes.CDLL):
         p, i, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
         self.lib = lib
-        lib.radix4_speed_of_light.argtypes = [i, i, i, p, i64, p, i, p, p, p, p, i]
+        lib.radix4_speed_of_light.argtypes = [i, i, i, p, i64, p, i, p, p, p, p, i, i]
         lib.radix4_speed_of_light.restype = i
         lib.radix4_speed_of_light_empty.argtypes, lib.radix4_speed_of_light_empty.restype = [p, i], i
 
-    def run(self, stage: int, scores, bias, topk: int, out, weights, ids, pdl: bool) -> None:
+    def run(self, stage: int, scores, bias, topk: int, out, weights, ids, pdl: bool, four_blocks: bool = False) -> None:
         rc = self.lib.radix4_speed_of_light(stage, scores.shape[1], topk, scores.data_ptr(), scores.stride(0), bias.data_ptr(),
                                             scores.shape[0], out.data_ptr(), weights.data_ptr(), ids.data_ptr(),
-                                            torch.cuda.current_stream().cuda_stream, int(pdl))  # fmt: skip
+                                            torch.cuda.current_stream().cuda_stream, int(pdl), int(four_blocks))  # fmt: skip
         if rc:
             raise RuntimeError(f"probe {STAGES[stage]} returned {rc}")
 
@@ -160,6 +161,7 @@ def time_shape(probes: Probes, r4: Router, E: int, K: int, ms, rotate: int, devi
         for stage, name in enumerate(STAGES):
             row[name] = median_us(cycling(lambda s, st=stage: probes.run(st, s, bias, K, out, w, ids, False), buffers))
         row["write_pdl"] = median_us(cycling(lambda s: probes.run(3, s, bias, K, out, w, ids, True), buffers))
+        row["write_16w"] = median_us(cycling(lambda s: probes.run(3, s, bias, K, out, w, ids, False, True), buffers))
         row["radix4"] = median_us(cycling(lambda s: r4(s, bias, K, w, ids, FLAG_RENORM), buffers))
         row["radix4_pdl"] = median_us(cycling(lambda s: r4(s, bias, K, w, ids, FLAG_RENORM | FLAG_PDL), buffers))
         rows.append(row)
@@ -167,7 +169,7 @@ def time_shape(probes: Probes, r4: Router, E: int, K: int, ms, rotate: int, devi
     return rows
 
 
-COLUMNS = ("floor", "empty", "empty_pdl", *STAGES, "write_pdl", "radix4", "radix4_pdl")
+COLUMNS = ("floor", "empty", "empty_pdl", *STAGES, "write_pdl", "write_16w", "radix4", "radix4_pdl")
 
 
 def render(rows: list[dict], header: str) -> str:
@@ -175,10 +177,10 @@ def render(rows: list[dict], header: str) -> str:
     lines += [f"{r['shape']:>7} {r['M']:>5} " + "".join(f"{r[c]:>11.2f}" for c in COLUMNS) for r in rows]
     lines += ["", "above the floor (torch.cuda._sleep(0), timed before the same M); the PDL columns also above the",
               "empty kernel launched with PDL, and the selection = radix4 - write:",
-              f"{'shape':>7} {'M':>5} " + "".join(f"{c:>11}" for c in (*STAGES, "radix4", "selection", "write_pdl*", "radix4_pdl*"))]  # fmt: skip
+              f"{'shape':>7} {'M':>5} " + "".join(f"{c:>11}" for c in (*STAGES, "write_16w", "radix4", "selection", "write_pdl*", "radix4_pdl*"))]  # fmt: skip
     for r in rows:
         f = r["floor"]
-        cells = [r[s] - f for s in STAGES] + [r["radix4"] - f, r["radix4"] - r["write"],
+        cells = [r[s] - f for s in STAGES] + [r["write_16w"] - f, r["radix4"] - f, r["radix4"] - r["write"],
                                                r["write_pdl"] - r["empty_pdl"], r["radix4_pdl"] - r["empty_pdl"]]  # fmt: skip
         lines.append(f"{r['shape']:>7} {r['M']:>5} " + "".join(f"{c:>11.2f}" for c in cells))
     lines.append("(* above the empty kernel with PDL)")

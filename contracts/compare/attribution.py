@@ -693,14 +693,15 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
         # The counterfactual as it is, or rounded to a dtype the row's weights may have been cast to. Rounded, only
         # where it lies beyond two of that dtype's ULPs of the reference: a router computing in bf16 is that far
         # off by itself, and a renormalization of a sum within bf16 rounding of 1 is no evidence of the flag.
-        hit = weights_close(r.w, alt, c).all(1)
+        # ``alt`` [..., B, k] (leading dimensions: several counterfactuals at once), the rows' answer [..., B].
+        hit = weights_close(r.w, alt, c).all(-1)
         for dtype, rows_cast in casts:
-            far = ~torch.isclose(alt, reference, rtol=2 * torch.finfo(dtype).eps, atol=c.weight_atol, equal_nan=True).all(1)
-            hit |= rows_cast & far & weights_close(r.w, alt.to(dtype).float(), c).all(1)
+            far = ~torch.isclose(alt, reference, rtol=2 * torch.finfo(dtype).eps, atol=c.weight_atol, equal_nan=True).all(-1)
+            hit |= rows_cast & far & weights_close(r.w, alt.to(dtype).float(), c).all(-1)
         return hit
 
     def differs(alt):
-        return ~weights_close(alt, reference, c).all(1)
+        return ~weights_close(alt, reference, c).all(-1)
 
     def assign(mask, name, reason, name2=None, reason2=0, by=None):
         nonlocal todo
@@ -787,11 +788,19 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
         hit = todo & far & near & torch.isfinite(alt).all(1)
         assign(hit, "renorm_guard", why, "weight_accuracy", R_ACCURACY)
         bounded_against = torch.where(hit.unsqueeze(1), alt, bounded_against)
-    # A constant factor: the scaling factor applied twice or not at all, 1/k, ... alone or beside a rule.
-    for f in _factors(k, rsf):
-        assign(close_to(reference * f), "scaling", R_FACTOR, by=f)
-        for alt, name, why in rules:
-            assign(close_to(alt * f) & differs(alt * f), name, why, "scaling", R_FACTOR, by=f)
+    # A constant factor: the scaling factor applied twice or not at all, 1/k, ... alone or beside a rule. Every
+    # factor and rule at once, [F, 1 + rules, B] (one at a time, these compares were most of a failing row's blame),
+    # then assigned in the order of the factors, each alone before each rule beside it.
+    factors = _factors(k, rsf)
+    if factors and bool(todo.any()):
+        by_factor = torch.tensor(factors, dtype=reference.dtype, device=reference.device).view(-1, 1, 1, 1)
+        scaled = torch.stack([reference, *(alt for alt, _, _ in rules)]) * by_factor
+        hits = close_to(scaled)
+        hits[:, 1:] &= differs(scaled[:, 1:])
+        for i, f in enumerate(factors):
+            assign(hits[i, 0], "scaling", R_FACTOR, by=f)
+            for j, (_, name, why) in enumerate(rules, start=1):
+                assign(hits[i, j], name, why, "scaling", R_FACTOR, by=f)
     # Any other constant, the same for every weight of the row (at least two of them nonzero), at least 10 % off:
     # closer to 1 it is more likely an accuracy problem (a sum rounded in bf16, say) than a factor applied.
     usable = torch.isfinite(reference) & (reference.abs() > 1e-30) & torch.isfinite(r.w)
@@ -834,21 +843,20 @@ def _departure_from(r: _Rows, v: torch.Tensor, e: torch.Tensor, counted: torch.T
     return torch.maximum(below.amax(1), above.amax(1))
 
 
-def _nan_first_kept(r: _Rows) -> tuple[torch.Tensor, torch.Tensor]:
-    """([B, G] bool, [B, G] bool): the groups a router ranking NaN first in the group scores is read to keep (those it
-    took its experts from, filled up to the contract's number with groups holding NaN first, then by score), and the
-    groups holding NaN."""
-    rows, n_group = r.kept.shape
-    size = r.ranking.shape[1] // n_group
+def _fill(open_: torch.Tensor, key: torch.Tensor, room: torch.Tensor) -> torch.Tensor:
+    """bool [..., G]: the ``open_`` groups that take the ``room`` [..., 1] places left, best ``key`` first (ties by
+    group number)."""
+    order = torch.where(open_, key, torch.full_like(key, -math.inf)).argsort(dim=-1, descending=True, stable=True)
+    place = torch.empty_like(order).scatter_(-1, order, torch.arange(key.shape[-1], device=order.device).expand_as(order))
+    return open_ & (place < room)
+
+
+def _nan_first_kept(r: _Rows, groups: "_GroupFacts") -> torch.Tensor:
+    """bool [B, G]: the groups a router ranking NaN first in the group scores is read to keep: those it took its
+    experts from, filled up to the contract's number in ``groups.fill_key``'s order (groups holding NaN first)."""
     used = _groups_of(r, torch.ones_like(r.a, dtype=torch.bool))
-    holds_nan = torch.isnan(r.ranking).view(rows, n_group, size).any(2)
-    scores = torch.nan_to_num(r.group_scores.float(), nan=-math.inf).clamp(min=torch.finfo(torch.float32).min)
-    # the fill order: groups holding NaN, then by score; a used group is no candidate
-    key = torch.where(holds_nan, torch.full_like(scores, math.inf), scores).masked_fill(used, -math.inf)
-    order = key.argsort(dim=1, descending=True, stable=True)
-    place = torch.empty_like(order).scatter_(1, order, torch.arange(n_group, device=order.device).expand_as(order))
     room = (r.kept.sum(1, keepdim=True) - used.sum(1, keepdim=True)).clamp(min=0)
-    return used | (~used & (place < room)), holds_nan
+    return used | _fill(~used, groups.fill_key, room)
 
 
 def _own_groups_top(r: _Rows, kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -872,7 +880,7 @@ def _groups_swapped_among_nan(r: _Rows, kept: torch.Tensor, holds_nan: torch.Ten
     return (added | left).any(1) & (~added | holds_nan).all(1) & ~(best_left > worst_kept)
 
 
-def selection_departure(r: _Rows) -> torch.Tensor:
+def selection_departure(r: _Rows, groups: "_GroupFacts | None") -> torch.Tensor:
     """float [B]: how far past the contract's cutoff (the smallest finite selection value the oracle chose) each row's
     choice reaches. For every expert the candidate chose that the oracle did not, its distance below the cutoff; for
     every one the oracle chose that the candidate did not, its distance above it; each less 2^-126 and divided by the
@@ -887,14 +895,14 @@ def selection_departure(r: _Rows) -> torch.Tensor:
     counted = (torch.arange(k, device=r.e.device) < r.valid.unsqueeze(1)) & torch.isfinite(ve)
     departure = _departure_from(r, r.selection, r.e, counted)
     extra, missing = _unmatched(r.a, r.e), _unmatched(r.e, r.a)
-    if r.kept is not None:
+    if groups is not None:
         # Where the router used other groups as one ranking NaN first in the group scores would (groups holding NaN
         # in place of kept ones: a tie of NaN scores, or NaN above numbers, the NaN and group tie rules' to judge),
         # its numbers are measured against the top numbers of the groups it used, as many as it took.
-        kept, holds_nan = _nan_first_kept(r)
+        kept = _nan_first_kept(r, groups)
         own, ranked_own = _own_groups_top(r, kept)
         theirs = _departure_from(r, r.ranking, own, ranked_own, only_counted=True)
-        swapped = _groups_swapped_among_nan(r, kept, holds_nan)
+        swapped = _groups_swapped_among_nan(r, kept, ~groups.numbered)
         departure = torch.where(swapped, torch.minimum(departure, theirs), departure)
     # an expert ranked -inf taken while a number the contract chose is left out is no rounding, whatever the bound
     # (ranked -inf before any group mask, and the number in a group the router took another number from: an expert
@@ -915,7 +923,7 @@ def selection_departure(r: _Rows) -> torch.Tensor:
 _OUTRANK_STEPS = (0.0, 2.0**-12, 2.0**-10, 2.0**-8, 2.0**-7, 2.0**-6, 2.0**-5, 2.0**-4, 2.0**-3)
 
 
-def group_departure(r: _Rows, c) -> torch.Tensor:
+def group_departure(r: _Rows, c, groups: "_GroupFacts | None") -> torch.Tensor:
     """float [B]: how far the groups a row's experts came from depart from keeping groups by score (grouped
     contracts; 0 elsewhere). The router's choice is read as ``topk_group`` kept groups: those it took a finite-ranked
     expert from, then the best-scoring others that hold no expert outranking its lowest choice by more than a step
@@ -930,17 +938,16 @@ def group_departure(r: _Rows, c) -> torch.Tensor:
     infinitely. Groups holding NaN count on neither side; -inf and NaN experts (slots of rows with too few numbers)
     and experts of dropped groups the contract takes too use no group: the NaN, tie and mask clauses judge those."""
     rows = r.a.shape[0]
-    if r.kept is None or r.group_scores is None:
+    if groups is None:
         return torch.zeros(rows, device=r.a.device)
     n_group = r.kept.shape[1]
     size = r.ranking.shape[1] // n_group
     chosen = _gather(r.ranking, r.a)
-    per_expert = torch.nan_to_num(r.scores.abs() + (r.ranking - r.scores).abs(), nan=math.inf, posinf=math.inf)
+    per_expert = groups.per_expert
     # an expert of a dropped group that the contract takes too (a NaN slot's fill, a 0.0 mask's) uses no group
     own_fill = ~_unmatched(r.a, r.e) & ~r.kept.gather(1, r.a // size)
     finite = torch.isfinite(chosen) & ~own_fill
     slot = torch.where(finite, chosen, torch.full_like(chosen, math.inf)).argmin(1, keepdim=True)
-    groups = _GroupFacts.of(r, per_expert)
     by_minus_inf = _reading(r, c, groups, finite, chosen.gather(1, slot), _gather(per_expert, r.a).gather(1, slot), per_expert)
     # the 0.0 reading: a pick ranked at 0 or below, or one of a group beyond the topk_group best-scoring groups the
     # positive picks came from, may be a dropped group's 0.0 (a tie of the mask with kept zeros)
@@ -958,7 +965,8 @@ def group_departure(r: _Rows, c) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class _GroupFacts:
-    """What both readings of ``group_departure`` need of the groups, [B, G] each."""
+    """What ``group_departure``'s two readings and ``selection_departure``'s NaN-first one need of the groups, [B, G]
+    each but ``per_expert``."""
 
     scores: torch.Tensor  # the contract's group scores, NaN as -inf
     scale: torch.Tensor  # sum of |score| + |ranking value - score| over each group's two top experts
@@ -968,9 +976,14 @@ class _GroupFacts:
     # the order kept places are filled in: groups holding NaN first (they count on neither side), then by score (an
     # open group of -inf score still before any group that is not open)
     fill_key: torch.Tensor
+    per_expert: torch.Tensor  # [B, E]: each expert's scale, |score| + |ranking value - score|
 
     @staticmethod
-    def of(r: _Rows, per_expert: torch.Tensor) -> "_GroupFacts":
+    def of(r: _Rows) -> "_GroupFacts | None":
+        """The facts of a grouped contract's rows; None elsewhere."""
+        if r.kept is None or r.group_scores is None:
+            return None
+        per_expert = torch.nan_to_num(r.scores.abs() + (r.ranking - r.scores).abs(), nan=math.inf, posinf=math.inf)
         rows, n_group = r.kept.shape
         size = r.ranking.shape[1] // n_group
         scores = torch.nan_to_num(r.group_scores.float(), nan=-math.inf)
@@ -978,7 +991,7 @@ class _GroupFacts:
         scale = per_expert.view(rows, n_group, size).gather(2, top2).sum(2)
         numbered = ~torch.isnan(r.group_scores) & ~torch.isnan(r.ranking).view(rows, n_group, size).any(2)
         fill_key = torch.where(numbered, scores.clamp(min=torch.finfo(torch.float32).min), torch.full_like(scores, math.inf))
-        return _GroupFacts(scores, scale, numbered, fill_key)
+        return _GroupFacts(scores, scale, numbered, fill_key, per_expert)
 
 
 def _reading(r: _Rows, c, groups: _GroupFacts, counted: torch.Tensor, lowest: torch.Tensor, lowest_scale: torch.Tensor,
@@ -998,10 +1011,7 @@ def _reading(r: _Rows, c, groups: _GroupFacts, counted: torch.Tensor, lowest: to
     fill_places = (c.topk_group - used.sum(1, keepdim=True)).clamp(min=0)
     # every outrank step at once, a leading dimension [S, B, G] (a loop over the steps was most of a blame's time)
     steps = torch.tensor(_OUTRANK_STEPS, device=r.a.device).view(-1, 1, 1)
-    open_ = ~used & (outranks <= steps)
-    order = torch.where(open_, groups.fill_key, torch.full_like(scores, -math.inf)).argsort(dim=-1, descending=True, stable=True)
-    place = torch.empty_like(order).scatter_(-1, order, torch.arange(n_group, device=order.device).expand_as(order))
-    kept = used | (open_ & (place < fill_places))
+    kept = used | _fill(~used & (outranks <= steps), groups.fill_key, fill_places)
     inside = torch.where(kept & numbered, scores, math.inf)
     outside = torch.where(kept | ~numbered, -math.inf, scores)
     worst_in, worst_at = inside.min(-1)
@@ -1040,8 +1050,9 @@ def attribute(case, exp, values, w_act: torch.Tensor, ids_act: torch.Tensor, row
         ids_clause = torch.where(round_index & ~oor, INDEX["nan_last"], ids_clause)
         ids_code = torch.where(round_index & ~oor, R_ROUND_INDEX, ids_code)
     core, core_code = _core_aspect(r, c, ids_clause, freed)
+    groups = _GroupFacts.of(r)
     same_set = ~_unmatched(r.a, r.e).any(1)
     w_clause, w_code, w2_clause, w2_code, factor, reference, ok = _weights_aspect(r, c, case, eq, same_set, invalid)
     return Blame(validity, ids_clause, w_clause, validity_code, ids_code, w_code, slot, reference, ok,
                  core=core, core_code=core_code, weights2=w2_clause, weights2_code=w2_code, factor=factor,
-                 selection_departure=selection_departure(r), group_departure=group_departure(r, c))  # fmt: skip
+                 selection_departure=selection_departure(r, groups), group_departure=group_departure(r, c, groups))  # fmt: skip

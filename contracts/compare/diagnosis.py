@@ -80,6 +80,8 @@ class DiagnosisSample:
 
     buckets: dict[tuple, list[_Part]] = field(default_factory=dict)
     kept: int = 0
+    # the selection, once made (rows, parts and the bucket count all read it); add() clears it
+    _selection: list[tuple[tuple, _Part]] | None = field(default=None, init=False, repr=False)
 
     @property
     def full(self) -> bool:
@@ -106,6 +108,7 @@ class DiagnosisSample:
         part = _Part(_to_cpu(sub.case), sub.weights.cpu(), sub.ids.cpu(), primary.cpu())
         bucket.append(part)
         self.kept += int(rows.numel())
+        self._selection = None
 
     def selected(self) -> list[_Part]:
         """At most ``MAX_SAMPLE_ROWS`` rows, shared out evenly between the buckets (a small bucket gives all it has), from
@@ -117,6 +120,11 @@ class DiagnosisSample:
         return len({key for key, _ in self._selected()})
 
     def _selected(self) -> list[tuple[tuple, _Part]]:
+        if self._selection is None:
+            self._selection = self._select()
+        return self._selection
+
+    def _select(self) -> list[tuple[tuple, _Part]]:
         sizes = {key: sum(p.ids.shape[0] for p in parts) for key, parts in self.buckets.items() if parts}
         quota, left = {}, MAX_SAMPLE_ROWS
         for n, key in enumerate(sorted(sizes, key=lambda k: sizes[k])):

@@ -122,9 +122,14 @@ __global__ void empty() {
     wait_for_prior_grids();
 }
 
+// Dynamic shared memory that leaves room for at most four blocks an SM (4 x (48 + 1 reserved) KB of the 228 KB of
+// an sm_90 SM; five would need 245): sixteen warps an SM, as radix4's dense kernel holds at its registers.
+constexpr size_t kFourBlocksAnSm = 48 * 1024;
+
 template <class Kernel, class... Args>
-int launch(Kernel kernel, int blocks, int threads, void* stream, int pdl, Args... args) {
+int launch(Kernel kernel, int blocks, int threads, void* stream, int pdl, size_t shared, Args... args) {
     cudaLaunchConfig_t config = {};
+    config.dynamicSmemBytes = shared;
     cudaLaunchAttribute attribute[1];
     attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute[0].val.programmaticStreamSerializationAllowed = 1;
@@ -138,16 +143,17 @@ int launch(Kernel kernel, int blocks, int threads, void* stream, int pdl, Args..
 
 template <int E, int K>
 int launch_stage(int stage, const void* logits, int64_t row_stride, const void* bias, int rows, float* out,
-                 float* weights, int32_t* ids, void* stream, int pdl) {
+                 float* weights, int32_t* ids, void* stream, int pdl, int four_blocks) {
+    const size_t shared = four_blocks ? kFourBlocksAnSm : 0;
     const int blocks = (rows + kTokensPerBlock - 1) / kTokensPerBlock;
     const auto* x = static_cast<const uint2*>(logits);
     const auto* b = static_cast<const uint2*>(bias);
     const int64_t vectors = row_stride / 4;
     switch (stage) {
-        case 0: return launch(probe<E, K, 0>, blocks, 32 * kTokensPerBlock, stream, pdl, x, vectors, b, rows, out, weights, ids);
-        case 1: return launch(probe<E, K, 1>, blocks, 32 * kTokensPerBlock, stream, pdl, x, vectors, b, rows, out, weights, ids);
-        case 2: return launch(probe<E, K, 2>, blocks, 32 * kTokensPerBlock, stream, pdl, x, vectors, b, rows, out, weights, ids);
-        case 3: return launch(probe<E, K, 3>, blocks, 32 * kTokensPerBlock, stream, pdl, x, vectors, b, rows, out, weights, ids);
+        case 0: return launch(probe<E, K, 0>, blocks, 32 * kTokensPerBlock, stream, pdl, shared, x, vectors, b, rows, out, weights, ids);
+        case 1: return launch(probe<E, K, 1>, blocks, 32 * kTokensPerBlock, stream, pdl, shared, x, vectors, b, rows, out, weights, ids);
+        case 2: return launch(probe<E, K, 2>, blocks, 32 * kTokensPerBlock, stream, pdl, shared, x, vectors, b, rows, out, weights, ids);
+        case 3: return launch(probe<E, K, 3>, blocks, 32 * kTokensPerBlock, stream, pdl, shared, x, vectors, b, rows, out, weights, ids);
         default: return -1;
     }
 }
@@ -156,15 +162,16 @@ int launch_stage(int stage, const void* logits, int64_t row_stride, const void* 
 
 // Returns a cudaError_t, or -1 for a stage or shape this file has no probe for
 // (experts 896 with k 16, 384 with k 8, 224 with k 16; bf16 logits whose row
-// stride is a multiple of 4 and 8-byte aligned rows, bf16 bias).
+// stride is a multiple of 4 and 8-byte aligned rows, bf16 bias). four_blocks:
+// at most four blocks (sixteen warps) an SM, radix4's dense occupancy.
 extern "C" int radix4_speed_of_light(int stage, int experts, int topk, const void* logits, int64_t row_stride,
                                      const void* bias, int rows, float* out, float* weights, int32_t* ids,
-                                     void* stream, int pdl) {
+                                     void* stream, int pdl, int four_blocks) {
     if (row_stride % 4 != 0) return -1;
-    if (experts == 896 && topk == 16) return launch_stage<896, 16>(stage, logits, row_stride, bias, rows, out, weights, ids, stream, pdl);
-    if (experts == 384 && topk == 8) return launch_stage<384, 8>(stage, logits, row_stride, bias, rows, out, weights, ids, stream, pdl);
-    if (experts == 224 && topk == 16) return launch_stage<224, 16>(stage, logits, row_stride, bias, rows, out, weights, ids, stream, pdl);
+    if (experts == 896 && topk == 16) return launch_stage<896, 16>(stage, logits, row_stride, bias, rows, out, weights, ids, stream, pdl, four_blocks);
+    if (experts == 384 && topk == 8) return launch_stage<384, 8>(stage, logits, row_stride, bias, rows, out, weights, ids, stream, pdl, four_blocks);
+    if (experts == 224 && topk == 16) return launch_stage<224, 16>(stage, logits, row_stride, bias, rows, out, weights, ids, stream, pdl, four_blocks);
     return -1;
 }
 
-extern "C" int radix4_speed_of_light_empty(void* stream, int pdl) { return launch(empty, 1, 32, stream, pdl); }
+extern "C" int radix4_speed_of_light_empty(void* stream, int pdl) { return launch(empty, 1, 32, stream, pdl, 0); }
