@@ -4,7 +4,9 @@ The probes (kernels/radix4/lab/radix4_speed_of_light.cu) are laid out and launch
 shapes and each does a strict part of a router's work a token: ``read`` (every logit and bias read, an add and a max
 a value), ``keys`` (+ every value's approximate key, as radix4's dense kernel), ``bound`` (+ the k-th largest lane
 maximum and the count of keys reaching it), ``write`` (+ k weights and ids written); ``write_16w`` is ``write`` held
-to sixteen warps an SM (dynamic shared memory leaves room for four blocks), radix4's dense kernel's occupancy. A router that does at least a
+to sixteen warps an SM (dynamic shared memory leaves room for four blocks), radix4's dense kernel's occupancy;
+``read_block`` is ``read`` with a block a token, a vector of four a thread (the shortest chain a row's read has).
+The PDL columns launch the probes and radix4 with programmatic dependent launch. A router that does at least a
 probe's work cannot, laid out the same way, go below that probe's time above the launch floor; the gap between
 ``write`` and radix4 is what the selection itself (the copy of the candidates and their ranking) costs.
 
@@ -44,6 +46,7 @@ from radix4_kernels_bench import FLAG_PDL, FLAG_RENORM, Router  # noqa: E402
 
 SOURCE = ROOT / "kernels" / "radix4" / "lab" / "radix4_speed_of_light.cu"
 STAGES = ("read", "keys", "bound", "write")
+READ_IN_A_BLOCK = 4  # the probe's stage number of the read with a block a token
 LAUNCHES, REPLAYS, WARMUP = 20, 25, 1
 DEFAULT_M = (1, 8, 64, 256, 1024, 2048, 4096)
 
@@ -115,6 +118,9 @@ def check(probes: Probes, E: int, K: int, device) -> list[dict]:
     probes.run(0, scores, bias, K, out, w, ids, False)
     want = (scores.float() + bias.float()).amax(1)
     results.append({"probe": "read", "shape": f"{E}/{K}", "passed": bool(torch.equal(out, want))})
+    out.zero_()
+    probes.run(READ_IN_A_BLOCK, scores, bias, K, out, w, ids, False)
+    results.append({"probe": "read_block", "shape": f"{E}/{K}", "passed": bool(torch.equal(out, want))})
     for stage in (1, 2):
         probes.run(stage, scores, bias, K, out, w, ids, False)
         torch.cuda.synchronize()
@@ -160,7 +166,10 @@ def time_shape(probes: Probes, r4: Router, E: int, K: int, ms, rotate: int, devi
         row["empty_pdl"] = median_us(lambda: probes.empty(True))
         for stage, name in enumerate(STAGES):
             row[name] = median_us(cycling(lambda s, st=stage: probes.run(st, s, bias, K, out, w, ids, False), buffers))
-        row["write_pdl"] = median_us(cycling(lambda s: probes.run(3, s, bias, K, out, w, ids, True), buffers))
+        for stage, name in ((0, "read"), (1, "keys"), (3, "write")):
+            row[f"{name}_pdl"] = median_us(cycling(lambda s, st=stage: probes.run(st, s, bias, K, out, w, ids, True), buffers))
+        row["read_block"] = median_us(cycling(lambda s: probes.run(READ_IN_A_BLOCK, s, bias, K, out, w, ids, False), buffers))
+        row["read_block_pdl"] = median_us(cycling(lambda s: probes.run(READ_IN_A_BLOCK, s, bias, K, out, w, ids, True), buffers))
         row["write_16w"] = median_us(cycling(lambda s: probes.run(3, s, bias, K, out, w, ids, False, True), buffers))
         row["radix4"] = median_us(cycling(lambda s: r4(s, bias, K, w, ids, FLAG_RENORM), buffers))
         row["radix4_pdl"] = median_us(cycling(lambda s: r4(s, bias, K, w, ids, FLAG_RENORM | FLAG_PDL), buffers))
@@ -169,21 +178,27 @@ def time_shape(probes: Probes, r4: Router, E: int, K: int, ms, rotate: int, devi
     return rows
 
 
-COLUMNS = ("floor", "empty", "empty_pdl", *STAGES, "write_pdl", "write_16w", "radix4", "radix4_pdl")
+COLUMNS = ("floor", "empty", "empty_pdl", *STAGES, "write_16w", "read_block", "radix4",
+           "read_pdl", "keys_pdl", "write_pdl", "read_block_pdl", "radix4_pdl")  # fmt: skip
+PDL_COLUMNS = ("read_pdl", "keys_pdl", "write_pdl", "read_block_pdl", "radix4_pdl")
 
 
 def render(rows: list[dict], header: str) -> str:
-    lines = [header, "", "us per launch:", f"{'shape':>7} {'M':>5} " + "".join(f"{c:>11}" for c in COLUMNS)]
-    lines += [f"{r['shape']:>7} {r['M']:>5} " + "".join(f"{r[c]:>11.2f}" for c in COLUMNS) for r in rows]
-    lines += ["", "above the floor (torch.cuda._sleep(0), timed before the same M); the PDL columns also above the",
-              "empty kernel launched with PDL, and the selection = radix4 - write:",
-              f"{'shape':>7} {'M':>5} " + "".join(f"{c:>11}" for c in (*STAGES, "write_16w", "radix4", "selection", "write_pdl*", "radix4_pdl*"))]  # fmt: skip
+    def line(r, cells):
+        return f"{r['shape']:>7} {r['M']:>5} " + "".join(f"{c:>15.2f}" for c in cells)
+
+    def head(names):
+        return f"{'shape':>7} {'M':>5} " + "".join(f"{c:>15}" for c in names)
+
+    plain = (*STAGES, "write_16w", "read_block", "radix4")
+    lines = [header, "", "us per launch:", head(COLUMNS), *(line(r, [r[c] for c in COLUMNS]) for r in rows)]
+    lines += ["", "above the floor (torch.cuda._sleep(0), timed before the same M); selection = radix4 - write:",
+              head((*plain, "selection")), *(line(r, [*(r[c] - r["floor"] for c in plain), r["radix4"] - r["write"]]) for r in rows)]
+    lines += ["", "with PDL, above the same floor and (after the slash) above the empty kernel launched with PDL:",
+              f"{'shape':>7} {'M':>5} " + "".join(f"{c:>16}" for c in PDL_COLUMNS)]
     for r in rows:
-        f = r["floor"]
-        cells = [r[s] - f for s in STAGES] + [r["write_16w"] - f, r["radix4"] - f, r["radix4"] - r["write"],
-                                               r["write_pdl"] - r["empty_pdl"], r["radix4_pdl"] - r["empty_pdl"]]  # fmt: skip
-        lines.append(f"{r['shape']:>7} {r['M']:>5} " + "".join(f"{c:>11.2f}" for c in cells))
-    lines.append("(* above the empty kernel with PDL)")
+        pairs = (f"{r[c] - r['floor']:.2f} / {r[c] - r['empty_pdl']:.2f}" for c in PDL_COLUMNS)
+        lines.append(f"{r['shape']:>7} {r['M']:>5} " + "".join(f"{p:>16}" for p in pairs))
     return "\n".join(lines)
 
 

@@ -13,6 +13,10 @@
 //                   larger lanes, 31 shuffles) and the count of keys that
 //                   reach it (radix4's bound step and its copy's count)
 //   stage 3, write: + k weights and ids written a token
+//   stage 4, read in a block: stage 0's work with a block a token, one
+//                   vector of four a thread (E / 4 threads), the maximum by
+//                   shuffles, one barrier and one thread: the shortest chain
+//                   a row's read has (radix4's block shape serves M = 1)
 //
 // What none of them does is the selection itself: radix4's copy of the
 // candidates and their ranking. Each writes what it computed, so nothing is
@@ -117,6 +121,31 @@ __global__ void __launch_bounds__(32 * kTokensPerBlock) probe(const uint2* __res
     }
 }
 
+template <int E>
+__global__ void __launch_bounds__((E / 4 + 31) / 32 * 32) read_in_a_block(const uint2* __restrict__ logits, int64_t row_vectors,
+                                                                           const uint2* __restrict__ bias, float* __restrict__ out) {
+    constexpr int kVectors = E / 4, kWarps = (kVectors + 31) / 32;
+    __shared__ float partial[kWarps];
+    launch_dependents();
+    wait_for_prior_grids();
+    const int t = threadIdx.x;
+    float m = -INFINITY;
+    if (t < kVectors) {
+        const uint2 x = logits[blockIdx.x * row_vectors + t], b = bias[t];
+        m = fmaxf(fmaxf(low_half(x.x) + low_half(b.x), high_half(x.x) + high_half(b.x)),
+                  fmaxf(low_half(x.y) + low_half(b.y), high_half(x.y) + high_half(b.y)));
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+    if ((t & 31) == 0) partial[t >> 5] = m;
+    __syncthreads();
+    if (t == 0) {
+#pragma unroll
+        for (int w = 1; w < kWarps; ++w) m = fmaxf(m, partial[w]);
+        out[blockIdx.x] = m;
+    }
+}
+
 __global__ void empty() {
     launch_dependents();
     wait_for_prior_grids();
@@ -154,6 +183,7 @@ int launch_stage(int stage, const void* logits, int64_t row_stride, const void* 
         case 1: return launch(probe<E, K, 1>, blocks, 32 * kTokensPerBlock, stream, pdl, shared, x, vectors, b, rows, out, weights, ids);
         case 2: return launch(probe<E, K, 2>, blocks, 32 * kTokensPerBlock, stream, pdl, shared, x, vectors, b, rows, out, weights, ids);
         case 3: return launch(probe<E, K, 3>, blocks, 32 * kTokensPerBlock, stream, pdl, shared, x, vectors, b, rows, out, weights, ids);
+        case 4: return launch(read_in_a_block<E>, rows, (E / 4 + 31) / 32 * 32, stream, pdl, shared, x, vectors, b, out);
         default: return -1;
     }
 }
