@@ -66,7 +66,7 @@ NONE = -1
 
 # Reason codes: (clause, code) -> the reason's template; {slot}, {n}, {extra}, {missing}, ... are filled per row.
 R_OUT_OF_RANGE, R_TWICE, R_FALLBACK_EARLY = 1, 2, 3
-R_ROUND_INDEX, R_NAN_OVER_NUMBER, R_NAN_ORDER, R_NAN_TAKEN, R_NUMBER_OVER_NAN = 10, 11, 12, 13, 14
+R_ROUND_INDEX, R_NAN_OVER_NUMBER, R_NAN_ORDER, R_NAN_TAKEN, R_NUMBER_OVER_NAN, R_NAN_GROUPS = 10, 11, 12, 13, 14, 15
 R_SENTINEL = 20
 R_GROUP_MASK, R_GROUP_SELECTION, R_GROUP_TIE, R_GROUP_MASK_VALUE = 30, 31, 32, 33
 R_TIE_SET, R_TIE_ORDER, R_SIGNED_ZERO, R_NEAR_ULP, R_NEAR_SET, R_NAN_TIE = 40, 41, 42, 44, 45, 46
@@ -503,6 +503,15 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, 
         # ... or chose its numbers right, its -inf picks being ties among themselves (and the group ties' doing)
         same_numbers = (_numbers_among(r, alt) == _numbers_among(r, r.a)).all(1)
         assign(tied_away & same_numbers, "group_tie_order", R_GROUP_TIE)
+        # Kept other groups only among those whose group score is NaN (each group it took a number from that the
+        # contract drops, and each the contract keeps that it took none from, scores NaN: a NaN among the group's top
+        # experts), its numbers the top numbers of its groups: where such groups rank (a router scoring a group by its
+        # numbers keeps one holding a number over one of NaN only) is the NaN rule's, fixed in the group scores, not in
+        # the mask. (Groups of its -inf and NaN picks are fills, as the contract's own NaN slots are.)
+        numbered = _groups_of(r, torch.isfinite(_gather(r.ranking, r.a)))
+        swapped = numbered ^ r.kept
+        among_nan = (numbered & ~r.kept).any(1) & (torch.isnan(r.group_scores) | ~swapped).all(1)
+        assign(leaked & same_numbers & among_nan, "nan_last", R_NAN_GROUPS)
         e_used = e_groups.sum(1)
         n_used = used.sum(1)
         # Do the groups it used tie the kept ones exactly (group scores equal at the cutoff)?

@@ -14,6 +14,7 @@ _FIXED = {
     A.R_NAN_OVER_NUMBER: "a NaN expert was chosen over a number",
     A.R_NAN_TAKEN: "a NaN expert was chosen (the contract never takes NaN)",
     A.R_NUMBER_OVER_NAN: "a number was chosen over a NaN expert (the contract ranks NaN first)",
+    A.R_NAN_GROUPS: "other groups were kept among those whose group score is NaN (NaN among a group's top experts)",
     A.R_GROUP_MASK: "experts of a group the contract drops were chosen (the group mask did not hold them back)",
     A.R_GROUP_SELECTION: "other groups were kept than the contract's group scores keep",
     A.R_GROUP_TIE: "groups whose scores tie the kept ones exactly were kept instead (group tie rule not followed)",
