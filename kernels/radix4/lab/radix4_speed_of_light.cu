@@ -2,9 +2,10 @@
 // part of what any router of a token's bf16 logits must do, laid out and
 // launched as radix4's warp-per-token shapes are (a warp a token, four tokens
 // a block, logits and bias read as vectors of four bf16, griddepcontrol hooks
-// for PDL). Timed beside radix4 by benchmarks/radix4_speed_of_light.py, each
-// one's time above the launch floor bounds from below what a kernel doing at
-// least that work per token reaches on the same device:
+// for PDL). Timed beside radix4 by benchmarks/radix4_speed_of_light.py. The
+// read and the keys bound from below what any router reaches on the same
+// device (each value read, each value keyed); the bound and the write are one
+// plain way of those steps, not the fastest (radix4's bound step is cheaper):
 //
 //   stage 0, read:  every logit and bias read, one add and one max a value
 //   stage 1, keys:  + every value's approximate key, tanh.approx(x / 2) + 2b
