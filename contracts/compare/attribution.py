@@ -957,7 +957,7 @@ def group_departure(r: _Rows, c, groups: "_GroupFacts | None") -> torch.Tensor:
     own_fill = ~_unmatched(r.a, r.e) & ~r.kept.gather(1, r.a // size)
     finite = torch.isfinite(chosen) & ~own_fill
     slot = torch.where(finite, chosen, torch.full_like(chosen, math.inf)).argmin(1, keepdim=True)
-    by_minus_inf = _reading(r, c, groups, finite, chosen.gather(1, slot), _gather(per_expert, r.a).gather(1, slot), per_expert)
+    by_minus_inf = _reading(r, c, groups, finite, chosen.gather(1, slot), _gather(per_expert, r.a).gather(1, slot))
     # the 0.0 reading: a pick ranked at 0 or below, or one of a group beyond the topk_group best-scoring groups the
     # positive picks came from, may be a dropped group's 0.0 (a tie of the mask with kept zeros)
     positive = finite & (chosen > 0)
@@ -968,7 +968,7 @@ def group_departure(r: _Rows, c, groups: "_GroupFacts | None") -> torch.Tensor:
     zeros = finite & ~counted
     lowest = torch.where(zeros.any(1, keepdim=True), torch.zeros_like(chosen[:, :1]),
                          torch.where(counted, chosen, torch.full_like(chosen, math.inf)).amin(1, keepdim=True))  # fmt: skip
-    by_zero = _reading(r, c, groups, counted, lowest, torch.zeros_like(lowest), per_expert)
+    by_zero = _reading(r, c, groups, counted, lowest, torch.zeros_like(lowest))
     return torch.minimum(by_minus_inf, by_zero)
 
 
@@ -1003,8 +1003,8 @@ class _GroupFacts:
         return _GroupFacts(scores, scale, numbered, fill_key, per_expert)
 
 
-def _reading(r: _Rows, c, groups: _GroupFacts, counted: torch.Tensor, lowest: torch.Tensor, lowest_scale: torch.Tensor,
-             per_expert: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def _reading(r: _Rows, c, groups: _GroupFacts, counted: torch.Tensor, lowest: torch.Tensor,
+             lowest_scale: torch.Tensor) -> torch.Tensor:  # fmt: skip
     """``group_departure`` of one reading: ``counted`` [B, k] the chosen experts whose groups the router kept,
     ``lowest`` [B, 1] the value no expert left out of a kept group may outrank (an unused group that does by more
     than a step is read as dropped; what a kept group's does adds to the departure)."""
@@ -1012,7 +1012,7 @@ def _reading(r: _Rows, c, groups: _GroupFacts, counted: torch.Tensor, lowest: to
     n_group = r.kept.shape[1]
     size = r.ranking.shape[1] // n_group
     used = _groups_of(r, counted)
-    ahead = ((r.ranking - lowest) - _TINY).clamp(min=0) / torch.maximum(per_expert, lowest_scale).clamp(min=_TINY)
+    ahead = ((r.ranking - lowest) - _TINY).clamp(min=0) / torch.maximum(groups.per_expert, lowest_scale).clamp(min=_TINY)
     unchosen = torch.ones_like(r.ranking, dtype=torch.bool).scatter_(1, r.a, False)
     ahead = torch.where((r.ranking > lowest) & unchosen, torch.nan_to_num(ahead, nan=math.inf), torch.zeros_like(ahead))
     outranks = ahead.view(rows, n_group, size).amax(2)  # [B, G]: how far a group's best expert left out outranks
