@@ -50,7 +50,7 @@ import torch
 
 import oracle
 
-from .tolerance import near_allowance, weights_close
+from .tolerance import broadcast_isclose, near_allowance, weights_close
 
 __all__ = ["CLAUSE_ORDER", "Blame", "NEAR_TIE", "attribute"]
 
@@ -705,7 +705,7 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
         # ``alt`` [..., B, k] (leading dimensions: several counterfactuals at once), the rows' answer [..., B].
         hit = weights_close(r.w, alt, c).all(-1)
         for dtype, rows_cast in casts:
-            far = ~torch.isclose(alt, reference, rtol=2 * torch.finfo(dtype).eps, atol=c.weight_atol, equal_nan=True).all(-1)
+            far = ~broadcast_isclose(alt, reference, rtol=2 * torch.finfo(dtype).eps, atol=c.weight_atol, equal_nan=True).all(-1)
             hit |= rows_cast & far & weights_close(r.w, alt.to(dtype).float(), c).all(-1)
         return hit
 
@@ -792,8 +792,8 @@ def _weights_aspect(r: _Rows, c, case, ids_equal: torch.Tensor, same_set: torch.
     # fix; the rest is the arithmetic's, so the row breaks weight_accuracy too, bounded against the counterfactual: a
     # declared weight_accuracy may excuse the arithmetic, never the division.
     for alt, why in guards:
-        far = ~torch.isclose(alt, reference, rtol=0.5, atol=c.weight_atol, equal_nan=True).all(1)
-        near = torch.isclose(r.w, alt, rtol=_NARROW_ARITHMETIC, atol=c.weight_atol).all(1)
+        far = ~broadcast_isclose(alt, reference, rtol=0.5, atol=c.weight_atol, equal_nan=True).all(1)
+        near = broadcast_isclose(r.w, alt, rtol=_NARROW_ARITHMETIC, atol=c.weight_atol).all(1)
         hit = todo & far & near & torch.isfinite(alt).all(1)
         assign(hit, "renorm_guard", why, "weight_accuracy", R_ACCURACY)
         bounded_against = torch.where(hit.unsqueeze(1), alt, bounded_against)

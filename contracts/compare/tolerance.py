@@ -25,8 +25,8 @@ import torch
 
 import oracle
 
-__all__ = ["BOUNDED_CLAUSES", "DECLARED_BOUND", "Bounded", "declared_bound", "f32_ulp", "near_allowance", "plain_contract_tolerance",
-           "ulp_distance", "weights_close", "within_declared_accuracy"]
+__all__ = ["BOUNDED_CLAUSES", "DECLARED_BOUND", "Bounded", "broadcast_isclose", "declared_bound", "f32_ulp", "near_allowance",
+           "plain_contract_tolerance", "ulp_distance", "weights_close", "within_declared_accuracy"]
 
 # The declarable clauses that are catch-alls, and so carry a bound: ``weight_accuracy`` (any weight no rule explains)
 # and ``selection`` (any choice of experts no tie, special value or group rule explains). Declared, each excuses a
@@ -66,9 +66,18 @@ def declared_bound(deviations: dict, clause: str) -> float | None:
     return getattr(why, "bound", DECLARED_BOUND)
 
 
+def broadcast_isclose(a: torch.Tensor, e: torch.Tensor, *, rtol: float, atol: float, equal_nan: bool = False) -> torch.Tensor:
+    """``torch.isclose`` over the broadcast of ``a`` and ``e``, both expanded first. torch 2.11 (the GPU hosts') writes
+    the NaN match into a tensor of ``a``'s shape and raises where ``a`` is the smaller one ("output with shape [27, 16]
+    doesn't match the broadcast shape [10, 2, 27, 16]"); 2.13 broadcasts. Every closeness test of the comparison goes
+    through here (tests/compare/strict_torch.py emulates 2.11 so CI on 2.13 catches a call that does not)."""
+    a, e = torch.broadcast_tensors(a, e)
+    return torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
 def within_declared_accuracy(weights: torch.Tensor, reference: torch.Tensor, bound: float) -> torch.Tensor:
     """bool [B]: every weight of the row within ``bound`` (relative, plus 2^-126) of the contract's; NaN only for NaN."""
-    return torch.isclose(weights.float(), reference.float(), rtol=bound, atol=DECLARED_WEIGHT_ATOL, equal_nan=True).all(1)
+    return broadcast_isclose(weights.float(), reference.float(), rtol=bound, atol=DECLARED_WEIGHT_ATOL, equal_nan=True).all(1)
 
 
 _TINY = 2.0**-126  # the smallest normal fp32
@@ -93,8 +102,8 @@ def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def weights_close(a: torch.Tensor, e: torch.Tensor, c) -> torch.Tensor:
-    """Elementwise: ``|a - e| <= atol + rtol * |e|``, NaN matching only NaN."""
-    return torch.isclose(a, e, rtol=c.weight_rtol, atol=c.weight_atol, equal_nan=True)
+    """Elementwise over the broadcast of ``a`` and ``e``: ``|a - e| <= atol + rtol * |e|``, NaN matching only NaN."""
+    return broadcast_isclose(a, e, rtol=c.weight_rtol, atol=c.weight_atol, equal_nan=True)
 
 
 def plain_contract_tolerance(c, exact: bool):
