@@ -116,10 +116,12 @@ def test_plot_is_a_png_labelled_with_the_timer(cpu_run):
 def test_a_route_that_raises_is_recorded_as_an_error_and_the_run_goes_on(tmp_path):
     code, stdout, _ = run_bench(["--candidate", "torch-native,test-bench-raises", "--m", "1", "--repeats", "1",
                                  "--out", str(tmp_path), "--device", "cpu"])  # fmt: skip
-    assert code == 0
-    point = _entry(json.loads((tmp_path / "bench.json").read_text()), "test-bench-raises")["results"][0]
+    assert code == ExitCode.FAILED  # an error point is an error of the run (issue 55), the other candidate still timed
+    report = json.loads((tmp_path / "bench.json").read_text())
+    point = _entry(report, "test-bench-raises")["results"][0]
     assert point["status"] == "error" and "planted failure" in point["reason"]
-    assert "error: test-bench-raises M=1: route raised RuntimeError" in stdout
+    assert _entry(report, "torch-native")["results"][0]["status"] == "timed"
+    assert "error: test-bench-raises M=1: before timing: route raised RuntimeError" in stdout
 
 
 def test_nothing_timed_exits_3(tmp_path):
@@ -377,7 +379,10 @@ def test_the_floor_is_timed_again_before_each_ms_candidates_and_points_read_abov
     monkeypatch.setattr(bench, "count_launched", lambda launchers: None)  # torch.profiler has no fake
     make = bench.make_inputs
     monkeypatch.setattr(bench, "make_inputs", lambda M, **kw: make(M, **{**kw, "device": "cpu"}))
-    route = lambda scores, *rest: order.append(f"route {scores.shape[0]}")  # noqa: E731
+    def route(scores, *rest):
+        order.append(f"route {scores.shape[0]}")
+        return torch.zeros(scores.shape[0], 8), torch.zeros(scores.shape[0], 8, dtype=torch.int32)  # an answer of the right form
+
     cand = Candidate(name="test-bench-floors", route=route, devices=("cuda",))
     options = bench.BenchOptions(m=(1, 4), launches=20, replays=2, warmup=1, experts=224, topk=8)
     report = bench.run_bench([cand], options, device="cuda", log=lambda _: None)
@@ -449,7 +454,8 @@ def test_an_engine_is_timed_through_its_bench_path_prepared_outside_the_timed_re
     def prepare(scores, bias, topk, renormalize, routed_scaling_factor):
         log.append(("prepare", fake.capturing, fake.replays))
         widened = bias.float()
-        return lambda: log.append(("launch", fake.capturing, widened.dtype))
+        answer = (torch.zeros(scores.shape[0], topk, dtype=torch.bfloat16), torch.zeros(scores.shape[0], topk, dtype=torch.int64))
+        return lambda: log.append(("launch", fake.capturing, widened.dtype)) or answer  # an engine's own dtypes
 
     cand = Candidate(name="test-bench-engine", route=route, prepare_launch=prepare)
     args = bench.BenchOptions(launches=10, replays=3, warmup=2, rotate=2)

@@ -7,8 +7,13 @@ Examples::
 
 ``contracts.run.bench`` says how each figure is taken (CUDA graph replay on
 a GPU, wall-clock on a CPU). Writes ``bench.json`` and ``bench.png`` under
-``--out`` and prints a table with ratios to the first candidate. Exit code
-3 here: no candidate could be timed on this host.
+``--out`` and prints a table with ratios to the first candidate. A point is
+timed only after the candidate's answers at that M are checked (a (weights,
+ids) pair of [M, k] tensors, as a check takes it); a candidate that raises,
+answers something else or exits is an error point, listed in bench.json and
+here. Exit codes here: 1 any error point (or the candidate ended the
+process: bench.json then says where it was); 3 no candidate could be timed
+on this host.
 """
 
 from __future__ import annotations
@@ -97,7 +102,7 @@ def print_summary(report: dict, out: Path) -> None:
         print("* timed eagerly: the route could not be captured in a CUDA graph (bench.json says why)")
     for c in report["candidates"]:
         if c["status"] != "ok":
-            print(f"unavailable: {c['name']}: {c['reason']}")
+            print(f"{c['status']}: {c['name']}: {c['reason']}")
         for p in c["results"]:
             if p["status"] in ("skipped", "error"):
                 print(f"{p['status']}: {c['name']} M={p['m']}: {p['reason']}")
@@ -174,9 +179,17 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out {out} is not writable ({exc.strerror or exc}); choose another directory") from None
-    report = run_bench(candidates, options, device=device, command=args.command_line)
+    from ..reports._atomic import write_json
+
+    report = run_bench(candidates, options, device=device, command=args.command_line,
+                       checkpoint=lambda so_far: write_json(out / "bench.json", so_far))  # fmt: skip
     write_bench(out, report)
     print_summary(report, out)
+    if report["errors"]:
+        print(f"error: {len(report['errors'])} bench point(s) are errors, not timings: "
+              + "; ".join(f"{e['candidate']}" + (f" M={e['m']}" if e["m"] is not None else "") for e in report["errors"][:5])
+              + (" ..." if len(report["errors"]) > 5 else "") + f" (reasons above and in {out / 'bench.json'})", file=sys.stderr)  # fmt: skip
+        return ExitCode.FAILED
     if not any(p["status"] == "timed" for c in report["candidates"] for p in c["results"]):
         print("error: no candidate could be timed on this host (see the reasons above)", file=sys.stderr)
         return ExitCode.UNAVAILABLE
@@ -184,4 +197,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_main(lambda: build_parser(prog), run, argv)
+    from ..run.supervisor import supervised  # light: no torch
+
+    # Every candidate runs in this command's process: a supervisor turns an exit past the fence (libc _exit, a crash) into exit 1.
+    return run_main(lambda: build_parser(prog), supervised("bench", run), argv)

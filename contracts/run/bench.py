@@ -43,6 +43,21 @@ Each candidate is resolved with the registry, gated with ``available(device)``
 (an unavailable candidate is listed with its reason) and, per M, with
 ``covered(...)`` (an uncovered M is recorded as skipped, not timed).
 
+A point is timed only for an answer: before timing, the call that will be
+timed is made once per input buffer, and once more after the timing, and
+each answer must be what a check accepts (``answer_problem``: a (weights,
+ids) pair of [M, k] tensors, fp32 and int32 on the inputs' device; an
+engine's launch returns its engine's dtypes, so only the pair and the shape
+are required of it). A candidate that raises, answers something else or
+calls ``sys.exit`` / ``os._exit`` during any of its calls is an ``error``
+point with the reason; the run goes on. ``bench.json`` lists every error
+point (``errors``) and says ``status: error``; ``python -m contracts bench``
+then exits 1. While it runs, ``checkpoint`` (the command's: ``bench.json``)
+receives the report so far before each candidate's code runs, with
+``status: incomplete`` and ``in_progress`` naming the candidate and M: a
+candidate that ends the process past the fence (libc ``_exit``, a crash)
+leaves a ``bench.json`` that says where, and the command's supervisor exits 1.
+
 ``run_bench`` returns the report; ``write_bench`` writes ``bench.json`` and
 ``bench.png`` (latency vs M, log-log, crossovers of each candidate with the
 first one marked).
@@ -58,6 +73,8 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
 
 import pandas as pd
 import torch
@@ -65,10 +82,12 @@ import torch
 from kernels.timing import HOLD_CYCLES, Timing, time_cuda
 
 from ..candidates import Candidate
+from ..candidates.calling import _Fence  # os._exit during a candidate's call raises CandidateExit instead
+from ..compare.verdicts import validity_failure
 from ..reports._atomic import write_atomic, write_json
 from ..reports.environment import environment
 
-__all__ = ["BENCH_SCHEMA_VERSION", "DEFAULT_M", "BenchOptions", "count_kernels", "crossovers", "launcher", "launches_by_candidate",
+__all__ = ["BENCH_SCHEMA_VERSION", "DEFAULT_M", "BenchOptions", "answer_problem", "count_kernels", "crossovers", "launcher", "launches_by_candidate",
            "options_for_contract", "results_table", "run_bench", "write_bench"]  # fmt: skip
 
 BENCH_SCHEMA_VERSION = 1
@@ -286,18 +305,82 @@ def count_kernels(fn, *, graph: bool) -> dict:
     return {"kernels": len(kernels), "copies": len(copies), "names": sorted({n[:80] for n in kernels}), "counted_by": how}
 
 
+class _CandidateFailed(Exception):
+    """A candidate's call raised, exited or answered something else: the point is an error with this reason."""
+
+    def __init__(self, reason: str, tb: str | None = None):
+        super().__init__(reason)
+        self.tb = tb
+
+
+def answer_problem(value, *, rows: int, topk: int, scores: torch.Tensor, engine: bool = False) -> str | None:
+    """Why ``value`` is not an answer a check would take for ``rows`` rows (``compare.verdicts.validity_failure``:
+    a (weights, ids) pair of [rows, topk] tensors, fp32 / int32, on the inputs' device), or None. ``engine``: the
+    answer of an engine's launch, in its engine's dtypes, of which only the pair, the shape and the kinds (floating
+    weights, integer ids) are asked."""
+    if not engine:
+        return validity_failure(value, SimpleNamespace(spec=SimpleNamespace(rows=rows), topk=topk, scores=scores))
+    if not (isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(t, torch.Tensor) for t in value)):
+        return f"returned {type(value).__name__}, not a (weights, ids) pair of tensors"
+    w, ids = value
+    if tuple(w.shape) != (rows, topk) or tuple(ids.shape) != (rows, topk):
+        return f"shapes weights {tuple(w.shape)}, ids {tuple(ids.shape)}; expected {(rows, topk)}"
+    if not w.is_floating_point() or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        return f"dtypes weights {w.dtype}, ids {ids.dtype}; expected floating weights and integer ids"
+    return None
+
+
+def _fenced(fn, device: str):
+    """``fn()`` as the candidate's code: an exception, ``sys.exit`` or ``os._exit`` (the fence) becomes
+    ``_CandidateFailed``; a KeyboardInterrupt passes only when a real SIGINT came (the user's stop)."""
+    with _Fence() as fence:
+        try:
+            value = fn()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()  # asynchronous errors surface inside the fence
+            return value
+        except KeyboardInterrupt as exc:
+            if fence.sigint:
+                raise
+            raise _CandidateFailed(f"raised {_first_line(exc)} (no SIGINT came: the candidate's own)", _tail()) from None
+        except BaseException as exc:  # noqa: BLE001 -- SystemExit / CandidateExit from a candidate is its failure
+            raise _CandidateFailed(f"raised {_first_line(exc)}", _tail()) from None
+
+
+def _tail() -> str:
+    return traceback.format_exc(limit=3)[-600:]
+
+
+def _check_answers(fn, calls: int, *, when: str, M: int, args: BenchOptions, scores: torch.Tensor, engine: bool, device: str) -> None:
+    """``calls`` calls of the timed function, each answer checked (``answer_problem``); ``_CandidateFailed`` if not."""
+    who = "the engine launch" if engine else "route"
+    for _ in range(calls):
+        try:
+            value = _fenced(fn, device)
+        except _CandidateFailed as exc:
+            raise _CandidateFailed(f"{when}: {who} {exc}", exc.tb) from None
+        problem = answer_problem(value, rows=M, topk=args.topk, scores=scores, engine=engine)
+        if problem:
+            raise _CandidateFailed(f"{when}: {who} answered what no router may: {problem}")
+
+
+def _error_point(entry: dict, reason: str, tb: str | None = None) -> dict:
+    return {**entry, "status": "error", "reason": reason, **({"traceback": tb} if tb else {}), "median_us": None, "spread": None, "samples": []}
+
+
 def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions, device: str, launchers: list | None = None) -> dict:
     """One candidate at one M: skipped, an error, or timed. With ``launchers``, a timed point's call is appended as
-    ``(point, call)``, for ``count_launched`` to profile after every timing is taken."""
+    ``(point, call)``, for ``count_launched`` to profile after every timing is taken. Every call of the candidate's
+    code is fenced (``_fenced``); the timed call's answers are checked before and after the timing."""
     scores, bias = inputs
     entry: dict = {"m": M}
     shape = dict(rows=M, experts=args.experts, topk=args.topk, dtype=scores[0].dtype,
                  bias_dtype=scores[0].dtype if bias is None else bias.dtype, logits_strides=tuple(scores[0].stride()),
                  **({} if bias is None else {"bias_stride": bias.stride(0)}), **args.group_args)  # as a check asks a gate
     try:  # under the contract the route follows: --contract's, else the candidate's own
-        covered = candidate.covers(**shape, renormalize=args.renormalize, contract=args.contract or candidate.contract)
-    except Exception as exc:  # noqa: BLE001 -- a gate must not take the run down
-        covered, why = False, f"covered() raised {_first_line(exc)}"
+        covered = _fenced(lambda: candidate.covers(**shape, renormalize=args.renormalize, contract=args.contract or candidate.contract), "cpu")
+    except _CandidateFailed as exc:  # a gate must not take the run down
+        return _error_point(entry, f"covered() {exc}", exc.tb)
     else:
         why = f"not covered: {candidate.name} does not serve rows={M}, experts={args.experts}, topk={args.topk}, " \
               f"dtype={args.dtype}, bias {'none' if bias is None else _dtype_word(bias.dtype)}" + (
@@ -305,20 +388,24 @@ def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions,
     if not covered:
         return {**entry, "status": "skipped", "reason": why, "median_us": None, "spread": None, "samples": []}
     try:
-        fn, path = launcher(candidate, route, scores, bias, args.topk, args)
-    except Exception as exc:  # preparing is the candidate's code too: a finding, not a crash
-        tb = traceback.format_exc(limit=2)[-600:]
-        return {**entry, "status": "error", "reason": f"bench path preparation raised {_first_line(exc)}", "traceback": tb,
-                "median_us": None, "spread": None, "samples": []}  # fmt: skip
+        fn, path = _fenced(lambda: launcher(candidate, route, scores, bias, args.topk, args), "cpu")
+    except _CandidateFailed as exc:  # preparing is the candidate's code too: a finding, not a crash
+        return _error_point(entry, f"bench path preparation {exc}", exc.tb)
+    engine = path == "engine launch"
+    check = dict(M=M, args=args, scores=scores[0], engine=engine, device=device)
     try:
-        if device.startswith("cuda"):
-            timing = time_cuda(fn, args.launches, args.replays, args.warmup)
-        else:
-            timing = time_cpu(fn, args.repeats)
-    except Exception as exc:  # the candidate's failure is a finding, not a crash of the run
-        tb = traceback.format_exc(limit=2)[-600:]
-        return {**entry, "status": "error", "reason": f"route raised {_first_line(exc)}", "traceback": tb,
-                "median_us": None, "spread": None, "samples": []}  # fmt: skip
+        _check_answers(fn, len(scores), when="before timing", **check)  # one call per input buffer
+
+        def timed():
+            return time_cuda(fn, args.launches, args.replays, args.warmup) if device.startswith("cuda") else time_cpu(fn, args.repeats)
+
+        try:
+            timing = _fenced(timed, device)
+        except _CandidateFailed as exc:
+            raise _CandidateFailed(f"while timed: {'the engine launch' if engine else 'route'} {exc}", exc.tb) from None
+        _check_answers(fn, len(scores), when="after timing", **check)  # an answer that changes once warm is no answer
+    except _CandidateFailed as exc:  # the candidate's failure is a finding, not a crash of the run
+        return _error_point(entry, str(exc), exc.tb)
     out = {
         **entry,
         "status": "timed",
@@ -577,23 +664,56 @@ def pdl_note(candidates: list[Candidate], device: str) -> str | None:
     return text + (f"; timed without PDL, having no PDL launch: {', '.join(plain)}" if plain else "")
 
 
-def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str, command: str = "", log=None) -> dict:
-    """Time every available candidate at every M (on CUDA, with its PDL variant beside it); the report (``bench.json``'s content)."""
+def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str, command: str = "", log=None,
+              checkpoint: Callable[[dict], None] | None = None) -> dict:  # fmt: skip
+    """Time every available candidate at every M (on CUDA, with its PDL variant beside it); the report (``bench.json``'s
+    content), whose ``status`` is ``error`` when any point is (``errors`` lists them), else ``ok``. ``checkpoint``
+    gets the report so far (``status: incomplete``, ``in_progress``) before each candidate's code runs."""
     log = log or (lambda text: print(text, file=sys.stderr))
     args = options
     candidates = with_pdl_columns(candidates, device)
     dtype = DTYPES[args.dtype]
     bias_dtype = dtype if args.bias_dtype == "same" else DTYPES[args.bias_dtype]
     entries = []
+    env = environment(device)
+    floor = None
+    floors_by_m: dict[str, float] = {}  # and again before each M's candidates, in the state they run in
+
+    def report(status: str, in_progress: dict | None = None) -> dict:
+        errors = [{"candidate": e["name"], "m": None, "reason": e["reason"]} for e in entries if e["status"] == "error"]
+        errors += [{"candidate": e["name"], "m": p["m"], "reason": p["reason"]} for e in entries for p in e["results"] if p["status"] == "error"]
+        return {
+            "schema_version": BENCH_SCHEMA_VERSION, "kind": "bench", "command": command,
+            "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "status": "error" if errors and status == "ok" else status, "errors": errors,
+            **({"in_progress": in_progress} if in_progress else {}),
+            "device": device, "environment": env,
+            "method": {**_method(args, device), "pdl": pdl_note(candidates, device), "launch_floor_us": floor,
+                       "launch_floor_by_m_us": floors_by_m or None},
+            "m": list(args.m), "baseline": candidates[0].name if candidates else None, "candidates": entries,
+            "crossovers": [], "curves": [],
+        }  # fmt: skip
+
+    def running(cand: Candidate, doing: str, M: int | None = None) -> None:
+        if checkpoint is not None:
+            where = {"candidate": cand.name, "doing": doing, **({"m": M} if M is not None else {})}
+            checkpoint(report("incomplete", where))
+
     for cand in candidates:
-        ok, why = cand.available(device)
+        entry = {"name": cand.name, "contract": args.contract or cand.contract, "status": "ok", "reason": None, "results": []}
+        entries.append(entry)
+        running(cand, "available()")
+        try:
+            ok, why = _fenced(lambda: cand.available(device), "cpu")
+        except _CandidateFailed as exc:  # a gate that raises or exits is the candidate's error, not the run's
+            ok, why = False, f"available() {exc}"
+            entry["error"] = why
         if ok and args.contract and not cand.serves(args.contract):  # racing another contract's routing is not a race
             ok, why = False, f"{cand.name} follows contract {cand.contract}, not {args.contract}"
-        entries.append({"name": cand.name, "contract": args.contract or cand.contract, "status": "ok" if ok else "unavailable",
-                        "reason": None if ok else why, "results": []})  # fmt: skip
+        if not ok:
+            entry.update(status="error" if "error" in entry else "unavailable", reason=why)
     usable = [(c, e) for c, e in zip(candidates, entries) if e["status"] == "ok"]
     floor = launch_floor(args, device)  # first: nothing run before it can slow it
-    floors_by_m: dict[str, float] = {}  # and again before each M's candidates, in the state they run in
     launchers: list | None = [] if device.startswith("cuda") else None
     for M in args.m:
         inputs = make_inputs(M, experts=args.experts, dtype=dtype, bias_dtype=bias_dtype, device=device, seed=args.seed, rotate=args.rotate)
@@ -603,6 +723,7 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
             floors_by_m[str(M)] = round(launch_floor(args, device), 4)
         for cand, entry in usable:
             route = cand.route_under(args.contract) if args.contract else cand.route
+            running(cand, "bench point", M)
             point = bench_point(cand, route, M, inputs, args, device, launchers)
             entry["results"].append(point)
             shown = f"{point['median_us']:.2f} us" if point["status"] == "timed" else point["status"]
@@ -611,27 +732,14 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
     if launchers:
         count_launched(launchers)  # after every timing (see count_launched)
         launchers.clear()
-    report = {
-        "schema_version": BENCH_SCHEMA_VERSION,
-        "kind": "bench",
-        "command": command,
-        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": device,
-        "environment": environment(device),
-        "method": {**_method(args, device), "pdl": pdl_note(candidates, device), "launch_floor_us": floor,
-                   "launch_floor_by_m_us": floors_by_m or None},
-        "m": list(args.m),
-        "baseline": candidates[0].name if candidates else None,
-        "candidates": entries,
-        "crossovers": [],
-        "curves": [c for c in (curve(e, floor, floors_by_m) for e in entries if e["status"] == "ok") if c is not None],
-    }
+    done = report("ok")
+    done["curves"] = [c for c in (curve(e, floor, floors_by_m) for e in entries if e["status"] == "ok") if c is not None]
     base = entries[0] if entries else None
     if base is not None and base["status"] == "ok":
         for other in entries[1:]:
             if other["status"] == "ok":
-                report["crossovers"].extend(crossovers(base, other))
-    return report
+                done["crossovers"].extend(crossovers(base, other))
+    return done
 
 
 def write_bench(out: Path, report: dict) -> Path:
