@@ -12,8 +12,10 @@ writes one). Every token and layer routed differently (a flip) is
 attributed to logits_differ, near_tie or router (docs/real-traffic.md).
 The output folder holds trace_diff.json, trace_diff.png and
 trace_diff.html. With --token (and --layer) it prints that token of both
-traces side by side instead (a replay line). Exit codes here: 0 no flip
-is the router's; 1 a flip is attributed to router.
+traces side by side instead (a replay line). Layers pair by the names the
+files record. Exit codes here: 0 no flip is the router's; 1 a flip is
+attributed to router, or a layer is in one trace only; 2 traces that do not
+fit (shapes, dtypes, no token or no layer in common), in one line.
 """
 
 from __future__ import annotations
@@ -63,15 +65,15 @@ def run(args: argparse.Namespace) -> int:
 
     check_contract(args.contract)
     from ..run.progress import Progress
-    from ..run.trace_diff import TraceError, diff_traces, open_trace, token_view
+    from ..run.trace_diff import TraceError, check_traces, diff_traces, token_view
 
     try:
         if args.token is not None:
             print(token_view(args.a, args.b, args.contract, args.layer, args.token))
             return ExitCode.OK
-        ta = open_trace(args.a)
+        total = check_traces(args.a, args.b, args.contract)  # both traces' shapes and dtypes, before anything is written
         out = _out(args)
-        with Progress("trace-diff", ta.layer_count * ta.tokens, enabled=not args.quiet) as bar:
+        with Progress("trace-diff", total, enabled=not args.quiet) as bar:
             record = diff_traces(args.a, args.b, args.contract, progress=bar)
             bar.close("done")
     except TraceError as exc:
@@ -83,10 +85,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"{record.rows:,} token-layers, {record.flips:,} flips ({causes}); {record.tokens_flipped:,} of {record.tokens:,} tokens flipped in some layer")
     for clause, n in record.router_clauses.items():
         print(f"router: {clause}: {n:,}")
+    for side, names in record.unpaired_layers.items():
+        if names:
+            print(f"layers only in {record.a if side == 'a' else record.b}: {', '.join(names)} (not compared: the diff fails)")
     for note in record.notes:
         print(f"note: {note}")
     print(f"trace diff: {paths['page']}")
-    return ExitCode.FAILED if record.causes["router"] else ExitCode.OK
+    unpaired = any(record.unpaired_layers.values())
+    return ExitCode.FAILED if record.causes["router"] or unpaired else ExitCode.OK
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

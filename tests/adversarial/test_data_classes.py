@@ -1,0 +1,141 @@
+"""Issue 55's data classes: ids read two ways, data mixed, tracebacks.
+
+Each test here passed the hole on c7e47c9 (a broken router's exit 0, shards of two files merged into one PASS, a
+file read past its tensor, a traceback) and must keep failing loudly: a router blamed, a merge refused, one line
+and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from contracts.commands import main as contracts_main
+from tests.adversarial import data_classes as dc
+
+QWEN = dc.QWEN
+
+
+def _diff(capsys, a, b, out, *extra):
+    code = contracts_main(["trace-diff", str(a), str(b), "--contract", QWEN, "--out", str(out), "--quiet", *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _one_line(err: str) -> None:
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+# ---------------------------------------------------------------- ids read two ways
+
+
+@pytest.mark.parametrize("bad", [2**32, 2**31, -1, 16, -(2**32) + 3])
+def test_an_id_outside_the_experts_is_validity_in_trace_diff_however_it_wraps(tmp_path, capsys, bad):
+    t = dc.trace()
+    b = {k: v.clone() for k, v in t.items()}
+    b["ids"][3, 0] = bad if bad < 0 or bad >= 16 else bad
+    if bad >= 2**31:
+        b["ids"][3, 0] = t["ids"][3, 0] + bad  # expert + 2^32 (or 2^31): the same expert after a cast to int32, or a negative one
+    pa, pb = dc.save(tmp_path / "a.pt", t), dc.save(tmp_path / "b.pt", b)
+    code, out, err = _diff(capsys, pa, pb, tmp_path / "out")
+    assert code == 1, out + err
+    record = json.loads((tmp_path / "out" / "trace_diff.json").read_text())
+    assert record["causes"]["router"] == 1 and record["router_clauses"] == {"validity": 1}, record
+    assert record["worst"][0]["ids_b"][0] == int(b["ids"][3, 0]), "the id as read, not as cast"
+
+
+def test_an_id_outside_the_experts_on_both_sides_is_still_validity(tmp_path, capsys):
+    t = dc.trace()
+    t["ids"][5, 1] = 16 + 2**32
+    pa, pb = dc.save(tmp_path / "a.pt", t), dc.save(tmp_path / "b.pt", t)
+    code, out, err = _diff(capsys, pa, pb, tmp_path / "out")
+    assert code == 1, out + err
+    record = json.loads((tmp_path / "out" / "trace_diff.json").read_text())
+    assert record["router_clauses"] == {"validity": 1} and record["router_sides"]["both"] == 1, record
+
+
+def test_ids_that_are_not_integers_are_one_line(tmp_path, capsys):
+    t = dc.trace()
+    b = {**t, "ids": t["ids"].float()}
+    code, out, err = _diff(capsys, dc.save(tmp_path / "a.pt", t), dc.save(tmp_path / "b.pt", b), tmp_path / "out")
+    assert code == 2 and "ids" in err and "b.pt" in err, err
+    _one_line(err)
+
+
+# ---------------------------------------------------------------- data mixed: trace-diff pairs layers by name
+
+
+def _swapped(tmp_path, b_logits: bool):
+    t = dc.trace(layers=2)
+    names = ["model.layers.1.mlp.gate", "model.layers.2.mlp.gate"]
+    b = {k: v.flip(0).contiguous() for k, v in t.items() if k != "logits" or b_logits}
+    return dc.save(tmp_path / "a.safetensors", t, names), dc.save(tmp_path / "b.safetensors", b, names[::-1])
+
+
+@pytest.mark.parametrize("b_logits", [True, False], ids=["both-logits", "replay"])
+def test_trace_diff_pairs_layers_by_name_not_by_index(tmp_path, capsys, b_logits):
+    pa, pb = _swapped(tmp_path, b_logits)
+    code, out, err = _diff(capsys, pa, pb, tmp_path / "out")
+    record = json.loads((tmp_path / "out" / "trace_diff.json").read_text())
+    assert code == 0 and record["flips"] == 0 and record["logits_differ_rows"] == 0, record
+    assert [layer["name"] for layer in record["layers"]] == ["model.layers.1.mlp.gate", "model.layers.2.mlp.gate"]
+
+
+def test_layers_in_one_trace_only_are_reported_and_fail(tmp_path, capsys):
+    t = dc.trace(layers=2)
+    pa = dc.save(tmp_path / "a.safetensors", t, ["gate.1", "gate.2"])
+    pb = dc.save(tmp_path / "b.safetensors", t, ["gate.1", "gate.3"])
+    code, out, err = _diff(capsys, pa, pb, tmp_path / "out")
+    assert code != 0 and "gate.2" in out + err and "gate.3" in out + err, out + err
+    assert "Traceback" not in err
+
+
+def test_two_empty_traces_are_not_a_pass(tmp_path, capsys):
+    empty = {"ids": torch.zeros(0, 4, dtype=torch.long), "weights": torch.zeros(0, 4), "logits": torch.zeros(0, 16)}
+    pa, pb = dc.save(tmp_path / "a.pt", empty), dc.save(tmp_path / "b.pt", empty)
+    code, out, err = _diff(capsys, pa, pb, tmp_path / "out")
+    assert code != 0, out + err
+    _one_line(err)
+
+
+# ---------------------------------------------------------------- tracebacks: trace-diff's inputs checked up front
+
+
+def _trace_pair_with(tmp_path, **b_changes):
+    t = dc.trace()
+    b = {k: v for k, v in {**t, **b_changes}.items() if v is not None}
+    return dc.save(tmp_path / "a.pt", t), dc.save(tmp_path / "b.pt", b)
+
+
+@pytest.mark.parametrize("change, says", [
+    (dict(logits=None, bias=torch.zeros(15)), "bias"),  # a bias of the wrong length in the trace without logits
+    (dict(logits="fp64"), "float64"),  # fp32 against fp64 logits
+    (dict(logits="int"), "logits"),  # integer logits
+    (dict(weights="int"), "weights"),
+])  # fmt: skip
+def test_trace_diff_inputs_that_do_not_fit_are_one_line_and_exit_2(tmp_path, capsys, change, says):
+    t = dc.trace()
+    b = dict(t)
+    for key, value in change.items():
+        if value == "fp64":
+            b[key] = t[key].double()
+        elif value == "int":
+            b[key] = t[key].round().long()
+        elif value is None:
+            b.pop(key)
+        else:
+            b[key] = value
+    pa, pb = dc.save(tmp_path / "a.pt", t), dc.save(tmp_path / "b.pt", b)
+    code, out, err = _diff(capsys, pa, pb, tmp_path / "out")
+    assert code == 2 and says in err and "b.pt" in err, (code, out, err)
+    _one_line(err)
+
+
+def test_a_float64_bias_in_a_trace_is_taken_as_fp32(tmp_path, capsys):
+    t = dc.trace()
+    b = {**t, "bias": torch.zeros(16, dtype=torch.float64)}
+    code, out, err = _diff(capsys, dc.save(tmp_path / "a.pt", t), dc.save(tmp_path / "b.pt", b), tmp_path / "out", "--contract", "deepseek-v3-reference")
+    assert code in (0, 1) and "Traceback" not in err, err
