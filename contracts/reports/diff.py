@@ -2,21 +2,41 @@
 
 OLD and NEW are bundle folders or their URLs (any fsspec URL: file://,
 s3://, gs://...): nightly bundles (``nightly.json``), multi-candidate check
-bundles (``index.json``) or single check bundles (``summary.json``). Checks
-are matched by label (``candidate`` or ``candidate vs against``).
+bundles (``index.json``) or single check bundles (``summary.json``).
+
+Checks are paired by what was checked, not by name (``check_key``): the
+candidate (and ``--against``), the contract, the shape E/k, and the inputs:
+the captured logits file's sha256, or the synthetic seed, families and rows,
+as each ``summary.json`` records them. A check that did not run (it records
+no inputs: unavailable, or an error before it started) pairs by its label.
+A check on one side only is "unpaired" and named, with the same-named check
+on the other side and how its inputs differ; when both bundles hold checks
+and none pairs, the diff says so loudly, and that is a regression (it
+compared nothing).
+
+One ordering of statuses (``STATUS_RANK``), which the nightly's gate uses
+too: pass < not_covered < fail < error = interrupted < unavailable = missing
+(a check that ran and is no longer there). A move to a later one is a
+regression; so from pass anything else is; an error on both sides is listed.
 
 Regressions (exit 1):
 
-- a check that passed now fails, errors or was interrupted; a check that ran is now unavailable;
+- a check's status moved later in that order (pass -> fail, not_covered,
+  error, interrupted, unavailable or missing; not_covered -> fail; ...);
+- a check that is new (unpaired) and fails, errors or covered nothing: there
+  is nothing to compare it against, so its failure is not hidden;
+- nothing pairs;
 - a family that had no unexpected mismatch has some now ("turned red"), and a
   clause newly violated in a family that was already red;
 - a tie-order permutation recorded by the probe (``probe.json``) changed;
-- a latency recorded by the bench (``bench.json``) grew by more than
-  ``--latency-threshold`` (default 10%).
+- a bench point (candidate, M, under the same bench inputs) that was timed
+  and now is an error, skipped, or gone; a latency recorded by the bench
+  (``bench.json``) grew by more than ``--latency-threshold`` (default 10%).
 
-Reported, not regressions: declared deviations that appeared or vanished,
-clauses fixed, changed mismatch counts where both runs failed, different row
-counts (counts then compare less directly), checks present on one side only.
+Reported, not regressions: a status that got better, an error still an error,
+declared deviations that appeared or vanished, clauses fixed, changed
+mismatch counts where both runs failed, different row counts checked, new
+checks that pass, new bench error points (the bench's own status says so).
 
 Exit codes: 0 no regression, 1 regression, 2 usage (a path that is not a bundle).
 """
@@ -31,11 +51,70 @@ from pathlib import Path
 from .bundle import BundleError, CheckBundle, find_checks, read_json
 from .schema import to_json
 
-__all__ = ["Bundle", "BundleError", "DiffResult", "diff_bundles", "load_bundle"]
+__all__ = ["STATUS_RANK", "Bundle", "BundleError", "DiffResult", "check_key", "diff_bundles", "load_bundle", "status_regressed"]
 
 DEFAULT_LATENCY_THRESHOLD = 0.10
 _TIME_KEY = re.compile(r"(^|_)(us|ms|ns|s|sec|usec|msec|latency|median|mean|p50|p90|p95|p99|min|time)($|_)", re.IGNORECASE)
 _THROUGHPUT_KEY = re.compile(r"per_s|_per_|throughput|speedup|ratio|rows|count|size", re.IGNORECASE)
+
+# The one ordering of statuses for diff and the nightly gate: a move to a higher rank is a regression.
+# "missing": the check (or bench point) is not in the new bundle. An unknown word ranks with the worst.
+STATUS_RANK = {"pass": 0, "not_covered": 1, "fail": 2, "error": 3, "interrupted": 3, "unavailable": 4, "missing": 4}
+_WORST = max(STATUS_RANK.values())
+
+
+def status_regressed(old: str | None, new: str | None) -> bool:
+    """Whether a check whose status was ``old`` regressed by now being ``new`` (``STATUS_RANK``)."""
+    return STATUS_RANK.get(str(new), _WORST) > STATUS_RANK.get(str(old), _WORST)
+
+
+def check_key(summary: dict) -> tuple | None:
+    """What a check checked, for pairing: (candidate, against, contract, E, k, inputs), the inputs being the captured
+    file's sha256 or the synthetic (seed, families, rows). None for a check that records no inputs (it did not run)."""
+    options = summary.get("options")
+    if not options:
+        return None
+    logits = (options.get("logits") or {}).get("sha256") if isinstance(options.get("logits"), dict) else None
+    families = options.get("families")
+    inputs = ("logits", logits) if logits else ("synthetic", summary.get("seed"), tuple(sorted(families)) if families else None, options.get("rows"))
+    return (summary.get("candidate"), summary.get("against"), summary.get("contract"), options.get("experts"), options.get("topk"), inputs)
+
+
+def _inputs_text(summary: dict) -> str:
+    """The pairing key of a check in words: ``contract aiter, E=896 k=16, seed 0, 12 families, 50,000 rows``."""
+    key = check_key(summary)
+    if key is None:
+        return f"contract {summary.get('contract') or '?'}, no inputs recorded"
+    _, _, contract, experts, topk, inputs = key
+    head = f"contract {contract}, E={experts} k={topk}"
+    if inputs[0] == "logits":
+        return f"{head}, logits sha256 {str(inputs[1])[:12]}"
+    _, seed, families, rows = inputs
+    fams = f"{len(families)} families" if families else "all families"
+    return f"{head}, seed {seed}, {fams}, {rows:,} rows" if isinstance(rows, int) else f"{head}, seed {seed}, {fams}"
+
+
+def _key_difference(old: dict, new: dict) -> str:
+    """How two same-named checks' pairing keys differ, field by field."""
+    a, b = check_key(old), check_key(new)
+    if a is None or b is None:
+        return "one records no inputs"
+    names = ("candidate", "against", "contract", "experts", "topk")
+    said = [f"{n} {x} -> {y}" for n, x, y in zip(names, a, b) if x != y]
+    (ia, ib) = (a[5], b[5])
+    if ia[0] != ib[0]:
+        said.append(f"inputs {ia[0]} -> {ib[0]}")
+    elif ia[0] == "logits":
+        said.append(f"logits sha256 {str(ia[1])[:12]} -> {str(ib[1])[:12]}")
+    else:
+        for n, x, y in zip(("seed", "families", "rows"), ia[1:], ib[1:]):
+            if x != y:
+                if n == "families":
+                    gone, added = sorted(set(x or ()) - set(y or ())), sorted(set(y or ()) - set(x or ()))
+                    said.append("families" + (f" without {', '.join(gone)}" if gone else "") + (f" with {', '.join(added)}" if added else ""))
+                else:
+                    said.append(f"{n} {x} -> {y}")
+    return "; ".join(said)
 
 
 @dataclass
@@ -53,16 +132,23 @@ class DiffResult:
     new: str
     regressions: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
+    paired: int = 0  # checks paired by what they checked (check_key)
+    unpaired: list[str] = field(default_factory=list)  # checks on one side only, each with its side and inputs
+    nothing_pairs: bool = False  # both bundles hold checks and none pairs: the diff compared nothing
 
     @property
     def regressed(self) -> bool:
         return bool(self.regressions)
 
     def to_dict(self) -> dict:
-        return {"old": self.old, "new": self.new, "regressed": self.regressed, "regressions": self.regressions, "changes": self.changes}
+        return {"old": self.old, "new": self.new, "regressed": self.regressed, "regressions": self.regressions, "changes": self.changes,
+                "paired": self.paired, "unpaired": self.unpaired, "nothing_pairs": self.nothing_pairs}  # fmt: skip
 
     def render(self) -> str:
-        lines = [f"contracts.diff\n  old: {self.old}\n  new: {self.new}"]
+        lines = [f"contracts.diff\n  old: {self.old}\n  new: {self.new}\n  paired checks: {self.paired}; unpaired: {len(self.unpaired)}"]
+        if self.nothing_pairs:
+            lines.append("\nNOTHING PAIRS: no check of the new bundle has the candidate, contract and inputs of one in the old "
+                         "bundle; this diff compared no check, which is no evidence of no regression.")  # fmt: skip
         if self.regressions:
             lines.append(f"\nREGRESSIONS ({len(self.regressions)}):")
             lines += [f"  - {r}" for r in self.regressions]
@@ -118,20 +204,28 @@ def load_bundle(where: str | Path, *, storage_options: dict | None = None) -> Bu
 
 def _diff_check(label: str, old: dict, new: dict, result: DiffResult) -> None:
     o_status, n_status = old.get("status"), new.get("status")
-    if n_status == "unavailable":
-        if o_status != "unavailable":
-            result.regressions.append(f"{label}: was checked ({o_status}), now unavailable: {new.get('reason', '')}")
+    if o_status == n_status == "unavailable":
         return
-    if o_status == "unavailable":
-        result.changes.append(f"{label}: now checked ({n_status}); was unavailable: {old.get('reason', '')}")
+    if status_regressed(o_status, n_status):
+        if n_status == "unavailable":
+            why = f"was checked ({o_status}), now unavailable: {new.get('reason', '')}"
+        elif n_status == "interrupted":  # a stopped check proves nothing: never "no regression"
+            why = f"status {o_status} -> interrupted (stopped by {new.get('interrupted') or 'a signal'})"
+        elif n_status == "error":
+            error = new.get("error") or {}
+            why = f"status {o_status} -> error (the candidate raised in case {error.get('case')}: {error.get('message', '')})" if error \
+                else f"status {o_status} -> error ({new.get('reason') or 'no error recorded'})"
+        elif n_status == "not_covered":
+            why = f"status {o_status} -> not_covered ({new.get('reason') or 'no row checked'}): no evidence where there was"
+        else:
+            why = f"status {o_status} -> {n_status} ({new.get('mismatched_rows', 0):,} unexpected mismatched rows)"
+        result.regressions.append(f"{label}: {why}")
+    elif o_status in ("error", "interrupted") and n_status == o_status:
+        result.changes.append(f"{label}: still {n_status}: {(new.get('error') or {}).get('message') or new.get('reason') or new.get('interrupted') or ''}")
+    elif o_status != n_status:
+        result.changes.append(f"{label}: status {o_status} -> {n_status}" + (f" (was unavailable: {old.get('reason', '')})" if o_status == "unavailable" else ""))
+    if "unavailable" in (o_status, n_status):
         return
-    if o_status == "pass" and n_status in ("fail", "error", "interrupted"):  # a stopped check proves nothing: never "no regression"
-        why = f"stopped by {new.get('interrupted') or 'a signal'}" if n_status == "interrupted" else f"{new.get('mismatched_rows', 0):,} unexpected mismatched rows"
-        result.regressions.append(f"{label}: status pass -> {n_status} ({why})")
-    elif o_status in ("fail", "error", "interrupted") and n_status == "pass":
-        result.changes.append(f"{label}: status {o_status} -> pass")
-    if n_status == "error" and o_status != "error" and new.get("error"):
-        result.regressions.append(f"{label}: the candidate raised in case {new['error'].get('case')}")
 
     o_rows, n_rows = old.get("rows_checked"), new.get("rows_checked")
     if o_rows != n_rows:
@@ -244,21 +338,58 @@ def _diff_probes(old: dict, new: dict, result: DiffResult) -> None:
         result.changes.append(f"probe {rel} only in the {'old' if rel in old else 'new'} bundle")
 
 
-def _bench_latencies(doc) -> dict[str, float]:
-    """Median us per launch by (candidate, M, timer) for a contracts.bench document; generic otherwise."""
-    if isinstance(doc, dict) and doc.get("kind") == "bench" and isinstance(doc.get("candidates"), list):
-        return {
-            f"{c.get('name')} M={p.get('m')} ({p.get('timer')})": float(p["median_us"])
-            for c in doc["candidates"]
-            for p in c.get("results") or []
-            if p.get("status") == "timed" and p.get("median_us")
-        }
-    return _latencies(doc)
+def _bench_points(doc) -> dict[tuple, dict] | None:
+    """A contracts.bench document's points by (candidate, M, the bench's inputs), or None for another document. The
+    inputs (contract, shape, dtypes, seed) are part of the key: a point timed over other inputs does not pair."""
+    if not (isinstance(doc, dict) and doc.get("kind") == "bench" and isinstance(doc.get("candidates"), list)):
+        return None
+    method = doc.get("method") or {}
+    inputs = tuple(method.get(k) for k in ("contract", "experts", "topk", "dtype", "bias_dtype", "seed"))
+    points = {}
+    for c in doc["candidates"]:
+        for p in c.get("results") or []:
+            points[(c.get("name"), p.get("m"), inputs)] = p
+        if c.get("status") == "error":  # the candidate itself failed (its gate raised): one point for all its M
+            points[(c.get("name"), None, inputs)] = {"status": "error", "reason": c.get("reason")}
+    return points
+
+
+def _diff_bench_doc(rel: str, old: dict[tuple, dict], new: dict[tuple, dict], threshold: float, result: DiffResult) -> None:
+    for key in sorted(set(old) | set(new), key=lambda k: (str(k[0]), k[1] if k[1] is not None else -1, str(k[2]))):
+        name, m, _ = key
+        where = f"{name} M={m}" if m is not None else f"{name}"
+        a, b = old.get(key), new.get(key)
+        was, now = (a or {}).get("status", "missing"), (b or {}).get("status", "missing")
+        if was == "timed" and now == "timed":
+            if a.get("timer") != b.get("timer"):
+                result.changes.append(f"bench {rel} {where}: timer {a.get('timer')} -> {b.get('timer')}; latencies not compared")
+                continue
+            if not (a.get("median_us") and b.get("median_us")):
+                continue
+            x, y = float(a["median_us"]), float(b["median_us"])
+            growth = y / x - 1.0
+            line = f"latency {rel} {where} ({b.get('timer')}): {x:g} -> {y:g} us"
+            if growth > threshold:
+                result.regressions.append(f"{line} (+{growth:.1%}, threshold {threshold:.0%})")
+            elif growth < -threshold:
+                result.changes.append(f"{line} ({growth:.1%})")
+        elif was == "timed":  # a point that was timed and is now an error, skipped or gone: no latency is no improvement
+            why = "gone from the new bench (no point at this M, candidate and inputs)" if b is None else f"{now}: {b.get('reason') or ''}"
+            result.regressions.append(f"bench {rel} {where}: timed ({a.get('median_us')} us) -> {why}")
+        elif now == "error":
+            line = f"bench {rel} {where}: {'still error' if was == 'error' else f'{was} -> error'}: {b.get('reason') or ''}"
+            result.changes.append(line)
+        elif was == "error":
+            result.changes.append(f"bench {rel} {where}: error -> {now}")
 
 
 def _diff_benches(old: dict, new: dict, threshold: float, result: DiffResult) -> None:
     for rel in sorted(set(old) & set(new)):
-        o_lat, n_lat = _bench_latencies(old[rel]), _bench_latencies(new[rel])
+        o_points, n_points = _bench_points(old[rel]), _bench_points(new[rel])
+        if o_points is not None and n_points is not None:
+            _diff_bench_doc(rel, o_points, n_points, threshold, result)
+            continue
+        o_lat, n_lat = _latencies(old[rel]), _latencies(new[rel])
         for path in sorted(set(o_lat) & set(n_lat)):
             a, b = o_lat[path], n_lat[path]
             growth = b / a - 1.0
@@ -266,18 +397,75 @@ def _diff_benches(old: dict, new: dict, threshold: float, result: DiffResult) ->
                 result.regressions.append(f"latency {rel} {path}: {a:g} -> {b:g} us (+{growth:.1%}, threshold {threshold:.0%})")
             elif growth < -threshold:
                 result.changes.append(f"latency {rel} {path}: {a:g} -> {b:g} us ({growth:.1%})")
+    for rel in sorted(set(old) - set(new)):
+        timed = [k for k, p in (_bench_points(old[rel]) or {}).items() if p.get("status") == "timed"]
+        if timed:
+            result.regressions.append(f"bench {rel}: gone from the new bundle ({len(timed)} timed point(s) in the old one)")
+    for rel in sorted(set(new) - set(old)):
+        result.changes.append(f"bench {rel}: only in the new bundle")
+
+
+def _pair_checks(old: dict[str, dict], new: dict[str, dict]) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """(old label, new label) pairs by ``check_key``; then, by label, checks that record no inputs; and the leftovers."""
+    by_key: dict[tuple, str] = {}
+    for label, summary in new.items():
+        key = check_key(summary)
+        if key is not None:
+            by_key.setdefault(key, label)
+    pairs, left_old = [], []
+    taken = set()
+    for label, summary in old.items():
+        key = check_key(summary)
+        match = by_key.get(key) if key is not None else None
+        if match is not None and match not in taken:
+            pairs.append((label, match))
+            taken.add(match)
+        else:
+            left_old.append(label)
+    left_new = [n for n in new if n not in taken]
+    for label in list(left_old):  # a check that did not run records no inputs: it can only pair by its name
+        if label in left_new and (check_key(old[label]) is None or check_key(new[label]) is None):
+            pairs.append((label, label))
+            left_old.remove(label)
+            left_new.remove(label)
+    return pairs, left_old, left_new
+
+
+def _shown(label: str, summary: dict) -> str:
+    return f"{label} [{_inputs_text(summary)}]"
 
 
 def diff_bundles(old: Bundle, new: Bundle, *, latency_threshold: float = DEFAULT_LATENCY_THRESHOLD) -> DiffResult:
     result = DiffResult(old.source, new.source)
-    for label in new.checks:
-        if label in old.checks:
-            _diff_check(label, old.checks[label], new.checks[label], result)
+    pairs, left_old, left_new = _pair_checks(old.checks, new.checks)
+    result.paired = len(pairs)
+    for o_label, n_label in pairs:
+        label = n_label if o_label == n_label else f"{o_label} -> {n_label}"
+        _diff_check(label, old.checks[o_label], new.checks[n_label], result)
+    for label in left_old:
+        summary = old.checks[label]
+        status = summary.get("status")
+        same_name = new.checks.get(label)
+        where = (f"; the new bundle checked {label} with other inputs ({_key_difference(summary, same_name)}), status "
+                 f"{same_name.get('status')}" if same_name else "; no check of that name either")  # fmt: skip
+        line = f"{_shown(label, summary)}: unpaired: only in the old bundle ({status}){where}"
+        result.unpaired.append(line)
+        (result.regressions if status_regressed(status, "missing") else result.changes).append(
+            f"{_shown(label, summary)}: status {status} -> missing: unpaired, no check of the same candidate, contract and inputs in the new bundle{where}")  # fmt: skip
+    for label in left_new:
+        summary = new.checks[label]
+        status = summary.get("status")
+        line = f"{_shown(label, summary)}: unpaired: only in the new bundle ({status})"
+        result.unpaired.append(line)
+        if STATUS_RANK.get(str(status), _WORST) > STATUS_RANK["pass"] and status != "unavailable":
+            result.regressions.append(f"{line}: nothing to compare it against, and it did not pass")
         else:
-            result.changes.append(f"{label}: only in the new bundle ({new.checks[label].get('status')})")
-    for label in old.checks:
-        if label not in new.checks:
-            result.changes.append(f"{label}: only in the old bundle")
+            result.changes.append(line)
+    if old.checks and new.checks and not pairs:
+        result.nothing_pairs = True
+        result.regressions.insert(0, f"nothing pairs: none of the {len(new.checks)} check(s) of the new bundle has the candidate, "
+                                     f"contract and inputs of one of the {len(old.checks)} in the old bundle (unpaired: "
+                                     f"{', '.join(left_old + left_new)})")  # fmt: skip
     _diff_probes(old.probes, new.probes, result)
     _diff_benches(old.benches, new.benches, latency_threshold, result)
     return result
