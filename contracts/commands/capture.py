@@ -14,6 +14,15 @@ token ids. The output (.safetensors) holds logits [layers, tokens, E], ids
 and weights [layers, tokens, k], bias [layers, E] where the router has one,
 and the layer names: check --logits reads it as cases, trace-diff as a trace
 (docs/real-traffic.md).
+
+The contract printed is the one the model's routing follows, read from its
+router class and the values its config gives the router (group shape, the
+mask in the installed router's source, routed_scaling_factor,
+norm_topk_prob, scoring, correction bias; the file's metadata keeps them
+under "routing"): a built-in contract whose routing fields are exactly
+these, else a contract file written beside --out (FILE.contract.toml, for
+--contract). The first 2,048 rows of each layer are routed through the
+oracle under it and compared with the model's own choices.
 """
 
 from __future__ import annotations
@@ -42,30 +51,89 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return ap
 
 
+def _contract_file(out: Path) -> Path:
+    """Where a capture writes the contract its model follows when no built-in has its fields: beside --out."""
+    return out.with_name(out.name[: -len(out.suffix)] + ".contract.toml")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.force:
         raise UsageError(f"--out {args.out} exists; pass --force to replace it, or choose another path")
     if args.out.suffix.lower() != ".safetensors":
         raise UsageError(f"--out {args.out}: the capture is written as .safetensors; give a path ending in .safetensors")
+    toml_path = _contract_file(args.out)
     import torch
 
-    from ..run.capture import CaptureError, capture, load_model, read_tokens, write_capture
+    from ..run.capture import CaptureError, capture, contract_for, contract_toml, load_model, read_tokens, routing_facts, verify_capture
+    from ..run.capture import write_capture
 
     try:
         model, tokenizer, how = load_model(args.model, seed=args.seed, dtype=getattr(torch, args.dtype) if args.dtype else None)
-        tokens, tokens_from = read_tokens(args.text, tokenizer, model.config.vocab_size)
+        text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        tokens, tokens_from = read_tokens(args.text, tokenizer, text_config.vocab_size)
         rec = capture(model, tokens, seq_len=args.seq_len, progress=not args.quiet)
-        out = write_capture(rec, args.out, model_type=model.config.model_type, how=how, tokens_from=tokens_from)
+        facts = routing_facts(model, rec)
+        contract, builtin = contract_for(facts)
+        label, text = "", ""
+        if contract is not None and builtin:
+            label = contract.name
+        elif contract is not None:
+            if toml_path.exists() and not args.force:
+                raise UsageError(f"--out {args.out}: {toml_path} exists (the contract file a capture writes beside it); pass --force "
+                                 "to replace it, or choose another --out")  # fmt: skip
+            text = contract_toml(contract, facts, name=f"captured-{args.out.stem}".replace(" ", "_"), where=f"{how}")
+            label = str(toml_path)
+            import oracle
+
+            contract = oracle.contract_from_mapping(_toml_loads(text), where=label, default_name=args.out.stem)
+        agreement = verify_capture(rec, contract) if contract is not None else None
+        if text:
+            toml_path.parent.mkdir(parents=True, exist_ok=True)
+            toml_path.write_text(text, encoding="utf-8")
+        out = write_capture(rec, args.out, model_type=model.config.model_type, how=how, tokens_from=tokens_from, facts=facts,
+                            contract=label, contract_text=text)  # fmt: skip
     except CaptureError as exc:
         raise UsageError(str(exc)) from None
-    from ..run.capture import CONTRACT_OF_MODEL_TYPE
-
-    contract = CONTRACT_OF_MODEL_TYPE.get(model.config.model_type)
     print(f"model: {how}; tokens: {tokens.numel():,} from {tokens_from}; {len(rec.layer_names)} MoE layers ({rec.layer_names[0]} .. {rec.layer_names[-1]})")
+    print(f"routing: {facts.line()}")
     print(f"capture: {out}")
-    if contract:
-        print(f"check it: python -m contracts check --candidate oracle --contract {contract} --logits {out}")
+    if contract is None:
+        why = "; ".join(facts.notes) or f"{facts.router_class} is no router class of kernels.models"
+        print(f"contract: none known ({why}); write one (docs/contracts_as_data.md) and pass it with --contract FILE.toml")
+        return ExitCode.OK
+    if builtin:
+        same = "" if contract.name in (facts.family, *_related(facts)) else f" (its routing fields are this model's; the {facts.family} router class)"
+        print(f"contract: {label}{same}")
+    else:
+        print(f"contract: {label} (no built-in has these fields: {contract.name}, on top of {facts.family})")
+    if agreement.disagree:
+        print(f"warning: the model's own routing differs from {label} on {agreement.disagree:,} of {agreement.rows:,} rows checked "
+              f"(first: {agreement.first}); its code breaks a tie or casts where the contract does not: "
+              f"check it with --candidate hf-{facts.family} for the declared deviations")  # fmt: skip
+    else:
+        print(f"the model's own routing follows {label} on all {agreement.rows:,} rows checked (the first {_verify_rows():,} of each layer)")
+    print(f"check it: python -m contracts check --candidate oracle --contract {label} --logits {out}")
     return ExitCode.OK
+
+
+def _related(facts) -> tuple[str, ...]:
+    from ..run.capture import RELATED_CONTRACTS
+
+    return RELATED_CONTRACTS.get(facts.router_class, ())
+
+
+def _verify_rows() -> int:
+    from ..run.capture import VERIFY_ROWS
+
+    return VERIFY_ROWS
+
+
+def _toml_loads(text: str) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads(text)
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

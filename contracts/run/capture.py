@@ -26,21 +26,29 @@ not to reproduce a real tokenization.
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-__all__ = ["CONTRACT_OF_MODEL_TYPE", "CaptureError", "Captured", "capture", "load_model", "read_tokens"]
+__all__ = ["CaptureError", "Captured", "RoutingFacts", "capture", "contract_for", "load_model", "read_tokens", "routing_facts",
+           "verify_capture", "write_capture"]
 
-# The contract a model's own routing code follows (transformers' modeling files), by config.model_type.
-CONTRACT_OF_MODEL_TYPE = {
-    "deepseek_v3": "deepseek-v3-reference",  # the model code masks dropped groups with 0.0
-    "qwen3_moe": "qwen3-moe",
-    "mixtral": "mixtral",
-    "gpt_oss": "gpt-oss",
-}
+# Which built-in contracts a router class's routing is also written as (beyond its kernels.models family): a capture
+# prefers these when their fields are the model's. DeepSeek-V3's router class is Kimi-K2's (kernels.models' family).
+RELATED_CONTRACTS = {"DeepseekV3TopkRouter": ("deepseek-v3", "kimi-k2")}
+# The names config.scoring_func takes (DeepSeek-V4's router reads it) -> the contract's scoring.
+SCORING_FUNCS = {"sqrtsoftplus": "sqrt_softplus", "sigmoid": "sigmoid", "softmax": "softmax"}
+# How a grouped router masks the experts of the groups it drops, as its installed source writes it.
+_MASK = re.compile(r"masked_fill\(\s*~\s*score_mask\.bool\(\)\s*,\s*(float\(\s*[\"']-inf[\"']\s*\)|-?0\.0|0)\s*\)")
+# Rows per layer the capture routes through the oracle under the contract it names, against the model's own routing.
+VERIFY_ROWS = 2048
+# Fields that decide nothing about routing or that the file sets (E and k are the capture's; names and text differ).
+_NOT_ROUTING = ("name", "summary", "source", "experts", "topk", "zero_experts")
+_GROUP_FIELDS = ("group_score", "group_mask", "group_tie_rule")
 
 
 class CaptureError(ValueError):
@@ -109,6 +117,45 @@ def _router_classes(model) -> tuple[type, ...]:
     return tuple(c for c in classes if isinstance(c, type))
 
 
+def _three(module, output):
+    """``(logits, weights, ids)`` of a transformers 5 router (its forward returns the three)."""
+    if not (isinstance(output, tuple) and len(output) >= 3):
+        raise CaptureError(f"router {type(module).__name__} returned {type(output).__name__}; expected (logits, weights, ids)")
+    return output[:3]
+
+
+def _llama4(module, output):
+    """Llama4Router returns ``(scores [M, E], logits)``: the scores are sigmoid of the logit at the
+    ``torch.topk(logits, top_k, dim=1)`` experts and ``sigmoid(-inf) = 0`` elsewhere. Its ids are that topk
+    call's, made again on the same tensor (the router keeps none); its weights the scores there."""
+    scores, logits = output
+    ids = torch.topk(logits, module.top_k, dim=1).indices
+    return logits, scores.gather(1, ids), ids
+
+
+# router class name -> how its output reads as (logits, weights, ids); any other class returns the three itself
+READERS = {"Llama4Router": _llama4}
+
+
+def _bias_of(module) -> torch.Tensor | None:
+    """The router's correction bias where it keeps one: its own buffer, or its ``moe_statics`` (ERNIE 4.5)."""
+    for holder in (module, getattr(module, "moe_statics", None)):
+        b = getattr(holder, "e_score_correction_bias", None)
+        if isinstance(b, torch.Tensor):
+            return b.detach().float().cpu().reshape(-1).clone()
+    return None
+
+
+def _bias_argument(module) -> int | None:
+    """The position of a ``e_score_correction_bias`` argument of the router's forward (MiniMax-M2's router is passed
+    its MoE block's bias), or None."""
+    try:
+        names = list(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names.index("e_score_correction_bias") if "e_score_correction_bias" in names else None
+
+
 @dataclass
 class Captured:
     """What a capture recorded, per layer, before it is written."""
@@ -118,6 +165,7 @@ class Captured:
     weights: list[list[torch.Tensor]] = field(default_factory=list)
     ids: list[list[torch.Tensor]] = field(default_factory=list)
     bias: list[torch.Tensor | None] = field(default_factory=list)
+    routers: list = field(default_factory=list, repr=False)  # the router modules, in layer order (routing_facts reads the first)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         out = {
@@ -139,23 +187,31 @@ def capture(model, tokens: torch.Tensor, *, seq_len: int = 512, progress: bool =
     routers = [(name, m) for name, m in model.named_modules() if classes and isinstance(m, classes)]
     if not routers:
         raise CaptureError(f"{type(model).__name__}: no MoE router module found (transformers >= 5 MoE models name theirs in _can_record_outputs)")
-    rec = Captured([name for name, _ in routers])
+    rec = Captured([name for name, _ in routers], routers=[m for _, m in routers])
     rec.logits, rec.weights, rec.ids = ([[] for _ in routers] for _ in range(3))
-    rec.bias = [getattr(m, "e_score_correction_bias", None) for _, m in routers]
-    rec.bias = [b.detach().float().cpu().clone() if isinstance(b, torch.Tensor) else None for b in rec.bias]
+    rec.bias = [_bias_of(m) for _, m in routers]
 
     def hook(index):
-        def keep(_module, _inputs, output):
-            if not (isinstance(output, tuple) and len(output) >= 3):
-                raise CaptureError(f"router {rec.layer_names[index]} returned {type(output).__name__}; expected (logits, weights, ids)")
-            logits, weights, ids = output[:3]
+        read = READERS.get(type(routers[index][1]).__name__, _three)
+        bias_at = _bias_argument(routers[index][1]) if rec.bias[index] is None else None
+
+        def keep(module, args, kwargs, output):
+            try:
+                logits, weights, ids = read(module, output)
+            except (TypeError, ValueError) as exc:
+                raise CaptureError(f"router {rec.layer_names[index]} ({type(module).__name__}): its output does not read as "
+                                   f"(logits, weights, ids): {exc}") from None  # fmt: skip
             rec.logits[index].append(logits.detach().reshape(-1, logits.shape[-1]).cpu())
             rec.weights[index].append(weights.detach().reshape(-1, weights.shape[-1]).float().cpu())
             rec.ids[index].append(ids.detach().reshape(-1, ids.shape[-1]).cpu())
+            if bias_at is not None and rec.bias[index] is None:
+                b = kwargs.get("e_score_correction_bias", args[bias_at] if len(args) > bias_at else None)
+                if isinstance(b, torch.Tensor):
+                    rec.bias[index] = b.detach().float().cpu().reshape(-1).clone()
 
         return keep
 
-    handles = [m.register_forward_hook(hook(i)) for i, (_, m) in enumerate(routers)]
+    handles = [m.register_forward_hook(hook(i), with_kwargs=True) for i, (_, m) in enumerate(routers)]
     try:
         with torch.no_grad():
             for start in tqdm(range(0, tokens.numel(), seq_len), desc="capture", unit="seq", disable=not progress):
@@ -166,8 +222,192 @@ def capture(model, tokens: torch.Tensor, *, seq_len: int = 512, progress: bool =
     return rec
 
 
-def write_capture(rec: Captured, out: str | Path, *, model_type: str, how: str, tokens_from: str) -> Path:
-    """The capture as one ``.safetensors`` file: logits, ids, weights (and bias), with the layer names in its metadata."""
+# ---------------------------------------------------------------- the contract the model's routing follows
+
+
+@dataclass(frozen=True)
+class RoutingFacts:
+    """What decides a captured model's routing, read from its router class and the values its config gave the router.
+
+    ``family``: the ``kernels.models`` family whose router class this is (its built-in contract is the base);
+    None when the class is none of theirs. ``group_mask``: as the installed router's source writes it ("-inf",
+    "0.0"), None for an ungrouped router. ``routed_scaling_factor`` / ``norm_topk_prob``: None where the router
+    reads no such value (its code fixes it: no factor, always or never renormalized).
+    """
+
+    router_class: str
+    model_type: str
+    family: str | None
+    experts: int
+    topk: int
+    scoring: str | None
+    bias: bool
+    n_group: int
+    topk_group: int
+    group_mask: str | None
+    routed_scaling_factor: float | None
+    norm_topk_prob: bool | None
+    notes: tuple[str, ...] = ()
+
+    def as_json(self) -> str:
+        from dataclasses import asdict
+
+        return json.dumps(asdict(self))
+
+    def line(self) -> str:
+        groups = f"{self.n_group} / {self.topk_group} groups, mask {self.group_mask}" if self.n_group > 1 else "ungrouped"
+        rsf = "no rsf" if self.routed_scaling_factor is None else f"rsf {self.routed_scaling_factor:g}"
+        norm = "" if self.norm_topk_prob is None else f", norm_topk_prob {str(self.norm_topk_prob).lower()}"
+        return f"{self.router_class}: {self.scoring or '?'}{' + bias' if self.bias else ''}, {groups}, {rsf}{norm}"
+
+
+def _family_of(router_class: str) -> str | None:
+    from kernels.models import ROUTERS
+
+    return next((f for f, r in ROUTERS.items() if r.cls == router_class), None)
+
+
+def _mask_in_source(cls) -> str | None:
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return None
+    found = {"-inf" if "inf" in m else "0.0" for m in _MASK.findall(source)}
+    return found.pop() if len(found) == 1 else None
+
+
+def routing_facts(model, rec: Captured) -> RoutingFacts:
+    """The routing facts of ``model``'s routers (the first router's; a model has one router class)."""
+    import oracle
+
+    router = rec.routers[0]
+    cls = type(router).__name__
+    config = model.config
+    experts, topk = rec.logits[0][0].shape[-1], rec.ids[0][0].shape[-1]
+    notes = []
+    family = _family_of(cls)
+    base = oracle.BUILTIN_CONTRACTS[family] if family else None
+    scoring = base.scoring if base else None
+    func = getattr(config, "scoring_func", None) if hasattr(router, "score_fn") else None
+    if func is not None:
+        scoring = SCORING_FUNCS.get(str(func))
+        if scoring is None:
+            notes.append(f"config.scoring_func={func!r} is no scoring a contract has")
+    n_group = int(getattr(router, "num_group", None) or getattr(router, "n_group", None) or 1)
+    topk_group = int(getattr(router, "topk_group", None) or 1)
+    if getattr(router, "topk_method", "group_limited_greedy") != "group_limited_greedy":  # DeepSeek-V2's greedy: no groups
+        n_group = topk_group = 1
+    mask = _mask_in_source(type(router)) if n_group > 1 else None
+    if n_group > 1 and mask is None:
+        notes.append(f"the group mask of {cls} could not be read from its source")
+    rsf = getattr(router, "routed_scaling_factor", None)
+    norm = getattr(router, "norm_topk_prob", None)
+    return RoutingFacts(
+        router_class=cls, model_type=str(getattr(config, "model_type", "")), family=family, experts=int(experts), topk=int(topk),
+        scoring=scoring, bias=bool(base.has_bias) if base else any(b is not None for b in rec.bias), n_group=n_group,
+        topk_group=topk_group, group_mask=mask, routed_scaling_factor=None if rsf is None else float(rsf),
+        norm_topk_prob=None if norm is None else bool(norm), notes=tuple(notes),
+    )  # fmt: skip
+
+
+def _routing_key(c) -> dict:
+    d = {k: v for k, v in c.as_dict().items() if k not in _NOT_ROUTING}
+    if not c.is_grouped:
+        for k in _GROUP_FIELDS:
+            d.pop(k, None)
+    return d
+
+
+def contract_for(facts: RoutingFacts):
+    """``(contract, builtin)``: the contract these facts describe, as a built-in when one's routing fields are exactly
+    these (the router class's own first), else as a new contract (``builtin`` False) on top of the family's; None
+    when the router class is none the harness knows or a fact could not be read (``facts.notes`` says which)."""
+    import oracle
+
+    if facts.family is None or facts.notes:
+        return None, False
+    base = oracle.BUILTIN_CONTRACTS[facts.family]
+    changes = dict(scoring=facts.scoring, n_group=facts.n_group, topk_group=facts.topk_group, experts=facts.experts, topk=facts.topk)
+    if base.zero_experts >= facts.experts:
+        changes["zero_experts"] = 0
+    if facts.n_group > 1:
+        changes["group_mask"] = -float("inf") if facts.group_mask == "-inf" else 0.0
+    if facts.routed_scaling_factor is not None:
+        changes["routed_scaling_factor"] = facts.routed_scaling_factor
+    if facts.norm_topk_prob is not None:
+        changes["default_renormalize"] = facts.norm_topk_prob
+    derived = base.replace(**changes)
+    key = _routing_key(derived)
+    preferred = (facts.family, *RELATED_CONTRACTS.get(facts.router_class, ()))
+    for name in (*preferred, *(n for n in oracle.BUILTIN_CONTRACTS if n not in preferred)):
+        if _routing_key(oracle.BUILTIN_CONTRACTS[name]) == key:
+            return oracle.BUILTIN_CONTRACTS[name], True
+    return derived, False
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return ("-inf" if v < 0 else "inf") if v in (float("inf"), -float("inf")) else repr(v)
+    return json.dumps(v)
+
+
+def contract_toml(contract, facts: RoutingFacts, *, name: str, where: str) -> str:
+    """A contract file (docs/contracts_as_data.md) for ``contract``: its base built-in and the fields that differ."""
+    import oracle
+
+    base = oracle.BUILTIN_CONTRACTS[facts.family]
+    lines = [f"# The routing of {where}, as `python -m contracts capture` read it from the model's router and config:",
+             f"# {facts.line()}. No built-in contract has these fields; pass this file with --contract.",
+             f"base = {json.dumps(base.name)}", f"name = {json.dumps(name)}",
+             f"summary = {json.dumps(f'{base.name} with the captured model config values: {facts.line()}')}"]  # fmt: skip
+    mine, theirs = contract.as_dict(), base.as_dict()
+    lines += [f"{k} = {_toml_value(v)}" for k, v in mine.items() if k not in ("name", "summary", "source") and v != theirs[k]]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """The model's own routing against a contract's on the first ``VERIFY_ROWS`` rows of each layer."""
+
+    rows: int
+    disagree: int
+    first: str | None  # "layer L token T" of the first row that disagrees
+
+
+def verify_capture(rec: Captured, contract, *, rows: int = VERIFY_ROWS) -> Agreement:
+    """Route the captured logits (and bias) of the first ``rows`` tokens of each layer through the oracle under
+    ``contract`` and compare with the model's own choice: ids as a set, weights by expert within the contract's
+    tolerance (the routers rank with torch.topk, some unsorted)."""
+    import oracle
+
+    t = rec.tensors()
+    checked = disagree = 0
+    first = None
+    groups = dict(num_expert_group=contract.n_group, topk_group=contract.topk_group) if contract.is_grouped else {}
+    for layer in range(t["logits"].shape[0]):
+        logits, ids, weights = t["logits"][layer, :rows], t["ids"][layer, :rows].long(), t["weights"][layer, :rows]
+        bias = t["bias"][layer] if contract.has_bias and "bias" in t else (torch.zeros(logits.shape[-1]) if contract.has_bias else None)
+        ew, eids = oracle.route(logits, bias, ids.shape[-1], renormalize=contract.default_renormalize,
+                                routed_scaling_factor=contract.routed_scaling_factor, contract=contract, **groups)  # fmt: skip
+        order, eorder = ids.sort(1), eids.long().sort(1)
+        same = (order.values == eorder.values).all(1) & torch.isclose(
+            weights.gather(1, order.indices), ew.gather(1, eorder.indices), rtol=contract.weight_rtol, atol=contract.weight_atol
+        ).all(1)
+        bad = (~same).nonzero().flatten()
+        if bad.numel() and first is None:
+            first = f"layer {layer} token {int(bad[0])}"
+        checked += logits.shape[0]
+        disagree += bad.numel()
+    return Agreement(checked, disagree, first)
+
+
+def write_capture(rec: Captured, out: str | Path, *, model_type: str, how: str, tokens_from: str, facts: RoutingFacts | None = None,
+                  contract: str = "", contract_text: str = "") -> Path:  # fmt: skip
+    """The capture as one ``.safetensors`` file: logits, ids, weights (and bias), with the layer names, the routing
+    facts and the contract they name in its metadata (``contract``: a built-in's name or a contract file's path,
+    ``contract_toml``: that file's text)."""
     from safetensors.torch import save_file
 
     out = Path(out)
@@ -175,7 +415,11 @@ def write_capture(rec: Captured, out: str | Path, *, model_type: str, how: str, 
         raise CaptureError(f"--out {out}: the capture is written as .safetensors; give a path ending in .safetensors")
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"layer_names": json.dumps(rec.layer_names), "model_type": model_type, "model": how, "tokens_from": tokens_from,
-            "contract": CONTRACT_OF_MODEL_TYPE.get(model_type, "")}  # fmt: skip
+            "contract": contract}  # fmt: skip
+    if facts is not None:
+        meta["routing"] = facts.as_json()
+    if contract_text:
+        meta["contract_toml"] = contract_text
     save_file(rec.tensors(), str(out), metadata=meta)
     return out
 
