@@ -441,6 +441,21 @@ CALL_CONTEXTS: tuple[dict, ...] = _call_contexts()
 _FIRST_CONTEXTS = 3 * 3 - 1
 
 
+def _own_scaling(contract: str | None, admitted: dict | None) -> float | None:
+    """The contract's own ``routed_scaling_factor`` (``admitted["default_scaling"]`` where given, else the built-in
+    contract's of that name); None where unknown."""
+    if admitted and admitted.get("default_scaling") is not None:
+        return float(admitted["default_scaling"])
+    if not contract:
+        return None
+    try:
+        import oracle
+
+        return float(oracle.BUILTIN_CONTRACTS[contract].routed_scaling_factor) if contract in oracle.BUILTIN_CONTRACTS else None
+    except Exception:  # noqa: BLE001 -- a plan without oracle's contracts pins the usual factors only
+        return None
+
+
 def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points: tuple[int, ...] | None = None,
                  experts: int | None = None, topk: int | None = None, contract: str | None = None,
                  admitted: dict | None = None, extra_points: tuple[int, ...] = ()) -> list[tuple[int, dict]]:  # fmt: skip
@@ -464,8 +479,14 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
         options = [{"renormalize": r, "scaling": s} for r in renorms for s in scalings] if len(renorms) * len(scalings) > 1 else []
         sweep = sweep_sizes(max_batch, sweep_points)
         tails = [n for n in tail_sizes(max_batch, points) if n not in sweep]
-        return [(0, {})] + [(n, {}) for n in sweep] + [(rows, o) for rows in launch_class_sizes(max_batch, points) for o in options] + [
-            (n, {}) for n in tails]
+        classes = launch_class_sizes(max_batch, points)
+        # the model's own routed_scaling_factor (DeepSeek-V4's 1.5, LongCat-Flash's 6) where the contract admits any
+        # and the drawn and unusual factors leave it out: a router wrong only at its own model's factor fails here.
+        # Last, so that the cases above keep their seeds (contracts.cases.exercised names the regime).
+        own = _own_scaling(contract, admitted)
+        own_options = [{"renormalize": r, "scaling": own} for r in renorms] if factors is None and own is not None and own not in scalings else []
+        return [(0, {})] + [(n, {}) for n in sweep] + [(rows, o) for rows in classes for o in options] + [
+            (n, {}) for n in tails] + [(rows, o) for rows in classes for o in own_options]
     fields: list[dict] = []
     if name in ("random_bf16", "random_fp32") and bias:
         fields = [{"bias_dtype": dtype} for dtype in BIAS_DTYPES]
