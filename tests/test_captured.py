@@ -22,8 +22,9 @@ from contracts.cases.plan import CALL_CONTEXTS
 from contracts.commands import main as contracts_main
 from contracts.run.checks import run_checks
 from contracts.run.options import OptionError
+from tests._requires import transformers_for_models
 
-transformers = pytest.importorskip("transformers")
+transformers = transformers_for_models()
 
 TEXT = "Routers route tokens; the oracle says where each one should go. " * 5  # 320 bytes: 320 tokens a layer
 

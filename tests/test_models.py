@@ -17,8 +17,9 @@ import pytest
 import torch
 
 import oracle
+from tests._requires import transformers_for_models
 
-pytest.importorskip("transformers", reason="the models extra (pip install '.[models]') is not installed")
+transformers_for_models()
 
 from contracts.candidates import all_candidates  # noqa: E402
 from contracts.check import main  # noqa: E402
