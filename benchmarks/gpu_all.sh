@@ -4,6 +4,13 @@
 #
 #   OUT=/tmp/out bash benchmarks/gpu_all.sh [PHASE ...]      (no PHASE: all of them, in this order)
 #
+#   main      the README's main job (python -m contracts check --candidate all, the default rows; MAIN_CANDIDATES
+#             splits it over calls when one call's limit is too short) and the fast test tier (pytest -m "not slow"),
+#             both under the host's own torch and CUDA: run before resolving any issue that touches compare/,
+#             cases/, candidates/, run/ or kernels/, its summary committed under reports/baselines/. The host needs
+#             pytest: a GPU host without internet gets it from the ignored folder .gpu-wheels/ (pure-Python wheels:
+#             pip download --no-deps -d .gpu-wheels pytest pytest-xdist execnet iniconfig pluggy safetensors tqdm).
+#             TESTS=0 leaves the tests out, MAIN=0 the check.
 #   build     every CUDA library once (radix4, radix4-serial, serial scan, block argmax), so the
 #             parallel steps below do not race on the kernel cache
 #   kernels   benchmarks/radix4_kernels_bench.py (exhaustive sigmoid, bit identity on >= 1,000,000
@@ -56,6 +63,32 @@ run() {
 }
 check() { local name=$1; shift; run 200 "$name.log" python3 -m contracts check "$@" --out "$WORK/$PHASE/$name" --force --quiet; }
 need_engines() { [ -n "${ROUTER_ENGINE_PATH:-}" ] || { echo "skipped: no .engines/ (see the head of this script)"; return 1; }; }
+
+phase_main() {
+    {
+        nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+        python3 -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+        python3 -c "import transformers; print('transformers', transformers.__version__)" 2>/dev/null || echo "transformers: none"
+        echo "engines: ${ROUTER_ENGINE_PATH:-none}"
+    } > "$PHASE_DIR/host.txt" 2>&1
+    cat "$PHASE_DIR/host.txt"
+    if [ "${MAIN:-1}" != 0 ]; then
+        # The README's command as a user types it: no --quiet, no --out (the bundle under reports/), so the console is
+        # the user's; the index is copied beside the logs. 580 s: one device call's 10-minute limit, less the start.
+        local before; before=$(ls -d reports/*/ 2>/dev/null | sort)
+        TAIL=40 run "${MAIN_LIMIT:-580}" main-job.log python3 -m contracts check --candidate "${MAIN_CANDIDATES:-all}"
+        local bundle; bundle=$(comm -13 <(echo "$before") <(ls -d reports/*/ 2>/dev/null | sort) | tail -1)
+        if [ -n "$bundle" ]; then
+            cp "$bundle"index.md "$PHASE_DIR/index.md" 2>/dev/null
+            find "$bundle" -name summary.json -exec sh -c 'mkdir -p "$0/summaries"; cp "$1" "$0/summaries/$(basename "$(dirname "$1")").json"' "$WORK/$PHASE" {} \;
+            cp -r "$bundle" "$WORK/$PHASE/bundle" 2>/dev/null
+        fi
+    fi
+    if [ "${TESTS:-1}" != 0 ]; then
+        python3 -c "import pytest, xdist" 2>/dev/null || { [ -d .gpu-wheels ] && python3 -m pip install -q --no-index --find-links .gpu-wheels pytest pytest-xdist safetensors tqdm; }
+        TAIL=25 run "${TESTS_LIMIT:-420}" fast-tier.log python3 -m pytest -m "not slow" -q -n "$(nproc)" -p no:cacheprovider -rfE
+    fi
+}
 
 phase_build() {
     python3 - <<'EOF' 2>&1 | tee "$PHASE_DIR/build.txt"
@@ -159,10 +192,10 @@ phase_lab() {
 }
 
 PHASES=("$@")
-[ ${#PHASES[@]} -eq 0 ] && PHASES=(build kernels checks tools bench harness engines matrix lab)
+[ ${#PHASES[@]} -eq 0 ] && PHASES=(main build kernels checks tools bench harness engines matrix lab)
 for PHASE in "${PHASES[@]}"; do
     if ! declare -F "phase_$PHASE" > /dev/null; then
-        echo "gpu_all.sh: unknown phase '$PHASE'; choose from build kernels checks tools bench harness engines matrix lab" >&2
+        echo "gpu_all.sh: unknown phase '$PHASE'; choose from main build kernels checks tools bench harness engines matrix lab" >&2
         exit 2
     fi
 done
