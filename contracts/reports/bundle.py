@@ -72,6 +72,7 @@ __all__ = [
     "read_summary",
     "refuse_mixed",
     "write_check_bundle",
+    "write_plain_bundle",
     "write_folder",
     "write_html",
     "write_index",
@@ -513,6 +514,36 @@ def write_check_bundle(target: Path, result: CheckResult, *, bench_dir: Path | N
         write_json(folder / SUMMARY, to_json(summary))  # last: its presence means the bundle is complete
 
     return write_folder(target, fill)
+
+
+def write_plain_bundle(target: Path, result: CheckResult) -> Path:
+    """The bundle of a check whose full bundle could not be written (a writer raised: ``contracts.run.containment``):
+    each file that still writes, a one-line stand-in for each report that does not, and ``summary.json`` last."""
+    from .html import render_bundle_html
+    from .markdown import render_markdown
+
+    summary = result.summary
+
+    def fill(folder: Path) -> None:
+        parts = [("report.md", lambda: render_markdown(result)), ("report.html", lambda: render_bundle_html(result))]
+        if summary.status is not Status.UNAVAILABLE:
+            _attempt(lambda: _write_cells(folder, result.cells))
+            _attempt(lambda: write_json(folder / DETAILS, [to_json(d) for d in result.details]))
+        summary.files = {name: _sha256(folder / name) for name in DATA_FILES if (folder / name).exists()}
+        for name, render in parts:
+            if not _attempt(lambda: write_text(folder / name, render())):
+                write_text(folder / name, f"{name} could not be written: the harness failed (summary.json has the error)\n")
+        write_json(folder / SUMMARY, to_json(summary))
+
+    return write_folder(target, fill)
+
+
+def _attempt(write: Callable[[], object]) -> bool:
+    try:
+        write()
+    except Exception:  # noqa: BLE001 -- a file of a bundle already ERROR: the summary says why; the rest is still written
+        return False
+    return True
 
 
 def write_html(bundle_dir: Path, bench_dir: Path | None = None) -> Path:

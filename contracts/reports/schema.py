@@ -35,6 +35,7 @@ __all__ = [
     "Determinism",
     "ErrorRecord",
     "FamilyCounts",
+    "HARNESS_ERROR",
     "MatrixMember",
     "MatrixPair",
     "MatrixReport",
@@ -157,6 +158,10 @@ class DeclaredDeviation:
     rows: int = 0
     observed: bool = False
     inexact_rows: int | None = None
+
+
+# The error kind of a check the harness's own code ended (``contracts.run.containment``): not the candidate's doing.
+HARNESS_ERROR = "harness_error"
 
 
 @dataclass

@@ -30,6 +30,7 @@ from ..cases.memory import reuse_freed_memory
 from ..cases.plan import call_size
 from ..compare import agrees, compare_case, expected_for
 from ..reports.schema import CheckResult, ReplayTarget, Status, Summary
+from .containment import Handling
 from .expert_load import ExpertLoad
 from .replay import candidate_lookup, replay_command, replay_pythonpath
 from .tally import Tally
@@ -62,6 +63,7 @@ def check_candidate(
     lookup: str | None = None,
     against_lookup: str | None = None,
     call_rows: int | None = None,
+    handling: Handling | None = None,
 ) -> CheckResult:
     """Check ``candidate`` on ``specs`` (any iterable; consumed once).
 
@@ -71,6 +73,10 @@ def check_candidate(
     ``against_lookup``: what ``get_candidate`` resolves to the candidates,
     for replay lines (default: ``candidate_lookup``). ``call_rows``: the
     most rows one in-process call of a bulk case gets (a worker knows its own).
+    ``handling``: kept up to date with the stage and the case in hand, and given
+    the way to the rows counted so far, for ``contracts.run.containment``: an
+    exception of the harness's own code propagates, and the caller's
+    ``contained`` ends the check with it (the candidate's own failures end it here).
     """
     c = oracle.get_contract(contract)
     reuse_freed_memory()  # every case allocates the same large tensors again: reuse the pages, skip the faults
@@ -87,7 +93,19 @@ def check_candidate(
         deviations={} if against is not None else candidate.deviations(contract), replay=replay,
         against=against_name, exact=exact, repeat=repeat, max_cells=max_cells, call_rows=call_rows,
     )  # fmt: skip
-    step = _Step(candidate, against, c, contract, device, exact, tally, should_stop, call_rows)
+    handling = handling or Handling()
+    step = _Step(candidate, against, c, contract, device, exact, tally, should_stop, call_rows, handling)
+
+    def counted() -> CheckResult:
+        result = tally.result(seed=seed, command=command, isolated=worker is not None, options=options)
+        result.summary.notes += [n for n in tally.run_notes if n not in result.summary.notes]
+        result.summary.replay_target = target
+        result.summary.expert_load = step.load.record()  # captured logits only; None otherwise
+        return result
+
+    # a fault of the harness in process reproduces in process (a worker's answer reaches the comparison re-made)
+    handling.case_replay = lambda spec: replay(spec, None) + (" --no-isolate" if worker is None else "")
+    handling.partial = counted
     loop = _pipelined if worker is not None else _in_process
     try:  # a KeyboardInterrupt outside a call (no signal handler installed) still keeps what ran
         loop(iter(specs), step, worker, progress)
@@ -95,12 +113,11 @@ def check_candidate(
         pass
     except KeyboardInterrupt:
         tally.interrupted = tally.interrupted or (should_stop() if should_stop else None) or "KeyboardInterrupt"
-    result = tally.result(seed=seed, command=command, isolated=worker is not None, options=options)
-    result.summary.notes += [n for n in tally.run_notes if n not in result.summary.notes]
-    result.summary.replay_target = target
-    result.summary.expert_load = step.load.record()  # captured logits only; None otherwise
+    handling.doing("counting the rows checked")
+    result = counted()
     require_evidence(result.summary)
     if result.summary.mismatched_rows and not tally.interrupted:
+        handling.doing("the diagnosis of the mismatched rows")
         result.summary.diagnosis = tally.diagnosis(c, command)
     return result
 
@@ -108,8 +125,10 @@ def check_candidate(
 class _Step:
     """What the loops share: the stop check, the parent's half of a case, the tally."""
 
-    def __init__(self, candidate, against, c, contract: str, device, exact, tally: Tally, should_stop, call_rows: int | None):
+    def __init__(self, candidate, against, c, contract: str, device, exact, tally: Tally, should_stop, call_rows: int | None,
+                 handling: Handling):  # fmt: skip
         self.candidate, self.against, self.c, self.device, self.exact = candidate, against, c, device, exact
+        self.handling = handling
         self.call_rows, self.contract = call_rows, contract
         self.tally, self.should_stop = tally, should_stop
         self.load = ExpertLoad()  # per layer of captured logits
@@ -135,6 +154,7 @@ class _Step:
         raise _Stop from None
 
     def build(self, spec: CaseSpec):
+        self.handling.doing("building the case's inputs", spec)
         with self.tally.timed("generation", spec.rows):
             return build_case(spec, self.device)
 
@@ -150,7 +170,8 @@ class _Step:
 
     def finish(self, case, call) -> None:
         """The parent's half of a case: the call's outcome against the oracle, into the tally."""
-        tally, c, spec = self.tally, self.c, case.spec
+        tally, c, spec, doing = self.tally, self.c, case.spec, self.handling.doing
+        doing("counting the case", spec, case)
         if call is None:
             tally.skipped(spec, self.skip_reason)
             return
@@ -165,8 +186,10 @@ class _Step:
             tally.failed("exception", spec, actual, call.traceback or actual, fatal=False)
             tally.raised(case)
             return
+        doing("the oracle's expected answer", spec, case)
         with tally.timed("oracle", spec.rows):
             exp = expected_for(case, c)
+        doing("the comparison", spec, case)
         with tally.timed("comparison", spec.rows):
             oracle_side = None
             malformed = isinstance(actual, str)  # it returned something that is not an answer: a validity finding
@@ -183,6 +206,7 @@ class _Step:
                 oracle_side = (agrees(exp_oracle, actual, c), agrees(exp_oracle, call.other, c), agrees(exp, actual, c))
             outcome = compare_case(case, exp, (actual,) if malformed else actual, c, deviations=tally.deviations,
                                    inputs_changed=call.changed, exact=self.exact, quiet=tally.quiet_kinds(spec))  # fmt: skip
+            doing("the tally of the comparison", spec, case)
             tally.compared(case, outcome, oracle_side=oracle_side, message=actual if malformed else None, actual=None if malformed else actual)
             if call.differing_rows:
                 tally.nondeterministic(call, case)
@@ -197,6 +221,7 @@ def _in_process(specs, step: _Step, worker, progress) -> None:
             case = step.build(spec)
             call = None
             if step.covered(case):
+                step.handling.doing("calling the candidate", spec, case)
                 with step.tally.timed("candidate", spec.rows):
                     call = step.runner.run(case)
         except (Interrupted, KeyboardInterrupt) as exc:
@@ -229,6 +254,7 @@ def _run_pipelined(specs, step: _Step, worker: Worker, progress) -> None:
         if not worker.pending or tally.interrupted:
             return
         try:
+            step.handling.doing("reading the worker's answer")
             waited = time.perf_counter()
             spec, call = worker.collect()
             tally.add_time("candidate", time.perf_counter() - waited, spec.rows)

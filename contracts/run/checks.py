@@ -23,13 +23,15 @@ from ..cases.families import families_for
 from ..cases.coverage import coverage_of
 from ..cases.plan import (admitted_fields, bulk_rows_for, candidate_points, default_max_batch, launch_class_sizes, launch_points, plan_bulk_rows,
                           switch_points)
-from ..reports.bundle import prepare_out, write_check_bundle, write_index
+from ..reports.bundle import prepare_out, write_check_bundle, write_index, write_plain_bundle
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
 from .check import check_candidate
+from .containment import HarnessError, Handling, contained, ended_by, write_contained
 from .distributed import ONE_PROCESS
 from .options import DEFAULT_ROWS, DEFAULT_TIMEOUT_S, CheckOptions, OptionError, parse_replay
 from .progress import Progress
+from .replay import command_line, replay_pythonpath
 
 __all__ = ["DEFAULT_ROWS", "DEFAULT_TIMEOUT_S", "CheckOptions", "CheckRun", "Target", "bundle_dirname", "device_for", "run_checks", "should_isolate"]
 
@@ -270,14 +272,15 @@ def _open_captured(logits, bias, sha256: str | None, families):
     try:
         opened = open_logits(str(logits), str(bias) if bias is not None else None)
         if sha256:
-            check_digest(opened.path, sha256)
+            check_digest(opened, sha256)  # the pinned digest: the bytes this check reads
     except (CapturedError, OSError) as exc:
         raise OptionError(f"--logits: {exc}") from None
     return opened
 
 
-def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan: _Plan, stop) -> tuple[CheckResult, str | None]:
-    """Check one candidate; ``(result, unavailable reason or None)``."""
+def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan: _Plan, stop,
+               handling: Handling) -> tuple[CheckResult, str | None]:  # fmt: skip
+    """Check one candidate; ``(result, unavailable reason or None)``. ``handling``: see ``contracts.run.containment``."""
     import torch
 
     import oracle
@@ -347,7 +350,7 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
         result = check_candidate(
             cand, specs, contract=contract, device=device, against=against_c, exact=exact, seed=plan.seed,
             command=command, progress=bar, repeat=repeat, worker=worker, should_stop=stop, options=options, call_rows=call_rows,
-            lookup=target.lookup, against_lookup=against.lookup if against else None,
+            lookup=target.lookup, against_lookup=against.lookup if against else None, handling=handling,
         )  # fmt: skip
         bar.close(result.summary.status.word, summary=result.summary)
     if shape.dropped:
@@ -361,6 +364,33 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
         result.summary.options = {**(result.summary.options or {}), "logits": described}
         result.summary.notes += notes
     return result, None
+
+
+def _faulted(target: Target, o: CheckOptions, plan: _Plan) -> Summary:
+    """The summary of a check the harness failed before it had counts to keep (``contracts.run.containment``)."""
+    cand = target.candidate
+    device = o.device or (cand.devices[0] if cand.devices else "cpu")
+    return Summary(candidate=cand.name, contract=o.contract or cand.contract, device=device, status=Status.ERROR,
+                   seed=plan.seed, command=o.command)  # fmt: skip
+
+
+def _check_line(target: Target, against: Target | None, o: CheckOptions, plan: _Plan) -> str:
+    """The command that reruns the check of ``target`` alone (its options as given), for a fault of the harness
+    outside a case (``contracts.run.containment``)."""
+    parts = ["python", "-m", "contracts", "check", "--candidate", target.lookup]
+    named = [("--contract", o.contract), ("--against", against.lookup if against else None), ("--device", o.device),
+             ("--rows", None if o.logits else plan.rows), ("--seed", plan.seed),
+             ("--families", ",".join(plan.families) if plan.families else None), ("--experts", o.experts), ("--topk", o.topk),
+             ("--max-batch", o.max_batch), ("--repeat", o.repeat if o.repeat > 1 else None), ("--replay", o.replay),
+             ("--logits", o.logits), ("--bias", o.logits_bias)]  # fmt: skip
+    for flag, value in named:
+        if value is not None:
+            parts += [flag, str(value)]
+    if o.exact:
+        parts.append("--exact")
+    if o.isolate is False:
+        parts.append("--no-isolate")
+    return command_line(parts, replay_pythonpath(target.lookup))
 
 
 def run_checks(
@@ -435,8 +465,12 @@ def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, o
         if stop():
             run.not_started = [t.candidate.name for t in targets[position:]]
             break
-        try:
-            result, unavailable = _check_one(target, against, o, plan=plan, stop=stop)
+        handling = Handling(check_line=_check_line(target, against, o, plan))
+        try:  # the harness's own faults end this candidate only (contracts.run.containment)
+            checked = contained(lambda: _check_one(target, against, o, plan=plan, stop=stop, handling=handling), handling)
+            if isinstance(checked, HarnessError):
+                checked = ended_by(checked, handling, lambda: _faulted(target, o, plan)), None
+            result, unavailable = checked
         except Interrupted:
             run.not_started = [t.candidate.name for t in targets[position:]]
             break
@@ -466,7 +500,7 @@ def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, o
             folder = run.out / name
         s.bundle = str(folder)
         if world.writer:
-            write_check_bundle(folder, result)
+            write_contained(lambda r: write_check_bundle(folder, r), lambda r: write_plain_bundle(folder, r), result, handling)
         run.results.append(result)
         if on_result is not None and world.writer:
             on_result(result)
