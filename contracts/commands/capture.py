@@ -106,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"contract: {label}{same}")
     else:
         print(f"contract: {label} (no built-in has these fields: {contract.name}, on top of {facts.family})")
+    for warning in facts.warnings:
+        print(f"warning: {warning}")
     if agreement.disagree:
         print(f"warning: the model's own routing differs from {label} on {agreement.disagree:,} of {agreement.rows:,} rows checked "
               f"(first: {agreement.first}); its code breaks a tie or casts where the contract does not: "

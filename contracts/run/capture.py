@@ -135,6 +135,9 @@ def _llama4(module, output):
 
 # router class name -> how its output reads as (logits, weights, ids); any other class returns the three itself
 READERS = {"Llama4Router": _llama4}
+# router class name -> the submodule whose output is the logits, where the router returns something else first
+# (Gemma4TextRouter returns the softmax probabilities; its ``proj`` computes the logits)
+LOGITS_FROM = {"Gemma4TextRouter": "proj"}
 
 
 def _bias_of(module) -> torch.Tensor | None:
@@ -191,6 +194,14 @@ def capture(model, tokens: torch.Tensor, *, seq_len: int = 512, progress: bool =
     rec.logits, rec.weights, rec.ids = ([[] for _ in routers] for _ in range(3))
     rec.bias = [_bias_of(m) for _, m in routers]
 
+    inner: dict[int, torch.Tensor] = {}  # router index -> the logits its LOGITS_FROM submodule computed in this call
+
+    def inner_hook(index):
+        def keep(_module, _inputs, output):
+            inner[index] = output
+
+        return keep
+
     def hook(index):
         read = READERS.get(type(routers[index][1]).__name__, _three)
         bias_at = _bias_argument(routers[index][1]) if rec.bias[index] is None else None
@@ -201,6 +212,8 @@ def capture(model, tokens: torch.Tensor, *, seq_len: int = 512, progress: bool =
             except (TypeError, ValueError) as exc:
                 raise CaptureError(f"router {rec.layer_names[index]} ({type(module).__name__}): its output does not read as "
                                    f"(logits, weights, ids): {exc}") from None  # fmt: skip
+            if type(module).__name__ in LOGITS_FROM:
+                logits = inner.pop(index)
             rec.logits[index].append(logits.detach().reshape(-1, logits.shape[-1]).cpu())
             rec.weights[index].append(weights.detach().reshape(-1, weights.shape[-1]).float().cpu())
             rec.ids[index].append(ids.detach().reshape(-1, ids.shape[-1]).cpu())
@@ -212,6 +225,12 @@ def capture(model, tokens: torch.Tensor, *, seq_len: int = 512, progress: bool =
         return keep
 
     handles = [m.register_forward_hook(hook(i), with_kwargs=True) for i, (_, m) in enumerate(routers)]
+    for i, (name, m) in enumerate(routers):
+        sub = LOGITS_FROM.get(type(m).__name__)
+        if sub is not None:
+            if not isinstance(getattr(m, sub, None), torch.nn.Module):
+                raise CaptureError(f"router {name} ({type(m).__name__}) has no {sub} submodule to read its logits from")
+            handles.append(getattr(m, sub).register_forward_hook(inner_hook(i)))
     try:
         with torch.no_grad():
             for start in tqdm(range(0, tokens.numel(), seq_len), desc="capture", unit="seq", disable=not progress):
@@ -247,7 +266,8 @@ class RoutingFacts:
     group_mask: str | None
     routed_scaling_factor: float | None
     norm_topk_prob: bool | None
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # facts that could not be read: no contract is named
+    warnings: tuple[str, ...] = ()  # facts a capture leaves out (a contract is named; the line says what its checks miss)
 
     def as_json(self) -> str:
         from dataclasses import asdict
@@ -302,11 +322,15 @@ def routing_facts(model, rec: Captured) -> RoutingFacts:
         notes.append(f"the group mask of {cls} could not be read from its source")
     rsf = getattr(router, "routed_scaling_factor", None)
     norm = getattr(router, "norm_topk_prob", None)
+    scale = getattr(router, "per_expert_scale", None)
+    warnings = []
+    if isinstance(scale, torch.Tensor) and not bool((scale == 1).all()):
+        warnings.append("per_expert_scale is not all ones: the capture does not hold it, so checks on it use ones")
     return RoutingFacts(
         router_class=cls, model_type=str(getattr(config, "model_type", "")), family=family, experts=int(experts), topk=int(topk),
         scoring=scoring, bias=bool(base.has_bias) if base else any(b is not None for b in rec.bias), n_group=n_group,
         topk_group=topk_group, group_mask=mask, routed_scaling_factor=None if rsf is None else float(rsf),
-        norm_topk_prob=None if norm is None else bool(norm), notes=tuple(notes),
+        norm_topk_prob=None if norm is None else bool(norm), notes=tuple(notes), warnings=tuple(warnings),
     )  # fmt: skip
 
 

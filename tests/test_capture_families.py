@@ -1,0 +1,80 @@
+"""``capture`` on every model family it supports: the contract it prints is one the model's own routing passes.
+
+For each family, a tiny random-weight model (two layers, hidden size 32,
+8 to 32 experts; built from a config, nothing downloaded) is captured with
+the ``capture`` command, with the config values of the released checkpoint
+where they decide the routing (group shape, routed_scaling_factor,
+norm_topk_prob). The printed contract must be the family's built-in, and
+the model's own ids and weights, every row of every layer, the oracle's
+under it (tests/adversarial/test_capture_labels.py routes them). Families
+capture cannot take, with why: deepseek-v4 (a tiny config's layers are all
+hash-routed: ``DeepseekV4HashRouter`` is no per-row top-k), mistral4 (no
+causal-LM class in transformers 5.24), dbrx and longcat-flash (their tiny
+configs do not build: attention shapes), each named in docs/models.md.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import oracle
+from tests.adversarial.test_capture_labels import _capture, _disagreeing_rows
+
+transformers = pytest.importorskip("transformers")
+
+_SMALL = dict(vocab_size=256, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+              head_dim=16, max_position_embeddings=256)  # fmt: skip
+_MLA = dict(q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, first_k_dense_replace=0)
+
+# family -> (config class, the config values that set E, k and the routing options as the released checkpoint has them)
+FAMILIES = {
+    "kimi-k2": ("DeepseekV3Config", dict(n_routed_experts=16, num_experts_per_tok=2, n_group=1, topk_group=1, routed_scaling_factor=2.827,
+                                         norm_topk_prob=True, n_shared_experts=1, moe_intermediate_size=16, **_MLA)),
+    "deepseek-v3": ("DeepseekV3Config", dict(n_routed_experts=32, num_experts_per_tok=4, n_group=8, topk_group=4, routed_scaling_factor=2.5,
+                                             norm_topk_prob=True, n_shared_experts=1, moe_intermediate_size=16, **_MLA)),
+    "deepseek-v2": ("DeepseekV2Config", dict(n_routed_experts=16, num_experts_per_tok=2, n_group=8, topk_group=3, routed_scaling_factor=16.0,
+                                             topk_method="group_limited_greedy", moe_intermediate_size=16, **_MLA)),
+    "glm4-moe": ("Glm4MoeConfig", dict(n_routed_experts=16, num_experts_per_tok=2, n_group=1, topk_group=1, routed_scaling_factor=2.5,
+                                       norm_topk_prob=True, moe_intermediate_size=16, first_k_dense_replace=0)),
+    "dots1": ("Dots1Config", dict(n_routed_experts=16, num_experts_per_tok=2, n_group=1, topk_group=1, routed_scaling_factor=2.5,
+                                  norm_topk_prob=True, n_shared_experts=1, moe_intermediate_size=16, first_k_dense_replace=0)),
+    "minimax-m2": ("MiniMaxM2Config", dict(num_local_experts=16, num_experts_per_tok=2)),
+    "qwen3-moe": ("Qwen3MoeConfig", dict(num_experts=16, num_experts_per_tok=2, norm_topk_prob=True, moe_intermediate_size=16)),
+    "qwen2-moe": ("Qwen2MoeConfig", dict(num_experts=16, num_experts_per_tok=2, norm_topk_prob=False, moe_intermediate_size=16)),
+    "olmoe": ("OlmoeConfig", dict(num_experts=16, num_experts_per_tok=2, norm_topk_prob=False)),
+    "mixtral": ("MixtralConfig", dict(num_local_experts=8, num_experts_per_tok=2)),
+    "gpt-oss": ("GptOssConfig", dict(num_local_experts=16, num_experts_per_tok=2)),
+    "jamba": ("JambaConfig", dict(num_experts=16, num_experts_per_tok=2)),
+    "granite-moe": ("GraniteMoeConfig", dict(num_local_experts=16, num_experts_per_tok=2)),
+    "hunyuan-moe": ("HunYuanMoEV1Config", dict(num_experts=16, moe_topk=2)),
+    "ernie4.5": ("Ernie4_5_MoeConfig", dict(num_experts=16, num_experts_per_tok=2, moe_intermediate_size=16)),
+    "gemma4": ("Gemma4TextConfig", dict(num_experts=16, top_k_experts=2, enable_moe_block=True, moe_intermediate_size=16)),
+    "llama4": ("Llama4TextConfig", dict(num_local_experts=8, num_experts_per_tok=1, intermediate_size_mlp=48, interleave_moe_layer_step=1)),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_capture_prints_the_family_contract_and_the_models_own_routing_passes_it(tmp_path, capsys, family):
+    cls, fields = FAMILIES[family]
+    folder = tmp_path / family
+    small = {k: v for k, v in _SMALL.items() if not (k == "head_dim" and "kv_lora_rank" in fields)}  # MLA sets its own head dims
+    getattr(transformers, cls)(**{**small, **fields}).save_pretrained(folder)  # a config only: random weights from --seed
+    meta, tensors, contract = _capture(tmp_path, folder, capsys)
+    assert contract.name == family, (meta["contract"], meta["routing"])
+    routing = json.loads(meta["routing"])
+    assert routing["experts"] == tensors["logits"].shape[-1] and routing["topk"] == tensors["ids"].shape[-1]
+    assert routing["bias"] == contract.has_bias and (routing["n_group"] > 1) == contract.is_grouped
+    if contract.has_bias:  # the capture holds the bias the router ranked with (a buffer, ERNIE's moe_statics, MiniMax's argument)
+        assert "bias" in tensors, sorted(tensors)
+    assert _disagreeing_rows(tensors, contract) == 0
+
+
+def test_qwen3_with_its_config_default_norm_topk_prob_false_is_not_labelled_renormalized(tmp_path, capsys):
+    # Qwen3MoeConfig's default norm_topk_prob is False: the old label (qwen3-moe, renormalized) failed the model's weights
+    transformers.Qwen3MoeConfig(**_SMALL, num_experts=16, num_experts_per_tok=2, moe_intermediate_size=16).save_pretrained(tmp_path / "q")
+    meta, tensors, contract = _capture(tmp_path, tmp_path / "q", capsys)
+    assert contract.default_renormalize is False and json.loads(meta["routing"])["norm_topk_prob"] is False
+    assert _disagreeing_rows(tensors, contract) == 0
+    assert _disagreeing_rows(tensors, oracle.get_contract("qwen3-moe")) > 0
