@@ -22,7 +22,20 @@ Large files are never loaded whole: ``.safetensors`` and ``.npy`` rows are
 read at their byte offset with ``os.pread`` (the header gives the offset),
 so only the case in hand is in memory; pages of a memory map would count
 toward the process's RSS as they are touched, a read into a fresh buffer does
-not. ``.pt`` files are opened with ``torch.load(mmap=True)``.
+not. ``.pt`` files are opened with ``torch.load(mmap=True)``. Every file is
+first accepted by its own format's library (``safetensors.safe_open``, whose
+checks refuse a byte range that does not hold its tensor's shape;
+``numpy``'s header reader; ``torch.load``), and only then are its offsets used.
+
+A file is **pinned** for the whole check: opening it reads it once, taking
+its SHA-256 (the replay line's) and a digest of every block of about 1 MiB of
+its logits; every later read of rows checks the blocks it reads against
+those, and a process that opens the file again (an isolated candidate's
+worker) checks that its SHA-256 is the one the case names. So the oracle and
+the candidate route the same bytes, and a file changed during a check ends
+it with an error naming the file (``CapturedError``), never a blame. The
+bias is read once, when the file is opened, and kept; a float64 bias is
+taken as fp32 (rounded to nearest), the dtype the contracts rank in.
 """
 
 from __future__ import annotations
@@ -65,6 +78,13 @@ class _Tensor:
     offset: int = 0
     tensor: torch.Tensor | None = None  # .pt: the (memory-mapped) tensor itself
 
+    @property
+    def nbytes(self) -> int:
+        n = torch.empty((), dtype=self.dtype).element_size()
+        for d in self.shape:
+            n *= d
+        return n
+
 
 def _read_safetensors_header(path: Path) -> tuple[dict, int]:
     with open(path, "rb") as f:
@@ -82,17 +102,31 @@ def _read_safetensors_header(path: Path) -> tuple[dict, int]:
 
 
 def _safetensors_entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
-    # The header is parsed here rather than through safe_open: its data offsets are what lets rows be read
-    # by pread (safe_open's slices come from a memory map, whose touched pages stay in the RSS).
+    # The safetensors library checks the file first (every tensor's byte range holds exactly its shape and dtype, the
+    # ranges tile the data, the file is long enough); its verdict is final. Only then are the header's offsets read
+    # here, for pread (safe_open's slices come from a memory map, whose touched pages stay in the RSS).
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            checked = {k: (tuple(handle.get_slice(k).get_shape()), handle.get_slice(k).get_dtype()) for k in handle.keys()}
+            meta = handle.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CapturedError(f"{path}: the safetensors library refuses it ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                            "write it again with safetensors.torch.save_file (or the capture command)") from None  # fmt: skip
     header, base = _read_safetensors_header(path)
-    meta = header.pop("__metadata__", None) or {}
+    header.pop("__metadata__", None)
     out = {}
-    for key, info in header.items():
-        dtype = _SAFETENSORS_DTYPES.get(info.get("dtype"))
+    for key, (shape, dtype_name) in checked.items():
+        dtype = _SAFETENSORS_DTYPES.get(dtype_name)
         if dtype is None:
             continue  # ids (I32/I64) and other integer tensors of a capture: not logits
-        out[key] = _Tensor(tuple(info["shape"]), dtype, base + info["data_offsets"][0])
-    ints = {k: tuple(info["shape"]) for k, info in header.items() if k not in out}
+        start, stop = header[key]["data_offsets"]
+        t = _Tensor(shape, dtype, base + start)
+        if tuple(header[key]["shape"]) != shape or stop - start != t.nbytes:  # what the library checked; never read past a tensor
+            raise CapturedError(f"{path}: tensor {key!r} of shape {list(shape)} has a byte range of {stop - start} bytes, not {t.nbytes}; write it again")
+        out[key] = t
+    ints = {k: shape for k, (shape, _) in checked.items() if k not in out}
     return out, {"metadata": meta, "other_keys": ints}
 
 
@@ -112,7 +146,10 @@ def _npy_entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
     names = {np.dtype("float16"): torch.float16, np.dtype("float32"): torch.float32, np.dtype("float64"): torch.float64}
     if dtype.newbyteorder("=") not in names or dtype.byteorder == ">":
         raise CapturedError(f"{path}: dtype {dtype} is not a float type the harness reads; save float32 or float16 (numpy has no bf16: use .safetensors or .pt)")
-    return {"": _Tensor(tuple(shape), names[dtype.newbyteorder("=")], offset)}, {"metadata": {}, "other_keys": {}}
+    t = _Tensor(tuple(shape), names[dtype.newbyteorder("=")], offset)
+    if os.path.getsize(path) < offset + t.nbytes:
+        raise CapturedError(f"{path}: the file ends before its {list(shape)} array does (truncated?); save it again")
+    return {"": t}, {"metadata": {}, "other_keys": {}}
 
 
 def _pt_entries(path: Path) -> tuple[dict[str, _Tensor], dict]:
@@ -184,9 +221,100 @@ def sha256_of(path: str | Path, chunk: int = 8 << 20) -> str:
     return h.hexdigest()
 
 
+PIN_BLOCK_BYTES = 1 << 20  # the bytes of rows one block digest covers (whole rows; at least one)
+
+
+def _block_digest(data) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+@dataclass(frozen=True)
+class _Pin:
+    """A tensor's bytes as they were when the file was opened: a digest per block of ``block_rows`` rows of its 2-D view
+    ``[rows, width]``, and the file's SHA-256 taken in the same read."""
+
+    sha256: str
+    width: int
+    block_rows: int
+    blocks: tuple[bytes, ...]
+
+
+def _block_rows(width: int, dtype: torch.dtype) -> int:
+    return max(1, PIN_BLOCK_BYTES // (width * torch.empty((), dtype=dtype).element_size()))
+
+
+def _pin_file(path: Path, tensors: list[_Tensor], widths: list[int]) -> list[_Pin]:
+    """One read of ``path``: its SHA-256 and the block digests of each tensor (``.safetensors``, ``.npy``: their byte
+    ranges as the read passes them; ``.pt``: the memory-mapped tensors, after the file's digest)."""
+    if all(t.tensor is not None for t in tensors):
+        sha = sha256_of(path)
+        pins = []
+        for t, width in zip(tensors, widths):
+            rows, per = t.tensor.reshape(-1, width), _block_rows(width, t.dtype)
+            blocks = tuple(_block_digest(_raw(rows[i : i + per])) for i in range(0, rows.shape[0], per))
+            pins.append(_Pin(sha, width, per, blocks))
+        return pins
+    item = [torch.empty((), dtype=t.dtype).element_size() for t in tensors]
+    spans = [(t.offset, t.offset + t.nbytes, _block_rows(w, t.dtype) * w * i) for t, w, i in zip(tensors, widths, item)]
+    blocks: list[list[bytes]] = [[] for _ in tensors]
+    open_block = [hashlib.blake2b(digest_size=16) for _ in tensors]
+    filled = [0] * len(tensors)
+    h = hashlib.sha256()
+    buf = bytearray(8 << 20)
+    view = memoryview(buf)
+    pos = 0
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+            for j, (lo, hi, size) in enumerate(spans):
+                at, stop = max(pos, lo), min(pos + n, hi)
+                while at < stop:
+                    take = min(stop - at, size - filled[j])
+                    open_block[j].update(view[at - pos : at - pos + take])
+                    filled[j] += take
+                    at += take
+                    if filled[j] == size:
+                        blocks[j].append(open_block[j].digest())
+                        open_block[j], filled[j] = hashlib.blake2b(digest_size=16), 0
+            pos += n
+    sha = h.hexdigest()
+    pins = []
+    for j, (t, w) in enumerate(zip(tensors, widths)):
+        if filled[j]:
+            blocks[j].append(open_block[j].digest())
+        if pos < spans[j][1]:
+            raise CapturedError(f"{path}: the file ends before its tensor does (truncated?); capture it again")
+        pins.append(_Pin(sha, w, _block_rows(w, t.dtype), tuple(blocks[j])))
+    return pins
+
+
+def _raw(rows: torch.Tensor):
+    """The bytes of C-contiguous rows, as a buffer (bf16 included)."""
+    return rows.contiguous().view(torch.uint8).numpy().data if rows.numel() else b""
+
+
+def _read_pinned(path: Path, t: _Tensor, pin: _Pin, first: int, count: int) -> torch.Tensor:
+    """Rows ``first .. first + count`` of ``t`` (2-D view ``[*, pin.width]``), each block they touch read whole and
+    checked against the pin: a file changed since it was opened is a ``CapturedError`` naming it, never other rows."""
+    if count <= 0:
+        return _read_rows(path, t, first, 0, pin.width)
+    total = (t.nbytes // (torch.empty((), dtype=t.dtype).element_size() * pin.width))
+    b0, b1 = first // pin.block_rows, (first + count - 1) // pin.block_rows
+    lo, hi = b0 * pin.block_rows, min((b1 + 1) * pin.block_rows, total)
+    rows = _read_rows(path, t, lo, hi - lo, pin.width)
+    for b in range(b0, b1 + 1):
+        part = rows[(b - b0) * pin.block_rows : (b - b0 + 1) * pin.block_rows]
+        if b >= len(pin.blocks) or _block_digest(_raw(part)) != pin.blocks[b]:
+            raise CapturedError(f"{path} changed while it was being checked (rows {b * pin.block_rows}..{b * pin.block_rows + part.shape[0] - 1} "
+                                f"differ from the file of SHA-256 {pin.sha256[:DIGEST_CHARS]}... this check opened); the check stops: "
+                                "leave the file alone while it is checked, and check it again")  # fmt: skip
+    return rows[first - lo : first - lo + count].clone()
+
+
 @dataclass(frozen=True)
 class LogitsFile:
-    """An opened logits file: its shape, its layers' names and bias, and its rows on demand."""
+    """An opened logits file, pinned (see the module docstring): its shape, its layers' names and bias, and its rows on
+    demand, checked against what was read when it was opened."""
 
     path: Path
     layers: int  # 0: a [tokens, E] file (no layer dimension)
@@ -199,6 +327,11 @@ class LogitsFile:
     _logits: _Tensor
     _bias: _Tensor | None
     _bias_file: Path
+    sha256: str = ""  # of the logits file, as opened (pinned)
+    bias_sha256: str | None = None  # of the --bias file, as opened (None: no --bias file)
+    bias_dtype: torch.dtype | None = None  # as stored (a float64 one is kept as fp32)
+    _pin: _Pin | None = None
+    _bias_rows: torch.Tensor | None = None  # [1 or layers, E], read once when opened
 
     @property
     def layer_count(self) -> int:
@@ -219,14 +352,12 @@ class LogitsFile:
         """Rows ``first .. first + count`` of ``layer`` (0 for a file without layers), in the stored dtype."""
         if not (0 <= layer < self.layer_count and 0 <= first and first + count <= self.tokens):
             raise CapturedError(f"{self.path}: rows {first}..{first + count - 1} of layer {layer} are outside its {self.layer_count} x {self.tokens} rows")
-        return _read_rows(self.path, self._logits, layer * self.tokens + first, count, self.experts)
+        return _read_pinned(self.path, self._logits, self._pin, layer * self.tokens + first, count)
 
     def bias(self, layer: int) -> torch.Tensor | None:
-        if self._bias is None:
+        if self._bias_rows is None:
             return None
-        b = self._bias
-        rows = _read_rows(self._bias_file, b, 0, b.shape[0] if len(b.shape) == 2 else 1, self.experts)
-        return rows[layer if len(b.shape) == 2 else 0].clone()
+        return self._bias_rows[layer if self._bias_rows.shape[0] > 1 else 0].clone()
 
 
 def _layer_names(info: dict, layers: int) -> tuple[str, ...]:
@@ -237,19 +368,35 @@ def _layer_names(info: dict, layers: int) -> tuple[str, ...]:
     return tuple(f"layer {i}" for i in range(max(layers, 1)))
 
 
-@functools.lru_cache(maxsize=8)
+def _version(path: str | Path | None) -> tuple | None:
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+
+
 def open_logits(path: str | Path, bias_path: str | Path | None = None) -> LogitsFile:
-    """Open ``path`` (and ``bias_path``): shapes and dtypes checked, nothing read but the headers.
+    """Open ``path`` (and ``bias_path``): shapes and dtypes checked, the file pinned (read once: its SHA-256 and block
+    digests), the bias read. Once per file version (size, mtime, inode) in a process.
 
     ``CapturedError`` (one line naming the file and the fix) for a file that does not fit.
     """
+    return _open_logits(str(path), None if bias_path is None else str(bias_path), _version(path), _version(bias_path))
+
+
+@functools.lru_cache(maxsize=8)
+def _open_logits(path: str, bias_path: str | None, _logits_version, _bias_version) -> LogitsFile:
     path = Path(path)
     entries, info = _entries(path)
     t = _pick(entries, "logits", path, required=True)
     if len(t.shape) not in (2, 3) or 0 in t.shape:
         raise CapturedError(f"{path}: logits of shape {list(t.shape)}; need [tokens, E] or [layers, tokens, E] with no empty dimension")
     if t.dtype not in _LOGIT_DTYPES:
-        raise CapturedError(f"{path}: logits in {t.dtype}; the harness checks bf16, fp16 or fp32 logits (cast them before saving)")
+        raise CapturedError(f"{path}: logits in {t.dtype}; the harness checks bf16, fp16 or fp32 logits, the dtype the router read "
+                            "(float64 logits are refused by check, matrix, nightly and trace-diff alike: save them in that dtype)")  # fmt: skip
     layers = t.shape[0] if len(t.shape) == 3 else 0
     tokens, experts = t.shape[-2], t.shape[-1]
     bias_file = path
@@ -264,10 +411,23 @@ def open_logits(path: str | Path, bias_path: str | Path | None = None) -> Logits
         ok = (len(b.shape) == 1 and b.shape[0] == experts) or (len(b.shape) == 2 and b.shape == (max(layers, 1), experts))
         if not ok:
             raise CapturedError(f"{bias_file}: bias of shape {list(b.shape)} does not fit logits {list(t.shape)}; need [{experts}] or [{max(layers, 1)}, {experts}]")
+    same_file = b is not None and bias_file == path
+    pins = _pin_file(path, [t, b] if same_file else [t], [experts, experts] if same_file else [experts])
+    bias_rows = bias_sha = None
+    if b is not None:
+        bias_pin = pins[1] if same_file else _pin_file(bias_file, [b], [experts])[0]
+        bias_sha = None if same_file else bias_pin.sha256
+        bias_rows = _read_pinned(bias_file, b, bias_pin, 0, b.shape[0] if len(b.shape) == 2 else 1)
+        if bias_rows.dtype == torch.float64:  # any float (docs/real-traffic.md): fp32, the dtype the contracts rank in
+            bias_rows = bias_rows.float()
     ids = info["other_keys"].get("ids")
     topk = ids[-1] if ids and tuple(ids[:-1]) == tuple(t.shape[:-1]) else None
     return LogitsFile(path, layers, tokens, experts, t.dtype, _layer_names(info, layers), Path(bias_path) if bias_path else None, topk,
-                      t, b, bias_file)  # fmt: skip
+                      t, b, bias_file, sha256=pins[0].sha256, bias_sha256=bias_sha, bias_dtype=None if b is None else b.dtype,
+                      _pin=pins[0], _bias_rows=bias_rows)  # fmt: skip
+
+
+open_logits.cache_clear = _open_logits.cache_clear  # tests and long-lived processes
 
 
 def family_name(layer: int | None) -> str:
@@ -285,7 +445,8 @@ def _layer_of(family: str) -> int | None:
 
 def _source(f: LogitsFile, layer: int, renormalize: bool, rsf: float, zero_bias: bool) -> str:
     return json.dumps({"logits": str(f.path), "bias": str(f.bias_path) if f.bias_path else None, "layer": layer,
-                       "renormalize": renormalize, "rsf": rsf, "zero_bias": zero_bias, "sha256": file_digest(f.path)}, sort_keys=True)  # fmt: skip
+                       "renormalize": renormalize, "rsf": rsf, "zero_bias": zero_bias, "sha256": f.sha256,
+                       "bias_sha256": f.bias_sha256}, sort_keys=True)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=8)
@@ -302,9 +463,11 @@ def file_digest(path: str | Path) -> str:
 DIGEST_CHARS = 16  # of the SHA-256 in a replay line: enough to tell two files apart, short enough to read
 
 
-def check_digest(path: str | Path, expected: str) -> None:
-    """``--logits-sha256``: refuse a file whose digest does not start with ``expected`` (a replay on another file)."""
-    actual = file_digest(path)
+def check_digest(path: str | Path | LogitsFile, expected: str) -> None:
+    """``--logits-sha256``: refuse a file whose digest does not start with ``expected`` (a replay on another file). An opened
+    ``LogitsFile``: its pinned digest (the bytes the check reads)."""
+    actual = path.sha256 if isinstance(path, LogitsFile) else file_digest(path)
+    path = path.path if isinstance(path, LogitsFile) else path
     if not expected or not actual.startswith(expected.lower()):
         raise CapturedError(f"--logits-sha256 {expected}: {path} has SHA-256 {actual[:DIGEST_CHARS]}...; the replay line was written for another file")
 
@@ -447,6 +610,11 @@ def build_captured(spec: CaseSpec, device: str = "cpu") -> tuple:
     module does not import ``build``, which imports it: no import cycle)."""
     src = json.loads(spec.source)
     f = open_logits(src["logits"], src["bias"])
+    for what, pinned, now in (("", src.get("sha256"), f.sha256), ("bias ", src.get("bias_sha256"), f.bias_sha256)):
+        if pinned and pinned != now:  # another process (a worker) opened another version of the file than the check's
+            path = f.path if not what else f.bias_path
+            raise CapturedError(f"{path} changed while it was being checked (SHA-256 {str(now)[:DIGEST_CHARS]}..., the check opened "
+                                f"{pinned[:DIGEST_CHARS]}...); the check stops: leave the {what}file alone while it is checked, and check it again")  # fmt: skip
     scores = f.logits(src["layer"], spec.case_seed, spec.rows).to(device)
     bias = None
     if spec.bias:
@@ -457,10 +625,15 @@ def build_captured(spec: CaseSpec, device: str = "cpu") -> tuple:
 
 def describe(f: LogitsFile, contract) -> tuple[dict, list[str]]:
     """What a summary records of the file (``options["logits"]``), and the notes a reader must see (a zero bias)."""
-    record = {"path": str(f.path), "sha256": file_digest(f.path), "layers": f.layers, "tokens": f.tokens, "experts": f.experts,
+    record = {"path": str(f.path), "sha256": f.sha256, "layers": f.layers, "tokens": f.tokens, "experts": f.experts,
               "dtype": str(f.dtype).removeprefix("torch."), "layer_names": list(f.layer_names),
-              "bias": "none" if not contract.has_bias else (str(f.bias_path or f.path) if f.has_bias else "zero")}  # fmt: skip
+              "bias": "none" if not contract.has_bias else (str(f.bias_path or f.path) if f.has_bias else "zero"),
+              "bias_sha256": f.bias_sha256 if contract.has_bias and f.has_bias else None,
+              "bias_dtype": str(f.bias_dtype).removeprefix("torch.") if contract.has_bias and f.has_bias else None}  # fmt: skip
     notes = []
+    if contract.has_bias and f.bias_dtype == torch.float64:
+        notes.append(f"the correction bias in {f.bias_path or f.path} is float64: it was taken as fp32 (rounded to nearest), "
+                     "the dtype the contracts rank in")  # fmt: skip
     if contract.has_bias and not f.has_bias:
         notes.append(f"warning: {f.path} has no correction bias and no --bias was given; contract {contract.name} takes one, "
                      "so the rows were checked with a zero bias (pass --bias FILE with the model's e_score_correction_bias)")  # fmt: skip

@@ -139,3 +139,109 @@ def test_a_float64_bias_in_a_trace_is_taken_as_fp32(tmp_path, capsys):
     b = {**t, "bias": torch.zeros(16, dtype=torch.float64)}
     code, out, err = _diff(capsys, dc.save(tmp_path / "a.pt", t), dc.save(tmp_path / "b.pt", b), tmp_path / "out", "--contract", "deepseek-v3-reference")
     assert code in (0, 1) and "Traceback" not in err, err
+
+
+# ---------------------------------------------------------------- data mixed: captured files read through the library, pinned
+
+
+def test_a_safetensors_range_shorter_than_its_shape_is_refused_not_read_past(tmp_path, capsys):
+    from contracts.cases.captured import CapturedError, open_logits
+
+    path = dc.short_range_safetensors(tmp_path / "short.safetensors")
+    with pytest.raises(CapturedError, match="safetensors"):
+        open_logits(str(path)).logits(0, 0, 8)
+    code = contracts_main(["check", "--candidate", "oracle", "--contract", "aiter", "--topk", "4", "--logits", str(path), "--no-isolate",
+                           "--out", str(tmp_path / "out"), "--quiet"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "short.safetensors" in err, err
+    _one_line(err)
+
+
+def _captured(tmp_path, experts=32, tokens=40, seed=0):
+    from safetensors.torch import save_file
+
+    path = tmp_path / f"logits{seed}.safetensors"
+    save_file({"logits": torch.randn(1, tokens, experts, generator=torch.Generator().manual_seed(seed))}, str(path))
+    return path
+
+
+def _rewrite_check(tmp_path, monkeypatch, isolate: bool):
+    from contracts.run.checks import run_checks
+
+    path = _captured(tmp_path, tokens=300)
+    monkeypatch.setenv("REWRITE_LOGITS", str(path))
+    dc._rewritten.clear()
+    run = run_checks(["tests.adversarial.data_classes:rewrites_the_logits_file"], contract="aiter", topk=4, logits=path, isolate=isolate,
+                     progress=False, out=tmp_path / "out", force=True)  # fmt: skip
+    return path, run.summaries[0]
+
+
+def test_a_logits_file_rewritten_during_a_check_is_an_error_naming_it(tmp_path, monkeypatch):
+    path, s = _rewrite_check(tmp_path, monkeypatch, isolate=False)
+    assert s.status.value == "error", (s.status, s.mismatched_rows, s.clauses_broken)
+    assert str(path) in s.error.message and "changed" in s.error.message, s.error
+    assert not s.clauses_broken, "a changed file is never a blame"
+
+
+@pytest.mark.slow  # an isolated check: the worker process imports torch and the harness (~8 s on the shared machine)
+def test_a_logits_file_rewritten_under_an_isolated_check_is_an_error_not_a_blame(tmp_path, monkeypatch):
+    path, s = _rewrite_check(tmp_path, monkeypatch, isolate=True)
+    assert s.status.value == "error", (s.status, s.mismatched_rows, s.clauses_broken)
+    assert str(path) in s.error.message and "changed" in s.error.message, s.error
+    assert not s.clauses_broken and not s.mismatched_rows, "a changed file is never a blame"
+
+
+# ---------------------------------------------------------------- tracebacks: a float64 bias is taken everywhere
+
+
+def _float64_bias(tmp_path, fmt):
+    b = torch.randn(32, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    if fmt == "pt":
+        torch.save(b, tmp_path / "bias.pt")
+        return tmp_path / "bias.pt"
+    from safetensors.torch import save_file
+
+    save_file({"bias": b}, str(tmp_path / "bias.safetensors"))
+    return tmp_path / "bias.safetensors"
+
+
+@pytest.mark.parametrize("fmt", ["pt", "safetensors"])
+def test_a_float64_bias_is_taken_as_fp32_by_check(tmp_path, capsys, fmt):
+    bias = _float64_bias(tmp_path, fmt)
+    code = contracts_main(["check", "--candidate", "oracle", "--contract", "deepseek-v3", "--topk", "4", "--logits", str(_captured(tmp_path)),
+                           "--bias", str(bias), "--no-isolate", "--out", str(tmp_path / "out"), "--quiet"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0 and "Traceback" not in err, out + err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "pass" and summary["options"]["logits"]["bias_dtype"] == "float64"
+    assert any("float64" in n and "fp32" in n for n in summary["notes"]), summary["notes"]
+
+
+def test_a_float64_bias_is_taken_as_fp32_by_matrix(tmp_path, capsys):
+    bias = _float64_bias(tmp_path, "pt")
+    code = contracts_main(["matrix", "--candidate", "oracle,torch-native", "--contract", "aiter", "--topk", "4", "--logits",
+                           str(_captured(tmp_path)), "--bias", str(bias), "--no-isolate", "--out", str(tmp_path / "out"), "--quiet"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0 and "Traceback" not in err, out + err
+
+
+@pytest.mark.slow  # the nightly's checks of two candidates and its bundle: ~8 s
+def test_a_float64_bias_is_taken_as_fp32_by_nightly(tmp_path, capsys):
+    bias = _float64_bias(tmp_path, "safetensors")
+    code = contracts_main(["nightly", "--candidates", "oracle,torch-native", "--logits", str(_captured(tmp_path)), "--bias", str(bias),
+                           "--no-probe", "--no-bench", "--device", "cpu", "--out", str(tmp_path / "nightly")])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code != 2 and "Traceback" not in out + err, out + err  # the gate's exit code is the nightly's business
+    assert "check oracle [contract aiter]: pass" in out and "check torch-native [contract aiter]: pass" in out, out + err
+
+
+def test_float64_logits_are_refused_in_one_line_by_check(tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    save_file({"logits": torch.randn(1, 20, 32, dtype=torch.float64)}, str(tmp_path / "l64.safetensors"))
+    code = contracts_main(["check", "--candidate", "oracle", "--contract", "aiter", "--topk", "4", "--logits", str(tmp_path / "l64.safetensors"),
+                           "--no-isolate", "--out", str(tmp_path / "out"), "--quiet"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "float64" in err and "l64.safetensors" in err, err
+    _one_line(err)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
