@@ -139,7 +139,22 @@ def test_the_check_command_exits_1_and_prints_the_harness_error(monkeypatch, tmp
     assert code == 1, out
     text = out.out + out.err
     assert "harness_error" in text and "ERROR" in text and "PASS" in text, text
+    assert f"harness error: {BROKEN}: rerun with: python -m contracts.check --candidate {BROKEN}" in out.err, out.err
     assert (tmp_path / "cli" / "index.json").exists()
+
+
+def test_a_fault_writing_the_index_is_said_and_fails_the_run(monkeypatch, tmp_path):
+    import contracts.run.checks as checks
+
+    def broken_index(*args, **kwargs):
+        raise InjectedFault("the index writer is broken")
+
+    monkeypatch.setattr(checks, "write_index", broken_index)
+    run = run_checks([GOOD, "oracle"], isolate=False, out=tmp_path / "run", **SMALL)
+    assert [s.status for s in run.summaries] == [Status.PASS, Status.PASS]
+    assert run.index_error is not None and "the index writer is broken" in run.index_error.message
+    assert run.failed  # exit 1: the run's record is incomplete
+    assert all((tmp_path / "run" / bundle_dirname(s.candidate) / "summary.json").exists() for s in run.summaries)
 
 
 @pytest.mark.slow  # a command in a subprocess with two worker processes: ~15 s on the 2-core machine

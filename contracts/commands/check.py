@@ -253,46 +253,74 @@ def _replay_one_row(args: argparse.Namespace, names: list[str]) -> int:
 
 
 def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
-    """``check --plan``: what the run would cover, per contract, without running a candidate."""
+    """``check --plan``: what the run would cover, per contract, without running a candidate.
+
+    The cases are the run's own (``contracts.run.checks._Plan.shaped(...).specs``, the iterator a check walks), and
+    the batch sizes are those of the candidate's calls (``contracts.cases.plan.call_sizes``): a bulk case comes in
+    calls of the candidate's largest batch (``bulk_rows_for``, asked of its ``covered`` gate as a check asks it)."""
     import oracle
 
-    from ..cases.families import families_for
     from ..cases.coverage import coverage_of
-    from ..cases.plan import MAX_BATCH_ENV, default_max_batch, env_max_batch, iter_plan, switch_points
+    from ..cases.plan import MAX_BATCH_ENV, bulk_rows_for, call_sizes, candidate_points, env_max_batch, plan_bulk_rows, switch_points
+    from ..run.checks import _Plan
+    from ..run.options import OptionError
 
     device = _check_device(args.device) or "cpu"
     contract = args.contract
+    cand = _plan_candidate(names[0])
     if contract is None:
-        from ..candidates import all_candidates
-
-        known = all_candidates()
-        contract = known[names[0]].contract if names[0] in known else "aiter"
+        contract = cand.contract if cand is not None else "aiter"
     c = oracle.get_contract(contract)
-    experts, topk = args.experts or c.experts, args.topk or c.topk
-    chosen = [f for f in (families or families_for(c)) if f in families_for(c)]
+    plan = _Plan(list(families) if families else None, args.rows, args.seed, args.experts, args.topk, None, None, max_batch=args.max_batch)
+    try:
+        shape = plan.shaped(c)
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+    extra, call_rows = (), None
+    if cand is not None:  # the candidate's own switch points and its largest call, as an in-process check takes them
+        extra = candidate_points([cand.origin], shape.experts, shape.topk, contract)
+
+        def covered(**s):
+            return cand.covers(contract=contract, **s)
+
+        call_rows = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=cand.max_rows)
+    bulk = plan_bulk_rows(device)
+    specs = list(shape.specs(bulk, device, extra)[0])
+    covers = coverage_of(specs, call_rows)
+    max_batch = shape.max_batch(device)
     points = switch_points()
-    max_batch = args.max_batch or default_max_batch(device, points)
-    groups = dict(n_group=c.n_group, topk_group=c.topk_group) if c.is_grouped else {}
-    # the contract's admitted call options, as the check draws them: the plan shows the cases the run would route
-    specs = list(iter_plan(chosen, args.rows, args.seed, experts, topk, max_batch=max_batch, bias=c.has_bias,
-                           admitted=c.admitted_options(), contract=c.name, **groups))  # fmt: skip
-    covers = coverage_of(specs)
-    print(f"plan: contract {c.name}, E={experts}, k={topk}, device {device}, {args.rows:,} rows and the pinned cases: "
-          f"{len(specs):,} cases, {sum(s.rows for s in specs):,} rows")  # fmt: skip
-    print(f"families: {', '.join(chosen)}")
+    calls = sum(len(call_sizes(s, call_rows)) for s in specs)
+    print(f"plan: contract {c.name}, E={shape.experts}, k={shape.topk}, device {device}, {args.rows:,} rows and the pinned cases: "
+          f"{len(specs):,} cases, {sum(s.rows for s in specs):,} rows, {calls:,} calls of the candidate")  # fmt: skip
+    print(f"families: {', '.join(shape.families)}")
     source = f", from {MAX_BATCH_ENV}" if not args.max_batch and env_max_batch() is not None else ""
-    print(f"batch sizes (max batch {max_batch:,}{source}; switch points {', '.join(map(str, points)) or 'none published'}): "
+    largest = f"; bulk cases in calls of at most {call_rows:,} rows" if call_rows else ""
+    print(f"batch sizes of the calls (max batch {max_batch:,}{source}; switch points {', '.join(map(str, points)) or 'none published'}{largest}): "
           + ", ".join(f"{n:,}" for n in covers["batch_sizes"]))
     print(f"dtype pairs (logits/bias): {', '.join(covers['dtype_pairs'])}")
     print(f"layouts: {', '.join(covers['layouts'])}")
     classes = sorted({n for rows in covers["pinned_batch_sizes"].values() for n in rows})
     if classes:  # every pinned dtype pair and layout runs at each: one batch of every launch class at this shape
         print(f"pinned dtype pairs and layouts at batch sizes {', '.join(f'{n:,}' for n in classes)} "
-              f"(1, 2, 64 and the first batch of each launch shape published for E={experts}, k={topk} under {c.name})")
+              f"(1, 2, 64 and the first batch of each launch shape published for E={shape.experts}, k={shape.topk} under {c.name})")
     return ExitCode.OK
 
 
+def _plan_candidate(name: str):
+    """The candidate ``--plan`` asks for its largest call (its ``covered`` gate, ``max_rows``); None for ``all`` or one
+    that does not load here (its bulk cases are then listed in calls of the plan's bulk size)."""
+    if name == "all":
+        return None
+    from ..candidates.registry import get_candidate
+
+    try:
+        return get_candidate(name)
+    except Exception:  # noqa: BLE001 -- a candidate that cannot load here: the plan is still the plan
+        return None
+
+
 def _report(args: argparse.Namespace, checked, stop) -> int:
+    from ..reports.schema import HARNESS_ERROR
     from ..reports.terminal import verdict_table
     from ..reports.text import clean
 
@@ -305,6 +333,11 @@ def _report(args: argparse.Namespace, checked, stop) -> int:
                 if isinstance(d, dict) and d.get("kind") == "contract":
                     print(f"hint: {clean(s.label)}: {clean(d.get('text', ''))}")
     print(f"bundle: {checked.out}")
+    for s in checked.summaries:  # a fault of the harness: the line that reruns it, to report it with
+        if s.error is not None and s.error.kind == HARNESS_ERROR and s.error.replay:
+            print(f"harness error: {clean(s.label)}: rerun with: {s.error.replay}", file=sys.stderr)
+    if checked.index_error is not None:
+        print(f"harness error: {checked.index_error.message}", file=sys.stderr)
     if args.replay and args.row is not None:
         _print_row(checked.results, args.row)
     for name, why in checked.unavailable:

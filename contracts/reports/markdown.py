@@ -119,7 +119,8 @@ def render_markdown(result: CheckResult) -> str:
     if s.cells_capped and not any(note.startswith(CELLS_NOTE) for note in s.notes):  # the tally's note says it already
         out.append(f"\n- mismatch cells: {s.cells_recorded:,} of {s.cells_total:,} recorded (capped; the first of every family and clause are kept; counts above are exact)\n")
     if s.error:
-        out.append(f"\nFirst error ({s.error.kind}), in case `{s.error.case}`:\n\n```\n{clean(s.error.traceback or s.error.message, keep_newlines=True)}\n```\n")
+        where = f", in case `{s.error.case}`" if s.error.case else ""
+        out.append(f"\nFirst error ({s.error.kind}){where}:\n\n{clean(s.error.message)}\n\n```\n{clean(s.error.traceback or s.error.message, keep_newlines=True)}\n```\n")
         if s.error.replay:
             out.append(f"\nReplay: `{clean(s.error.replay)}`\n")
     if s.diagnosis:

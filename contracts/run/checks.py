@@ -50,6 +50,7 @@ class CheckRun:
     not_started: list[str] = field(default_factory=list)
     interrupted: str | None = None
     several: bool = False
+    index_error: HarnessError | None = None  # the harness failed to write index.json (the bundles are written)
 
     @property
     def summaries(self) -> list[Summary]:
@@ -57,7 +58,7 @@ class CheckRun:
 
     @property
     def failed(self) -> bool:
-        return any(s.status in (Status.FAIL, Status.ERROR) for s in self.summaries)
+        return self.index_error is not None or any(s.status in (Status.FAIL, Status.ERROR) for s in self.summaries)
 
     @property
     def not_covered(self) -> list[str]:
@@ -240,6 +241,7 @@ class _Shape:
     def _captured_specs(self, bulk_rows: int | None, context_sizes: tuple[int, ...]):
         """The captured file's cases; ``context_sizes``: the launch classes each call context meets its first rows at."""
         from ..cases.captured import CapturedError, captured_rows, captured_spec, iter_captured_plan
+        from ..cases.exercised import option_pairs
 
         p, c, f = self.plan, self.contract, self.plan.captured
         call = dict(renormalize=c.default_renormalize, routed_scaling_factor=c.routed_scaling_factor, contract_bias=c.has_bias,
@@ -251,11 +253,13 @@ class _Shape:
                 raise OptionError(str(exc)) from None
             return ([spec], spec.rows) if p.replay_here else ([], 0)
 
+        options = option_pairs(c)  # the call options beside the model's own, once each (contracts.cases.exercised)
+
         def full():
-            return iter_captured_plan(f, self.topk, bulk_rows=bulk_rows, context_sizes=context_sizes, **call)
+            return iter_captured_plan(f, self.topk, bulk_rows=bulk_rows, context_sizes=context_sizes, options=options, **call)
 
         if p.shard is None:
-            return full(), captured_rows(f, c.has_bias, context_sizes)
+            return full(), captured_rows(f, c.has_bias, context_sizes, options)
         return shard_of(full(), *p.shard), sum(s.rows for s in shard_of(full(), *p.shard))
 
 
@@ -359,10 +363,13 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
         result.summary.notes.insert(0, assumed)
     if plan.captured is not None:
         from ..cases.captured import describe
+        from ..cases.exercised import not_exercised
 
         described, notes = describe(plan.captured, c)
         result.summary.options = {**(result.summary.options or {}), "logits": described}
         result.summary.notes += notes
+        whole = dataclasses.replace(plan, shard=None, replay=None).shaped(c)  # the file's whole plan, whatever this shard runs
+        not_exercised(result.summary, c, whole.specs(bulk, device, points)[0])  # no PASS on a field no case drew
     return result, None
 
 
@@ -489,7 +496,12 @@ def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, o
         if unavailable is not None and not everything:
             run.unavailable.append((s.candidate, unavailable))
         if unavailable is None:
-            s.environment = environment(s.device)
+            handling.doing("recording the environment")
+            recorded = contained(lambda: environment(s.device), handling)
+            if isinstance(recorded, HarnessError):
+                recorded.end(s)
+            else:
+                s.environment = recorded
             s.shard = f"{o.shard[0]}/{o.shard[1]}" if o.shard else None
         folder = run.out
         if run.several:
@@ -510,5 +522,8 @@ def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, o
             break
     if stop():
         run.interrupted = run.interrupted or str(stop())
-    if run.several and world.writer:
-        write_index(run.out, run.summaries, command=o.command, interrupted=run.interrupted, not_started=run.not_started)
+    if run.several and world.writer:  # every bundle is written already: a fault here loses no check, but is said
+        run.index_error = contained(lambda: write_index(run.out, run.summaries, command=o.command, interrupted=run.interrupted,
+                                                        not_started=run.not_started), Handling(stage="writing the index", check_line=o.command or None))  # fmt: skip
+        if not isinstance(run.index_error, HarnessError):
+            run.index_error = None

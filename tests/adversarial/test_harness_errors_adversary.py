@@ -8,11 +8,17 @@ or FAIL, never PASS; the run goes on and the command exits non-zero.
 """
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from contracts.reports.schema import HARNESS_ERROR, Status
 from contracts.run.checks import run_checks
 
+ROOT = Path(__file__).resolve().parents[2]
 ADV = "tests.adversarial.harness_faults"
 SMALL = dict(families=["random_fp32"], rows=20, max_batch=1, progress=False)
 
@@ -41,3 +47,17 @@ def test_the_command_exits_1_for_it(tmp_path, capsys):
     out = capsys.readouterr()
     assert code == 1, out.out + out.err
     assert (Path(tmp_path) / "cli" / "index.json").exists()
+
+
+@pytest.mark.slow  # the command as a user runs it, supervised in a child process: ~10 s on the 2-core machine
+def test_the_command_as_run_survives_it(tmp_path):
+    out = tmp_path / "sub"
+    done = subprocess.run(
+        [sys.executable, "-m", "contracts", "check", "--candidate", f"{ADV}:nested_weights,oracle", "--families", "random_fp32",
+         "--rows", "20", "--max-batch", "1", "--no-isolate", "--out", str(out), "--quiet"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    text = done.stdout + done.stderr
+    assert done.returncode == 1 and "Traceback" not in text, text
+    index = json.loads((out / "index.json").read_text())
+    assert [c["status"] for c in index["candidates"]][1] == "pass" and index["candidates"][0]["status"] in ("error", "fail"), index
