@@ -40,17 +40,26 @@ from .schema import (
 )
 from .text import CELLS_NOTE
 
-__all__ = ["MergeError", "merge_bundles", "merge_summaries"]
+__all__ = ["MergeError", "identity", "merge_bundles", "merge_summaries"]
 
 DETAILS_PER_CLAUSE = 5
-# Fields every shard of one check must agree on.
-_SAME = ("candidate", "contract", "against", "device", "seed", "bit_exact")
+# Shards of one check must agree on everything that changes a verdict. That is said as a whitelist: every field of a
+# summary is compared (options and the inputs' digests included, key by key) except what a shard found (_RESULT:
+# summed or merged below) and what may differ between shards of one check (_MAY_DIFFER: which shard, where and
+# when it ran, how long it took). A field added to the summary is compared until it is listed here.
+_RESULT = frozenset({"status", "reason", "rows_checked", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_deviation_rows",
+                     "exact_rows", "within_tolerance_rows", "max_weight_ulp", "clauses", "families", "expected_deviations", "error",
+                     "determinism", "interrupted", "against_sides", "cells_recorded", "clauses_broken", "raised_rows", "cells_capped",
+                     "cells_total", "notes", "diagnosis", "by_option", "expert_load"})  # fmt: skip
+_MAY_DIFFER = frozenset({"shard", "bundle", "merged_shards", "shard_environments", "duration_s", "rows_per_s", "stages", "environment",
+                         "world_size", "ranks", "files", "command"})  # fmt: skip
+# Within options: what a shard's own cases covered, and host paths whose contents are compared by digest instead.
+_OPTIONS_MAY_DIFFER = frozenset({"coverage", "contract_source"})
+_LOGITS_MAY_DIFFER = frozenset({"path"})  # the logits file's path on that host: its sha256 is compared
 _SUMMED = ("rows_checked", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_deviation_rows", "exact_rows",
            "within_tolerance_rows", "cells_recorded", "cells_total", "raised_rows")  # fmt: skip
 _FAMILY_SUMMED = ("rows", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_rows", "rows_raised")
 _FAMILY_COUNTERS = ("clauses", "clauses_broken", "expected_clauses", "skip_reasons")
-# The options of a run that shards must share, so their sum is one run's counts.
-_SAME_OPTIONS = ("rows", "families", "experts", "topk", "repeat")
 
 
 class MergeError(ValueError):
@@ -77,16 +86,50 @@ def unsharded_command(command: str) -> str:
     return shlex.join(without_options(words, ("--shard", "--out")))
 
 
+def _plain(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value.value if hasattr(value, "value") and not isinstance(value, (dict, list, str, int, float)) else value
+
+
+def _flat(prefix: str, value, into: dict) -> dict:
+    value = _plain(value)
+    if isinstance(value, dict) and value:
+        for key, v in value.items():
+            _flat(f"{prefix}.{key}" if prefix else str(key), v, into)
+    else:
+        into[prefix] = value
+    return into
+
+
+def identity(s: Summary) -> dict[str, object]:
+    """What shards of one check must share, as dotted keys (``options.max_batch``, ``options.logits.sha256``): every field
+    but the results and what may differ (the shard, host and timing); the device by its class (``cuda``, not
+    ``cuda:1``), the captured file by its digests, not its path."""
+    fields = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name not in _RESULT | _MAY_DIFFER}
+    fields["device"] = str(s.device or "").split(":")[0]
+    options = {k: v for k, v in (s.options or {}).items() if k not in _OPTIONS_MAY_DIFFER} if s.options is not None else None
+    if options and isinstance(options.get("logits"), dict):
+        logits = {k: v for k, v in options["logits"].items() if k not in _LOGITS_MAY_DIFFER}
+        bias = logits.get("bias")
+        logits["bias"] = bias if bias in ("none", "zero", None) else "given"  # which file: by bias_sha256 (or the logits' sha256)
+        options["logits"] = logits
+    fields["options"] = options
+    target = _plain(s.replay_target)
+    if isinstance(target, dict):
+        fields["replay_target"] = {k: v for k, v in target.items() if k != "pythonpath"}  # a host's path
+    return _flat("", fields, {})
+
+
 def _check_shards(summaries: list[Summary], sources: list[str], allow_partial: bool) -> list[str]:
     first = summaries[0]
+    want = identity(first)
     for s, src in zip(summaries[1:], sources[1:]):
-        for key in _SAME:
-            if getattr(s, key) != getattr(first, key):
-                raise MergeError(f"{src} has {key}={getattr(s, key)!r} but {sources[0]} has {getattr(first, key)!r}: not shards of one check")
-        a, b = s.options or {}, first.options or {}
-        for key in _SAME_OPTIONS:
-            if key in a and key in b and a[key] != b[key]:
-                raise MergeError(f"{src} ran with {key}={a[key]!r} but {sources[0]} with {b[key]!r}: not shards of one check")
+        have = identity(s)
+        for key in sorted(set(want) | set(have), key=lambda k: (k.startswith("options."), k)):
+            if have.get(key, "<absent>") != want.get(key, "<absent>"):
+                raise MergeError(f"{src} has {key}={have.get(key, '<absent>')!r} but {sources[0]} has {want.get(key, '<absent>')!r}: not shards of "
+                                 "one check (shards share every option and input that changes a verdict; only the shard, host and timing may differ)")  # fmt: skip
         if (s.options is None) != (first.options is None) or s.options is None:
             if unsharded_command(s.command) != unsharded_command(first.command):
                 raise MergeError(f"{src} ran `{s.command}` but {sources[0]} ran `{first.command}`: not shards of one check")

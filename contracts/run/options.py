@@ -201,6 +201,19 @@ class CheckOptions:
 
     @property
     def recorded(self) -> dict:
-        """The options a summary records (what shards must share; what a replay needs)."""
+        """The options a summary records (what shards must share, ``contracts.reports.merge.identity``; what a replay
+        needs): a contract file by its SHA-256 too, since its path may name other contents on another host."""
         return {"rows": self.rows, "families": list(self.families) if self.families else None, "experts": self.experts, "topk": self.topk,
-                "repeat": self.repeat, "exact": self.exact}  # fmt: skip
+                "repeat": self.repeat, "exact": self.exact, "timeout": self.timeout, "contract_sha256": _file_sha256(self.contract)}  # fmt: skip
+
+
+def _file_sha256(contract: str | None) -> str | None:
+    """A contract file's SHA-256 (None for a built-in contract's name, or a file that cannot be read: the check says why)."""
+    if not contract or not str(contract).endswith(".toml"):
+        return None
+    import hashlib
+
+    try:
+        return hashlib.sha256(Path(contract).read_bytes()).hexdigest()
+    except OSError:
+        return None

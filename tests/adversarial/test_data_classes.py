@@ -245,3 +245,69 @@ def test_float64_logits_are_refused_in_one_line_by_check(tmp_path, capsys):
     assert code == 2 and "float64" in err and "l64.safetensors" in err, err
     _one_line(err)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+# ---------------------------------------------------------------- data mixed: merge refuses shards of two checks
+
+
+def _shard(tmp_path, name, i, **kw):
+    from contracts.run.checks import run_checks
+
+    kw = {"families": ["random_fp32"], "rows": 60, "max_batch": 64, **kw}
+    run_checks(["oracle"], shard=(i, 2), isolate=False, progress=False, out=tmp_path / name, force=True, **kw)
+    return tmp_path / name
+
+
+def _merge(capsys, tmp_path, *shards):
+    code = contracts_main(["merge", str(tmp_path / "merged"), *map(str, shards)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_shards_of_two_max_batches_are_not_merged(tmp_path, capsys):
+    a, b = _shard(tmp_path, "s1", 1), _shard(tmp_path, "s2", 2, max_batch=32)
+    code, out, err = _merge(capsys, tmp_path, a, b)
+    assert code == 2 and "max_batch" in err, out + err
+    _one_line(err)
+
+
+def test_shards_of_two_logits_files_are_not_merged(tmp_path, capsys):
+    a = _shard(tmp_path, "s1", 1, contract="aiter", topk=4, logits=_captured(tmp_path, seed=1), families=None)
+    b = _shard(tmp_path, "s2", 2, contract="aiter", topk=4, logits=_captured(tmp_path, seed=2), families=None)
+    code, out, err = _merge(capsys, tmp_path, a, b)
+    assert code == 2 and "sha256" in err, out + err
+    _one_line(err)
+
+
+def test_shards_of_one_logits_file_with_two_biases_are_not_merged(tmp_path, capsys):
+    logits = _captured(tmp_path, seed=1)
+    biases = []
+    for seed in (1, 2):
+        biases.append(tmp_path / f"bias{seed}.pt")
+        torch.save(torch.randn(32, generator=torch.Generator().manual_seed(seed)), biases[-1])
+    a = _shard(tmp_path, "s1", 1, contract="aiter", topk=4, logits=logits, logits_bias=biases[0], families=None)
+    b = _shard(tmp_path, "s2", 2, contract="aiter", topk=4, logits=logits, logits_bias=biases[1], families=None)
+    code, out, err = _merge(capsys, tmp_path, a, b)
+    assert code == 2 and "bias_sha256" in err, out + err
+
+
+@pytest.mark.parametrize("path, value, merges", [
+    ("options.exact", True, False), ("options.bulk_rows", 7, False), ("options.call_rows", 5, False), ("isolated", True, False),
+    ("device", "cuda:0", False), ("options.repeat", 3, False), ("options.new_option", 1, False), ("options.timeout", 5.0, False),
+    ("schema_version", 1, False), ("options.groups", [8, 4], False),
+    ("duration_s", 99.0, True), ("environment.platform", "another host", True), ("stages", None, True), ("files", {}, True),
+])  # fmt: skip
+def test_merge_compares_every_field_but_the_shard_host_and_timing(tmp_path, capsys, path, value, merges):
+    a, b = _shard(tmp_path, "s1", 1), _shard(tmp_path, "s2", 2)
+    data = json.loads((b / "summary.json").read_text())
+    *parents, leaf = path.split(".")
+    node = data
+    for key in parents:
+        node = node[key]
+    node[leaf] = value
+    (b / "summary.json").write_text(json.dumps(data))
+    code, out, err = _merge(capsys, tmp_path, a, b)
+    assert (code == 0) == merges, (path, code, out, err)
+    if not merges:
+        assert path.split(".")[-1] in err, err
+        _one_line(err)
