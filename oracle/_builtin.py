@@ -41,7 +41,7 @@ SERIAL = Contract(
 DEEPSEEK_V3 = Contract(
     name="deepseek-v3",
     summary="DeepSeek-V3/R1 grouped noaux_tc routing as the serving engines run it: 8 groups, 4 kept, mask -inf.",
-    source="SGLang 0.5.23 biased_grouped_topk_impl and vLLM 0.33 grouped_topk (docs/contracts.md, the other built-in contracts)",
+    source="SGLang 0.5.23 biased_grouped_topk_impl, vLLM 0.33 grouped_topk and transformers 5.24 models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3TopkRouter, all masking with -inf (docs/contracts.md, the other built-in contracts)",
     scoring="sigmoid", sigmoid_formula="correctly_rounded", score_precision="fp32", bias="ranks_only",
     n_group=8, topk_group=4, group_score="top2_sum", group_mask=-float("inf"), group_tie_rule="lowest",
     tie_rule="lowest", nan_rule="last", floor=None,
@@ -53,7 +53,7 @@ DEEPSEEK_V3 = Contract(
 DEEPSEEK_V3_REFERENCE = DEEPSEEK_V3.replace(
     name="deepseek-v3-reference",
     summary="DeepSeek-V3/R1 grouped noaux_tc routing as the model's reference code runs it: mask 0.0.",
-    source="transformers modeling_deepseek_v3 and DeepSeek's own model code: masked experts score 0.0 (docs/contracts.md, the other built-in contracts)",
+    source="DeepSeek's own model code (the checkpoint repository's remote code) and lmdeploy 0.18: masked experts score 0.0, as in transformers 5.24's DeepSeek-V2 and Mistral4 routers; transformers' DeepSeek-V3 router masks with -inf: deepseek-v3 (docs/contracts.md, the other built-in contracts)",
     group_mask=0.0,
 )
 

@@ -24,3 +24,12 @@ def test_shows_one_contract_and_refuses_an_unknown_name_in_one_line(capsys):
     assert main(["contracts", "dbrxx"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "contract='dbrxx' is not a known contract" in err
+
+
+def test_the_listing_says_transformers_deepseek_v3_router_follows_deepseek_v3(capsys):
+    # issue 55: transformers 5.24's DeepseekV3TopkRouter masks dropped groups with -inf (deepseek-v3); the 0.0 mask
+    # (deepseek-v3-reference) is DeepSeek's own model code, and the listing said transformers' before
+    assert main(["contracts"]) == 0
+    by_name = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert "mask -inf" in by_name["deepseek-v3"] and "DeepseekV3TopkRouter" in by_name["deepseek-v3"]
+    assert "mask 0 " in by_name["deepseek-v3-reference"] and "modeling_deepseek_v3" not in by_name["deepseek-v3-reference"]

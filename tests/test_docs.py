@@ -219,6 +219,101 @@ def test_contracts_doc_names_every_clause_in_attribution_order():
     assert tuple(re.findall(r"\w+", m.group(1))) == CLAUSE_ORDER
 
 
+# ---------------------------------------------------------------- which contract transformers follows (issue 55)
+
+_TABLE_ROW = re.compile(r"^\|(.*)\|\s*$")
+_MODULE = re.compile(r"modeling_(\w+)")
+
+
+def _table(text: str, header: tuple[str, ...]) -> list[list[str]]:
+    """The rows of the Markdown table whose header row starts with ``header`` (cells stripped), or []."""
+    rows, inside = [], False
+    for line in text.splitlines():
+        m = _TABLE_ROW.match(line.strip())
+        cells = [c.strip() for c in m.group(1).split("|")] if m else None
+        if cells is None:
+            if inside:
+                break
+            continue
+        if not inside and tuple(cells[: len(header)]) == header:
+            inside = True
+        elif inside and not set("".join(cells)) <= set("-: "):
+            rows.append(cells)
+    return rows
+
+
+def _installed_masks() -> dict[str, str]:
+    """transformers module -> the group mask its grouped router's installed source writes ("-inf" / "0.0")."""
+    from contracts.run.capture import _mask_in_source
+    from kernels.models import ROUTERS
+    from kernels.models._hf import _modeling
+
+    masks = {}
+    for router in ROUTERS.values():
+        mask = _mask_in_source(getattr(_modeling(router), router.cls))
+        if mask is not None:
+            masks[router.module] = mask
+    return masks
+
+
+def _claims() -> list[tuple[str, str, str]]:
+    """(where, contract, text): every place that says which source a built-in contract follows: docs/contracts.md's
+    "follows" table, each built-in's ``source`` (what ``python -m contracts contracts`` prints) and docs/real-traffic.md's
+    table of the contract ``capture`` prints per router class."""
+    import oracle
+
+    claims = []
+    for cells in _table(_contracts_doc(), ("contract", "follows")):
+        for name in re.findall(r"`([\w.-]+)`", cells[0]):
+            claims.append(("docs/contracts.md 'follows' table", name, cells[1]))
+    claims += [(f"contract {c.name}'s source", c.name, c.source) for c in oracle.BUILTIN_CONTRACTS.values()]
+    traffic = (ROOT / "docs" / "real-traffic.md").read_text(encoding="utf-8")
+    for cells in _table(traffic, ("family", "`model_type` (router class)", "printed contract (released config)")):
+        for cls in re.findall(r"`(\w+Router)`", cells[1]):
+            for name in re.findall(r"`([\w.-]+)`", cells[2]):
+                claims.append(("docs/real-traffic.md capture table", name, f"modeling_{_module_of_class(cls)}"))
+    return claims
+
+
+def _module_of_class(cls: str) -> str:
+    from kernels.models import ROUTERS
+
+    return next((r.module for r in ROUTERS.values() if r.cls == cls), "?")
+
+
+def test_every_claim_of_which_contract_a_transformers_router_follows_has_its_installed_mask():
+    """A grouped contract said to follow a transformers modeling file masks dropped groups as that file's router does
+    (read from the installed source): transformers 5.24's DeepSeek-V3 router masks with -inf, so it follows
+    deepseek-v3, not deepseek-v3-reference; the docs, ``contracts contracts`` and capture's table say one thing."""
+    pytest.importorskip("transformers")
+    import oracle
+
+    masks = _installed_masks()
+    assert masks.get("deepseek_v3") == "-inf" and masks.get("deepseek_v2") == "0.0", masks
+    claims = _claims()
+    assert any(w.startswith("docs/contracts.md") for w, _, _ in claims), "docs/contracts.md has no 'contract | follows' table"
+    assert any(w.startswith("docs/real-traffic.md") for w, _, _ in claims), "docs/real-traffic.md has no capture contract table"
+    bad, checked = [], 0
+    for where, name, text in claims:
+        c = oracle.BUILTIN_CONTRACTS.get(name)
+        assert c is not None, f"{where} names {name!r}, no built-in contract"
+        for module in set(_MODULE.findall(text)) & set(masks):
+            if not c.is_grouped:
+                continue
+            checked += 1
+            mask = "-inf" if c.group_mask == float("-inf") else "0.0"
+            if mask != masks[module]:
+                bad.append(f"{where}: {name} (mask {mask}) is said to follow modeling_{module}, whose router masks with {masks[module]}")
+    assert checked >= 4, f"only {checked} grouped claims found: the claim reader is broken"
+    assert not bad, "\n".join(bad)
+
+
+def test_the_contracts_doc_says_which_mask_transformers_deepseek_v3_uses():
+    text = _contracts_doc()
+    row = {cells[0]: cells[1] for cells in _table(text, ("contract", "follows"))}
+    assert "modeling_deepseek_v3" in row["`deepseek-v3`"] and "modeling_deepseek_v3" not in row["`deepseek-v3-reference`"], row
+
+
 # ---------------------------------------------------------------- cited files
 
 _CITED_PATH = re.compile(r"(?<![\w/.-])((?:reports/baselines|benchmarks|kernels/radix4/lab)/[\w.*{},/-]*)")
