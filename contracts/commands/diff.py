@@ -1,8 +1,12 @@
 """``python -m contracts diff OLD NEW``: what got worse between two report bundles.
 
 OLD and NEW are bundle folders or their URLs (any fsspec URL: file://,
-s3://, gs://...); ``contracts.reports.diff`` lists what counts as a
-regression. Exit code 1 here: a regression; 2: a path that is not a
+s3://, gs://...). Checks are paired by what was checked (candidate,
+contract, E/k, the logits digest or the synthetic seed, families and rows),
+not by name; unpaired checks are named, and "NOTHING PAIRS" is said at the
+top when none pairs. ``contracts.reports.diff`` lists what counts as a
+regression (one ordering of statuses: from pass, anything else is). Exit
+code 1 here: a regression, or nothing paired; 2: a path that is not a
 readable bundle (the message names the file and the field).
 """
 

@@ -6,11 +6,14 @@ Examples::
     python -m contracts nightly --upload s3://bucket/router-nightly --compare-previous
     python -m contracts nightly --candidates oracle,serial --rows 2000 --no-probe
 
-``contracts.run.nightly`` lists what runs and where it lands. Exit codes
-here: 1 when --fail-on is met (default regression: the diff found one;
-failure: also any check that failed, errored or was interrupted); 4 the
-upload failed (the bundle is still on disk); 130/143 interrupted (the
-envelope, JUnit and totals are still written).
+``contracts.run.nightly`` lists what runs and where it lands. ``--contract
+NAME`` (a built-in name or a contract file, as ``check --contract``) checks
+every candidate under it; every line printed names the contract. Exit codes
+here: 1 when --fail-on is met (default regression: the diff found one, or
+there is nothing to compare against (no --compare-previous, no earlier
+bundle) and a check did not pass or a bench point errored; failure: also
+any check that did not pass); 4 the upload failed (the bundle is still on
+disk); 130/143 interrupted (the envelope, JUnit and totals are still written).
 """
 
 from __future__ import annotations
@@ -36,12 +39,16 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0, help="case seed (default 0: fixed, so that night-to-night diffs compare like with like)")
     ap.add_argument("--device", choices=["cpu", "cuda"], help="run every check on this device (default: cuda where a candidate runs there and a GPU is present)")
     ap.add_argument("--candidates", metavar="A,B", help="check only these candidates (default: every registered one)")
+    ap.add_argument("--contract", metavar="NAME|FILE.toml",
+                    help="check every candidate under this contract: a built-in name or a contract file, as check --contract "
+                         "(default: each candidate's own; a module:attr router's is aiter)")  # fmt: skip
     ap.add_argument("--compare-previous", action="store_true", help="diff against the newest earlier bundle of this execution target")
     ap.add_argument("--latency-threshold", type=float, default=0.10, help="latency growth counted as a regression by the diff (default 0.10)")
     ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True, help="run the probe per candidate (default on)")
     ap.add_argument("--bench", action=argparse.BooleanOptionalAction, default=None, help="run the bench (default: only on a GPU host)")
     ap.add_argument("--fail-on", choices=["regression", "failure", "never"], default="regression",
-                    help="what makes the exit code 1 (default regression; failure adds failed checks)")  # fmt: skip
+                    help="what makes the exit code 1 (default regression, and with nothing to compare against any check "
+                         "that did not pass; failure: any check that did not pass)")  # fmt: skip
     return ap
 
 
@@ -49,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
     from ..run.distributed import ranked
     from ..run.signals import StopSignals
 
+    from .check import check_contract
+
     names = [n.strip() for n in args.candidates.split(",") if n.strip()] if args.candidates else None
+    check_contract(args.contract)  # as check --contract: a misspelled name or an unreadable file is one line, exit 2
 
     if args.logits is not None or args.bias is not None:  # a bad file is one usage error now, not an error in every check
         from ..run.checks import _open_captured
@@ -70,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         done = run_nightly(
             out=args.out, upload=args.upload, rows=args.rows, seed=args.seed, device=args.device, candidates=names,
             compare_previous=args.compare_previous, latency_threshold=args.latency_threshold, probe=args.probe, bench=args.bench,
-            command=args.command_line, stop=world.stop, world=world, logits=args.logits, logits_bias=args.bias,
+            command=args.command_line, stop=world.stop, world=world, logits=args.logits, logits_bias=args.bias, contract=args.contract,
         )  # fmt: skip
         stop.writing = True
         return _report(args, done, stop) if world.writer else ExitCode.OK  # the other ranks end with rank 0's code
@@ -80,15 +90,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, done, stop) -> int:
+    from ..run.nightly import nightly_gate
+
     totals = done.envelope.totals
-    print(f"\nnightly: {done.bundle}  ({', '.join(f'{k} {v}' for k, v in totals.items() if v)}); junit: {done.bundle / 'junit.xml'}")
+    under = f"contract {args.contract}" if args.contract else "each candidate's own contract"
+    print(f"\nnightly [{under}]: {done.bundle}  ({', '.join(f'{k} {v}' for k, v in totals.items() if v)}); junit: {done.bundle / 'junit.xml'}")
     if done.upload_error:
-        print(f"error: upload failed: {done.upload_error}", file=sys.stderr)
+        print(f"error: upload failed [{under}]: {done.upload_error}", file=sys.stderr)
         return ExitCode.UPLOAD
     if done.interrupted:
-        print(f"interrupted ({done.interrupted}): the bundle keeps what ran", file=sys.stderr)
+        print(f"interrupted ({done.interrupted}) [{under}]: the bundle keeps what ran", file=sys.stderr)
         return stop.exit_code
-    if args.fail_on == "regression" and done.regressed or args.fail_on == "failure" and (done.regressed or done.failed):
+    failed, line = nightly_gate(done, args.fail_on)
+    if failed:
+        print(line, file=sys.stderr)
         return ExitCode.FAILED
     return ExitCode.OK
 

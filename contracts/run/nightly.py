@@ -29,6 +29,20 @@ in progress after its current case (its bundle keeps what ran, status
 ``interrupted``), skips what was not started, and still writes the envelope,
 JUnit and totals, so the stop is visible everywhere.
 
+``contract`` (``nightly --contract NAME``, as ``check --contract``: a
+built-in name or a contract file) checks, pairs, probes and benches every
+candidate under that contract; without it each candidate is checked under
+its own, and a ``module:attr`` router, which claims none, under aiter (the
+line of its check says so). Every line the nightly prints names the
+contract.
+
+``nightly_gate`` is the exit decision: with ``fail_on="regression"`` a
+regression found by the diff fails the night, and so does a night with
+nothing to compare against (no ``compare_previous``, no earlier bundle, or
+one that could not be read) on any check that did not pass (fail, error,
+not covered, interrupted) or any bench point that is an error: with nothing
+to regress from, the night's own verdicts are the gate.
+
 Under torchrun (``world``), every rank runs each check on its shard and
 rank 0 writes each check's bundle with all ranks' counts; the probe, the
 bench, JUnit, the diff, the envelope and the upload are rank 0's alone.
@@ -48,13 +62,14 @@ from typing import Callable
 
 from ..candidates import all_candidates, get_candidate
 from ..reports._atomic import write_json, write_text
+from ..reports.diff import status_regressed
 from ..reports.environment import environment, git_commit
 from ..reports.schema import NightlyEnvelope, to_json
 from .checks import bundle_dirname, run_checks
 from .distributed import ONE_PROCESS
 from .options import OptionError
 
-__all__ = ["CPU_ROWS", "GPU_ROWS", "NIGHTLY_SCHEMA_VERSION", "PAIRS", "NightlyRun", "Pair", "execution_target", "run_nightly"]
+__all__ = ["CPU_ROWS", "GPU_ROWS", "NIGHTLY_SCHEMA_VERSION", "PAIRS", "NightlyRun", "Pair", "execution_target", "nightly_gate", "run_nightly"]
 
 NIGHTLY_SCHEMA_VERSION = 1
 CPU_ROWS, GPU_ROWS = 50_000, 250_000
@@ -146,11 +161,25 @@ def _tool(module: str, attr: str):
         return None
 
 
-def _check_record(label: str, folder: Path, bundle: Path, command: str, run: Callable) -> dict:
-    """One check of the nightly, and one line saying how it ended (printed after it: the check itself prints nothing here)."""
+def _contract_words(contract: str | None, name: str) -> str:
+    """The contract a check of ``name`` runs under, in words for its console line."""
+    if contract:
+        return f"contract {contract}"
+    known = all_candidates().get(name)
+    if known is not None:
+        return f"contract {known.contract}"
+    return "contract aiter (assumed: a module:attr router claims none; nightly --contract NAME for another)"
+
+
+def _check_record(label: str, folder: Path, bundle: Path, command: str, run: Callable, contract_words: str) -> dict:
+    """One check of the nightly, and one line saying how it ended (printed after it: the check itself prints nothing
+    here), naming the contract it was checked under (the summary's, when there is one)."""
     record = _run_check_record(folder, bundle, command, run)
-    rows = (record.get("summary") or {}).get("rows_checked")
-    print(f"check {label}: {record['status']}" + (f", {rows:,} rows" if rows is not None else "")
+    summary = record.get("summary") or {}
+    rows = summary.get("rows_checked")
+    if summary.get("contract") and summary["contract"] not in contract_words:
+        contract_words = f"contract {summary['contract']}"
+    print(f"check {label} [{contract_words}]: {record['status']}" + (f", {rows:,} rows" if rows is not None else "")
           + (f" ({record['reason']})" if record.get("reason") else ""), flush=True)  # fmt: skip
     return record
 
@@ -189,7 +218,7 @@ def _pair_skip(pair: Pair, backend: str, known: dict, names: list[str], chosen: 
     return None
 
 
-def _probes(names: list[str], device: str | None, seed: int, bundle: Path, stop) -> dict:
+def _probes(names: list[str], device: str | None, seed: int, bundle: Path, stop, contract: str | None = None) -> dict:
     run_probe = _tool("contracts.run.probe", "run_probe")
     if run_probe is None:
         return {"status": "not available", "reason": "probe not available (contracts.probe is not in this checkout)"}
@@ -201,11 +230,12 @@ def _probes(names: list[str], device: str | None, seed: int, bundle: Path, stop)
             runs[name] = {"status": "skipped", "reason": f"the nightly was interrupted ({stop()})"}
             continue
         folder = bundle / "probe" / bundle_dirname(name)
-        print(f"\n== probe {name} ==", flush=True)
-        run = {"command": f"python -m contracts probe --candidate {name} --out {folder} --seed {seed}" + (f" --device {device}" if device else "")}
+        print(f"\n== probe {name} [{_contract_words(contract, name)}] ==", flush=True)
+        run = {"command": f"python -m contracts probe --candidate {name} --out {folder} --seed {seed}" + (f" --device {device}" if device else "")
+               + (f" --contract {contract}" if contract else "")}  # fmt: skip
         try:
             candidate = get_candidate(name)
-            done = run_probe(candidate, out=folder, device=device_for(candidate, device), seed=seed, command=run["command"])
+            done = run_probe(candidate, out=folder, device=device_for(candidate, device), seed=seed, command=run["command"], contract=contract)
         except Exception as exc:  # noqa: BLE001 -- one probe must not lose the others
             runs[name] = {**run, "status": "error", "reason": f"the probe raised {type(exc).__name__}: {exc}",
                           "traceback": traceback.format_exc(limit=5)[-4000:]}  # fmt: skip
@@ -219,7 +249,7 @@ def _probes(names: list[str], device: str | None, seed: int, bundle: Path, stop)
     return {"status": "ok", "runs": runs}
 
 
-def _bench(names: list[str], device: str | None, seed: int, bundle: Path, wanted: bool | None, gpu: bool) -> dict:
+def _bench(names: list[str], device: str | None, seed: int, bundle: Path, wanted: bool | None, gpu: bool, contract: str | None = None) -> dict:
     if wanted is None and not gpu:
         return {"status": "skipped", "reason": "no GPU: CPU wall-clock latencies on a shared host are too noisy to diff night to night (--bench runs it anyway)"}
     if wanted is False:
@@ -227,7 +257,10 @@ def _bench(names: list[str], device: str | None, seed: int, bundle: Path, wanted
     run_bench = _tool("contracts.run.bench", "run_bench")
     if run_bench is None:
         return {"status": "not available", "reason": "bench not available (contracts.bench is not in this checkout)"}
-    from .bench import BenchOptions, write_bench
+    from .bench import BenchOptions, options_for_contract, write_bench
+
+    if contract and contract.endswith(".toml"):
+        return {"status": "skipped", "reason": f"bench takes a built-in contract's name, not a contract file ({contract})"}
 
     if gpu:
         # The oracle is a reference, not a router to time: on a GPU it cannot be
@@ -236,20 +269,28 @@ def _bench(names: list[str], device: str | None, seed: int, bundle: Path, wanted
     if not names:
         return {"status": "skipped", "reason": "no candidate ran here"}
     folder = bundle / "bench"
-    record = {"command": f"python -m contracts bench --candidate {','.join(names)} --out {folder} --seed {seed}" + (f" --device {device}" if device else "")}
-    print("\n== bench ==", flush=True)
+    record = {"command": f"python -m contracts bench --candidate {','.join(names)} --out {folder} --seed {seed}" + (f" --device {device}" if device else "")
+              + (f" --contract {contract}" if contract else "")}  # fmt: skip
+    print(f"\n== bench [{f'contract {contract}' if contract else 'each candidate under its own contract'}] ==", flush=True)
     try:
         import torch
 
-        known = all_candidates()
-        report = run_bench([known[n] for n in names], BenchOptions(seed=seed), device=device or ("cuda" if torch.cuda.is_available() else "cpu"),
-                           command=record["command"])  # fmt: skip
+        from ..candidates import get_candidate as resolve
+
+        options = options_for_contract(contract, seed=seed) if contract else BenchOptions(seed=seed)
+        folder.mkdir(parents=True, exist_ok=True)
+        report = run_bench([resolve(n) for n in names], options, device=device or ("cuda" if torch.cuda.is_available() else "cpu"),
+                           command=record["command"], checkpoint=lambda so_far: write_json(folder / "bench.json", so_far))  # fmt: skip
         write_bench(folder, report)
     except Exception as exc:  # noqa: BLE001
         return {**record, "status": "error", "reason": f"the bench raised {type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)[-4000:]}
     timed = any(p["status"] == "timed" for c in report["candidates"] for p in c["results"])
-    record.update(status="ok" if timed else "error", path="bench/bench.json")
-    if not timed:
+    record.update(status="ok" if timed and not report["errors"] else "error", path="bench/bench.json", errors=report["errors"])
+    if report["errors"]:
+        record["reason"] = f"{len(report['errors'])} bench point(s) are errors: " + "; ".join(
+            f"{e['candidate']} M={e['m']}: {e['reason']}" for e in report["errors"][:3])  # fmt: skip
+        print(f"bench [{f'contract {contract}' if contract else 'own contracts'}]: error: {record['reason']}", flush=True)
+    elif not timed:
         record["reason"] = "no candidate could be timed on this host"
     return record
 
@@ -297,26 +338,32 @@ def _previous_bundle(bundle: Path, target: dict, upload: str | None) -> tuple[st
     return None, str(bundle.parent)
 
 
-def _compare(bundle: Path, target: dict, upload: str | None, threshold: float) -> dict:
+def _compare(bundle: Path, target: dict, upload: str | None, threshold: float, contract: str | None = None) -> dict:
+    """The diff against the newest earlier bundle of this execution target (``reports.diff``: checks paired by what
+    they checked; nothing paired is a regression)."""
     from ..reports.diff import diff_bundles, load_bundle
 
+    under = f"contract {contract}" if contract else "each candidate's own contract"
     try:
         previous, where = _previous_bundle(bundle, target, upload)
     except Exception as exc:
+        print(f"\ncompare-previous [{under}]: could not list earlier bundles: {type(exc).__name__}: {exc}")
         return {"previous": None, "status": "error", "reason": f"could not list earlier bundles: {type(exc).__name__}: {exc}"}
     if previous is None:
-        print(f"\ncompare-previous: no earlier bundle for this execution target under {where}")
+        print(f"\ncompare-previous [{under}]: no earlier bundle for this execution target under {where}")
         return {"previous": None, "status": "no previous", "reason": f"no earlier bundle for this execution target under {where}"}
     try:
         result = diff_bundles(load_bundle(previous), load_bundle(bundle), latency_threshold=threshold)
     except ValueError as exc:
+        print(f"\ncompare-previous [{under}]: could not read a bundle: {exc}")
         return {"previous": previous, "status": "error", "reason": f"could not read a bundle: {exc}"}
     text = result.render()
-    print("\n" + text, end="")
+    print(f"\ncompare-previous [{under}]: {previous}: {result.paired} check(s) paired" + (", NOTHING PAIRS" if result.nothing_pairs else ""))
+    print(text, end="")
     write_json(bundle / "diff.json", result.to_dict())
     write_text(bundle / "diff.md", "# Regression diff against the previous nightly\n\n```\n" + text + "```\n")
-    return {"previous": previous, "status": "regression" if result.regressed else "no regression",
-            "regressions": result.regressions, "changes": len(result.changes), "report": "diff.md"}  # fmt: skip
+    return {"previous": previous, "status": "regression" if result.regressed else "no regression", "regressions": result.regressions,
+            "changes": len(result.changes), "paired": result.paired, "nothing_pairs": result.nothing_pairs, "report": "diff.md"}  # fmt: skip
 
 
 def _earlier_uploads(url: str, bundle: Path, stop) -> dict:
@@ -370,6 +417,7 @@ def run_nightly(
     world=ONE_PROCESS,
     logits: Path | None = None,
     logits_bias: Path | None = None,
+    contract: str | None = None,
 ) -> NightlyRun:
     """Run the nightly (see the module docstring) and write its bundle under ``out``. ``logits`` (``logits_bias``):
     every check runs on the rows of a captured logits file instead of the families (``check --logits``)."""
@@ -388,17 +436,20 @@ def run_nightly(
             bundle = _bundle_dir(out, started, target["backend"])
         except OSError as exc:
             raise OptionError(f"--out {out} is not writable ({exc.strerror or exc}); choose another directory") from None
-        print(f"nightly bundle: {bundle} ({target['backend']}, {target['device_model']}; {rows:,} rows per check, seed {seed})")
+        print(f"nightly bundle: {bundle} ({target['backend']}, {target['device_model']}; {rows:,} rows per check, seed {seed}; "
+              f"{f'contract {contract}' if contract else 'each candidate under its own contract'})")  # fmt: skip
     else:
         bundle = out / f"rank-{world.rank}"  # never made: only names the checks' folders, which rank 0 writes
-    common = dict(rows=rows, seed=seed, device=device, progress=world.writer, stop=stop, world=world, logits=logits, logits_bias=logits_bias)
-    captured = (f" --logits {logits}" if logits else "") + (f" --bias {logits_bias}" if logits_bias else "")
+    common = dict(rows=rows, seed=seed, device=device, progress=world.writer, stop=stop, world=world, logits=logits, logits_bias=logits_bias,
+                  contract=contract)  # fmt: skip
+    captured = (f" --logits {logits}" if logits else "") + (f" --bias {logits_bias}" if logits_bias else "") + (f" --contract {contract}" if contract else "")
 
     checked = {}
     for name in names:
         folder = bundle / "candidates" / bundle_dirname(name)
         line = f"python -m contracts check --candidate {name} --rows {rows} --seed {seed} --out {folder}" + (f" --device {device}" if device else "") + captured
-        checked[name] = _check_record(name, folder, bundle, line, lambda name=name, folder=folder, line=line: run_checks([name], out=folder, command=line, **common))
+        checked[name] = _check_record(name, folder, bundle, line, lambda name=name, folder=folder, line=line: run_checks([name], out=folder, command=line, **common),
+                                      _contract_words(contract, name))  # fmt: skip
 
     pairs = {}
     for pair in PAIRS:
@@ -412,7 +463,8 @@ def run_nightly(
         line = (f"python -m contracts check --candidate {pair.candidate} --against {pair.against} --rows {rows} --seed {seed} "
                 f"--device {pair_device} --out {folder}" + (" --exact" if pair.exact else "") + captured)  # fmt: skip
         record = _check_record(pair.label, folder, bundle, line, lambda pair=pair, folder=folder, line=line: run_checks(
-            [pair.candidate], against=pair.against, exact=pair.exact, out=folder, command=line, **{**common, "device": pair_device}))  # fmt: skip
+            [pair.candidate], against=pair.against, exact=pair.exact, out=folder, command=line, **{**common, "device": pair_device}),
+            _contract_words(contract, pair.candidate))  # fmt: skip
         if record.get("status") == "unavailable":
             record = {**record, "status": "skipped"}
         pairs[pair.label] = {**base, **record}
@@ -421,20 +473,22 @@ def run_nightly(
         envelope = NightlyEnvelope(name=bundle.name, candidates=checked, pairs=pairs)
         return NightlyRun(bundle, envelope, regressed=False, failed=False, interrupted=str(stop()) if stop() else None)
     ran = [n for n, r in checked.items() if r.get("status") in ("pass", "fail") or (r.get("summary") or {}).get("rows_checked")]
-    probes = _probes(ran, device, seed, bundle, stop) if probe else {"status": "skipped", "reason": "--no-probe"}
-    benched = _bench(ran, device, seed, bundle, bench, gpu) if not stop() else {"status": "skipped", "reason": f"the nightly was interrupted ({stop()})"}
+    probes = _probes(ran, device, seed, bundle, stop, contract) if probe else {"status": "skipped", "reason": "--no-probe"}
+    benched = _bench(ran, device, seed, bundle, bench, gpu, contract) if not stop() else {"status": "skipped", "reason": f"the nightly was interrupted ({stop()})"}
 
     envelope = NightlyEnvelope(
         name=bundle.name, started=_iso(started), command=command, schema_version=NIGHTLY_SCHEMA_VERSION,
         suite={"name": PACKAGE, "version": _suite_version(), "git_commit": git_commit()},
-        options={"rows": rows, "seed": seed, "device": device, "candidates": ",".join(candidates) if candidates else None,
+        options={"rows": rows, "seed": seed, "device": device, "candidates": ",".join(candidates) if candidates else None, "contract": contract,
                  **({"world_size": world.world_size} if world.world_size > 1 else {})},
         execution_target=target, candidates=checked, pairs=pairs, probe=probes, bench=benched,
     )  # fmt: skip
-    return _finish(envelope, bundle, clock, stop, upload=upload, compare_previous=compare_previous, latency_threshold=latency_threshold)
+    return _finish(envelope, bundle, clock, stop, upload=upload, compare_previous=compare_previous, latency_threshold=latency_threshold,
+                   contract=contract)  # fmt: skip
 
 
-def _finish(envelope: NightlyEnvelope, bundle: Path, clock: float, stop, *, upload, compare_previous, latency_threshold) -> NightlyRun:
+def _finish(envelope: NightlyEnvelope, bundle: Path, clock: float, stop, *, upload, compare_previous, latency_threshold,
+            contract: str | None = None) -> NightlyRun:  # fmt: skip
     """Totals, JUnit, the diff, the envelope (last), the upload."""
     from ..reports.junit import entries_for_bundle, write_junit
 
@@ -445,7 +499,7 @@ def _finish(envelope: NightlyEnvelope, bundle: Path, clock: float, stop, *, uplo
     entries, tools = entries_for_bundle(bundle)
     write_junit(bundle / "junit.xml", entries, tools)
     if compare_previous:
-        envelope.comparison = _compare(bundle, envelope.execution_target, upload, latency_threshold)
+        envelope.comparison = _compare(bundle, envelope.execution_target, upload, latency_threshold, contract)
     if upload:
         from ..reports.upload import dated_destination
 
@@ -462,5 +516,39 @@ def _finish(envelope: NightlyEnvelope, bundle: Path, clock: float, stop, *, uplo
         except UploadError as exc:
             upload_error = str(exc)
     regressed = (envelope.comparison or {}).get("status") == "regression"
-    failed = any(s in ("fail", "error", "interrupted", "not_covered") for s in statuses)  # no rows checked is no pass
+    # no rows checked is no pass; a bench point that is an error is a broken router, not a figure
+    failed = bool(_not_passed(envelope))
     return NightlyRun(bundle, envelope, regressed, failed, envelope.interrupted, upload_error)
+
+
+def _not_passed(envelope: NightlyEnvelope) -> list[str]:
+    """The checks (and bench points) of a night that did not pass, as ``label status`` words: a check whose status is
+    worse than pass (``reports.diff.STATUS_RANK``) other than one that could not run here (unavailable, skipped), and
+    every bench point that is an error."""
+    said = [f"{label} {r.get('status')}" for label, r in (*envelope.candidates.items(), *envelope.pairs.items())
+            if status_regressed("pass", r.get("status")) and r.get("status") not in ("unavailable", "skipped")]  # fmt: skip
+    said += [f"bench {e['candidate']} M={e['m']} error" for e in envelope.bench.get("errors") or ()]
+    return said
+
+
+def nightly_gate(done: NightlyRun, fail_on: str) -> tuple[bool, str | None]:
+    """Whether the night fails under ``fail_on`` (regression, failure, never), and the one line that says why.
+
+    ``regression``: a regression found by the diff; and, when there is nothing to compare against (no comparison,
+    no earlier bundle, or one that could not be read), any check that did not pass or bench point that errored."""
+    if fail_on == "never":
+        return False, None
+    contract = done.envelope.options.get("contract")
+    under = f"contract {contract}" if contract else "each candidate's own contract"
+    if done.regressed:
+        regressions = (done.envelope.comparison or {}).get("regressions") or []
+        return True, f"error: {len(regressions)} regression(s) against the previous night [{under}] (diff.md lists them)"
+    not_passed = _not_passed(done.envelope)
+    if fail_on == "failure" and done.failed:
+        return True, f"error: {len(not_passed)} check(s) did not pass [{under}]: {', '.join(not_passed[:6])}"
+    comparison = done.envelope.comparison or {}
+    if comparison.get("status") not in ("regression", "no regression") and not_passed:
+        why = comparison.get("reason") or "--compare-previous was not given"
+        return True, (f"error: nothing to compare against ({why}), so the night's own verdicts gate it [{under}]: "
+                      f"{len(not_passed)} did not pass: {', '.join(not_passed[:6])}{' ...' if len(not_passed) > 6 else ''}")  # fmt: skip
+    return False, None
