@@ -399,6 +399,8 @@ def _open_logits(path: str, bias_path: str | None, _logits_version, _bias_versio
                             "(float64 logits are refused by check, matrix, nightly and trace-diff alike: save them in that dtype)")  # fmt: skip
     layers = t.shape[0] if len(t.shape) == 3 else 0
     tokens, experts = t.shape[-2], t.shape[-1]
+    if bias_path is None and "bias" in info["other_keys"]:  # not a float tensor: never taken for "no bias" (a zero one)
+        raise CapturedError(f"{path}: its 'bias' is not a float tensor; save the correction bias as float (fp32 as the model keeps it)")
     bias_file = path
     b = None if bias_path is not None else _pick(entries, "bias", path, required=False)
     if bias_path is not None:
@@ -514,12 +516,13 @@ def _contexts_by_tags() -> dict[str, dict]:
 
 def iter_captured_plan(f: LogitsFile, topk: int, *, bulk_rows: int | None, renormalize: bool, routed_scaling_factor: float,
                        contract_bias: bool, n_group: int = 1, topk_group: int = 1, sizes=CAPTURED_SIZES,
-                       context_sizes: tuple[int, ...] = ()) -> Iterator[CaseSpec]:  # fmt: skip
+                       context_sizes: tuple[int, ...] = (), options: tuple[tuple[bool, float], ...] = ()) -> Iterator[CaseSpec]:  # fmt: skip
     """Every row of every layer once: cases of ``sizes`` rows first, then bulk cases of ``bulk_rows``. Then the first
     layer's first rows again in every call context (``CALL_CONTEXTS``: grad mode, the bias as a Parameter, logits
     requiring grad, autocast, a bf16 default dtype) at each of ``context_sizes`` (the launch classes of the contract's kernels): the default
     context is the walk's, and a router served under inference mode or trained under autocast must route the captured
-    rows right there too."""
+    rows right there too. Last, the first layer's first ``OPTION_ROWS`` rows once with each ``(renormalize,
+    routed_scaling_factor)`` of ``options``: the call options the contract admits beside the model's own."""
     zero_bias = contract_bias and not f.has_bias
     shape = dict(n_group=n_group, topk_group=topk_group, bias=contract_bias)
     for layer in range(f.layer_count):
@@ -539,15 +542,22 @@ def iter_captured_plan(f: LogitsFile, topk: int, *, bulk_rows: int | None, renor
     for context in _contexts(contract_bias):
         for rows in _context_rows(f.tokens, context_sizes):
             yield CaseSpec(f.family(0), 0, rows, f.experts, topk, source=source, **shape, **context)
+    for r, rsf in options:  # the call options the model's own leave unexercised (contracts.cases.exercised.option_pairs)
+        yield CaseSpec(f.family(0), 0, min(OPTION_ROWS, f.tokens), f.experts, topk, source=_source(f, 0, r, rsf, zero_bias),
+                       renormalize=r, scaling=rsf, **shape)  # fmt: skip
 
 
 def _context_rows(tokens: int, context_sizes: tuple[int, ...]) -> list[int]:
     return sorted({min(n, tokens) for n in context_sizes if n > 0})
 
 
-def captured_rows(f: LogitsFile, contract_bias: bool, context_sizes: tuple[int, ...] = ()) -> int:
-    """The rows ``iter_captured_plan`` routes: the file's, and the call contexts' repeats of the first layer's."""
-    return f.rows + len(_contexts(contract_bias)) * sum(_context_rows(f.tokens, context_sizes))
+OPTION_ROWS = 64  # rows of a captured case pinned to a call option pair (the first layer's first rows)
+
+
+def captured_rows(f: LogitsFile, contract_bias: bool, context_sizes: tuple[int, ...] = (), options: tuple = ()) -> int:
+    """The rows ``iter_captured_plan`` routes: the file's, the call contexts' repeats of the first layer's, and its
+    option cases'."""
+    return f.rows + len(_contexts(contract_bias)) * sum(_context_rows(f.tokens, context_sizes)) + len(options) * min(OPTION_ROWS, f.tokens)
 
 
 def captured_spec(f: LogitsFile, replay_id: str, topk: int, *, renormalize: bool, routed_scaling_factor: float, contract_bias: bool,
@@ -555,6 +565,8 @@ def captured_spec(f: LogitsFile, replay_id: str, topk: int, *, renormalize: bool
     """The spec of a captured case's replay id ``captured.L3:START:ROWS[:bulk]`` or ``...:ROWS:CONTEXT`` (a call
     context's tags, ``grad-inference:autocast``)."""
     family, first, rows, bulk, context = parse_captured_replay(replay_id)
+    renormalize = context.get("renormalize", renormalize)  # an option case's tags name its call options
+    routed_scaling_factor = context.get("scaling", routed_scaling_factor)
     if context.get("bias_parameter") and not contract_bias:
         raise CapturedError(f"--replay {replay_id}: the contract has no correction bias, so no case pins the bias's kind; drop the bias_parameter tag")
     layer = _layer_of(family)
@@ -571,7 +583,8 @@ def parse_captured_replay(text: str) -> tuple[str, int, int, bool, dict]:
     """``(family, first row, rows, bulk, call context)`` of a captured case's replay id."""
     parts = text.split(":")
     bulk = len(parts) == 4 and parts[3] == "bulk"
-    context = _contexts_by_tags().get(":".join(parts[3:])) if len(parts) > 3 and not bulk else {}
+    option = _option_of(parts[3:]) if len(parts) > 3 and not bulk else None
+    context = option if option is not None else _contexts_by_tags().get(":".join(parts[3:])) if len(parts) > 3 and not bulk else {}
     if len(parts) < 3 or context is None:
         raise CapturedError(f"--replay {text!r} must be {FAMILY}[.L<layer>]:FIRST_ROW:ROWS[:bulk] or ...:ROWS:CONTEXT (a call "
                             "context's tags, e.g. :grad-inference:autocast), as printed in a report's replay line")  # fmt: skip
@@ -585,11 +598,29 @@ def parse_captured_replay(text: str) -> tuple[str, int, int, bool, dict]:
     return parts[0], first, rows, bulk, context
 
 
+def _option_of(tags: list[str]) -> dict | None:
+    """``{"renormalize": bool, "scaling": float}`` of an option case's tags (``renormalize-off:scaling-2.5``), else None."""
+    out: dict = {}
+    for tag in tags:
+        if tag in ("renormalize-on", "renormalize-off"):
+            out["renormalize"] = tag == "renormalize-on"
+        elif tag.startswith("scaling-"):
+            try:
+                out["scaling"] = float(tag.removeprefix("scaling-"))
+            except ValueError:
+                return None
+        else:
+            return None
+    return out if len(out) == 2 else None
+
+
 def plan_position(replay_id: str, tokens: int) -> int:
     """Where a captured case stands in its plan (layer by layer, each layer's rows in order, then the call contexts'
     cases) from its replay id alone: the file row of its first row, or past every file row, by context and rows. A
     merge puts the shards' cells back in this order without opening the file."""
     family, first, rows, _, context = parse_captured_replay(replay_id)
+    if context and "scaling" in context:  # an option case: after the contexts' cases
+        return _AFTER_THE_FILE + (len(CALL_CONTEXTS) + 1) * _CONTEXT_STRIDE + (not context["renormalize"]) * 2**32 + round(context["scaling"] * 2**16)
     if context:
         return _AFTER_THE_FILE + CALL_CONTEXTS.index(context) * _CONTEXT_STRIDE + rows
     return (_layer_of(family) or 0) * tokens + first

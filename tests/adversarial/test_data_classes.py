@@ -311,3 +311,28 @@ def test_merge_compares_every_field_but_the_shard_host_and_timing(tmp_path, caps
     if not merges:
         assert path.split(".")[-1] in err, err
         _one_line(err)
+
+
+@pytest.mark.parametrize("command", [
+    ["matrix", "--candidate", "oracle,torch-native", "--contract", "aiter"],
+    ["nightly", "--candidates", "oracle", "--no-probe", "--no-bench", "--device", "cpu"],
+])  # fmt: skip
+def test_float64_logits_are_refused_in_one_line_by_matrix_and_nightly(tmp_path, capsys, command):
+    from safetensors.torch import save_file
+
+    save_file({"logits": torch.randn(1, 20, 32, dtype=torch.float64)}, str(tmp_path / "l64.safetensors"))
+    code = contracts_main([*command, "--logits", str(tmp_path / "l64.safetensors"), "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert code == 2 and "float64" in err and "l64.safetensors" in err, out + err
+    _one_line(err)
+
+
+def test_an_integer_bias_in_a_logits_file_is_refused_not_taken_as_zero(tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    save_file({"logits": torch.randn(1, 20, 32), "bias": torch.ones(32, dtype=torch.int32)}, str(tmp_path / "lb.safetensors"))
+    code = contracts_main(["check", "--candidate", "oracle", "--contract", "aiter", "--topk", "4", "--logits", str(tmp_path / "lb.safetensors"),
+                           "--no-isolate", "--out", str(tmp_path / "out"), "--quiet"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "bias" in err and "lb.safetensors" in err, err
+    _one_line(err)
