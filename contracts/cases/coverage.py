@@ -7,15 +7,16 @@ from typing import Iterable
 
 from .build import logits_dtype_name
 from .families import FAMILIES
-from .plan import ALIGNED_OFFSET, CaseSpec
+from .plan import ALIGNED_OFFSET, CaseSpec, call_sizes
 
 __all__ = ["coverage_of"]
 
 
-def coverage_of(specs: Iterable["CaseSpec"]) -> dict:
+def coverage_of(specs: Iterable["CaseSpec"], call_rows: int | None = None) -> dict:
     """What a plan covers: its batch sizes, its (logits, bias) dtype pairs, its layouts, for ``check --plan`` and
     the summary, and the batch sizes each pinned dtype pair or layout runs at (``pinned_batch_sizes``, keyed by its
-    family and replay tags: one of every launch class). Dtype pairs are read off the built cases' makers without building them (the logits dtype is the
+    family and replay tags: one of every launch class). ``batch_sizes`` are the rows of the calls the candidate gets
+    (``call_sizes``: a bulk case of more than ``call_rows`` rows comes in calls of ``call_rows``), not the cases' rows. Dtype pairs are read off the built cases' makers without building them (the logits dtype is the
     family's unless pinned; a drawn bias dtype may be either)."""
     specs = list(specs)
     sizes: set[int] = set()
@@ -23,7 +24,7 @@ def coverage_of(specs: Iterable["CaseSpec"]) -> dict:
     layouts: set[str] = set()
     pinned: dict[str, set[int]] = {}  # each pinned dtype pair or layout -> the batch sizes it runs at
     for spec in specs:
-        sizes.add(spec.rows)
+        sizes.update(call_sizes(spec, call_rows))
         logits = logits_dtype_name(spec)
         if not spec.bias:
             pair = f"{logits}/none"

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-__all__ = ["Regime", "equivalent", "regimes", "unexercised", "unexercised_reason"]
+__all__ = ["Regime", "equivalent", "not_exercised", "option_pairs", "regimes", "unexercised", "unexercised_reason"]
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,20 @@ def _renormalizing(c) -> Callable:
 # ---------------------------------------------------------------- what a set of cases leaves at its default
 
 
+def option_pairs(c) -> tuple[tuple[bool, float], ...]:
+    """The ``(renormalize, routed_scaling_factor)`` pairs beside the contract's defaults that its captured cases run
+    once each (``contracts.cases.captured.iter_captured_plan``): every renormalize value it admits, and where it admits
+    any factor but its own is 1.0, a factor that is not (2.5). A captured file's rows are the model's, its call
+    options need not be: a router wrong only at the other option would pass the file's walk."""
+    from .plan import SCALING_FACTORS
+
+    factors = [c.routed_scaling_factor]
+    if c.admitted_scaling_factors is None and c.routed_scaling_factor == 1.0:
+        factors.append(next(f for f in SCALING_FACTORS if f != 1.0))
+    default = (c.default_renormalize, c.routed_scaling_factor)
+    return tuple((r, f) for r in c.admitted_renormalize_values for f in factors if (r, f) != default)
+
+
 def unexercised(c, specs: Iterable, *, scale_given: bool = False) -> list[str]:
     """The fields (and regimes) of contract ``c`` that ``specs`` (captured cases) leave at their default, each as a
     short phrase ("per-expert scale", "renormalize off", "correction bias"): a router wrong only there routes these
@@ -210,3 +224,17 @@ def unexercised_reason(fields: list[str]) -> str:
     """The summary's reason for a PASS that rests on fields no case exercised."""
     return (f"not exercised: {', '.join(fields)}: no case varied {'it' if len(fields) == 1 else 'them'} from the default, "
             "so a router wrong only there would pass (docs/real-traffic.md#fields-the-captured-rows-never-exercise)")
+
+
+def not_exercised(summary, c, specs: Iterable) -> list[str]:
+    """Record in ``summary`` (``unexercised``) what ``specs`` leave at its default under contract ``c``; a PASS that
+    rests on it becomes NOT COVERED, its reason naming each field ("not exercised: per-expert scale: ..."). A FAIL,
+    ERROR or INTERRUPTED already says more and keeps its status. Returns the fields."""
+    from ..reports.schema import Status
+
+    fields = unexercised(c, specs)
+    summary.unexercised = fields
+    if fields and summary.status is Status.PASS:
+        summary.status = Status.NOT_COVERED
+        summary.reason = unexercised_reason(fields)
+    return fields

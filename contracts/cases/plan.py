@@ -61,7 +61,7 @@ from typing import Iterable, Iterator
 
 from .families import FAMILIES
 
-__all__ = ["ALIGNED_OFFSET", "CALL_CONTEXTS", "CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "CaseSpec", "admitted_fields", "bulk_rows_for", "call_size", "default_max_batch", "env_max_batch",
+__all__ = ["ALIGNED_OFFSET", "CALL_CONTEXTS", "CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "CaseSpec", "absorbs_max_batch", "admitted_fields", "bulk_rows_for", "call_size", "call_sizes", "max_batch_host", "default_max_batch", "env_max_batch",
            "SCALING_FACTORS", "UNUSUAL_SCALING_FACTORS", "candidate_points", "iter_plan", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points", "tail_sizes"]
 
 
@@ -182,15 +182,21 @@ def planned_rows(families: list[str], total_rows: int, *, max_batch: int | None 
                  extra_points: tuple[int, ...] = ()) -> int:  # fmt: skip
     """Rows ``iter_plan`` yields in all (each family's budget, at least 1, and its pinned cases)."""
     shape = dict(bias=bias, experts=experts, topk=topk, contract=contract, admitted=admitted, extra_points=extra_points)
-    pinned = sum(pinned_rows(name, max_batch, **shape) for name in families)
-    return sum(_budgets(families, total_rows).values()) + pinned
+    budgets = _budgets(families, total_rows)
+    host = max_batch_host(families, budgets, max_batch, None, experts, topk, contract, extra_points)
+    pinned = sum(pinned_rows(name, max_batch, budget=budgets[name], host=name == host, **shape) for name in families)
+    return sum(budgets.values()) + pinned
 
 
 def pinned_rows(name: str, max_batch: int | None, *, bias: bool = True, experts: int | None = None, topk: int | None = None,
-                contract: str | None = None, admitted: dict | None = None, extra_points: tuple[int, ...] = ()) -> int:
-    """Rows of family ``name``'s pinned cases (``pinned_specs``), on top of its budget."""
+                contract: str | None = None, admitted: dict | None = None, extra_points: tuple[int, ...] = (),
+                budget: int | None = None, host: bool = False) -> int:  # fmt: skip
+    """Rows of family ``name``'s pinned cases (``pinned_specs``), on top of its budget. ``budget``: the family's rows
+    (None: too few to hold its max-batch case, as at a small ``--rows``); ``host``: the run's max-batch case is its."""
+    absorbed = budget is not None and absorbs_max_batch(name, budget, max_batch, None, experts, topk, contract, extra_points)
     return sum(rows for rows, _ in pinned_specs(name, max_batch, bias=bias, experts=experts, topk=topk, contract=contract,
-                                                admitted=admitted, extra_points=extra_points))
+                                                admitted=admitted, extra_points=extra_points,
+                                                max_batch_case=host or (name in MAX_BATCH_FAMILIES and not absorbed)))
 
 
 GPU_MAX_BATCH = 65_536  # the largest batch the plan makes on a GPU by default (--max-batch)
@@ -456,9 +462,51 @@ def _own_scaling(contract: str | None, admitted: dict | None) -> float | None:
         return None
 
 
+# The families whose pinned cases reach --max-batch at every --rows (batch_sizes: its sweep): a case of max_batch rows in
+# one call, with their dtypes' data. Every other family reaches it inside its budget where the budget holds it
+# (``absorbs_max_batch``: its first max_batch bulk rows come as one case of max_batch rows, no row more), and a run
+# with none of these families and no such budget gives its first family one (``max_batch_host``). A case of
+# max_batch rows for every family at every --rows would add ~146,000 rows (25 %) to the CPU main job.
+MAX_BATCH_FAMILIES = frozenset({"random_bf16", "random_fp32"})
+
+
+def _class_points(points, experts, topk, contract, extra_points) -> tuple[int, ...]:
+    if points is None:
+        points = launch_points(experts, topk, contract) if experts is not None and topk is not None else ()
+    return tuple(points) + tuple(extra_points)
+
+
+def _max_batch_missing(name: str, max_batch: int | None, class_points: tuple[int, ...]) -> bool:
+    """Whether family ``name``'s pinned cases leave ``max_batch`` out (batch_sizes' sweep ends at it; a max_batch of a
+    launch class's size is one of every family's classes)."""
+    return max_batch is not None and name != "batch_sizes" and max_batch not in launch_class_sizes(max_batch, class_points)
+
+
+def absorbs_max_batch(name: str, budget: int, max_batch: int | None, points=None, experts=None, topk=None, contract=None,
+                      extra_points: tuple[int, ...] = ()) -> bool:  # fmt: skip
+    """Whether family ``name``'s budget holds its coverage cases and a case of ``max_batch`` rows: then that case is
+    run in place of ``max_batch`` of its bulk rows (no row more)."""
+    return _max_batch_missing(name, max_batch, _class_points(points, experts, topk, contract, extra_points)) and (
+        budget - _coverage_rows(name) >= max_batch)
+
+
+def max_batch_host(families: list[str], budgets: dict[str, int], max_batch: int | None, points=None, experts=None, topk=None,
+                   contract=None, extra_points: tuple[int, ...] = ()) -> str | None:  # fmt: skip
+    """The family that carries one pinned case of ``max_batch`` rows because no family of the run reaches it otherwise
+    (none of ``batch_sizes`` and ``MAX_BATCH_FAMILIES``, no budget that holds one); None when one does."""
+    if max_batch is None or not families or any(f == "batch_sizes" or f in MAX_BATCH_FAMILIES for f in families):
+        return None
+    class_points = _class_points(points, experts, topk, contract, extra_points)
+    if not _max_batch_missing(families[0], max_batch, class_points):
+        return None
+    if any(absorbs_max_batch(f, budgets[f], max_batch, class_points) for f in families):
+        return None
+    return families[0]
+
+
 def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points: tuple[int, ...] | None = None,
                  experts: int | None = None, topk: int | None = None, contract: str | None = None,
-                 admitted: dict | None = None, extra_points: tuple[int, ...] = ()) -> list[tuple[int, dict]]:  # fmt: skip
+                 admitted: dict | None = None, extra_points: tuple[int, ...] = (), max_batch_case: bool = False) -> list[tuple[int, dict]]:  # fmt: skip
     """The pinned cases of family ``name`` as ``(rows, fields)`` (see the module docstring); none without
     ``max_batch``. The dtype and layout cases, and ``batch_sizes``' cases of each pair of call options the contract
     admits (``admitted``: its ``admitted_options()``; None admits all), run at one batch of every launch class
@@ -532,6 +580,9 @@ def pinned_specs(name: str, max_batch: int | None, *, bias: bool = True, points:
             done = len([c for c in CALL_CONTEXTS[:_FIRST_CONTEXTS] if bias or c["bias_parameter"] is None])
             later = contexts[done:] + [{**c, "logits_dtype": "fp16"} for c in contexts]
         pins += [(rows, f) for f in later for rows in classes]
+    if max_batch_case and max_batch not in classes:  # one call of max_batch rows (MAX_BATCH_FAMILIES, max_batch_host);
+        # last, so that the cases above keep their seeds
+        pins += [(max_batch, {})]
     return pins
 
 
@@ -570,6 +621,15 @@ def call_size(spec: CaseSpec, call_rows: int | None) -> int:
     return min(spec.rows, call_rows) if spec.bulk and call_rows else spec.rows
 
 
+def call_sizes(spec: CaseSpec, call_rows: int | None) -> list[int]:
+    """The rows of each call the candidate gets on ``spec``, in order: a bulk case of more than ``call_rows`` rows comes
+    in calls of ``call_rows`` and a last one of the rest (``contracts.candidates.calling.CaseRunner``), any other case
+    in one call. ``check --plan`` lists these, not the cases' rows."""
+    if spec.bulk and call_rows and spec.rows > call_rows:
+        return [min(call_rows, spec.rows - start) for start in range(0, spec.rows, call_rows)]
+    return [spec.rows]
+
+
 def _coverage_rows(name: str) -> int:
     # Two passes over the sizes; for a family with drawn sizes, its sizes once and as many rows again drawn.
     return COVERAGE_PASSES * sum(FAMILIES[name].sizes)
@@ -595,10 +655,14 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
     shape = dict(experts=experts, topk=topk, n_group=n_group, topk_group=topk_group)
     extra = {} if bias else {"bias": False}
     extra.update(admitted_fields(admitted))
-    for name, budget in _budgets(families, total_rows).items():
+    budgets = _budgets(families, total_rows)
+    host = max_batch_host(families, budgets, max_batch, points, experts, topk, contract, extra_points)
+    for name, budget in budgets.items():
         family = FAMILIES[name]
         sizes = family.sizes
-        coverage = budget if bulk_rows is None else min(budget, _coverage_rows(name))
+        absorbed = absorbs_max_batch(name, budget, max_batch, points, experts, topk, contract, extra_points)
+        limit = budget - max_batch if absorbed else budget  # the rows of its coverage and bulk cases
+        coverage = limit if bulk_rows is None else min(limit, _coverage_rows(name))
         gen = None
         index, used = 0, 0
         while used < coverage:
@@ -616,11 +680,14 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
             used += rows
             index += 1
         pinned_cases = pinned_specs(name, max_batch, bias=bias, points=points, experts=experts, topk=topk, contract=contract,
-                                    admitted=admitted, extra_points=extra_points)
+                                    admitted=admitted, extra_points=extra_points,
+                                    max_batch_case=name == host or (name in MAX_BATCH_FAMILIES and not absorbed))  # fmt: skip
         for position, (rows, pinned) in enumerate(pinned_cases):
             yield CaseSpec(name, _seed(seed, name, "pinned", position), rows, **shape, **extra, **pinned)
-        while used < budget:
-            rows = min(bulk_rows, budget - used)
+        if absorbed:  # one call of max_batch rows, out of the family's budget
+            yield CaseSpec(name, _seed(seed, name, "max_batch"), max_batch, **shape, **extra)
+        while used < limit:
+            rows = min(bulk_rows, limit - used)
             yield CaseSpec(name, _seed(seed, name, index), rows, **shape, bulk=True, **extra)
             used += rows
             index += 1

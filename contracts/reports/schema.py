@@ -257,6 +257,9 @@ class Summary:
     # v2: option (renormalize, routed_scaling_factor, dtypes, batch_size) -> its value as text -> counts
     by_option: dict[str, dict[str, OptionCounts]] = field(default_factory=dict)
     expert_load: dict | None = None  # captured logits (--logits): per layer, the oracle's expert counts and the candidate's difference
+    # the contract fields (and regimes) no case of the check varied from their default (captured logits: a per-expert
+    # scale of ones, a zero bias): a PASS resting on them is not_covered (contracts.cases.exercised)
+    unexercised: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
