@@ -613,10 +613,13 @@ RUNNERS = {
                                              "--out", str(tmp_path / "n")),  # fmt: skip
     "pytest plugin": _plugin,
     "pytest plugin --no-isolate": lambda router, tmp_path: _plugin(router, tmp_path, "--no-isolate"),
+    # bench times candidates in its own process: fenced calls and a supervisor (tests/adversarial/test_exit_codes.py)
+    "bench": lambda router, tmp_path: _cli("bench", "--candidate", f"{ADV}:{router}", "--m", "1", "--repeats", "1", "--device", "cpu",
+                                           "--out", str(tmp_path / "b")),  # fmt: skip
 }
-# Every command that calls a candidate. bench times candidates in its own process: its adversary cases are left to its owner.
+# Every command that calls a candidate.
 COMMANDS_CALLING_A_CANDIDATE = {"check", "matrix", "probe", "search", "nightly", "pytest plugin", "bench"}
-NOT_YET = {"bench"}
+NOT_YET: set[str] = set()
 
 
 def test_every_command_that_calls_a_candidate_has_its_process_exit_cases():
