@@ -178,3 +178,34 @@ def test_the_command_in_a_subprocess_survives_a_fault_of_the_comparison(tmp_path
     for name in (BROKEN, GOOD):
         s = read_summary(out / bundle_dirname(name) / "summary.json")
         assert s.error.kind == HARNESS_ERROR and "--replay" in s.error.replay, s.error
+
+
+# ---------------------------------------------------------------- the matrix: its own loop, the same containment
+
+
+def _matrix(tmp_path):
+    from contracts.run.matrix import run_matrix
+
+    return run_matrix([BROKEN, GOOD], families=["random_fp32"], rows=20, max_batch=1, isolate=False, out=tmp_path / "m", progress=False)
+
+
+def test_a_fault_of_one_candidates_comparison_in_the_matrix_ends_that_candidate_only(monkeypatch, tmp_path):
+    import contracts.compare as compare
+
+    monkeypatch.setattr(compare, "compare_case", _raising_once(compare.compare_case))
+    done = _matrix(tmp_path)
+    broken, good = done.report.candidates
+    assert broken.status is Status.ERROR and broken.error.kind == HARNESS_ERROR, broken
+    assert broken.error.case.startswith("random_fp32:") and f"--replay {broken.error.case}" in broken.error.replay
+    assert good.status is Status.PASS and good.rows_answered > 0, good
+    assert done.errored and (tmp_path / "m" / "matrix.json").exists()
+
+
+def test_a_fault_of_the_oracle_in_the_matrix_ends_every_candidate_with_the_bundle_written(monkeypatch, tmp_path):
+    import contracts.compare as compare
+
+    monkeypatch.setattr(compare, "expected_for", _raising_once(compare.expected_for))
+    done = _matrix(tmp_path)
+    assert [(m.status, m.error.kind) for m in done.report.candidates] == [(Status.ERROR, HARNESS_ERROR)] * 2
+    assert all("--candidate" in m.error.replay for m in done.report.candidates)
+    assert done.errored and (tmp_path / "m" / "matrix.json").exists()

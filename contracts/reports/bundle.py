@@ -77,6 +77,7 @@ __all__ = [
     "write_html",
     "write_index",
     "write_matrix_bundle",
+    "write_matrix_json",
 ]
 
 SUMMARY, DETAILS, CELLS_PARQUET, CELLS_CSV = "summary.json", "details.json", "mismatches.parquet", "mismatches.csv"
@@ -592,6 +593,11 @@ def _md_link(s: Summary, root: Path) -> str:
     from urllib.parse import quote
 
     return quote(f"{Path(s.bundle).name}/report.html")
+
+
+def write_matrix_json(target: Path, report: MatrixReport) -> Path:
+    """Only ``matrix.json``: the matrix bundle when its renderers failed (``contracts.run.containment``)."""
+    return write_folder(target, lambda folder: write_json(folder / MATRIX, to_json(report)))
 
 
 def write_matrix_bundle(target: Path, report: MatrixReport) -> Path:

@@ -33,6 +33,7 @@ them as one more pair.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,8 +46,9 @@ from ..candidates.worker import Interrupted, Worker, WorkerFailure
 from ..cases import CaseSpec
 from ..cases.memory import reuse_freed_memory
 from ..cases.plan import plan_bulk_rows
-from ..reports.bundle import prepare_out, write_matrix_bundle
+from ..reports.bundle import prepare_out, write_matrix_bundle, write_matrix_json
 from ..reports.schema import AgainstSides, ErrorRecord, MatrixMember, MatrixPair, MatrixReport, PairExample, PairFamily, SplitView, Status
+from .containment import HarnessError, Handling, contained
 from .checks import DEFAULT_TIMEOUT_S, Target, _open_captured, _Plan, bundle_dirname, default_out, resolve, should_isolate
 from .options import OptionError
 from .progress import Progress
@@ -65,11 +67,12 @@ class MatrixRun:
     report: MatrixReport
     unavailable: list[tuple[str, str]] = field(default_factory=list)
     row_answers: dict[str, dict] = field(default_factory=dict)  # with show_row: name -> {"ids", "weights"} (and "oracle")
+    write_error: HarnessError | None = None  # not even matrix.json could be written (contracts.run.containment)
 
     @property
     def errored(self) -> bool:
         members = [*self.report.candidates, *(self.report.split.members if self.report.split else ())]
-        return any(m.status is Status.ERROR for m in members)
+        return self.write_error is not None or any(m.status is Status.ERROR for m in members)
 
 
 # ---------------------------------------------------------------- one candidate's side
@@ -130,6 +133,12 @@ class _Member:
         self.record.status = Status.ERROR
         self.record.error = ErrorRecord(kind=kind, case=case, message=message, traceback=detail, replay=replay,
                                         stderr_tail=stderr_tail or None)  # fmt: skip
+        self.live = False
+        self.close()
+
+    def harness_failed(self, fault: HarnessError) -> None:
+        """A fault of the harness's own code ended this candidate's part (``contracts.run.containment``)."""
+        self.record.status, self.record.error = Status.ERROR, fault.record()
         self.live = False
         self.close()
 
@@ -304,7 +313,11 @@ def run_matrix(
                         break
                     if not any(m.live for m in (*members, *sides)):
                         break
-                    loop.case(spec)
+                    handling = Handling(stage="the matrix's handling of the case", spec=spec)
+                    fault = contained(lambda: loop.case(spec), handling)  # the harness's own fault: contracts.run.containment
+                    if isinstance(fault, HarnessError):  # no candidate can be compared on the case: each live one ends on it
+                        loop.ended_by(fault, spec)
+                        break
                     bar.update(spec.rows, spec.family)
             except (Interrupted, KeyboardInterrupt):
                 report.interrupted = str(stop() or "KeyboardInterrupt")
@@ -314,7 +327,13 @@ def run_matrix(
         from ..reports.environment import environment
 
         report.environment = environment(device)
-        write_matrix_bundle(out_dir, report)
+        written = contained(lambda: write_matrix_bundle(out_dir, report), Handling(stage="writing the matrix bundle", check_line=command or None))
+        if isinstance(written, HarnessError):  # every member is ERROR, and matrix.json says why
+            for m in (*members, *sides):
+                if m.record.status is not Status.UNAVAILABLE:
+                    m.record.status, m.record.error = Status.ERROR, written.record()
+            again = contained(lambda: write_matrix_json(out_dir, report), Handling(stage="writing matrix.json"))
+            run.write_error = again if isinstance(again, HarnessError) else None
         run.unavailable = [(m.name, m.record.reason) for m in (*members, *sides) if m.record.status is Status.UNAVAILABLE]
         return run
     finally:
@@ -401,12 +420,26 @@ class _Loop:
                 continue
             call = calls[m.name]
             actual = call.actual if not isinstance(call.actual, str) else (call.actual,)
-            outcome = compare_case(case, exp, actual, c, deviations=m.candidate.deviations(c.name), inputs_changed=call.changed)
+            handling = Handling(stage="the comparison with the oracle", spec=spec, case=case, case_replay=lambda s, m=m: self._replay(m.name, s))
+            outcome = contained(lambda: compare_case(case, exp, actual, c, deviations=m.candidate.deviations(c.name),
+                                                     inputs_changed=call.changed), handling)  # fmt: skip
+            if isinstance(outcome, HarnessError):  # this candidate's comparison: it ends, the others go on
+                m.harness_failed(outcome)
+                answers.pop(m.name, None)
+                missing[m.name] = f"{m.name} stopped with an error"
+                tally.not_compared(spec.rows, missing[m.name])
+                continue
             tally.add(case, outcome, oracle_ids=exp.ids, oracle_weights=exp.weights, declared=True)
         for (a, b), tally in self.pairs.items():
             self._pair(tally, case, exp, answers, ok, missing, a, b)
         if self.split is not None:
             self._pair(self.split, case, exp, answers, ok, missing, self.sides[0].name, self.sides[1].name)
+
+    def ended_by(self, fault: HarnessError, spec: CaseSpec) -> None:
+        """A fault of the harness on ``spec`` outside one candidate's comparison: every live candidate ends on it."""
+        for m in (*self.members, *self.sides):
+            if m.live:
+                m.harness_failed(dataclasses.replace(fault, replay=self._replay(m.name, spec)))
 
     def _pair(self, tally: _PairTally, case, exp, answers, ok, missing, a: str, b: str) -> None:
         from ..compare import agrees, compare_case
