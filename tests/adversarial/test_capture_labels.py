@@ -6,7 +6,7 @@ command, reads the contract the capture names (its metadata and the printed
 ``check it:`` line) and routes the captured logits (and bias) through the
 oracle under that contract: the model's own ids must be the oracle's on
 every row of every layer, its weights the oracle's within the contract's
-tolerance. On e7c3a4c-era code (c7e47c9) these failed: every DeepSeek-V3
+tolerance. On c7e47c9 every test here failed: every DeepSeek-V3
 model was labelled ``deepseek-v3-reference`` (a 0.0 mask; transformers'
 ``DeepseekV3TopkRouter`` masks with -inf, so a negative correction bias made
 the model's own routing fail its label), an ungrouped Kimi-K2 config was
@@ -121,13 +121,36 @@ def test_a_kimi_k2_config_off_every_builtin_gets_a_contract_file_it_passes(tmp_p
     assert _disagreeing_rows(tensors, contract) == 0
 
 
-def test_a_llama4_model_is_captured_and_labelled_llama4(tmp_path, capsys):
-    config = transformers.Llama4TextConfig(**{**_SMALL, **dict(
-        intermediate_size=48, intermediate_size_mlp=48, num_hidden_layers=2, head_dim=16, num_local_experts=8,
-        num_experts_per_tok=1, interleave_moe_layer_step=1)})  # fmt: skip
+@pytest.mark.parametrize("whole", [False, True], ids=["text-config", "llama4-config"])
+def test_a_llama4_model_is_captured_and_labelled_llama4(tmp_path, capsys, whole):
+    text = {**_SMALL, **dict(intermediate_size=48, intermediate_size_mlp=48, num_hidden_layers=2, head_dim=16, num_local_experts=8,
+                             num_experts_per_tok=1, interleave_moe_layer_step=1)}  # fmt: skip
+    config = transformers.Llama4TextConfig(**text)
+    if whole:  # a released checkpoint's config.json: model_type llama4, the text model's config inside
+        vision = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=48, vision_output_dim=32,
+                      projector_input_dim=32, projector_output_dim=32, image_size=28, patch_size=14)  # fmt: skip
+        config = transformers.Llama4Config(text_config=text, vision_config=vision)
     folder = tmp_path / "llama4"
     config.save_pretrained(folder)  # a config only: random weights from --seed
     meta, tensors, contract = _capture(tmp_path, folder, capsys)
     assert contract.name == "llama4" and tensors["ids"].shape[-1] == 1 and tensors["logits"].shape[-1] == 8
     assert tensors["logits"].shape[0] == 2 and json.loads(meta["routing"])["router_class"] == "Llama4Router"
     assert _disagreeing_rows(tensors, contract) == 0
+
+
+@pytest.mark.slow  # two checks on the capture through the harness (the failing one diagnoses every row): ~30 s on 2 loaded cores
+def test_the_models_own_router_passes_the_printed_contract_and_fails_the_old_label(tmp_path, capsys):
+    """transformers' DeepseekV3TopkRouter itself, as candidate hf-kimi-k2 (kernels.models: the model's router class fed
+    the logits), checked on the capture: PASS under the contract capture prints, FAIL (group_mask) under the old label."""
+    from contracts.run.checks import run_checks
+
+    folder = _checkpoint(tmp_path / "dsv3", _deepseek_config(), bias_mean=-0.6)
+    _meta, _tensors, contract = _capture(tmp_path, folder, capsys)
+    logits = tmp_path / "capture.safetensors"
+    verdicts = {}
+    for name in (contract.name, "deepseek-v3-reference"):
+        run = run_checks(["hf-kimi-k2"], contract=name, logits=logits, isolate=False, progress=False, out=tmp_path / name, force=True)
+        verdicts[name] = run.results[0].summary
+    ok, old = verdicts[contract.name], verdicts["deepseek-v3-reference"]
+    assert ok.status.value == "pass" and ok.rows_checked > 0 and ok.mismatched_rows == 0, ok.clauses
+    assert old.status.value == "fail" and max(old.clauses, key=old.clauses.get) == "group_mask", old.clauses
