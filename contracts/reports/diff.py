@@ -27,7 +27,8 @@ Regressions (exit 1):
   is nothing to compare it against, so its failure is not hidden;
 - nothing pairs;
 - a family that had no unexpected mismatch has some now ("turned red"), and a
-  clause newly violated in a family that was already red;
+  clause newly violated in a family that was already red; a family that had
+  rows checked and has none now;
 - a tie-order permutation recorded by the probe (``probe.json``) changed;
 - a bench point (candidate, M, under the same bench inputs) that was timed
   and now is an error, skipped, or gone; a latency recorded by the bench
@@ -232,6 +233,9 @@ def _diff_check(label: str, old: dict, new: dict, result: DiffResult) -> None:
         result.changes.append(f"{label}: rows checked {o_rows} -> {n_rows} (counts compare less directly)")
 
     o_fams, n_fams = old.get("families") or {}, new.get("families") or {}
+    for family, of in o_fams.items():  # evidence that was drawn and is not any more: not covered is no pass
+        if of.get("rows") and not (n_fams.get(family) or {}).get("rows"):
+            result.regressions.append(f"{label}: family {family} had {of['rows']:,} rows checked, now none (not covered)")
     for family, nf in n_fams.items():
         of = o_fams.get(family)
         if of is None or not of.get("rows"):

@@ -44,11 +44,12 @@ Each candidate is resolved with the registry, gated with ``available(device)``
 ``covered(...)`` (an uncovered M is recorded as skipped, not timed).
 
 A point is timed only for an answer: before timing, the call that will be
-timed is made once per input buffer, and once more after the timing, and
+timed is made once per input buffer (twice at least), and as often after
+the timing, and
 each answer must be what a check accepts (``answer_problem``: a (weights,
-ids) pair of [M, k] tensors, fp32 and int32 on the inputs' device; an
-engine's launch returns its engine's dtypes, so only the pair and the shape
-are required of it). A candidate that raises, answers something else or
+ids) pair of contiguous [M, k] tensors, fp32 and int32 on the inputs'
+device; an engine's launch returns its engine's dtypes, so only the pair
+and the shape are required of it). A candidate that raises, answers something else or
 calls ``sys.exit`` / ``os._exit`` during any of its calls is an ``error``
 point with the reason; the run goes on. ``bench.json`` lists every error
 point (``errors``) and says ``status: error``; ``python -m contracts bench``
@@ -319,7 +320,10 @@ def answer_problem(value, *, rows: int, topk: int, scores: torch.Tensor, engine:
     answer of an engine's launch, in its engine's dtypes, of which only the pair, the shape and the kinds (floating
     weights, integer ids) are asked."""
     if not engine:
-        return validity_failure(value, SimpleNamespace(spec=SimpleNamespace(rows=rows), topk=topk, scores=scores))
+        problem = validity_failure(value, SimpleNamespace(spec=SimpleNamespace(rows=rows), topk=topk, scores=scores))
+        if problem is None and not all(t.is_contiguous() for t in value):  # engines read the outputs by data pointer
+            return f"outputs with strides {value[0].stride()} / {value[1].stride()}: not contiguous row-major [M, k] tensors"
+        return problem
     if not (isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(t, torch.Tensor) for t in value)):
         return f"returned {type(value).__name__}, not a (weights, ids) pair of tensors"
     w, ids = value
@@ -394,7 +398,8 @@ def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions,
     engine = path == "engine launch"
     check = dict(M=M, args=args, scores=scores[0], engine=engine, device=device)
     try:
-        _check_answers(fn, len(scores), when="before timing", **check)  # one call per input buffer
+        calls = max(2, len(scores))  # every input buffer, and two calls at least: an answer that alternates is seen
+        _check_answers(fn, calls, when="before timing", **check)
 
         def timed():
             return time_cuda(fn, args.launches, args.replays, args.warmup) if device.startswith("cuda") else time_cpu(fn, args.repeats)
@@ -403,7 +408,7 @@ def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions,
             timing = _fenced(timed, device)
         except _CandidateFailed as exc:
             raise _CandidateFailed(f"while timed: {'the engine launch' if engine else 'route'} {exc}", exc.tb) from None
-        _check_answers(fn, len(scores), when="after timing", **check)  # an answer that changes once warm is no answer
+        _check_answers(fn, calls, when="after timing", **check)  # an answer that changes once warm is no answer
     except _CandidateFailed as exc:  # the candidate's failure is a finding, not a crash of the run
         return _error_point(entry, str(exc), exc.tb)
     out = {

@@ -522,12 +522,13 @@ def _finish(envelope: NightlyEnvelope, bundle: Path, clock: float, stop, *, uplo
 
 
 def _not_passed(envelope: NightlyEnvelope) -> list[str]:
-    """The checks (and bench points) of a night that did not pass, as ``label status`` words: a check whose status is
-    worse than pass (``reports.diff.STATUS_RANK``) other than one that could not run here (unavailable, skipped), and
-    every bench point that is an error."""
+    """The checks (and bench points, probes) of a night that did not pass, as ``label status`` words: a check whose
+    status is worse than pass (``reports.diff.STATUS_RANK``) other than one that could not run here (unavailable,
+    skipped), every bench point that is an error, and every probe that errored."""
     said = [f"{label} {r.get('status')}" for label, r in (*envelope.candidates.items(), *envelope.pairs.items())
             if status_regressed("pass", r.get("status")) and r.get("status") not in ("unavailable", "skipped")]  # fmt: skip
     said += [f"bench {e['candidate']} M={e['m']} error" for e in envelope.bench.get("errors") or ()]
+    said += [f"probe {name} error" for name, run in (envelope.probe.get("runs") or {}).items() if run.get("status") == "error"]
     return said
 
 

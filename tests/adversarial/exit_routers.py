@@ -79,3 +79,20 @@ def wrong_experts(scores, bias, topk, renormalize, rsf, **groups):
     """Every id moved to the next expert (mod E): breaks every row of a check."""
     w, ids = correct(scores, bias, topk, renormalize, rsf)
     return w, ((ids + 1) % scores.shape[-1]).to(ids.dtype)
+
+
+_alternating = [0]
+
+
+def none_every_other_call(scores, bias, topk, renormalize, rsf, **groups):
+    """Right on every odd call, None on every even one: one checked call in two would pass it."""
+    _alternating[0] += 1
+    if _alternating[0] % 2 == 0:
+        return None
+    return correct(scores, bias, topk, renormalize, rsf)
+
+
+def returns_column_major(scores, bias, topk, renormalize, rsf, **groups):
+    """The right values as transposed views of [k, M] tensors: an engine reading the data pointer gets other rows."""
+    w, ids = correct(scores, bias, topk, renormalize, rsf)
+    return w.t().contiguous().t(), ids.t().contiguous().t()

@@ -57,18 +57,20 @@ def _points(out: Path, router: str) -> list[dict]:
         ("calls_sys_exit", "SystemExit"),
         ("returns_none", "returned NoneType, not a (weights, ids) pair"),
         ("returns_wrong_dtypes", "dtypes weights torch.float16, ids torch.int64"),
-        ("returns_one_column_short", "shapes weights (1, 15)"),
+        ("returns_one_column_short", "shapes weights (4, 15)"),
         ("none_after_warmup", "returned NoneType"),
+        ("none_every_other_call", "returned NoneType"),
+        ("returns_column_major", "not contiguous"),
     ],
 )
 def test_bench_a_candidate_whose_answer_is_malformed_or_that_exits_is_an_error_point_and_exit_1(router, words, tmp_path):
-    code, out = _in_process(bench_command.main, _bench_args(tmp_path, router, m="1"))
+    code, out = _in_process(bench_command.main, _bench_args(tmp_path, router, m="4"))  # 4 rows: a transposed [1, k] is contiguous
     assert code == 1, out
     (point,) = _points(tmp_path, router)
     assert point["status"] == "error" and words in point["reason"] and point["median_us"] is None, point
-    assert f"error: {R}:{router} M=1" in out
+    assert f"error: {R}:{router} M=4" in out
     report = json.loads((tmp_path / "bench.json").read_text())
-    assert report["status"] == "error" and [(e["candidate"], e["m"]) for e in report["errors"]] == [(f"{R}:{router}", 1)]
+    assert report["status"] == "error" and [(e["candidate"], e["m"]) for e in report["errors"]] == [(f"{R}:{router}", 4)]
     assert all(p["status"] == "timed" for p in _points(tmp_path, "right"))  # the healthy candidate is still timed
 
 
@@ -154,6 +156,13 @@ def test_diff_a_worse_status_is_a_regression(old, new, tmp_path):
 def test_diff_an_error_on_both_nights_is_listed(tmp_path):
     code, out = _diff(tmp_path, [_summary(**ERROR)], [_summary(**ERROR)])
     assert "radix4" in out and "error" in out and "still error" in out, out
+
+
+def test_diff_a_family_whose_rows_are_gone_is_a_regression(tmp_path):
+    new = _summary(families={"all_equal": {}, "random_bf16": {}})
+    new["families"]["random_bf16"]["rows"] = 0
+    code, out = _diff(tmp_path, [_summary()], [new])
+    assert code == 1 and "family random_bf16 had 100 rows checked, now none" in out, out
 
 
 def test_diff_a_check_that_passed_and_is_gone_is_a_regression(tmp_path):
