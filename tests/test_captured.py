@@ -87,13 +87,15 @@ def checked(tmp_path_factory, captures):
 
 
 def _checked_rows(f, contract: str) -> int:
-    """The file's rows once, and the first layer's again in every call context at each launch class of the contract."""
+    """The file's rows once, the first layer's again in every call context at each launch class of the contract, and
+    its first rows with each call option pair the model's own leave out (issue 55: those were never exercised)."""
+    from contracts.cases.exercised import option_pairs
     from contracts.cases.plan import launch_class_sizes, launch_points
     from contracts.cases.plan import default_max_batch, switch_points
 
     c = oracle.get_contract(contract)
     sizes = launch_class_sizes(default_max_batch("cpu", switch_points()), launch_points(f.experts, f.topk or c.topk, c.name))
-    return captured_rows(f, c.has_bias, sizes)
+    return captured_rows(f, c.has_bias, sizes, option_pairs(c))
 
 
 def test_capture_records_every_moe_layer_with_names_ids_weights_and_bias(captures):

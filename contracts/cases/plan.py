@@ -137,9 +137,11 @@ class CaseSpec:
 
     @property
     def in_context(self) -> bool:
-        """Whether the case pins a call context (``CALL_CONTEXTS``) rather than the default."""
+        """Whether the case pins a call context (``CALL_CONTEXTS``) rather than the default, or (captured logits) call
+        options other than the model's: either way it repeats rows of the file's walk."""
         return (self.grad_mode is not None or self.bias_parameter is not None or self.logits_grad or self.autocast is not None
-                or self.default_dtype is not None or self.deterministic)
+                or self.default_dtype is not None or self.deterministic
+                or bool(self.source) and (self.renormalize is not None or self.scaling is not None))
 
     @property
     def replay_id(self) -> str:
