@@ -96,3 +96,10 @@ def returns_column_major(scores, bias, topk, renormalize, rsf, **groups):
     """The right values as transposed views of [k, M] tensors: an engine reading the data pointer gets other rows."""
     w, ids = correct(scores, bias, topk, renormalize, rsf)
     return w.t().contiguous().t(), ids.t().contiguous().t()
+
+
+def wrong_under_any_contract(scores, bias, topk, renormalize, rsf, **groups):
+    """Plain torch, no contract assumed: the softmax top-k's weights with every id moved to the next expert (mod E).
+    Wrong on every row under any contract, so a check of it FAILs (it never raises)."""
+    weights, ids = torch.softmax(scores.float(), dim=-1).topk(topk, dim=-1)
+    return weights.contiguous(), ((ids + 1) % scores.shape[-1]).to(torch.int32)
