@@ -28,6 +28,7 @@ oracle under it and compared with the model's own choices.
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from ._common import ExitCode, UsageError, make_parser, positive_int, run_main
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         tokens, tokens_from = read_tokens(args.text, tokenizer, text_config.vocab_size)
         rec = capture(model, tokens, seq_len=args.seq_len, progress=not args.quiet)
         facts = routing_facts(model, rec)
-        contract, builtin = contract_for(facts)
+        contract, builtin, why_not = contract_for(facts)
         label, text = "", ""
         if contract is not None and builtin:
             label = contract.name
@@ -81,11 +82,14 @@ def run(args: argparse.Namespace) -> int:
             if toml_path.exists() and not args.force:
                 raise UsageError(f"--out {args.out}: {toml_path} exists (the contract file a capture writes beside it); pass --force "
                                  "to replace it, or choose another --out")  # fmt: skip
-            text = contract_toml(contract, facts, name=f"captured-{args.out.stem}".replace(" ", "_"), where=f"{how}")
+            text = contract_toml(contract, facts, name=re.sub(r"\s+", "_", f"captured-{args.out.stem}"), where=f"{how}")
             label = str(toml_path)
             import oracle
 
-            contract = oracle.contract_from_mapping(_toml_loads(text), where=label, default_name=args.out.stem)
+            try:
+                contract = oracle.contract_from_mapping(_toml_loads(text), where=label, default_name=args.out.stem)
+            except ValueError as exc:  # ContractError: the values make no valid contract; said, not raised
+                contract, label, text, why_not = None, "", "", str(exc)
         agreement = verify_capture(rec, contract) if contract is not None else None
         if text:
             toml_path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,8 +102,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"routing: {facts.line()}")
     print(f"capture: {out}")
     if contract is None:
-        why = "; ".join(facts.notes) or f"{facts.router_class} is no router class of kernels.models"
-        print(f"contract: none known ({why}); write one (docs/contracts_as_data.md) and pass it with --contract FILE.toml")
+        print(f"contract: none known ({why_not}); write one (docs/contracts_as_data.md) and pass it with --contract FILE.toml")
         return ExitCode.OK
     if builtin:
         same = "" if contract.name in (facts.family, *_related(facts)) else f" (its routing fields are this model's; the {facts.family} router class)"
@@ -110,8 +113,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {warning}")
     if agreement.disagree:
         print(f"warning: the model's own routing differs from {label} on {agreement.disagree:,} of {agreement.rows:,} rows checked "
-              f"(first: {agreement.first}); its code breaks a tie or casts where the contract does not: "
-              f"check it with --candidate hf-{facts.family} for the declared deviations")  # fmt: skip
+              f"(first: {agreement.first}): exact ties torch.topk breaks its own way, casts to the checkpoint's dtype, or a "
+              f"routing fact the capture does not read; check the model's router with --candidate hf-{facts.family} "
+              f"(its declared deviations) before trusting this label")  # fmt: skip
     else:
         print(f"the model's own routing follows {label} on all {agreement.rows:,} rows checked (the first {_verify_rows():,} of each layer)")
     print(f"check it: python -m contracts check --candidate oracle --contract {label} --logits {out}")

@@ -305,6 +305,15 @@ def routing_facts(model, rec: Captured) -> RoutingFacts:
     config = model.config
     experts, topk = rec.logits[0][0].shape[-1], rec.ids[0][0].shape[-1]
     notes = []
+    classes = sorted({type(m).__name__ for m in rec.routers})
+    if len(classes) > 1:
+        notes.append(f"the model's routers are of {len(classes)} classes ({', '.join(classes)}); one contract cannot name them all")
+    for attr in ("num_group", "n_group", "topk_group", "routed_scaling_factor", "norm_topk_prob", "top_k", "topk_method"):
+        values = {repr(getattr(m, attr, None)) for m in rec.routers}
+        if len(values) > 1:
+            notes.append(f"the routers' {attr} differs between layers ({', '.join(sorted(values))}); one contract cannot name them all")
+    if len({x[0].shape[-1] for x in rec.logits} | set()) > 1 or len({x[0].shape[-1] for x in rec.ids}) > 1:
+        notes.append("the layers have different numbers of experts or k; one contract cannot name them all")
     family = _family_of(cls)
     base = oracle.BUILTIN_CONTRACTS[family] if family else None
     scoring = base.scoring if base else None
@@ -343,13 +352,16 @@ def _routing_key(c) -> dict:
 
 
 def contract_for(facts: RoutingFacts):
-    """``(contract, builtin)``: the contract these facts describe, as a built-in when one's routing fields are exactly
-    these (the router class's own first), else as a new contract (``builtin`` False) on top of the family's; None
-    when the router class is none the harness knows or a fact could not be read (``facts.notes`` says which)."""
+    """``(contract, builtin, why)``: the contract these facts describe, as a built-in when one's routing fields are
+    exactly these (the router class's own first), else as a new contract (``builtin`` False) on top of the family's;
+    ``(None, False, why not)`` when the router class is none the harness knows, a fact could not be read or no
+    contract can hold the values."""
     import oracle
 
-    if facts.family is None or facts.notes:
-        return None, False
+    if facts.notes:
+        return None, False, "; ".join(facts.notes)
+    if facts.family is None:
+        return None, False, f"{facts.router_class} is no router class of kernels.models"
     base = oracle.BUILTIN_CONTRACTS[facts.family]
     changes = dict(scoring=facts.scoring, n_group=facts.n_group, topk_group=facts.topk_group, experts=facts.experts, topk=facts.topk)
     if base.zero_experts >= facts.experts:
@@ -360,13 +372,16 @@ def contract_for(facts: RoutingFacts):
         changes["routed_scaling_factor"] = facts.routed_scaling_factor
     if facts.norm_topk_prob is not None:
         changes["default_renormalize"] = facts.norm_topk_prob
-    derived = base.replace(**changes)
+    try:
+        derived = base.replace(**changes)
+    except ValueError as exc:  # a value no contract can hold (oracle's one line names it): no contract, said so
+        return None, False, str(exc)
     key = _routing_key(derived)
     preferred = (facts.family, *RELATED_CONTRACTS.get(facts.router_class, ()))
     for name in (*preferred, *(n for n in oracle.BUILTIN_CONTRACTS if n not in preferred)):
         if _routing_key(oracle.BUILTIN_CONTRACTS[name]) == key:
-            return oracle.BUILTIN_CONTRACTS[name], True
-    return derived, False
+            return oracle.BUILTIN_CONTRACTS[name], True, ""
+    return derived, False, ""
 
 
 def _toml_value(v) -> str:
