@@ -61,3 +61,21 @@ def test_the_command_as_run_survives_it(tmp_path):
     assert done.returncode == 1 and "Traceback" not in text, text
     index = json.loads((out / "index.json").read_text())
     assert [c["status"] for c in index["candidates"]][1] == "pass" and index["candidates"][0]["status"] in ("error", "fail"), index
+
+
+@pytest.mark.slow  # the conformance suite under pytest in a subprocess, its check a supervised command: ~15 s
+def test_the_pytest_plugin_fails_it_naming_the_harness_error(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_ADDOPTS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "contracts.pytest_plugin", "--pyargs", "contracts.conformance",
+         "--candidate", f"{ADV}:nested_weights", "--rows", "16", "--max-batch", "1", "--no-isolate", "-q", "-rf", "-k", "verdict"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    text = done.stdout + done.stderr
+    assert done.returncode == 1, text
+    if "ended FAIL" in text:  # once the comparison reads such an answer: its validity mismatches
+        assert "validity" in text, text
+    else:  # until then: the harness's fault, named, with the line that replays it (never "the check ended without a bundle")
+        assert "ended ERROR: harness_error: " in text, text
+        assert "replay: " in text and "python -m contracts.check --candidate tests.adversarial.harness_faults:nested_weights" in text, text
