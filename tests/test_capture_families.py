@@ -78,3 +78,18 @@ def test_qwen3_with_its_config_default_norm_topk_prob_false_is_not_labelled_reno
     assert contract.default_renormalize is False and json.loads(meta["routing"])["norm_topk_prob"] is False
     assert _disagreeing_rows(tensors, contract) == 0
     assert _disagreeing_rows(tensors, oracle.get_contract("qwen3-moe")) > 0
+
+
+def test_a_contract_file_in_the_way_is_refused_in_one_line(tmp_path, capsys):
+    from contracts.commands import main
+
+    fields = {**FAMILIES["kimi-k2"][1], "routed_scaling_factor": 3.0}  # no built-in has it: the capture writes a contract file
+    transformers.DeepseekV3Config(**{k: v for k, v in _SMALL.items() if k != "head_dim"}, **fields).save_pretrained(tmp_path / "k")
+    (tmp_path / "text.txt").write_text("route these tokens")
+    (tmp_path / "x.contract.toml").write_text("# someone's file\n")
+    argv = ["capture", "--model", str(tmp_path / "k"), "--text", str(tmp_path / "text.txt"), "--out", str(tmp_path / "x.safetensors"), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "x.contract.toml exists" in err and "--force" in err, err
+    assert (tmp_path / "x.contract.toml").read_text() == "# someone's file\n" and not (tmp_path / "x.safetensors").exists()
+    assert main([*argv, "--force"]) == 0 and "base = \"kimi-k2\"" in (tmp_path / "x.contract.toml").read_text()
