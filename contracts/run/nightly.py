@@ -275,11 +275,9 @@ def _bench(names: list[str], device: str | None, seed: int, bundle: Path, wanted
     try:
         import torch
 
-        from ..candidates import get_candidate as resolve
-
         options = options_for_contract(contract, seed=seed) if contract else BenchOptions(seed=seed)
         folder.mkdir(parents=True, exist_ok=True)
-        report = run_bench([resolve(n) for n in names], options, device=device or ("cuda" if torch.cuda.is_available() else "cpu"),
+        report = run_bench([get_candidate(n) for n in names], options, device=device or ("cuda" if torch.cuda.is_available() else "cpu"),
                            command=record["command"], checkpoint=lambda so_far: write_json(folder / "bench.json", so_far))  # fmt: skip
         write_bench(folder, report)
     except Exception as exc:  # noqa: BLE001

@@ -7,7 +7,6 @@ or a worse night) and must be refused now. The routers are ``tests/adversarial/e
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import json
 import os
