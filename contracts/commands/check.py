@@ -354,7 +354,7 @@ def _report(args: argparse.Namespace, checked, stop) -> int:
     if checked.failed:
         return ExitCode.FAILED
     if checked.not_covered:
-        print(f"not covered: {', '.join(checked.not_covered)}: no row of some family was checked, so no PASS"
+        print(f"not covered: {', '.join(checked.not_covered)}: no row of some family was checked, or a field no case exercised, so no PASS"
               + ("; accepted by --allow-not-covered" if args.allow_not_covered else " (exit 5; --allow-not-covered accepts it)"), file=sys.stderr)  # fmt: skip
         return ExitCode.OK if args.allow_not_covered else ExitCode.NOT_COVERED
     return ExitCode.OK
