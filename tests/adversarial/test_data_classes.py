@@ -225,7 +225,7 @@ def test_a_float64_bias_is_taken_as_fp32_by_matrix(tmp_path, capsys):
     assert code == 0 and "Traceback" not in err, out + err
 
 
-@pytest.mark.slow  # the nightly's checks of two candidates and its bundle: ~8 s
+@pytest.mark.slow  # the nightly: checks of two candidates, its junit and its bundle: ~17 s on the shared machine
 def test_a_float64_bias_is_taken_as_fp32_by_nightly(tmp_path, capsys):
     bias = _float64_bias(tmp_path, "safetensors")
     code = contracts_main(["nightly", "--candidates", "oracle,torch-native", "--logits", str(_captured(tmp_path)), "--bias", str(bias),
