@@ -25,11 +25,14 @@ import os
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ..candidates.worker import Interrupted
 from ..reports.schema import HARNESS_ERROR, CheckResult, ErrorRecord, Status, Summary
 from .options import OptionError
+
+if TYPE_CHECKING:
+    from ..cases import Case, CaseSpec
 
 __all__ = ["HarnessError", "Handling", "contained", "ended_by", "write_contained"]
 
@@ -45,13 +48,13 @@ class Handling:
     """What the harness is doing for one candidate: the stage, the case in hand, and how to keep what it counted."""
 
     stage: str = "setting up the check"
-    spec: object = None  # the CaseSpec in hand (None between cases)
-    case: object = None  # its built Case, once built (its dtypes)
-    case_replay: Callable[[object], str] | None = None  # the replay line of a case (set by the check)
+    spec: CaseSpec | None = None  # the case in hand (None between cases)
+    case: Case | None = None  # its inputs, once built (their dtypes)
+    case_replay: Callable[[CaseSpec], str] | None = None  # the replay line of a case (set by the check)
     check_line: str | None = None  # the command line that reruns the whole check, for a fault outside a case
     partial: Callable[[], CheckResult] | None = None  # the result of the rows counted so far (set by the check)
 
-    def doing(self, stage: str, spec=None, case=None) -> None:
+    def doing(self, stage: str, spec: CaseSpec | None = None, case: Case | None = None) -> None:
         self.stage, self.spec, self.case = stage, spec, case
 
     def described_case(self) -> str:
@@ -93,10 +96,13 @@ class HarnessError:
             except Exception:  # noqa: BLE001 -- the line is a courtesy; the whole check's line is the fallback
                 replay = None
         where = _innermost_harness_frame(exc)
-        described = handling.described_case()
+        try:
+            described = handling.described_case()
+        except Exception:  # noqa: BLE001 -- the case id and the replay line still name it
+            described = ""
         message = (f"the harness raised {type(exc).__name__}: {_first_line(exc)} in {handling.stage}"
                    + (f" ({where})" if where else "")
-                   + (f", on case {case} ({described})" if case else "")
+                   + (f", on case {case}" + (f" ({described})" if described else "") if case else "")
                    + "; a fault of the harness, not of the candidate (the traceback is in summary.json)")  # fmt: skip
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-TRACEBACK_CHARS:]
         return cls(stage=handling.stage, message=message, traceback=text, case=case, replay=replay or handling.check_line)
@@ -114,8 +120,10 @@ class HarnessError:
         if summary.reason:  # e.g. not covered: the error is what the note column shows now
             summary.notes.append(summary.reason)
             summary.reason = None
-        if earlier is None or earlier.kind != HARNESS_ERROR:  # the first harness error stands
+        if earlier is None or earlier.kind != HARNESS_ERROR:  # the first harness error stands; a later one is a note
             summary.error = self.record()
+        else:
+            summary.notes.append(f"then: {self.message}")
         return summary
 
 
