@@ -350,7 +350,7 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
                "groups": list(shape.groups), "contract_source": contract if str(contract).endswith(".toml") else None, "coverage": covers,
                "candidate_switch_points": list(points)}  # fmt: skip
     label = cand.name + (f" vs {against_c.name}" if against_c else "")
-    with Progress(label, total, enabled=o.progress) as bar:
+    with Progress(f"{label} [contract {oracle.contract_label(c)}]", total, enabled=o.progress) as bar:  # every line names the contract
         result = check_candidate(
             cand, specs, contract=contract, device=device, against=against_c, exact=exact, seed=plan.seed,
             command=command, progress=bar, repeat=repeat, worker=worker, should_stop=stop, options=options, call_rows=call_rows,
