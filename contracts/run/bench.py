@@ -732,7 +732,7 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
             point = bench_point(cand, route, M, inputs, args, device, launchers)
             entry["results"].append(point)
             shown = f"{point['median_us']:.2f} us" if point["status"] == "timed" else point["status"]
-            log(f"  {cand.name:>16} M={M:<6} {shown}")
+            log(f"  {cand.name:>16} [contract {entry['contract']}] M={M:<6} {shown}")
         del inputs
     if launchers:
         count_launched(launchers)  # after every timing (see count_launched)
