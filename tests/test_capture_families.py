@@ -93,3 +93,19 @@ def test_a_contract_file_in_the_way_is_refused_in_one_line(tmp_path, capsys):
     assert "\n" not in err and "x.contract.toml exists" in err and "--force" in err, err
     assert (tmp_path / "x.contract.toml").read_text() == "# someone's file\n" and not (tmp_path / "x.safetensors").exists()
     assert main([*argv, "--force"]) == 0 and "base = \"kimi-k2\"" in (tmp_path / "x.contract.toml").read_text()
+
+
+def test_a_bf16_model_whose_router_casts_its_weights_is_told_so(tmp_path, capsys):
+    # Qwen3MoeTopKRouter casts the weights back to the logits' dtype: in bf16 they are the contract's rounded (a cast, said
+    # as such, with the candidate that declares it), the ids the contract's
+    from contracts.commands import main
+
+    transformers.Qwen3MoeConfig(**{**_SMALL, **FAMILIES["qwen3-moe"][1]}).save_pretrained(tmp_path / "q")
+    (tmp_path / "text.txt").write_text("Routers route tokens; " * 4)
+    out = tmp_path / "q.safetensors"
+    assert main(["capture", "--model", str(tmp_path / "q"), "--text", str(tmp_path / "text.txt"), "--out", str(out), "--dtype", "bfloat16",
+                 "--quiet"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    warning = next(line for line in printed.splitlines() if line.startswith("warning: "))
+    assert "differs from qwen3-moe on" in warning and "cast to the logits' dtype on" in warning, warning
+    assert "weights other than a cast" not in warning and "--candidate hf-qwen3-moe" in warning, warning

@@ -112,12 +112,11 @@ def run(args: argparse.Namespace) -> int:
     for warning in facts.warnings:
         print(f"warning: {warning}")
     if agreement.disagree:
-        print(f"warning: the model's own routing differs from {label} on {agreement.disagree:,} of {agreement.rows:,} rows checked "
-              f"(first: {agreement.first}): exact ties torch.topk breaks its own way, casts to the checkpoint's dtype, or a "
-              f"routing fact the capture does not read; check the model's router with --candidate hf-{facts.family} "
+        print(f"warning: {agreement.line(label)}; torch.topk breaks exact ties its own way, a checkpoint's dtype casts, and a "
+              f"routing fact the capture does not read shows here: check the model's router with --candidate hf-{facts.family} "
               f"(its declared deviations) before trusting this label")  # fmt: skip
     else:
-        print(f"the model's own routing follows {label} on all {agreement.rows:,} rows checked (the first {_verify_rows():,} of each layer)")
+        print(agreement.line(label))
     print(f"check it: python -m contracts check --candidate oracle --contract {label} --logits {out}")
     return ExitCode.OK
 
@@ -126,12 +125,6 @@ def _related(facts) -> tuple[str, ...]:
     from ..run.capture import RELATED_CONTRACTS
 
     return RELATED_CONTRACTS.get(facts.router_class, ())
-
-
-def _verify_rows() -> int:
-    from ..run.capture import VERIFY_ROWS
-
-    return VERIFY_ROWS
 
 
 def _toml_loads(text: str) -> dict:

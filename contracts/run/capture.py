@@ -411,8 +411,19 @@ class Agreement:
     """The model's own routing against a contract's on the first ``VERIFY_ROWS`` rows of each layer."""
 
     rows: int
-    disagree: int
-    first: str | None  # "layer L token T" of the first row that disagrees
+    disagree: int  # rows whose ids or weights differ
+    ids: int = 0  # ... of them, rows whose expert sets differ
+    cast: int = 0  # ... rows with the same ids whose weights are the contract's rounded to the logits' dtype
+    first: str | None = None  # "layer L token T" of the first row that disagrees
+
+    def line(self, label: str) -> str:
+        if not self.disagree:
+            return f"the model's own routing follows {label} on all {self.rows:,} rows checked (the first {VERIFY_ROWS:,} of each layer)"
+        other = self.disagree - self.ids - self.cast
+        parts = [f"other experts on {self.ids:,}" if self.ids else "", f"weights other than a cast on {other:,}" if other else "",
+                 f"weights that are the contract's cast to the logits' dtype on {self.cast:,}" if self.cast else ""]  # fmt: skip
+        return (f"the model's own routing differs from {label} on {self.disagree:,} of {self.rows:,} rows checked (first: {self.first}): "
+                + ", ".join(p for p in parts if p))  # fmt: skip
 
 
 def verify_capture(rec: Captured, contract, *, rows: int = VERIFY_ROWS) -> Agreement:
@@ -421,25 +432,38 @@ def verify_capture(rec: Captured, contract, *, rows: int = VERIFY_ROWS) -> Agree
     tolerance (the routers rank with torch.topk, some unsorted)."""
     import oracle
 
-    t = rec.tensors()
-    checked = disagree = 0
+    def head(chunks: list[torch.Tensor]) -> torch.Tensor:  # the first ``rows`` rows, without joining the whole layer
+        taken, n = [], 0
+        for c in chunks:
+            if n >= rows:
+                break
+            taken.append(c[: rows - n])
+            n += taken[-1].shape[0]
+        return torch.cat(taken)
+
+    checked = disagree = wrong_ids = cast = 0
     first = None
     groups = dict(num_expert_group=contract.n_group, topk_group=contract.topk_group) if contract.is_grouped else {}
-    for layer in range(t["logits"].shape[0]):
-        logits, ids, weights = t["logits"][layer, :rows], t["ids"][layer, :rows].long(), t["weights"][layer, :rows]
-        bias = t["bias"][layer] if contract.has_bias and "bias" in t else (torch.zeros(logits.shape[-1]) if contract.has_bias else None)
+    for layer in range(len(rec.layer_names)):
+        logits, ids, weights = head(rec.logits[layer]), head(rec.ids[layer]).long(), head(rec.weights[layer]).float()
+        bias = rec.bias[layer] if contract.has_bias else None
+        if contract.has_bias and bias is None:
+            bias = torch.zeros(logits.shape[-1])  # what check --logits routes a file without a bias with
         ew, eids = oracle.route(logits, bias, ids.shape[-1], renormalize=contract.default_renormalize,
                                 routed_scaling_factor=contract.routed_scaling_factor, contract=contract, **groups)  # fmt: skip
         order, eorder = ids.sort(1), eids.long().sort(1)
-        same = (order.values == eorder.values).all(1) & torch.isclose(
-            weights.gather(1, order.indices), ew.gather(1, eorder.indices), rtol=contract.weight_rtol, atol=contract.weight_atol
-        ).all(1)
-        bad = (~same).nonzero().flatten()
+        w, ew = weights.gather(1, order.indices), ew.gather(1, eorder.indices)
+        same_ids = (order.values == eorder.values).all(1)
+        same_w = torch.isclose(w, ew, rtol=contract.weight_rtol, atol=contract.weight_atol, equal_nan=True).all(1)
+        cast_w = torch.isclose(w, ew.to(logits.dtype).float(), rtol=contract.weight_rtol, atol=contract.weight_atol, equal_nan=True).all(1)
+        bad = (~(same_ids & same_w)).nonzero().flatten()
         if bad.numel() and first is None:
             first = f"layer {layer} token {int(bad[0])}"
         checked += logits.shape[0]
         disagree += bad.numel()
-    return Agreement(checked, disagree, first)
+        wrong_ids += int((~same_ids).sum())
+        cast += int((same_ids & ~same_w & cast_w).sum()) if logits.dtype != torch.float32 else 0
+    return Agreement(checked, disagree, wrong_ids, cast, first)
 
 
 def write_capture(rec: Captured, out: str | Path, *, model_type: str, how: str, tokens_from: str, facts: RoutingFacts | None = None,
