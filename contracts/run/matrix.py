@@ -323,6 +323,13 @@ def run_matrix(
                 report.interrupted = str(stop() or "KeyboardInterrupt")
             bar.close("interrupted" if report.interrupted else "done")
         loop.finish(interrupted=report.interrupted)
+        if shape.plan.captured is not None:  # no PASS on a field no captured case drew (contracts.cases.exercised)
+            from ..cases.exercised import unexercised, unexercised_reason
+
+            fields = unexercised(c, shape.specs(plan_bulk_rows(device), device)[0])
+            for m in (*members, *sides):
+                if fields and m.record.status is Status.PASS:
+                    m.record.status, m.record.reason = Status.NOT_COVERED, unexercised_reason(fields)
         report.duration_s = time.perf_counter() - started
         from ..reports.environment import environment
 

@@ -153,3 +153,13 @@ def test_a_router_wrong_only_at_max_batch_fails_in_a_family_without_the_sweep(tm
 def test_a_router_wrong_above_16384_rows_fails_on_the_random_families_alone(tmp_path):
     s = _check(tmp_path, f"{ADV}:wrong_above_16384_rows", families=["random_fp32"], rows=40_000)
     assert s.status.value == "fail" and s.mismatched_rows >= 1, s  # was PASS: its largest call was 16,384 rows
+
+
+@pytest.mark.slow  # two candidates and the oracle over a capture and its 34 call contexts' cases: ~10-17 s on the loaded 2-core machine
+def test_matrix_on_captured_logits_says_not_exercised_too(tmp_path, gemma4_logits):
+    from contracts.run.matrix import run_matrix
+
+    run = run_matrix(["oracle", f"{ADV}:gemma4_scale_ignored"], contract="gemma4", logits=gemma4_logits, isolate=False, progress=False,
+                     out=tmp_path / "m")  # fmt: skip
+    for member in run.report.candidates:  # was PASS for both
+        assert member.status.value == "not_covered" and "not exercised: per-expert scale" in member.reason, member
