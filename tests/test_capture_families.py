@@ -109,3 +109,23 @@ def test_a_bf16_model_whose_router_casts_its_weights_is_told_so(tmp_path, capsys
     warning = next(line for line in printed.splitlines() if line.startswith("warning: "))
     assert "differs from qwen3-moe on" in warning and "cast to the logits' dtype on" in warning, warning
     assert "weights other than a cast" not in warning and "--candidate hf-qwen3-moe" in warning, warning
+
+
+def test_a_gemma4_checkpoint_with_a_per_expert_scale_says_the_capture_leaves_it_out(tmp_path, capsys):
+    import torch
+
+    from contracts.commands import main
+
+    config = transformers.Gemma4TextConfig(**{**_SMALL, **FAMILIES["gemma4"][1]})
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(getattr(m, "per_expert_scale", None), torch.Tensor):
+                m.per_expert_scale.copy_(torch.linspace(0.5, 2.0, m.per_expert_scale.numel()))
+    model.save_pretrained(tmp_path / "g")
+    (tmp_path / "text.txt").write_text("Routers route tokens; " * 2)
+    out = tmp_path / "g.safetensors"
+    assert main(["capture", "--model", str(tmp_path / "g"), "--text", str(tmp_path / "text.txt"), "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "warning: per_expert_scale is not all ones" in printed and "weights other than a cast on" in printed, printed

@@ -8,11 +8,21 @@ The layer names (module paths) and the contract the model's routing
 follows go into the file's metadata. The output is a ``.safetensors`` file
 that ``check --logits`` reads as cases and ``trace-diff`` reads as a trace.
 
+The contract is read, never looked up by model type: ``routing_facts``
+takes what decides the routing from the router class and the values the
+config gave it (group shape, the group mask as the installed router's
+source writes it, routed_scaling_factor, norm_topk_prob, scoring, bias);
+``contract_for`` names the built-in whose routing fields are exactly these,
+or makes a contract of them on top of the router family's built-in;
+``verify_capture`` routes the first rows of each layer through the oracle
+under it against the model's own choice.
+
 The routers are found the way transformers itself records router logits:
 each MoE model class names its router module class in
 ``_can_record_outputs["router_logits"]`` (transformers >= 5, whose routers
 return ``(logits, weights, ids)``); a forward hook on every instance keeps
-those three outputs. Nothing is downloaded: ``--model`` is a local
+those three outputs (``READERS`` and ``LOGITS_FROM`` read the two routers that
+return something else: Llama 4's and Gemma 4's). Nothing is downloaded: ``--model`` is a local
 checkpoint directory (config.json and weights), a directory with only a
 config.json, or a config.json file; without weights the model is built with
 random weights from ``--seed``.
@@ -312,7 +322,7 @@ def routing_facts(model, rec: Captured) -> RoutingFacts:
         values = {repr(getattr(m, attr, None)) for m in rec.routers}
         if len(values) > 1:
             notes.append(f"the routers' {attr} differs between layers ({', '.join(sorted(values))}); one contract cannot name them all")
-    if len({x[0].shape[-1] for x in rec.logits} | set()) > 1 or len({x[0].shape[-1] for x in rec.ids}) > 1:
+    if len({x[0].shape[-1] for x in rec.logits}) > 1 or len({x[0].shape[-1] for x in rec.ids}) > 1:
         notes.append("the layers have different numbers of experts or k; one contract cannot name them all")
     family = _family_of(cls)
     base = oracle.BUILTIN_CONTRACTS[family] if family else None
@@ -331,9 +341,9 @@ def routing_facts(model, rec: Captured) -> RoutingFacts:
         notes.append(f"the group mask of {cls} could not be read from its source")
     rsf = getattr(router, "routed_scaling_factor", None)
     norm = getattr(router, "norm_topk_prob", None)
-    scale = getattr(router, "per_expert_scale", None)
+    scales = [getattr(m, "per_expert_scale", None) for m in rec.routers]
     warnings = []
-    if isinstance(scale, torch.Tensor) and not bool((scale == 1).all()):
+    if any(isinstance(x, torch.Tensor) and not bool((x == 1).all()) for x in scales):
         warnings.append("per_expert_scale is not all ones: the capture does not hold it, so checks on it use ones")
     return RoutingFacts(
         router_class=cls, model_type=str(getattr(config, "model_type", "")), family=family, experts=int(experts), topk=int(topk),
