@@ -113,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {warning}")
     if agreement.disagree:
         print(f"warning: {agreement.line(label)}; torch.topk breaks exact ties its own way, a checkpoint's dtype casts, and a "
-              f"routing fact the capture does not read shows here: check the model's router with --candidate hf-{facts.family} "
-              f"(its declared deviations) before trusting this label")  # fmt: skip
+              f"routing fact the capture does not read shows here: check the model's router class on these logits before "
+              f"trusting this label: python -m contracts check --candidate hf-{facts.family} --contract {label} --logits {out}")  # fmt: skip
     else:
         print(agreement.line(label))
     print(f"check it: python -m contracts check --candidate oracle --contract {label} --logits {out}")
