@@ -50,7 +50,8 @@ FAMILIES = {
     "granite-moe": ("GraniteMoeConfig", dict(num_local_experts=16, num_experts_per_tok=2)),
     "hunyuan-moe": ("HunYuanMoEV1Config", dict(num_experts=16, moe_topk=2)),
     "ernie4.5": ("Ernie4_5_MoeConfig", dict(num_experts=16, num_experts_per_tok=2, moe_intermediate_size=16)),
-    "gemma4": ("Gemma4TextConfig", dict(num_experts=16, top_k_experts=2, enable_moe_block=True, moe_intermediate_size=16)),
+    "gemma4": ("Gemma4TextConfig", dict(num_experts=16, top_k_experts=2, enable_moe_block=True, moe_intermediate_size=16,
+                                        vocab_size_per_layer_input=256)),  # the default per-layer table is 262,144 x 512
     "llama4": ("Llama4TextConfig", dict(num_local_experts=8, num_experts_per_tok=1, intermediate_size_mlp=48, interleave_moe_layer_step=1)),
 }
 
