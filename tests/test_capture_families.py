@@ -7,10 +7,11 @@ where they decide the routing (group shape, routed_scaling_factor,
 norm_topk_prob). The printed contract must be the family's built-in, and
 the model's own ids and weights, every row of every layer, the oracle's
 under it (tests/adversarial/test_capture_labels.py routes them). Families
-capture cannot take, with why: deepseek-v4 (a tiny config's layers are all
-hash-routed: ``DeepseekV4HashRouter`` is no per-row top-k), mistral4 (no
-causal-LM class in transformers 5.24), dbrx and longcat-flash (their tiny
-configs do not build: attention shapes), each named in docs/models.md.
+capture cannot take, with why: mistral4 (no causal-LM class in
+transformers 5.24), dbrx and longcat-flash (their tiny configs do not
+build: attention shapes), each named in docs/models.md. DeepSeek-V4's
+hash-routed layers (``DeepseekV4HashRouter``, no per-row top-k) are not
+recorded; its top-k layers are.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ transformers = pytest.importorskip("transformers")
 _SMALL = dict(vocab_size=256, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
               head_dim=16, max_position_embeddings=256)  # fmt: skip
 _MLA = dict(q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, first_k_dense_replace=0)
+
+# DeepSeek-V4: a hash-routed first layer (not recorded) and a top-k one; its attention's own small shapes
+_V4 = dict(hidden_size=64, moe_intermediate_size=16, num_attention_heads=4, num_key_value_heads=1, head_dim=32, q_lora_rank=32,
+           n_routed_experts=16, num_experts_per_tok=2, qk_rope_head_dim=8, layer_types=["heavily_compressed_attention",
+           "compressed_sparse_attention"], mlp_layer_types=["hash_moe", "moe"], o_groups=2, o_lora_rank=16, index_n_heads=2,
+           index_head_dim=16, index_topk=8, hc_mult=2, sliding_window=16, num_nextn_predict_layers=0, routed_scaling_factor=1.5,
+           scoring_func="sqrtsoftplus")  # fmt: skip
 
 # family -> (config class, the config values that set E, k and the routing options as the released checkpoint has them)
 FAMILIES = {
@@ -52,6 +60,7 @@ FAMILIES = {
     "ernie4.5": ("Ernie4_5_MoeConfig", dict(num_experts=16, num_experts_per_tok=2, moe_intermediate_size=16)),
     "gemma4": ("Gemma4TextConfig", dict(num_experts=16, top_k_experts=2, enable_moe_block=True, moe_intermediate_size=16,
                                         vocab_size_per_layer_input=256)),  # the default per-layer table is 262,144 x 512
+    "deepseek-v4": ("DeepseekV4Config", _V4),
     "llama4": ("Llama4TextConfig", dict(num_local_experts=8, num_experts_per_tok=1, intermediate_size_mlp=48, interleave_moe_layer_step=1)),
 }
 
@@ -130,3 +139,14 @@ def test_a_gemma4_checkpoint_with_a_per_expert_scale_says_the_capture_leaves_it_
     assert main(["capture", "--model", str(tmp_path / "g"), "--text", str(tmp_path / "text.txt"), "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "warning: per_expert_scale is not all ones" in printed and "weights other than a cast on" in printed, printed
+
+
+def test_a_deepseek_v4_config_scoring_with_sigmoid_gets_a_sigmoid_contract(tmp_path, capsys):
+    # DeepseekV4TopKRouter scores with ACT2FN[config.scoring_func]: the label reads it (no built-in has V4's routing with a
+    # sigmoid: a contract file on top of deepseek-v4)
+    transformers.DeepseekV4Config(**{**_SMALL, **_V4, "scoring_func": "sigmoid"}).save_pretrained(tmp_path / "v4")
+    meta, tensors, contract = _capture(tmp_path, tmp_path / "v4", capsys)
+    assert contract.scoring == "sigmoid" and meta["contract"].endswith(".contract.toml"), meta
+    assert json.loads(meta["routing"])["scoring"] == "sigmoid" and tensors["logits"].shape[0] == 1  # the hash layer is not recorded
+    assert _disagreeing_rows(tensors, contract) == 0
+    assert _disagreeing_rows(tensors, oracle.get_contract("deepseek-v4")) > 0
