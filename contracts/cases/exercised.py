@@ -136,6 +136,10 @@ def regimes(c) -> list[Regime]:
         for kept in (c.topk_group - 1, c.topk_group + 1):
             if 1 <= kept <= c.n_group:
                 add("topk_group", kept, f"topk_group={kept}: {kept} groups kept, not {c.topk_group}", _route(c, topk_group=kept))
+    if c.has_bias:  # a router that keeps the bias in bf16 (as some load it) and adds it so
+        add("bias_dtype", "bf16", "the correction bias rounded to bf16 before it ranks", _bf16_bias(c))
+    if c.zero_experts:
+        add("zero_experts", "excluded", f"the {c.zero_experts} zero-computation experts never chosen", _without_zero_experts(c))
     if c.weight_scale == "per_expert":
         add("weight_scale", "none", "per-expert scale ignored: weights as if every expert's scale were 1", _route(c, scale=False))
     if c.renormalize == "lp":
@@ -156,6 +160,35 @@ def regimes(c) -> list[Regime]:
         add("routed_scaling_factor", c.routed_scaling_factor, f"wrong only at routed_scaling_factor={c.routed_scaling_factor:g}, "
             "the model's own (it scales by 1 there)", _only_at(c, _route(c, rsf=1.0), "routed_scaling_factor", c.routed_scaling_factor))  # fmt: skip
     return out
+
+
+def _bf16_bias(c) -> Callable:
+    right = _route(c)
+
+    def route(case):
+        import dataclasses
+
+        return right(dataclasses.replace(case, bias=case.bias.to(torch.bfloat16).to(case.bias.dtype)))
+
+    import torch
+
+    return route
+
+
+def _without_zero_experts(c) -> Callable:
+    """A router that never routes to the zero-computation experts (the last ``zero_experts`` ids): their logits -inf."""
+    right = _route(c)
+
+    def route(case):
+        import dataclasses
+
+        import torch
+
+        scores = case.scores.clone()
+        scores[:, c.experts - c.zero_experts :] = -torch.inf
+        return right(dataclasses.replace(case, scores=scores))
+
+    return route
 
 
 def _renormalizing(c) -> Callable:
