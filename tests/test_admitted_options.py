@@ -149,6 +149,9 @@ def test_check_plan_plans_only_the_admitted_options(monkeypatch, capsys):
 
     real = plan_module.iter_plan
     monkeypatch.setattr(plan_module, "iter_plan", recording)
+    import contracts.run.checks as checks_module  # --plan walks the run's own iterator (issue 55), imported there
+
+    monkeypatch.setattr(checks_module, "iter_plan", recording)
     assert main(["--candidate", "oracle", "--contract", "mixtral", "--plan", "--rows", "200"]) == 0
     assert "plan: contract mixtral" in capsys.readouterr().out
     assert planned and {s.renormalize_options for s in planned} == {(True,)}  # Mixtral always renormalizes
