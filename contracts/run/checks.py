@@ -345,7 +345,7 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
     bulk = plan_bulk_rows(device)
     specs, total = shape.specs(bulk, device, points)
     # a second, lazy pass over the specs (no tensors); a captured file's rows are what they are
-    covers = coverage_of(shape.specs(bulk, device, points)[0]) if plan.captured is None else None
+    covers = coverage_of(shape.specs(bulk, device, points)[0], call_rows) if plan.captured is None else None  # the calls' sizes
     options = {**o.recorded, "bulk_rows": bulk, "max_batch": shape.max_batch(device), "call_rows": call_rows, "families": shape.families, "experts": shape.experts, "topk": shape.topk,
                "groups": list(shape.groups), "contract_source": contract if str(contract).endswith(".toml") else None, "coverage": covers,
                "candidate_switch_points": list(points)}  # fmt: skip
