@@ -14,7 +14,9 @@ clause (the most specific explanation that fits):
      (``group_mask`` when more groups were used than kept, or the mask value
      let a dropped expert through; ``group_selection`` when the candidate
      kept other groups and chose right within them; ``group_tie_order`` when
-     those groups tie the kept ones exactly);
+     those groups tie the kept ones exactly, and then its experts are judged
+     within the groups it kept, so an expert tie broken there is also
+     ``tie_order``: ``contracts.compare.group_ties``);
    - equal ranking keys: an exact tie (equal inputs, both saturated, both
      masked, or an infinite value) broken against the tie rule is
      ``tie_order``; keys that are equal only by rounding, or values within
@@ -50,6 +52,7 @@ import torch
 
 import oracle
 
+from .group_ties import masked_outside, tie_resolution
 from .tolerance import broadcast_isclose, near_allowance, weights_close
 
 __all__ = ["CLAUSE_ORDER", "Blame", "NEAR_TIE", "attribute"]
@@ -324,9 +327,12 @@ def _same_ids(alt: torch.Tensor, a: torch.Tensor, c) -> torch.Tensor:
     return (alt == a).all(1)
 
 
-def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
-    """(clause, code, first differing slot, freed) of the ids aspect, per row; ``freed`` [B, k]: the slots whose
-    expert the clause found (nan_last's round index) leaves free, for the row-whole check."""
+def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor, *, groups_settled: bool = False):
+    """(clause, code, first differing slot, freed, within clause, within code) of the ids aspect, per row; ``freed``
+    [B, k]: the slots whose expert the clause found (nan_last's round index) leaves free, for the row-whole check;
+    ``within``: where the clause is a group tie resolved another way, what the router's experts break within the
+    groups it kept (``_within_tied_groups``; NONE elsewhere). ``groups_settled``: ``r``'s groups are the ones to judge
+    the experts in (no group clause is tried)."""
     rows, k = r.e.shape
     clause = torch.full((rows,), NONE, dtype=torch.long, device=r.e.device)
     code = torch.zeros_like(clause)
@@ -352,7 +358,8 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
 
     # groups: a choice the contract's own rule gives within other groups (group scores, group ties, the mask
     # value) before the special values, which would otherwise take the blame for an expert of another group
-    if r.kept is not None:
+    grouped = r.kept is not None and not groups_settled
+    if grouped:
         _group_aspect(r, c, todo, assign, extra, first=True)
 
     # special values
@@ -375,7 +382,11 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
     if c.has_fallback:
         assign((diff_slot & (slots >= r.valid.unsqueeze(1))).any(1), "sentinel_fallback", R_SENTINEL)
 
-    if r.kept is not None:
+    within, within_code = torch.full_like(clause, NONE), torch.zeros_like(code)
+    if grouped:
+        # groups that tie the kept ones, kept in their place: the group tie rule's, and the experts are judged there
+        tied_groups, within, within_code = _within_tied_groups(r, c, todo, extra)
+        assign(tied_groups, "group_tie_order", R_GROUP_TIE)
         _group_aspect(r, c, todo, assign, extra, first=False)
 
     # The row whole: every expert the candidate has over and every one it lacks must sit at the expected
@@ -445,7 +456,41 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor):
     if order_matters:
         assign(same_set & ftz_match, "output_order", R_ORDER_FTZ)
         assign(same_set, "output_order", R_ORDER)
-    return clause, code, slot, freed
+    return clause, code, slot, freed, within, within_code
+
+
+def _rows_at(r: _Rows, rows: torch.Tensor) -> _Rows:
+    """The fields of ``rows`` (indices into ``r``'s rows) of ``r``; the bias is per expert, shared."""
+    return _Rows(**{f: (getattr(r, f).index_select(0, rows) if f != "bias" and getattr(r, f) is not None else getattr(r, f))
+                    for f in r.__dataclass_fields__})  # fmt: skip
+
+
+def _within_tied_groups(r: _Rows, c, todo: torch.Tensor, extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(rows [B], clause [B], code [B])``: the ``todo`` rows whose groups resolve a group-score tie another way than
+    the contract (``group_ties.tie_resolution``), and the ids aspect of their experts against the contract's choice
+    within the groups that resolution keeps (NONE where they are that choice, or a near tie of it); ``extra`` [B, k]:
+    the router's experts the contract does not choose."""
+    hit = torch.zeros_like(todo)
+    clause = torch.full(todo.shape, NONE, dtype=torch.long, device=todo.device)
+    code = torch.zeros_like(clause)
+    if not bool(todo.any()):
+        return hit, clause, code
+    resolves, groups = tie_resolution(r.a, extra, r.ranking, r.kept, r.group_scores, c.topk_group)
+    sub = (todo & resolves).nonzero().squeeze(1)
+    if sub.numel() == 0:
+        return hit, clause, code
+    kept = groups.index_select(0, sub)
+    s = _rows_at(r, sub)
+    selection = masked_outside(s.ranking, kept, c.group_mask)
+    e = _select_under(selection, s.e.shape[1], c.replace(n_group=1, topk_group=1))
+    s = dataclasses.replace(s, e=e, selection=selection, keys=oracle.rank_keys(selection.contiguous()), kept=kept)
+    differs = ~_same_ids(e, s.a, c)
+    inner, inner_code, *_ = _ids_aspect(s, c, differs, torch.zeros_like(differs), groups_settled=True)
+    failing = inner >= 0  # a near tie (NEAR_TIE) or the contract's own choice there (NONE) adds no clause
+    hit[sub] = True
+    clause[sub] = torch.where(failing, inner, clause[sub])
+    code[sub] = torch.where(failing, inner_code, code[sub])
+    return hit, clause, code
 
 
 def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, *, first: bool) -> None:
@@ -572,8 +617,7 @@ def _core_aspect(r: _Rows, c, ids_clause: torch.Tensor, freed: torch.Tensor):
     sub = (nan_rows | sentinel_rows).nonzero().squeeze(1)
     if sub.numel() == 0:
         return clause, code
-    s = _Rows(**{f: (getattr(r, f).index_select(0, sub) if f != "bias" and getattr(r, f) is not None else getattr(r, f))
-                 for f in r.__dataclass_fields__})  # fmt: skip
+    s = _rows_at(r, sub)
     freed_sub = freed.index_select(0, sub)
     bad, n = _numbers_not_top(s, c, freed_sub)
     if s.kept is not None and bool(bad.any()):
@@ -1051,7 +1095,7 @@ def attribute(case, exp, values, w_act: torch.Tensor, ids_act: torch.Tensor, row
     invalid = oor | tw | early
     validity = torch.where(invalid, INDEX["validity"], NONE)
     validity_code = torch.where(oor, R_OUT_OF_RANGE, torch.where(tw, R_TWICE, torch.where(early, R_FALLBACK_EARLY, 0)))
-    ids_clause, ids_code, slot, freed = _ids_aspect(r, c, ~eq, invalid)
+    ids_clause, ids_code, slot, freed, within, within_code = _ids_aspect(r, c, ~eq, invalid)
     if c.nan_rule == "last":  # aiter's round index shows as an id twice: it is the NaN rule that broke
         round_index = invalid & ((r.a == torch.arange(r.a.shape[1], device=r.a.device)) & (r.e != r.a)
                                  & ((_gather(r.keys, r.e) == oracle.NAN_KEY) | (_gather(r.ranking, r.e) == -math.inf))).any(1)  # fmt: skip
@@ -1059,6 +1103,8 @@ def attribute(case, exp, values, w_act: torch.Tensor, ids_act: torch.Tensor, row
         ids_clause = torch.where(round_index & ~oor, INDEX["nan_last"], ids_clause)
         ids_code = torch.where(round_index & ~oor, R_ROUND_INDEX, ids_code)
     core, core_code = _core_aspect(r, c, ids_clause, freed)
+    # a group tie resolved another way (ids: group_tie_order): what the experts break within those groups
+    core, core_code = torch.where(within >= 0, within, core), torch.where(within >= 0, within_code, core_code)
     groups = _GroupFacts.of(r)
     same_set = ~_unmatched(r.a, r.e).any(1)
     w_clause, w_code, w2_clause, w2_code, factor, reference, ok = _weights_aspect(r, c, case, eq, same_set, invalid)

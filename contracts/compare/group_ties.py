@@ -1,0 +1,73 @@
+"""Group-score ties resolved another way: the groups a router could have kept, for the ids aspect to judge within.
+
+Where group scores tie at the contract's cutoff (the lowest score of a kept group), the group tie rule picks which of
+the tied groups are kept; a router that picks others broke that rule (``group_tie_order``), not the mask. Its experts
+are then judged against the contract's choice *within the groups it kept*: a tie among experts broken there is
+``tie_order``, whatever the groups. Before this reading, a row of DeepSeek-V3's ``all_equal`` family (every group and
+every expert tied) whose router broke both ties was blamed on ``group_mask``, and the tie clauses passed.
+
+The router's groups are a **resolution of the group tie** when every group it took an expert from scores at least
+the cutoff (groups above it are the contract's own, and kept by any resolution), and those above the cutoff together
+with the ones it used number no more than ``topk_group``. The remaining kept places go to the other tied groups
+whose best expert ranks lowest: if any resolution makes the router's experts the top ones up to ties, that one
+does (a group kept only to fill a place can only add experts that outrank the router's). Rows with a NaN group
+score are left to the NaN clauses.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["tie_resolution", "masked_outside"]
+
+
+def _groups_used(ids: torch.Tensor, picks: torch.Tensor, n_group: int, size: int) -> torch.Tensor:
+    """bool [B, G]: the groups of the router's experts ``ids`` [B, k] where ``picks`` [B, k]."""
+    used = torch.zeros((ids.shape[0], n_group), device=ids.device).scatter_reduce_(1, ids // size, picks.float(), "amax")
+    return used > 0
+
+
+def _fill_lowest_first(open_: torch.Tensor, best: torch.Tensor, room: torch.Tensor) -> torch.Tensor:
+    """bool [B, G]: ``room`` [B, 1] of the ``open_`` groups, those whose best expert ranks lowest first (ties by
+    group number)."""
+    key = torch.where(open_, best, torch.full_like(best, math.inf))
+    order = key.argsort(dim=1, stable=True)
+    place = torch.empty_like(order).scatter_(1, order, torch.arange(key.shape[1], device=order.device).expand_as(order))
+    return open_ & (place < room)
+
+
+def tie_resolution(ids: torch.Tensor, extra: torch.Tensor, ranking: torch.Tensor, kept: torch.Tensor, group_scores: torch.Tensor,
+                   topk_group: int) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """``(resolves [B], groups [B, G])``: whether the groups of the router's experts ``ids`` [B, k] are another
+    resolution of a group-score tie than the contract's ``kept`` [B, G], and the groups that resolution keeps.
+
+    ``extra`` [B, k]: the router's experts the contract does not choose (one of a dropped group that the contract
+    takes too, a NaN slot's fill or a 0.0 mask's tie, uses no group); ``ranking`` [B, E]: the values experts rank by
+    before any group mask; ``group_scores`` [B, G]: the contract's."""
+    n_group = kept.shape[1]
+    size = ranking.shape[1] // n_group
+    scores = group_scores.float()
+    cutoff = torch.where(kept, scores, torch.full_like(scores, math.inf)).amin(1, keepdim=True)
+    above, tied = scores > cutoff, scores == cutoff
+    in_kept = kept.gather(1, ids // size)
+    used = _groups_used(ids, in_kept | extra, n_group, size)
+    settled = above | used
+    resolves = (
+        ~torch.isnan(scores).any(1)
+        & (extra & ~in_kept).any(1)  # an expert of a dropped group the contract does not take: the groups differ
+        & (~used | above | tied).all(1)  # every group used scores at least the cutoff
+        & (settled.sum(1) <= topk_group)
+    )
+    best = torch.nan_to_num(ranking.float(), nan=-math.inf).view(ranking.shape[0], n_group, size).amax(2)
+    room = (topk_group - settled.sum(1, keepdim=True)).clamp(min=0)
+    groups = settled | _fill_lowest_first(tied & ~settled, best, room)
+    return resolves, groups
+
+
+def masked_outside(ranking: torch.Tensor, groups: torch.Tensor, mask_value: float) -> torch.Tensor:
+    """fp32 [B, E]: ``ranking`` with the experts outside ``groups`` [B, G] set to the contract's mask value."""
+    rows, experts = ranking.shape
+    n_group = groups.shape[1]
+    return ranking.view(rows, n_group, experts // n_group).masked_fill(~groups.unsqueeze(2), mask_value).view(rows, experts)
