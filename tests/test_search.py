@@ -25,7 +25,7 @@ def straddle_lowest(scores, bias, topk, renormalize, rsf):
     cutoff = keys.gather(1, ids.long()[:, -1:])
     straddles = (keys == cutoff).sum(1) > (keys.gather(1, ids.long()) == cutoff).sum(1)
     if straddles.any():
-        lowest = keys[straddles] * experts + (experts - 1 - torch.arange(experts))
+        lowest = keys[straddles] * experts + (experts - 1 - torch.arange(experts, device=keys.device))
         ids[straddles] = torch.topk(lowest, topk, dim=1).indices.to(torch.int32)
     w = sig.gather(1, ids.long())
     if renormalize:

@@ -56,7 +56,7 @@ def _route(scores, bias, topk, renormalize, routed_scaling_factor, *, num_expert
     top = grouped.gather(2, order(grouped)[..., :2])
     group = top[..., 0] + top[..., 1] if group_score == "top2" else top[..., 0]
     kept = order(group)[:, :topk_group]
-    keep = torch.zeros(rows, num_expert_group, dtype=torch.bool).scatter_(1, kept, True)
+    keep = torch.zeros(rows, num_expert_group, dtype=torch.bool, device=scores.device).scatter_(1, kept, True)
     masked = grouped.masked_fill(~keep.unsqueeze(2), mask).view(rows, experts)
     ids = order(masked)[:, :topk]
     w = (choice if bias_in_weight else sig).gather(1, ids)
@@ -115,7 +115,7 @@ def route_nan_first_lowest_numbers(scores, bias, topk, renormalize, routed_scali
     choice = torch.sigmoid(scores.float()) + bias.float()
     for r in torch.isnan(choice).any(1).nonzero().flatten().tolist():
         groups = (ids[r].long() // size).unique()
-        pool = torch.cat([torch.arange(g * size, (g + 1) * size) for g in groups.tolist()])
+        pool = torch.cat([torch.arange(g * size, (g + 1) * size, device=scores.device) for g in groups.tolist()])
         numbers = pool[~torch.isnan(choice[r, pool])]
         lowest = numbers[torch.sort(choice[r, numbers], stable=True).indices]
         nan_ids = ids[r][torch.isnan(choice[r, ids[r].long()])]
