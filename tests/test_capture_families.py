@@ -7,9 +7,8 @@ where they decide the routing (group shape, routed_scaling_factor,
 norm_topk_prob). The printed contract must be the family's built-in, and
 the model's own ids and weights, every row of every layer, the oracle's
 under it (tests/adversarial/test_capture_labels.py routes them). Families
-capture cannot take, with why: mistral4 (no causal-LM class in
-transformers 5.24), dbrx and longcat-flash (their tiny configs do not
-build: attention shapes), each named in docs/models.md. DeepSeek-V4's
+capture cannot take: mistral4 (no causal-LM class in transformers 5.24),
+named in docs/models.md. DeepSeek-V4's
 hash-routed layers (``DeepseekV4HashRouter``, no per-row top-k) are not
 recorded; its top-k layers are.
 """
@@ -61,6 +60,14 @@ FAMILIES = {
     "gemma4": ("Gemma4TextConfig", dict(num_experts=16, top_k_experts=2, enable_moe_block=True, moe_intermediate_size=16,
                                         vocab_size_per_layer_input=256)),  # the default per-layer table is 262,144 x 512
     "deepseek-v4": ("DeepseekV4Config", _V4),
+    # DBRX's config has its own names (d_model, n_layers, ...); its router returns logits, DbrxFFN routes them
+    "dbrx": ("DbrxConfig", dict(d_model=32, n_heads=2, n_layers=2, max_seq_len=256, attn_config=dict(kv_n_heads=2, clip_qkv=8.0, rope_theta=10000.0),
+                                ffn_config=dict(moe_num_experts=16, moe_top_k=4, ffn_hidden_size=32, moe_normalize_expert_weights=1.0))),
+    # 12 routed + 4 zero-computation experts: the router ranks all 16
+    "longcat-flash": ("LongcatFlashConfig", dict(num_layers=1, n_routed_experts=12, zero_expert_num=4, num_experts_per_tok=2, moe_topk=2,
+                                                 expert_ffn_hidden_size=16, ffn_hidden_size=32, kv_lora_rank=16, q_lora_rank=16,
+                                                 qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, head_dim=8,
+                                                 routed_scaling_factor=6.0)),
     "llama4": ("Llama4TextConfig", dict(num_local_experts=8, num_experts_per_tok=1, intermediate_size_mlp=48, interleave_moe_layer_step=1)),
 }
 
@@ -70,6 +77,8 @@ def test_capture_prints_the_family_contract_and_the_models_own_routing_passes_it
     cls, fields = FAMILIES[family]
     folder = tmp_path / family
     small = {k: v for k, v in _SMALL.items() if not (k == "head_dim" and "kv_lora_rank" in fields)}  # MLA sets its own head dims
+    if cls == "DbrxConfig":
+        small = {"vocab_size": _SMALL["vocab_size"]}
     getattr(transformers, cls)(**{**small, **fields}).save_pretrained(folder)  # a config only: random weights from --seed
     meta, tensors, contract = _capture(tmp_path, folder, capsys)
     assert contract.name == family, (meta["contract"], meta["routing"])
@@ -150,3 +159,13 @@ def test_a_deepseek_v4_config_scoring_with_sigmoid_gets_a_sigmoid_contract(tmp_p
     assert json.loads(meta["routing"])["scoring"] == "sigmoid" and tensors["logits"].shape[0] == 1  # the hash layer is not recorded
     assert _disagreeing_rows(tensors, contract) == 0
     assert _disagreeing_rows(tensors, oracle.get_contract("deepseek-v4")) > 0
+
+
+def test_a_dbrx_config_without_renormalization_is_labelled_unnormalized(tmp_path, capsys):
+    # DbrxFFN divides by the L_p norm of the chosen weights when moe_normalize_expert_weights is p, not at all when None
+    cls, fields = FAMILIES["dbrx"]
+    fields = {**fields, "ffn_config": {**fields["ffn_config"], "moe_normalize_expert_weights": None}}
+    transformers.DbrxConfig(vocab_size=_SMALL["vocab_size"], **fields).save_pretrained(tmp_path / "d")
+    meta, tensors, contract = _capture(tmp_path, tmp_path / "d", capsys)
+    assert contract.default_renormalize is False and json.loads(meta["routing"])["renorm_p"] is None, meta
+    assert _disagreeing_rows(tensors, contract) == 0 and _disagreeing_rows(tensors, oracle.get_contract("dbrx")) > 0

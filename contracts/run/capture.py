@@ -148,6 +148,18 @@ READERS = {"Llama4Router": _llama4}
 # router class name -> the submodule whose output is the logits, where the router returns something else first
 # (Gemma4TextRouter returns the softmax probabilities; its ``proj`` computes the logits)
 LOGITS_FROM = {"Gemma4TextRouter": "proj"}
+# router class name -> the method of its parent module that turns its logits into (weights, ids), where the router
+# returns the logits only (DBRX: DbrxFFN.route_tokens_to_experts); the parent's attributes then decide the routing
+ROUTED_BY_PARENT = {"DbrxRouter": "route_tokens_to_experts"}
+
+
+def _logits_only(module, output):
+    if not isinstance(output, torch.Tensor):
+        raise CaptureError(f"router {type(module).__name__} returned {type(output).__name__}; expected the logits")
+    return output, None, None
+
+
+READERS.update({name: _logits_only for name in ROUTED_BY_PARENT})
 
 
 def _bias_of(module) -> torch.Tensor | None:
@@ -200,7 +212,9 @@ def capture(model, tokens: torch.Tensor, *, seq_len: int = 512, progress: bool =
     routers = [(name, m) for name, m in model.named_modules() if classes and isinstance(m, classes)]
     if not routers:
         raise CaptureError(f"{type(model).__name__}: no MoE router module found (transformers >= 5 MoE models name theirs in _can_record_outputs)")
-    rec = Captured([name for name, _ in routers], routers=[m for _, m in routers])
+    parents = {i: model.get_submodule(name.rsplit(".", 1)[0] if "." in name else "")
+               for i, (name, m) in enumerate(routers) if type(m).__name__ in ROUTED_BY_PARENT}  # fmt: skip
+    rec = Captured([name for name, _ in routers], routers=[parents.get(i, m) for i, (_, m) in enumerate(routers)])
     rec.logits, rec.weights, rec.ids = ([[] for _ in routers] for _ in range(3))
     rec.bias = [_bias_of(m) for _, m in routers]
 
@@ -225,8 +239,9 @@ def capture(model, tokens: torch.Tensor, *, seq_len: int = 512, progress: bool =
             if type(module).__name__ in LOGITS_FROM:
                 logits = inner.pop(index)
             rec.logits[index].append(logits.detach().reshape(-1, logits.shape[-1]).cpu())
-            rec.weights[index].append(weights.detach().reshape(-1, weights.shape[-1]).float().cpu())
-            rec.ids[index].append(ids.detach().reshape(-1, ids.shape[-1]).cpu())
+            if weights is not None:  # else the parent's routing method records them (ROUTED_BY_PARENT)
+                rec.weights[index].append(weights.detach().reshape(-1, weights.shape[-1]).float().cpu())
+                rec.ids[index].append(ids.detach().reshape(-1, ids.shape[-1]).cpu())
             if bias_at is not None and rec.bias[index] is None:
                 b = kwargs.get("e_score_correction_bias", args[bias_at] if len(args) > bias_at else None)
                 if isinstance(b, torch.Tensor):
@@ -234,7 +249,23 @@ def capture(model, tokens: torch.Tensor, *, seq_len: int = 512, progress: bool =
 
         return keep
 
+    def routed(index, method):
+        def wrapped(logits, *args, **kwargs):
+            weights, ids = method(logits, *args, **kwargs)
+            rec.weights[index].append(weights.detach().reshape(-1, weights.shape[-1]).float().cpu())
+            rec.ids[index].append(ids.detach().reshape(-1, ids.shape[-1]).cpu())
+            return weights, ids
+
+        return wrapped
+
     handles = [m.register_forward_hook(hook(i), with_kwargs=True) for i, (_, m) in enumerate(routers)]
+    wrapped_methods = []
+    for i, parent in parents.items():
+        method = ROUTED_BY_PARENT[type(routers[i][1]).__name__]
+        if not callable(getattr(parent, method, None)) or method in vars(parent):
+            raise CaptureError(f"router {routers[i][0]}: its parent {type(parent).__name__} has no {method} method to record the routing of")
+        setattr(parent, method, routed(i, getattr(parent, method)))  # an instance attribute over the class's method, removed below
+        wrapped_methods.append((parent, method))
     for i, (name, m) in enumerate(routers):
         sub = LOGITS_FROM.get(type(m).__name__)
         if sub is not None:
@@ -248,6 +279,10 @@ def capture(model, tokens: torch.Tensor, *, seq_len: int = 512, progress: bool =
     finally:
         for h in handles:
             h.remove()
+        for parent, method in wrapped_methods:
+            delattr(parent, method)
+    if any(len(w) != len(x) for w, x in zip(rec.weights, rec.logits)):
+        raise CaptureError(f"{type(model).__name__}: a router's logits and its choice were not recorded call for call; capture cannot read this model")
     return rec
 
 
@@ -276,6 +311,7 @@ class RoutingFacts:
     group_mask: str | None
     routed_scaling_factor: float | None
     norm_topk_prob: bool | None
+    renorm_p: float | None = None  # DBRX: the p of its L_p renormalization (moe_normalize_expert_weights)
     notes: tuple[str, ...] = ()  # facts that could not be read: no contract is named
     warnings: tuple[str, ...] = ()  # facts a capture leaves out (a contract is named; the line says what its checks miss)
 
@@ -288,6 +324,8 @@ class RoutingFacts:
         groups = f"{self.n_group} / {self.topk_group} groups, mask {self.group_mask}" if self.n_group > 1 else "ungrouped"
         rsf = "no rsf" if self.routed_scaling_factor is None else f"rsf {self.routed_scaling_factor:g}"
         norm = "" if self.norm_topk_prob is None else f", norm_topk_prob {str(self.norm_topk_prob).lower()}"
+        if self.renorm_p is not None:
+            norm = f", divided by the L{self.renorm_p:g} norm"
         return f"{self.router_class}: {self.scoring or '?'}{' + bias' if self.bias else ''}, {groups}, {rsf}{norm}"
 
 
@@ -318,7 +356,8 @@ def routing_facts(model, rec: Captured) -> RoutingFacts:
     classes = sorted({type(m).__name__ for m in rec.routers})
     if len(classes) > 1:
         notes.append(f"the model's routers are of {len(classes)} classes ({', '.join(classes)}); one contract cannot name them all")
-    for attr in ("num_group", "n_group", "topk_group", "routed_scaling_factor", "norm_topk_prob", "top_k", "topk_method"):
+    for attr in ("num_group", "n_group", "topk_group", "routed_scaling_factor", "norm_topk_prob", "top_k", "topk_method",
+                 "moe_normalize_expert_weights"):
         values = {repr(getattr(m, attr, None)) for m in rec.routers}
         if len(values) > 1:
             notes.append(f"the routers' {attr} differs between layers ({', '.join(sorted(values))}); one contract cannot name them all")
@@ -341,6 +380,10 @@ def routing_facts(model, rec: Captured) -> RoutingFacts:
         notes.append(f"the group mask of {cls} could not be read from its source")
     rsf = getattr(router, "routed_scaling_factor", None)
     norm = getattr(router, "norm_topk_prob", None)
+    renorm_p = None
+    if hasattr(router, "moe_normalize_expert_weights"):  # DBRX: None = no renormalization, p = divide by the L_p norm
+        renorm_p = router.moe_normalize_expert_weights
+        norm = renorm_p is not None
     scales = [getattr(m, "per_expert_scale", None) for m in rec.routers]
     warnings = []
     if any(isinstance(x, torch.Tensor) and not bool((x == 1).all()) for x in scales):
@@ -349,7 +392,8 @@ def routing_facts(model, rec: Captured) -> RoutingFacts:
         router_class=cls, model_type=str(getattr(config, "model_type", "")), family=family, experts=int(experts), topk=int(topk),
         scoring=scoring, bias=bool(base.has_bias) if base else any(b is not None for b in rec.bias), n_group=n_group,
         topk_group=topk_group, group_mask=mask, routed_scaling_factor=None if rsf is None else float(rsf),
-        norm_topk_prob=None if norm is None else bool(norm), notes=tuple(notes), warnings=tuple(warnings),
+        norm_topk_prob=None if norm is None else bool(norm), renorm_p=None if renorm_p is None else float(renorm_p), notes=tuple(notes),
+        warnings=tuple(warnings),
     )  # fmt: skip
 
 
@@ -382,6 +426,8 @@ def contract_for(facts: RoutingFacts):
         changes["routed_scaling_factor"] = facts.routed_scaling_factor
     if facts.norm_topk_prob is not None:
         changes["default_renormalize"] = facts.norm_topk_prob
+    if facts.renorm_p is not None:
+        changes["renorm_p"] = facts.renorm_p
     try:
         derived = base.replace(**changes)
     except ValueError as exc:  # a value no contract can hold (oracle's one line names it): no contract, said so
