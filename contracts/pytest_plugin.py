@@ -223,8 +223,11 @@ class ConformanceSession:
                     f"bundle: {run['bundle']}\nrerun: {run['command']}", pytrace=False)  # fmt: skip
 
     def assert_clause(self, family: str, clause: str) -> None:
-        """Fail if the check did not complete, or ``family`` was not checked, or a row of it breaks ``clause`` unexpectedly."""
+        """Fail if the check did not complete, or ``family`` was not checked, or a row of it breaks ``clause`` unexpectedly,
+        or the clause's evidence rests on a field no case exercised (``summary.unexercised``)."""
         import oracle
+
+        from .cases.exercised import unexercised_clauses
 
         run, summary = self._summary()
         if clause not in self.clause_names:
@@ -253,6 +256,13 @@ class ConformanceSession:
                 f"bundle: {run['bundle']}",
                 pytrace=False,
             )
+        unexercised = unexercised_clauses(summary.unexercised).get(clause)  # issue 55: no pass on a field never drawn
+        if unexercised:
+            message = (f"clause {clause} of contract {self.contract}: not exercised: {', '.join(unexercised)} (every case of "
+                       f"family {family} left it at its default, so a router wrong only there passes; docs/real-traffic.md)")
+            if self.allow_not_covered:
+                pytest.skip(message + " (--allow-not-covered)")
+            pytest.fail(message + "; not covered is no pass (--allow-not-covered skips instead)", pytrace=False)
         declared = summary.expected_deviations.get(clause)
         if declared and fam.expected_clauses.get(clause, 0):
             pytest.xfail(f"declared deviation: {declared.reason}")

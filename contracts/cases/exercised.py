@@ -28,7 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-__all__ = ["Regime", "equivalent", "not_exercised", "option_pairs", "regimes", "unexercised", "unexercised_reason"]
+__all__ = ["FIELD_CLAUSES", "Regime", "equivalent", "not_exercised", "option_pairs", "regimes", "unexercised", "unexercised_clauses",
+           "unexercised_reason"]
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,20 @@ def unexercised(c, specs: Iterable, *, scale_given: bool = False) -> list[str]:
     admitted = c.admitted_scaling_factors
     if factors and (admitted is None or len(admitted) > 1) and not any(f != 1.0 for f in factors):
         out.append("routed scaling factor")
+    return out
+
+
+# The clause a field left at its default feeds: its evidence is what the field never drew (the pytest plugin's
+# ``test_<clause>`` says "not exercised" for it).
+FIELD_CLAUSES = {"per-expert scale": "scaling", "correction bias": "selection", "renormalize on": "renorm_guard",
+                 "renormalize off": "renorm_guard", "routed scaling factor": "scaling"}  # fmt: skip
+
+
+def unexercised_clauses(fields: list[str]) -> dict[str, list[str]]:
+    """``{clause: [fields]}``: the clauses whose evidence rests on ``fields`` never exercised."""
+    out: dict[str, list[str]] = {}
+    for f in fields:
+        out.setdefault(FIELD_CLAUSES.get(f, "selection"), []).append(f)
     return out
 
 

@@ -163,3 +163,21 @@ def test_matrix_on_captured_logits_says_not_exercised_too(tmp_path, gemma4_logit
                      out=tmp_path / "m")  # fmt: skip
     for member in run.report.candidates:  # was PASS for both
         assert member.status.value == "not_covered" and "not exercised: per-expert scale" in member.reason, member
+
+
+@pytest.mark.slow  # a pytest session in a subprocess importing torch and the harness: ~20 s on the loaded 2-core machine
+def test_the_plugins_clause_tests_say_not_exercised(tmp_path, gemma4_logits):
+    # the plugin's 34 tests passed the router that drops the scale on c7e47c9; now the verdict and test_scaling fail
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "contracts.pytest_plugin", "--pyargs",
+                           "contracts.conformance", "-q", "-n", "0", "--candidate", f"{ADV}:gemma4_scale_ignored", "--contract", "gemma4",
+                           "--logits", str(gemma4_logits), "--no-isolate"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "FAILED" in out and "test_scaling[captured.L0]" in out and "not exercised: per-expert scale" in out, out
