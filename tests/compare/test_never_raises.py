@@ -7,7 +7,7 @@ row or per column, rounded to bf16 or fp16 at any step, sign-flipped; either sid
 shape). ``compare_case`` must
 
 - return a verdict for every row (never raise), under torch 2.11's ``isclose`` strictness
-  (``tests/compare/strict_torch.py``);
+  (``tests/compare/strict_torch.py``), on the CPU and, where CUDA is available (the GPU host), on CUDA;
 - fail every row that differs from the oracle's answer (ids other than the oracle's, as a set where the contract's
   output order is ``any``, or a weight outside the contract's tolerance of the oracle's weight for that expert),
   except a row it counts a near tie whose differing experts all lie in a narrow band of ranking values (a plain,
@@ -37,6 +37,8 @@ from contracts.compare import compare_case, expected_for
 from tests.compare.strict_torch import strict_broadcasting
 
 CONTRACTS = tuple(oracle.BUILTIN_CONTRACTS)
+# The CPU everywhere; on the GPU host CUDA too (the comparison runs on the case's device, with that device's kernels).
+DEVICES = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
 ROWS = 8
 SEEDS = 3
 # Examples per contract: a quarter of the profile's (ci: 15 of 60, 26 contracts: ~390 comparisons; nightly: 500)
@@ -53,15 +55,15 @@ def _shape(c) -> tuple[int, int, int, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _setting(contract: str, family: str, seed: int):
-    """(contract, case, expected, the oracle's selection values [M, E]) of a small case, built once."""
+def _setting(contract: str, family: str, seed: int, device: str = "cpu"):
+    """(contract, case, expected, the oracle's selection values [M, E]) of a small case on ``device``, built once."""
     c = oracle.get_contract(contract)
     experts, topk, n_group, topk_group = _shape(c)
     spec = CaseSpec(family, seed, ROWS, experts, topk, n_group=n_group, topk_group=topk_group, bias=c.has_bias,
                     **admitted_fields(c.admitted_options()))  # fmt: skip
-    case = build_case(spec)
+    case = build_case(spec, device)
     exp = expected_for(case, c)
-    return c, case, exp, exp.values(torch.arange(ROWS)).selection
+    return c, case, exp, exp.values(torch.arange(ROWS, device=device)).selection
 
 
 # ---------------------------------------------------------------- the answer edited: another contract's, then edits
@@ -77,9 +79,9 @@ VARIANTS = (
 
 
 @functools.lru_cache(maxsize=None)
-def _variant_answer(contract: str, family: str, seed: int, field: str, value) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _variant_answer(contract: str, family: str, seed: int, device: str, field: str, value) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The answer of the contract with ``field`` set to ``value`` (None where that contract is not a valid one)."""
-    c, case, _, _ = _setting(contract, family, seed)
+    c, case, _, _ = _setting(contract, family, seed, device)
     try:
         other = c.replace(name="variant", **{field: value})
         w, ids = oracle.route(case.scores, case.bias, case.topk, renormalize=case.renormalize,
@@ -165,7 +167,7 @@ def _edit(w: torch.Tensor, ids: torch.Tensor, edit: tuple, ranked: torch.Tensor)
         w[at] = -w[at]
     elif kind == "weight_nudge":
         (r, col), steps = args
-        w[r % rows, col % k] = torch.nextafter(w[r % rows, col % k], torch.tensor(math.inf if steps > 0 else -math.inf)) if steps else w[r % rows, col % k]
+        w[r % rows, col % k] = torch.nextafter(w[r % rows, col % k], torch.tensor(math.inf if steps > 0 else -math.inf, device=w.device)) if steps else w[r % rows, col % k]
     return w, ids
 
 
@@ -220,12 +222,12 @@ def _plausible_near_tie(exp, selection: torch.Tensor, w: torch.Tensor, ids: torc
     return top - low <= _BAND * max(abs(top), abs(low)) + 2.0**-120
 
 
-def _check(contract: str, family_index: int, seed: int, variant: tuple | None, edits: list, handover: tuple) -> None:
+def _check(contract: str, device: str, family_index: int, seed: int, variant: tuple | None, edits: list, handover: tuple) -> None:
     name = oracle.get_contract(contract).name
     families = families_for(oracle.get_contract(contract))
     family = families[family_index % len(families)]
-    c, case, exp, selection = _setting(name, family, seed % SEEDS)
-    base = _variant_answer(name, family, seed % SEEDS, *variant) if variant else None
+    c, case, exp, selection = _setting(name, family, seed % SEEDS, device)
+    base = _variant_answer(name, family, seed % SEEDS, device, *variant) if variant else None
     w, ids = base if base is not None else (exp.weights, exp.ids.long())
     ranked = oracle.rank_keys(selection).long().argsort(dim=1, descending=True, stable=True)
     for edit in edits:
@@ -254,6 +256,7 @@ def _check(contract: str, family_index: int, seed: int, variant: tuple | None, e
     assert counts["mismatch"] == len(mismatched) and mismatched <= set(differing), (sorted(mismatched), differing, counts)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("contract", CONTRACTS)
 @settings(max_examples=EXAMPLES)
 @given(family_index=st.integers(0, 40), seed=st.integers(0, SEEDS - 1), variant=st.none() | st.sampled_from(VARIANTS),
@@ -261,17 +264,18 @@ def _check(contract: str, family_index: int, seed: int, variant: tuple | None, e
 @example(family_index=0, seed=0, variant=None, edits=[], handover=_RIGHT)  # the oracle's own answer
 @example(family_index=0, seed=0, variant=None, edits=[("weight_factor", "case", 0, 3.0)], handover=_RIGHT)  # the GPU crash
 @example(family_index=0, seed=0, variant=None, edits=[("weight_round", "bf16"), ("weight_factor", "row", 1, 2.5)], handover=_RIGHT)
-def test_compare_case_returns_a_verdict_and_fails_every_differing_row(contract, family_index, seed, variant, edits, handover):
-    _check(contract, family_index, seed, variant, edits, handover)
+def test_compare_case_returns_a_verdict_and_fails_every_differing_row(contract, device, family_index, seed, variant, edits, handover):
+    _check(contract, device, family_index, seed, variant, edits, handover)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("contract", CONTRACTS)
-def test_the_oracles_own_answer_passes(contract):
+def test_the_oracles_own_answer_passes(contract, device):
     """Every family of the contract: the oracle's answer, and (where the order is ``any``) its columns reversed."""
     c = oracle.get_contract(contract)
     for family in families_for(c):
         for seed in range(SEEDS):
-            _, case, exp, _ = _setting(c.name, family, seed)
+            _, case, exp, _ = _setting(c.name, family, seed, device)
             answers = [(exp.weights.clone(), exp.ids.clone())]
             if c.output_order == "any":
                 answers.append((exp.weights.flip(1), exp.ids.flip(1)))
