@@ -19,7 +19,8 @@ from contracts.cases.plan import pinned_rows
 ROWS = 40_000  # random_fp32's coverage cases, then bulk cases of 16,384 rows
 
 
-PINNED = pinned_rows("random_fp32", 1025, experts=896, topk=16, contract="aiter")  # random_fp32's pinned dtype cases (contracts.cases.plan.pinned_specs)
+# random_fp32's pinned dtype cases (contracts.cases.plan.pinned_specs); its budget (all ROWS) holds its max-batch case
+PINNED = pinned_rows("random_fp32", 1025, experts=896, topk=16, contract="aiter", budget=ROWS)
 
 
 def _check(name, tmp_path, family="random_fp32", **kw):
