@@ -69,6 +69,11 @@ class CapturedError(ValueError):
     """A logits or bias file that cannot be used; the message names the file, what is wrong and the fix."""
 
 
+class InputChanged(CapturedError):
+    """A captured file whose bytes changed after the check pinned them: neither the candidate's fault nor the
+    harness's, so the check ends ERROR ``input_changed`` (``contracts.run.containment``), never with a blame."""
+
+
 @dataclass(frozen=True)
 class _Tensor:
     """Where a tensor's bytes are: a C-contiguous array at ``offset`` in ``path`` (or an in-memory tensor)."""
@@ -305,7 +310,7 @@ def _read_pinned(path: Path, t: _Tensor, pin: _Pin, first: int, count: int) -> t
     for b in range(b0, b1 + 1):
         part = rows[(b - b0) * pin.block_rows : (b - b0 + 1) * pin.block_rows]
         if b >= len(pin.blocks) or _block_digest(_raw(part)) != pin.blocks[b]:
-            raise CapturedError(f"{path} changed while it was being checked (rows {b * pin.block_rows}..{b * pin.block_rows + part.shape[0] - 1} "
+            raise InputChanged(f"{path} changed while it was being checked (rows {b * pin.block_rows}..{b * pin.block_rows + part.shape[0] - 1} "
                                 f"differ from the file of SHA-256 {pin.sha256[:DIGEST_CHARS]}... this check opened); the check stops: "
                                 "leave the file alone while it is checked, and check it again")  # fmt: skip
     return rows[first - lo : first - lo + count].clone()
@@ -644,7 +649,7 @@ def build_captured(spec: CaseSpec, device: str = "cpu") -> tuple:
     for what, pinned, now in (("", src.get("sha256"), f.sha256), ("bias ", src.get("bias_sha256"), f.bias_sha256)):
         if pinned and pinned != now:  # another process (a worker) opened another version of the file than the check's
             path = f.path if not what else f.bias_path
-            raise CapturedError(f"{path} changed while it was being checked (SHA-256 {str(now)[:DIGEST_CHARS]}..., the check opened "
+            raise InputChanged(f"{path} changed while it was being checked (SHA-256 {str(now)[:DIGEST_CHARS]}..., the check opened "
                                 f"{pinned[:DIGEST_CHARS]}...); the check stops: leave the {what}file alone while it is checked, and check it again")  # fmt: skip
     scores = f.logits(src["layer"], spec.case_seed, spec.rows).to(device)
     bias = None

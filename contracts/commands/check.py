@@ -320,7 +320,7 @@ def _plan_candidate(name: str):
 
 
 def _report(args: argparse.Namespace, checked, stop) -> int:
-    from ..reports.schema import HARNESS_ERROR
+    from ..reports.schema import HARNESS_ERROR, INPUT_CHANGED
     from ..reports.terminal import verdict_table
     from ..reports.text import clean
 
@@ -336,6 +336,8 @@ def _report(args: argparse.Namespace, checked, stop) -> int:
     for s in checked.summaries:  # a fault of the harness: the line that reruns it, to report it with
         if s.error is not None and s.error.kind == HARNESS_ERROR and s.error.replay:
             print(f"harness error: {clean(s.label)}: rerun with: {s.error.replay}", file=sys.stderr)
+        if s.error is not None and s.error.kind == INPUT_CHANGED:
+            print(f"input changed: {clean(s.label)}: {clean(s.error.message)}", file=sys.stderr)
     if checked.index_error is not None:
         print(f"harness error: {checked.index_error.message}", file=sys.stderr)
     if args.replay and args.row is not None:

@@ -36,6 +36,7 @@ __all__ = [
     "ErrorRecord",
     "FamilyCounts",
     "HARNESS_ERROR",
+    "INPUT_CHANGED",
     "MatrixMember",
     "MatrixPair",
     "MatrixReport",
@@ -162,6 +163,9 @@ class DeclaredDeviation:
 
 # The error kind of a check the harness's own code ended (``contracts.run.containment``): not the candidate's doing.
 HARNESS_ERROR = "harness_error"
+# The error kind of a check whose captured input file changed under it (``contracts.cases.captured.InputChanged``):
+# neither the candidate's doing nor the harness's; the check is ERROR, its rows never blamed.
+INPUT_CHANGED = "input_changed"
 
 
 @dataclass

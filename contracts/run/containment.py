@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ..candidates.worker import Interrupted
-from ..reports.schema import HARNESS_ERROR, CheckResult, ErrorRecord, Status, Summary
+from ..cases.captured import InputChanged
+from ..reports.schema import HARNESS_ERROR, INPUT_CHANGED, CheckResult, ErrorRecord, Status, Summary
 from .options import OptionError
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ PASSED_ON = (Interrupted, OptionError)  # a stop, and bad input (exit 2, one lin
 TRACEBACK_CHARS = 8000
 _ROOT = Path(__file__).resolve().parents[2]
 _PACKAGES = tuple(f"{_ROOT / name}{os.sep}" for name in ("contracts", "oracle"))  # the harness's own code
+_ENDING_KINDS = (HARNESS_ERROR, INPUT_CHANGED)  # kinds a contained exception ends a check with; the first one stands
 
 
 @dataclass
@@ -105,6 +107,12 @@ class HarnessError:
                    + (f", on case {case}" + (f" ({described})" if described else "") if case else "")
                    + "; a fault of the harness, not of the candidate (the traceback is in summary.json)")  # fmt: skip
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-TRACEBACK_CHARS:]
+        if isinstance(exc, InputChanged):
+            # Not a fault of the harness: the file was written while the check read it, so no row can be blamed.
+            message = (f"the input changed under the check: {_first_line(exc)} (in {handling.stage}); neither the "
+                       "candidate's fault nor the harness's: rerun on a file nothing writes during the check")  # fmt: skip
+            return cls(stage=handling.stage, message=message, traceback=text, case=case, replay=replay or handling.check_line,
+                       kind=INPUT_CHANGED)  # fmt: skip
         return cls(stage=handling.stage, message=message, traceback=text, case=case, replay=replay or handling.check_line)
 
     def record(self) -> ErrorRecord:
@@ -115,12 +123,12 @@ class HarnessError:
         if summary.status is not Status.INTERRUPTED:
             summary.status = Status.ERROR
         earlier = summary.error
-        if earlier is not None and earlier.kind != HARNESS_ERROR:
+        if earlier is not None and earlier.kind not in _ENDING_KINDS:
             summary.notes.append(f"before the harness error: {earlier.kind}: {earlier.message}" + (f" (case {earlier.case})" if earlier.case else ""))
         if summary.reason:  # e.g. not covered: the error is what the note column shows now
             summary.notes.append(summary.reason)
             summary.reason = None
-        if earlier is None or earlier.kind != HARNESS_ERROR:  # the first harness error stands; a later one is a note
+        if earlier is None or earlier.kind not in _ENDING_KINDS:  # the first contained error stands; a later one is a note
             summary.error = self.record()
         else:
             summary.notes.append(f"then: {self.message}")

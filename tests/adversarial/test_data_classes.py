@@ -181,6 +181,7 @@ def test_a_logits_file_rewritten_during_a_check_is_an_error_naming_it(tmp_path, 
     assert s.status.value == "error", (s.status, s.mismatched_rows, s.clauses_broken)
     assert str(path) in s.error.message and "changed" in s.error.message, s.error
     assert not s.clauses_broken, "a changed file is never a blame"
+    assert s.error.kind == "input_changed", "neither the candidate's fault nor the harness's"
 
 
 @pytest.mark.slow  # an isolated check: the worker process imports torch and the harness (~8 s on the shared machine)
