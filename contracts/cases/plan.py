@@ -49,6 +49,20 @@ batch of each launch shape the kernels use there under the contract
 a loader written per launch shape meets every pair and layout. A pinned case
 names what it pins in its replay id (``strided:SEED:64:offset-0``,
 ``random_fp32:SEED:1585:logits-fp16:bias-bf16``, ``random_bf16:SEED:7:transposed``).
+
+**Max batch in one call, in every family that can afford it.** A bulk case
+reaches the candidate in calls of its largest batch (``call_sizes``), so its
+rows are not a call's: ``check --plan`` lists the calls' sizes, from the run's
+own iterator. ``random_bf16`` and ``random_fp32`` run one case of
+``max_batch`` rows at every ``--rows`` (``MAX_BATCH_FAMILIES``; out of their
+budget where it holds one, ``absorbs_max_batch``), ``batch_sizes``' sweep ends
+at it, every other family runs one out of its budget where the budget holds
+it (no row more: the CPU main job stays 593,024 rows under aiter), and a run
+of none of these gets one in its first family (``max_batch_host``). The
+contract's own ``routed_scaling_factor`` is pinned in ``batch_sizes`` with
+every admitted ``renormalize`` where it admits any factor and the drawn ones
+leave it out (DeepSeek-V4's 1.5, LongCat-Flash's 6): ``contracts.cases.exercised``
+names every regime of every field the plan must reach.
 """
 
 from __future__ import annotations
