@@ -1,14 +1,14 @@
 """``capture`` on every model family it supports: the contract it prints is one the model's own routing passes.
 
-For each family, a tiny random-weight model (two layers, hidden size 32,
+For each family (every one of ``kernels.models.ROUTERS``, and deepseek-v3),
+a tiny random-weight model (two layers, hidden size 32,
 8 to 32 experts; built from a config, nothing downloaded) is captured with
 the ``capture`` command, with the config values of the released checkpoint
 where they decide the routing (group shape, routed_scaling_factor,
 norm_topk_prob). The printed contract must be the family's built-in, and
 the model's own ids and weights, every row of every layer, the oracle's
 under it (tests/adversarial/test_capture_labels.py routes them). Families
-capture cannot take: mistral4 (no causal-LM class in transformers 5.24),
-named in docs/models.md. DeepSeek-V4's
+capture takes every family of ``kernels.models``. DeepSeek-V4's
 hash-routed layers (``DeepseekV4HashRouter``, no per-row top-k) are not
 recorded; its top-k layers are.
 """
@@ -48,6 +48,7 @@ FAMILIES = {
     "dots1": ("Dots1Config", dict(n_routed_experts=16, num_experts_per_tok=2, n_group=1, topk_group=1, routed_scaling_factor=2.5,
                                   norm_topk_prob=True, n_shared_experts=1, moe_intermediate_size=16, first_k_dense_replace=0)),
     "minimax-m2": ("MiniMaxM2Config", dict(num_local_experts=16, num_experts_per_tok=2)),
+    "qwen3-next": ("Qwen3NextConfig", dict(num_experts=16, num_experts_per_tok=2, norm_topk_prob=True, moe_intermediate_size=16)),
     "qwen3-moe": ("Qwen3MoeConfig", dict(num_experts=16, num_experts_per_tok=2, norm_topk_prob=True, moe_intermediate_size=16)),
     "qwen2-moe": ("Qwen2MoeConfig", dict(num_experts=16, num_experts_per_tok=2, norm_topk_prob=False, moe_intermediate_size=16)),
     "olmoe": ("OlmoeConfig", dict(num_experts=16, num_experts_per_tok=2, norm_topk_prob=False)),
@@ -60,6 +61,10 @@ FAMILIES = {
     "gemma4": ("Gemma4TextConfig", dict(num_experts=16, top_k_experts=2, enable_moe_block=True, moe_intermediate_size=16,
                                         vocab_size_per_layer_input=256)),  # the default per-layer table is 262,144 x 512
     "deepseek-v4": ("DeepseekV4Config", _V4),
+    # AutoModelForCausalLM does not map Mistral4Config: capture builds its base model, whose routers run the same
+    "mistral4": ("Mistral4Config", dict(n_routed_experts=16, num_local_experts=16, num_experts_per_tok=2, n_group=4, topk_group=2,
+                                        moe_intermediate_size=16, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8,
+                                        qk_nope_head_dim=8, v_head_dim=16)),
     # DBRX's config has its own names (d_model, n_layers, ...); its router returns logits, DbrxFFN routes them
     "dbrx": ("DbrxConfig", dict(d_model=32, n_heads=2, n_layers=2, max_seq_len=256, attn_config=dict(kv_n_heads=2, clip_qkv=8.0, rope_theta=10000.0),
                                 ffn_config=dict(moe_num_experts=16, moe_top_k=4, ffn_hidden_size=32, moe_normalize_expert_weights=1.0))),
@@ -169,3 +174,24 @@ def test_a_dbrx_config_without_renormalization_is_labelled_unnormalized(tmp_path
     meta, tensors, contract = _capture(tmp_path, tmp_path / "d", capsys)
     assert contract.default_renormalize is False and json.loads(meta["routing"])["renorm_p"] is None, meta
     assert _disagreeing_rows(tensors, contract) == 0 and _disagreeing_rows(tensors, oracle.get_contract("dbrx")) > 0
+
+
+def test_every_family_of_kernels_models_is_captured_here():
+    from kernels.models import ROUTERS
+
+    assert set(ROUTERS) <= set(FAMILIES), sorted(set(ROUTERS) - set(FAMILIES))
+
+
+def test_a_config_whose_model_fails_its_forward_is_one_line(tmp_path, capsys):
+    from contracts.commands import main
+
+    # Mistral 4 with head_dim 16 and its default MLA shapes (a rotary dimension of 64): the model's own forward raises
+    transformers.Mistral4Config(**_SMALL, n_routed_experts=16, num_local_experts=16, num_experts_per_tok=2,
+                                moe_intermediate_size=16).save_pretrained(tmp_path / "m")  # fmt: skip
+    (tmp_path / "text.txt").write_text("route these tokens")
+    argv = ["capture", "--model", str(tmp_path / "m"), "--text", str(tmp_path / "text.txt"), "--out", str(tmp_path / "x.safetensors"), "--quiet"]
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    if code == 0:
+        pytest.skip("this transformers builds that config")
+    assert code == 2 and "\n" not in err and "forward pass raised" in err, err

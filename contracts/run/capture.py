@@ -65,6 +65,11 @@ class CaptureError(ValueError):
     """A model, text or output that cannot be used; the message names it and the fix."""
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else "no message")[:200]
+
+
 def _has_weights(folder: Path) -> bool:
     return any(folder.glob("*.safetensors")) or any(folder.glob("*.bin")) or any(folder.glob("*.safetensors.index.json"))
 
@@ -84,8 +89,14 @@ def load_model(model: str | Path, *, seed: int = 0, dtype: torch.dtype | None = 
     except Exception as exc:  # noqa: BLE001 -- any unreadable config is one line
         raise CaptureError(f"--model {model}: transformers could not read the config ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
     tokenizer = None
+    # the causal-LM class, else the base model (Mistral 4 has a causal-LM class that AutoModelForCausalLM does not map):
+    # the routers run either way
+    auto = transformers.AutoModelForCausalLM if type(config) in transformers.AutoModelForCausalLM._model_mapping else transformers.AutoModel
     if path.is_dir() and _has_weights(path):
-        loaded = transformers.AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype or "auto")
+        try:
+            loaded = auto.from_pretrained(str(path), local_files_only=True, dtype=dtype or "auto")
+        except Exception as exc:  # noqa: BLE001 -- an unloadable checkpoint is one line
+            raise CaptureError(f"--model {model}: transformers could not load the checkpoint ({type(exc).__name__}: {_first_line(exc)})") from None
         how = f"checkpoint {path}"
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
@@ -93,7 +104,11 @@ def load_model(model: str | Path, *, seed: int = 0, dtype: torch.dtype | None = 
             tokenizer = None
     else:
         torch.manual_seed(seed)
-        loaded = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype or torch.float32)
+        try:
+            loaded = auto.from_config(config, dtype=dtype or torch.float32)
+        except Exception as exc:  # noqa: BLE001 -- a config transformers cannot build a model from is one line
+            raise CaptureError(f"--model {model}: transformers could not build {type(config).__name__}'s model "
+                               f"({type(exc).__name__}: {_first_line(exc)})") from None  # fmt: skip
         how = f"random weights (seed {seed}) from {config_file}"
     return loaded.eval(), tokenizer, how
 
@@ -276,6 +291,11 @@ def capture(model, tokens: torch.Tensor, *, seq_len: int = 512, progress: bool =
         with torch.no_grad():
             for start in tqdm(range(0, tokens.numel(), seq_len), desc="capture", unit="seq", disable=not progress):
                 model(input_ids=tokens[start : start + seq_len].unsqueeze(0), use_cache=False)
+    except CaptureError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- the model's own forward failing (its config's shapes, memory) is one line
+        raise CaptureError(f"{type(model).__name__}: the model's forward pass raised {type(exc).__name__}: {_first_line(exc)}; "
+                           "check the config (--model) and --seq-len") from None  # fmt: skip
     finally:
         for h in handles:
             h.remove()
