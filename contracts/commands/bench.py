@@ -180,14 +180,18 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--out {out} is not writable ({exc.strerror or exc}); choose another directory") from None
     from ..reports._atomic import write_json
+    from ..reports.schema import HARNESS_ERROR
 
     report = run_bench(candidates, options, device=device, command=args.command_line,
                        checkpoint=lambda so_far: write_json(out / "bench.json", so_far))  # fmt: skip
     write_bench(out, report)
     print_summary(report, out)
+    for fault in report["errors"]:  # the harness's own: its reason here (a candidate's is in the table above)
+        if fault.get("kind") == HARNESS_ERROR:
+            print(f"harness error: {fault['reason']}", file=sys.stderr)
     if report["errors"]:
         print(f"error: {len(report['errors'])} bench point(s) are errors, not timings: "
-              + "; ".join(f"{e['candidate']}" + (f" M={e['m']}" if e["m"] is not None else "") for e in report["errors"][:5])
+              + "; ".join(f"{e['candidate'] or 'the harness'}" + (f" M={e['m']}" if e["m"] is not None else "") for e in report["errors"][:5])
               + (" ..." if len(report["errors"]) > 5 else "") + f" (reasons above and in {out / 'bench.json'})", file=sys.stderr)  # fmt: skip
         return ExitCode.FAILED
     if not any(p["status"] == "timed" for c in report["candidates"] for p in c["results"]):

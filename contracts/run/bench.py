@@ -87,6 +87,7 @@ from ..candidates.calling import _Fence  # os._exit during a candidate's call ra
 from ..compare.verdicts import validity_failure
 from ..reports._atomic import write_atomic, write_json
 from ..reports.environment import environment
+from ..reports.schema import HARNESS_ERROR
 
 __all__ = ["BENCH_SCHEMA_VERSION", "DEFAULT_M", "BenchOptions", "answer_problem", "count_kernels", "crossovers", "launcher", "launches_by_candidate",
            "options_for_contract", "results_table", "run_bench", "write_bench"]  # fmt: skip
@@ -366,6 +367,17 @@ def _check_answers(fn, calls: int, *, when: str, M: int, args: BenchOptions, sco
         problem = answer_problem(value, rows=M, topk=args.topk, scores=scores, engine=engine)
         if problem:
             raise _CandidateFailed(f"{when}: {who} answered what no router may: {problem}")
+
+
+def harness_fault(exc: Exception, doing: str, *, candidate: str | None = None, M: int | None = None) -> dict:
+    """An exception of the harness's own code (not the candidate's) as an entry of ``errors``: kind ``harness_error``,
+    where, the traceback. One point's fault must not end the bench (issue 55): it is listed and the run goes on."""
+    return {"candidate": candidate, "m": M, "kind": HARNESS_ERROR, "traceback": traceback.format_exc()[-8000:],
+            "reason": f"harness error in {doing}: {_first_line(exc)} (a fault of the harness, not of the candidate)"}  # fmt: skip
+
+
+def _harness_point(fault: dict) -> dict:
+    return {**_error_point({"m": fault["m"]}, fault["reason"], fault["traceback"]), "kind": HARNESS_ERROR}
 
 
 def _error_point(entry: dict, reason: str, tb: str | None = None) -> dict:
@@ -683,10 +695,13 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
     env = environment(device)
     floor = None
     floors_by_m: dict[str, float] = {}  # and again before each M's candidates, in the state they run in
+    faults: list[dict] = []  # the harness's own errors outside any one point (the curves, the crossovers)
 
     def report(status: str, in_progress: dict | None = None) -> dict:
         errors = [{"candidate": e["name"], "m": None, "reason": e["reason"]} for e in entries if e["status"] == "error"]
-        errors += [{"candidate": e["name"], "m": p["m"], "reason": p["reason"]} for e in entries for p in e["results"] if p["status"] == "error"]
+        errors += [{"candidate": e["name"], "m": p["m"], "reason": p["reason"], **({"kind": p["kind"]} if "kind" in p else {})}
+                   for e in entries for p in e["results"] if p["status"] == "error"]  # fmt: skip
+        errors += faults
         return {
             "schema_version": BENCH_SCHEMA_VERSION, "kind": "bench", "command": command,
             "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -721,15 +736,23 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
     floor = launch_floor(args, device)  # first: nothing run before it can slow it
     launchers: list | None = [] if device.startswith("cuda") else None
     for M in args.m:
-        inputs = make_inputs(M, experts=args.experts, dtype=dtype, bias_dtype=bias_dtype, device=device, seed=args.seed, rotate=args.rotate)
-        if not args.bias:
-            inputs = (inputs[0], None)
-        if floor is not None and usable:
-            floors_by_m[str(M)] = round(launch_floor(args, device), 4)
+        try:
+            inputs = make_inputs(M, experts=args.experts, dtype=dtype, bias_dtype=bias_dtype, device=device, seed=args.seed, rotate=args.rotate)
+            if not args.bias:
+                inputs = (inputs[0], None)
+            if floor is not None and usable:
+                floors_by_m[str(M)] = round(launch_floor(args, device), 4)
+        except Exception as exc:  # noqa: BLE001 -- the harness's own fault at this M: every point there is its error
+            for cand, entry in usable:
+                entry["results"].append(_harness_point(harness_fault(exc, f"making the inputs at M={M}", candidate=cand.name, M=M)))
+            continue
         for cand, entry in usable:
-            route = cand.route_under(args.contract) if args.contract else cand.route
             running(cand, "bench point", M)
-            point = bench_point(cand, route, M, inputs, args, device, launchers)
+            try:
+                route = cand.route_under(args.contract) if args.contract else cand.route
+                point = bench_point(cand, route, M, inputs, args, device, launchers)
+            except Exception as exc:  # noqa: BLE001 -- bench_point fences the candidate's code; what is left is the harness's
+                point = _harness_point(harness_fault(exc, f"the bench point of {cand.name} at M={M}", candidate=cand.name, M=M))
             entry["results"].append(point)
             shown = f"{point['median_us']:.2f} us" if point["status"] == "timed" else point["status"]
             log(f"  {cand.name:>16} [contract {entry['contract']}] M={M:<6} {shown}")
@@ -737,18 +760,28 @@ def run_bench(candidates: list[Candidate], options: BenchOptions, *, device: str
     if launchers:
         count_launched(launchers)  # after every timing (see count_launched)
         launchers.clear()
-    done = report("ok")
-    done["curves"] = [c for c in (curve(e, floor, floors_by_m) for e in entries if e["status"] == "ok") if c is not None]
+    curves, found = [], []
+    try:
+        curves = [c for c in (curve(e, floor, floors_by_m) for e in entries if e["status"] == "ok") if c is not None]
+    except Exception as exc:  # noqa: BLE001 -- the timings stand; the fitted curves are the harness's to get wrong
+        faults.append(harness_fault(exc, "fitting the curves"))
     base = entries[0] if entries else None
     if base is not None and base["status"] == "ok":
-        for other in entries[1:]:
-            if other["status"] == "ok":
-                done["crossovers"].extend(crossovers(base, other))
+        try:
+            found = [x for other in entries[1:] if other["status"] == "ok" for x in crossovers(base, other)]
+        except Exception as exc:  # noqa: BLE001 -- as the curves
+            faults.append(harness_fault(exc, "finding the crossovers"))
+    done = report("ok")
+    done["curves"], done["crossovers"] = curves, found
     return done
 
 
 def write_bench(out: Path, report: dict) -> Path:
-    """``bench.json`` and ``bench.png`` under ``out``."""
+    """``bench.json`` and ``bench.png`` under ``out``; a plot the harness fails to draw is an error bench.json lists."""
+    try:
+        write_plot(Path(out) / "bench.png", report)
+    except Exception as exc:  # noqa: BLE001 -- the timings are written whatever the plot does
+        report["errors"].append(harness_fault(exc, "drawing bench.png"))
+        report["status"] = "error"
     write_json(Path(out) / "bench.json", report)
-    write_plot(Path(out) / "bench.png", report)
     return Path(out)
