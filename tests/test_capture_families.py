@@ -20,9 +20,10 @@ import json
 import pytest
 
 import oracle
+from tests._requires import transformers_for_models
 from tests.adversarial.test_capture_labels import _capture, _disagreeing_rows
 
-transformers = pytest.importorskip("transformers")
+transformers = transformers_for_models()
 
 _SMALL = dict(vocab_size=256, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
               head_dim=16, max_position_embeddings=256)  # fmt: skip

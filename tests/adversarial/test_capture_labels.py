@@ -23,8 +23,9 @@ import torch
 
 import oracle
 from contracts.commands import main as contracts_main
+from tests._requires import transformers_for_models
 
-transformers = pytest.importorskip("transformers")
+transformers = transformers_for_models()
 
 TEXT = "Routers route tokens; the oracle says where each one should go. " * 2  # 130 bytes: 130 tokens a layer
 _SMALL = dict(vocab_size=256, hidden_size=32, num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256)
