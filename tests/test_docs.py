@@ -359,3 +359,18 @@ def test_every_cited_file_exists():
 def test_the_cited_file_check_catches_a_missing_file():
     assert _exists("benchmarks/gpu_all.sh") and _exists("reports/baselines/h200-probe-*/")
     assert not _exists("benchmarks/h200_final.sh") and not _exists("reports/baselines/h200-radix4-{packed-rank,nope}/")
+
+
+# ---------------------------------------------------------------- the front page's two commands (issue 58)
+
+MAIN_JOB = "bash scripts/setup.sh && python -m contracts check --candidate all"
+TEST_COMMAND = "bash scripts/setup.sh --ci-tools && python -m pytest"
+
+
+def test_the_front_page_keeps_the_two_commands_and_ci_runs_the_test_command():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert MAIN_JOB in readme and TEST_COMMAND in readme, "README.md must show the set-up/main-job and test commands verbatim"
+    assert TEST_COMMAND in (ROOT / ".ci" / "run").read_text(encoding="utf-8"), ".ci/run must run the README's test command"
+    # the front page stays a front page: the worked example before line 60, the detail in docs/
+    assert readme.index("## Check your own router") < readme.index("## Where to go next")
+    assert readme.count("\n") < 160, f"README.md has {readme.count(chr(10))} lines; move detail into docs/"
