@@ -205,13 +205,14 @@ def test_the_cells_of_captured_shards_go_back_in_the_files_order():
 
 
 def _logits_file(path, tokens):
-    """Two layers of bf16 logits over 64 experts, with a constant correction bias: many ties at the cutoff, which
-    torch-native breaks its own declared way, so its expert load differs from the oracle's while it passes (no diagnosis
-    to wait for). A bias, since a file without one leaves aiter's bias at zero, never exercised: NOT COVERED (issue 55)."""
+    """Two layers of bf16 logits over 64 experts, with a correction bias of two values (0.25 on the first 32 experts):
+    many ties at the cutoff, which torch-native breaks its own declared way, so its expert load differs from the
+    oracle's while it passes (no diagnosis to wait for). A bias that varies, since a file without one (or with one
+    value everywhere) leaves aiter's bias unexercised: NOT COVERED (issue 55)."""
     from contracts.run.capture import save_trace
 
     return save_trace(path, logits=(torch.randn(2, tokens, 64, generator=torch.Generator().manual_seed(3)) * 2).bfloat16(),
-                      bias=torch.full((2, 64), 0.25))
+                      bias=torch.cat([torch.full((2, 32), 0.25), torch.zeros(2, 32)], dim=1))
 
 
 LOGITS_CHECK = ["--candidate", "torch-native", "--contract", "aiter", "--no-isolate", "--quiet"]

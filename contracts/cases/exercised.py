@@ -149,7 +149,8 @@ def regimes(c) -> list[Regime]:
     if len(admitted) == 1:  # a model that always (never) renormalizes: a router that does not (does)
         value = not admitted[0]
         add("default_renormalize", value, f"renormalize={value} always: the model's router "
-            f"{'leaves the weights unnormalized' if value else 'renormalizes'}", _renormalizing(c) if value else _route(c, renormalize=False))  # fmt: skip
+            f"{'leaves the weights unnormalized' if value else 'renormalizes'}",
+            _renormalizing(c) if value else _route(c.replace(renormalize_when="call"), renormalize=False))  # fmt: skip
     for value in admitted if not equivalent(c, "default_renormalize", True) else ():  # wrong only on calls with one
         # admitted value of the option
         add("renormalize", value, f"wrong only at renormalize={value} (it takes the other path there)",
@@ -229,12 +230,16 @@ def unexercised(c, specs: Iterable, *, scale_given: bool = False) -> list[str]:
     renorms: set[bool] = set()
     factors: set[float] = set()
     zero_bias = False
+    biases: dict[tuple, bool] = {}  # (file, bias file, layer) -> whether its bias can change a ranking
     for spec in specs:
         if spec.source:
             src = json.loads(spec.source)
             renorms.add(bool(src.get("renormalize", c.default_renormalize)))
             factors.add(float(src.get("rsf", c.routed_scaling_factor)))
             zero_bias = zero_bias or bool(src.get("zero_bias"))
+            where = (src.get("logits"), src.get("bias"), src.get("layer", 0))
+            if c.has_bias and not src.get("zero_bias") and where not in biases:
+                biases[where] = _bias_varies(*where)
         else:
             if spec.renormalize is not None:
                 renorms.add(spec.renormalize)
@@ -243,7 +248,8 @@ def unexercised(c, specs: Iterable, *, scale_given: bool = False) -> list[str]:
     out = []
     if c.weight_scale == "per_expert" and not scale_given:
         out.append("per-expert scale")
-    if c.has_bias and zero_bias:
+    if c.has_bias and (zero_bias or (biases and not any(biases.values()))):  # all zeros, or one value an expert
+        # everywhere: adding it never changes a ranking, so a router that leaves it out routes the same
         out.append("correction bias")
     for value in c.admitted_renormalize_values:
         if renorms and value not in renorms:
@@ -266,6 +272,17 @@ def unexercised_clauses(fields: list[str]) -> dict[str, list[str]]:
     for f in fields:
         out.setdefault(FIELD_CLAUSES.get(f, "selection"), []).append(f)
     return out
+
+
+def _bias_varies(logits: str, bias: str | None, layer: int) -> bool:
+    """Whether the captured layer's correction bias holds two different values (a constant one ranks as none)."""
+    from .captured import open_logits
+
+    try:
+        b = open_logits(logits, bias).bias(layer)
+    except Exception:  # noqa: BLE001 -- a file that cannot be opened here is reported by the check itself
+        return True
+    return b is not None and b.numel() > 1 and bool((b.float() != b.float()[0]).any())
 
 
 def unexercised_reason(fields: list[str]) -> str:

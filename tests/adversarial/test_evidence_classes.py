@@ -63,12 +63,15 @@ def test_captured_cases_run_the_call_options_the_model_leaves_out(tmp_path):
     # aiter admits renormalize on and off and any factor; the file's walk runs the defaults (on, 1.0): the first rows
     # again with the others, so a router wrong only with renormalize off fails on captured logits too
     path = tmp_path / "k.safetensors"
-    save_file({"logits": torch.randn(200, 64, generator=torch.Generator().manual_seed(1)), "bias": torch.zeros(64)}, str(path))
+    save_file({"logits": torch.randn(200, 64, generator=torch.Generator().manual_seed(1)), "bias": torch.randn(64) * 0.1}, str(path))
     s = _check(tmp_path, "oracle", contract="aiter", logits=path, topk=4)
     assert s.status.value == "pass" and s.unexercised == [], (s.status, s.reason)
     assert {"renormalize=False", "routed_scaling_factor=2.5"} <= {f"{k}={v}" for k, vs in s.by_option.items() for v in vs}, s.by_option
     zero = _check(tmp_path, "oracle", contract="aiter", logits=_without_bias(path), topk=4)  # no bias anywhere: the bias is never drawn
     assert zero.status.value == "not_covered" and zero.unexercised == ["correction bias"], zero.reason
+    flat = path.with_name("flat.safetensors")  # one value for every expert: adding it never changes a ranking
+    save_file({"logits": torch.randn(200, 64, generator=torch.Generator().manual_seed(1)), "bias": torch.full((64,), 0.5)}, str(flat))
+    assert _check(tmp_path, "oracle", contract="aiter", logits=flat, topk=4).unexercised == ["correction bias"]
 
 
 def _without_bias(path):
