@@ -59,8 +59,38 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    """One-line errors, and no prefix matching: ``--candidat`` is refused naming ``--candidate``, never taken for it
+    (argparse's ``allow_abbrev`` ran a whole check on a typo), before any other complaint about the line."""
+
     def error(self, message):  # one line, through run_main's single exit point, not argparse's usage dump
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        words = list(sys.argv[1:] if args is None else args)
+        for word in words:
+            if word == "--":
+                break
+            unknown = self._unknown_option(word)
+            if unknown:
+                raise UsageError(unknown)
+        return super().parse_known_args(words, namespace)
+
+    def _unknown_option(self, word: str) -> str | None:
+        """The one-line refusal of ``word`` when it is an option this parser does not have, else None."""
+        if not word.startswith("-") or word == "-" or self._negative_number_matcher.match(word):
+            return None
+        name = word.split("=", 1)[0] if word.startswith("--") else word[:2]
+        if name in self._option_string_actions:
+            return None
+        return f"unknown option {name}{_nearest_option(name, self._option_string_actions)}; {self.prog} --help lists the options"
+
+
+def _nearest_option(name: str, options) -> str:
+    """`` (did you mean --x?)``: the one option ``name`` begins (an abbreviation), else the closest spelling, else ''."""
+    longs = sorted(o for o in options if o.startswith("--"))
+    extended = [o for o in longs if o.startswith(name)] if name.startswith("--") and len(name) > 2 else []
+    close = extended if len(extended) == 1 else difflib.get_close_matches(name, longs, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 _RST_LITERAL = re.compile(r"``([^`]+)``")
@@ -72,13 +102,15 @@ def plain(text: str) -> str:
 
 
 def make_parser(prog: str, description: str, epilog: str = "", parser_class=None) -> argparse.ArgumentParser:
-    """A command's parser: one-line errors, plain-text help, the exit codes at the end."""
+    """A command's parser (every command builds its own here): one-line errors, no prefix matching of options,
+    plain-text help, the exit codes at the end."""
     cls = parser_class or _Parser
     return cls(
         prog=prog,
         description=plain(description),
         epilog="\n\n".join(p for p in (plain(epilog), EXIT_CODES_HELP) if p),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # an option is spelled out: a prefix is refused with the full name, never run as it
     )
 
 
@@ -182,10 +214,29 @@ def refuse_unknown_candidates(names, option: str = "--candidate", *, allow_all: 
         try:
             get_candidate(name)
         except UnknownCandidateError:
-            raise UsageError(f"{option} {name!r} is not a known candidate{_nearest(name, known)}; known: "
+            hint = _colon_spelling(name) or _nearest(name, known)
+            raise UsageError(f"{option} {name!r} is not a known candidate{hint}; known: "
                              f"{', '.join(sorted(known))} (or give package.module:attr)") from None  # fmt: skip
         except CandidateLoadError as exc:
             raise UsageError(f"{option} {name!r}: {exc}") from None
+
+
+def _colon_spelling(name: str) -> str:
+    """`` (did you mean 'pkg.mod:attr'?)`` for ``pkg.mod.attr`` whose module imports and has that attribute, else ''.
+    Only asked once the name is refused, so a module imported here (and torch with it) costs nothing on the way in."""
+    import importlib
+
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest module first: pkg.mod.attr, then pkg.mod.Class.attr
+        module, attr = ".".join(parts[:cut]), ".".join(parts[cut:])
+        try:
+            value = importlib.import_module(module)
+            for step in attr.split("."):
+                value = getattr(value, step)
+        except (Exception, SystemExit):  # noqa: BLE001 -- a module that does not import, or lacks the attribute: not this
+            continue
+        return f" (did you mean '{module}:{attr}'?)"
+    return ""
 
 
 def refuse_missing_out_parent(args: argparse.Namespace) -> None:

@@ -4,7 +4,7 @@ Examples::
 
     python -m contracts nightly --out /tmp/n --upload file:///tmp/store
     python -m contracts nightly --upload s3://bucket/router-nightly --compare-previous
-    python -m contracts nightly --candidates oracle,serial --rows 2000 --no-probe
+    python -m contracts nightly --candidate oracle,serial --rows 2000 --no-probe --quiet
 
 ``contracts.run.nightly`` lists what runs and where it lands. ``--contract
 NAME`` (a built-in name or a contract file, as ``check --contract``) checks
@@ -22,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import ExitCode, UsageError, make_parser, row_count, run_main, verdict_options
+from ._common import ExitCode, UsageError, make_parser, refuse_unknown_candidates, row_count, run_main, verdict_options
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -38,7 +38,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--rows", type=row_count, help="rows per check (default 250,000 with a GPU, 50,000 without)")
     ap.add_argument("--seed", type=int, default=0, help="case seed (default 0: fixed, so that night-to-night diffs compare like with like)")
     ap.add_argument("--device", choices=["cpu", "cuda"], help="run every check on this device (default: cuda where a candidate runs there and a GPU is present)")
-    ap.add_argument("--candidates", metavar="A,B", help="check only these candidates (default: every registered one)")
+    ap.add_argument("--candidate", "--candidates", action="append", metavar="NAME",
+                    help="check only these candidates: a name or package.module:attr; repeat or comma-separate for several "
+                         "(default: every registered one; --candidates, the earlier spelling, is the same option)")  # fmt: skip
     ap.add_argument("--contract", metavar="NAME|FILE.toml",
                     help="check every candidate under this contract: a built-in name or a contract file, as check --contract "
                          "(default: each candidate's own; a module:attr router's is aiter)")  # fmt: skip
@@ -46,6 +48,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--latency-threshold", type=float, default=0.10, help="latency growth counted as a regression by the diff (default 0.10)")
     ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True, help="run the probe per candidate (default on)")
     ap.add_argument("--bench", action=argparse.BooleanOptionalAction, default=None, help="run the bench (default: only on a GPU host)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar or progress lines (each check's one line is still printed)")
     ap.add_argument("--fail-on", choices=["regression", "failure", "never"], default="regression",
                     help="what makes the exit code 1 (default regression, and with nothing to compare against any check "
                          "that did not pass; failure: any check that did not pass)")  # fmt: skip
@@ -58,8 +61,11 @@ def run(args: argparse.Namespace) -> int:
 
     from .check import check_contract
 
-    names = [n.strip() for n in args.candidates.split(",") if n.strip()] if args.candidates else None
+    names = [n.strip() for v in args.candidate for n in v.split(",") if n.strip()] if args.candidate else None
+    if args.candidate and not names:
+        raise UsageError("--candidate needs at least one name; e.g. --candidate oracle")
     check_contract(args.contract)  # as check --contract: a misspelled name or an unreadable file is one line, exit 2
+    refuse_unknown_candidates(names or [], allow_all=False)  # a typo is one line naming the nearest, before torch loads
 
     if args.logits is not None or args.bias is not None:  # a bad file is one usage error now, not an error in every check
         from ..run.checks import _open_captured
@@ -81,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
             out=args.out, upload=args.upload, rows=args.rows, seed=args.seed, device=args.device, candidates=names,
             compare_previous=args.compare_previous, latency_threshold=args.latency_threshold, probe=args.probe, bench=args.bench,
             command=args.command_line, stop=world.stop, world=world, logits=args.logits, logits_bias=args.bias, contract=args.contract,
+            progress=not args.quiet,
         )  # fmt: skip
         stop.writing = True
         return _report(args, done, stop) if world.writer else ExitCode.OK  # the other ranks end with rank 0's code

@@ -85,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{record.rows:,} token-layers, {record.flips:,} flips ({causes}); {record.tokens_flipped:,} of {record.tokens:,} tokens flipped in some layer")
     for clause, n in record.router_clauses.items():
         print(f"router: {clause}: {n:,}")
+    if record.causes["router"]:
+        print(broken_sides(record))
     for side, names in record.unpaired_layers.items():
         if names:
             print(f"layers only in {record.a if side == 'a' else record.b}: {', '.join(names)} (not compared: the diff fails)")
@@ -93,6 +95,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"trace diff: {paths['page']}")
     unpaired = any(record.unpaired_layers.values())
     return ExitCode.FAILED if record.causes["router"] or unpaired else ExitCode.OK
+
+
+def broken_sides(record) -> str:
+    """Which trace broke the contract on the router's flips (its ids depart from the oracle's on its own logits), and
+    which followed it: the side a kernel engineer fixes."""
+    c = record.contract
+    path = {"a": record.a, "b": record.b}
+    sides = record.router_sides
+    parts = [f"{'A' if side == 'a' else 'B'} ({path[side]}) breaks contract {c} on {sides[side]:,} flips" for side in ("a", "b") if sides[side]]
+    if sides["both"]:
+        parts.append(f"both break it on {sides['both']:,}")
+    kept = [f"{'A' if side == 'a' else 'B'} ({path[side]})" for side in ("a", "b") if not sides[side] and not sides["both"]]
+    return f"broken side: {'; '.join(parts)}" + (f"; {kept[0]} follows it" if len(kept) == 1 else "")
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

@@ -224,9 +224,10 @@ def _declared_mask(declared) -> torch.Tensor:
     return torch.tensor([name in declared for name in A.CLAUSE_ORDER], dtype=torch.bool)
 
 
-def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "") -> list[dict]:
+def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "", device: str | None = None) -> list[dict]:
     """The variants that explain the sampled rows, best first, the best combination, and a better built-in contract;
-    [] without a sample. ``declared``: the candidate's declared clauses (left out); ``command``: the check's command."""
+    [] without a sample. ``declared``: the candidate's declared clauses (left out); ``command``: the check's command;
+    ``device``: where the candidate ran (a variant tied to a GPU back end is offered only there; None: anywhere)."""
     parts = sample.selected()
     total = sum(p.ids.shape[0] for p in parts)
     if not total:
@@ -239,7 +240,7 @@ def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "
     dtypes = {p.case.scores.dtype for p in parts}
     dtype = torch.bfloat16 if torch.bfloat16 in dtypes else next(iter(dtypes))
     scored: list[_Scored] = []
-    for v in _offered(c, dtype):
+    for v in _offered(c, dtype, device):
         try:
             s = _score_variant(routed, v, mask, before)
         except (ValueError, RuntimeError):  # a variant the sample's shapes cannot take
@@ -262,9 +263,12 @@ def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "
     return out
 
 
-def _offered(c, dtype) -> list:
-    """The variants that exist for this contract's scoring: aiter's lane order only under a sigmoid contract."""
-    return [v for v in oracle.variants(c, logits_dtype=dtype) if not (v.field == "tie_rule" and v.value == "aiter" and c.scoring != "sigmoid")]
+def _offered(c, dtype, device: str | None = None) -> list:
+    """The variants that exist for this contract's scoring and the candidate's device: aiter's lane order (the traversal
+    of a GPU's wave64 lanes) only under a sigmoid contract, and never to a router that ran on the CPU."""
+    on_cpu = device is not None and str(device).split(":")[0] == "cpu"
+    return [v for v in oracle.variants(c, logits_dtype=dtype)
+            if not (v.field == "tie_rule" and v.value == "aiter" and (c.scoring != "sigmoid" or on_cpu))]  # fmt: skip
 
 
 def _score_variant(routed: _Routed, v, mask: torch.Tensor, before: list) -> _Scored:

@@ -79,7 +79,8 @@ def validity_failure(actual, case) -> str | None:
     if tuple(w.shape) != shape or tuple(ids.shape) != shape:
         return f"shapes weights {tuple(w.shape)}, ids {tuple(ids.shape)}; expected {shape}"
     if w.dtype != torch.float32 or ids.dtype != torch.int32:
-        return f"dtypes weights {w.dtype}, ids {ids.dtype}; expected torch.float32 and torch.int32"
+        fix = " and ".join(f for f, bad in (("weights.float()", w.dtype != torch.float32), ("ids.int()", ids.dtype != torch.int32)) if bad)
+        return f"dtypes weights {w.dtype}, ids {ids.dtype}; expected torch.float32 and torch.int32: return {fix}"
     device = case.scores.device
     if w.device != device or ids.device != device:
         return f"outputs on {w.device}/{ids.device}; the inputs were on {device}"
@@ -112,12 +113,13 @@ def _validity_masks(ids: torch.Tensor, experts: int, c):
     return out_of_range, repeats.any(1)
 
 
-def _row_facts(keys, ranking, ids, topk: int):
-    """Per row: size of the tie group at the cutoff, whether it straddles, NaN count."""
+def _row_facts(keys, logits, ids, topk: int):
+    """Per row: size of the tie group at the cutoff, whether it straddles, and its NaN logits (all of them: not only
+    those of the groups a grouped contract keeps)."""
     cutoff = keys.gather(1, ids[:, topk - 1 : topk])
     group = (keys == cutoff).sum(1)
     inside = (keys.gather(1, ids) == cutoff).sum(1)
-    return group, group > inside, torch.isnan(ranking).sum(1)
+    return group, group > inside, torch.isnan(logits).sum(1)
 
 
 def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_changed: bool = False, exact: bool = False,
@@ -312,7 +314,7 @@ def _record(out: CaseOutcome, case, exp, values, w_act, ids_act, rows_b, blame, 
         return
     e_b, a_b = exp.ids.index_select(0, rows_b), ids_act.index_select(0, rows_b)
     we_b, wa_b = exp.weights.index_select(0, rows_b), w_act.index_select(0, rows_b)
-    group, straddles, nan_count = _row_facts(values.keys, values.selection, e_b.long(), case.topk)
+    group, straddles, nan_count = _row_facts(values.keys, case.scores.index_select(0, rows_b), e_b.long(), case.topk)
     label = torch.where(near, torch.full_like(primary, -1), primary)  # -1: near tie
     kind = torch.where(mismatch, 0, torch.where(expected, 1, 2))  # index into _KINDS
     detail_rows = _detail_rows(out, keep, label, straddles)

@@ -50,7 +50,7 @@ DETAILS_PER_CLAUSE = 5
 _RESULT = frozenset({"status", "reason", "rows_checked", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_deviation_rows",
                      "exact_rows", "within_tolerance_rows", "max_weight_ulp", "clauses", "families", "expected_deviations", "error",
                      "determinism", "interrupted", "against_sides", "cells_recorded", "clauses_broken", "raised_rows", "cells_capped",
-                     "cells_total", "notes", "diagnosis", "by_option", "expert_load"})  # fmt: skip
+                     "cells_total", "notes", "diagnosis", "by_option", "expert_load", "top_reason"})  # fmt: skip
 _MAY_DIFFER = frozenset({"shard", "bundle", "merged_shards", "shard_environments", "duration_s", "rows_per_s", "stages", "environment",
                          "world_size", "ranks", "files", "command"})  # fmt: skip
 # Within options: what a shard's own cases covered, and host paths whose contents are compared by digest instead.
@@ -201,6 +201,9 @@ def sum_summaries(parts: list[Summary], base: Summary) -> Summary:
 
     merged.expert_load = sum_records([s.expert_load for s in parts])  # captured logits: one histogram for the whole file
     merged.error = next((s.error for s in parts if s.error), None)
+    # the reason of a part whose own top clause is the whole's (its first example of that clause), else the first one
+    merged.top_reason = next((s.top_reason for s in parts if s.top_reason and s.top_clause == merged.top_clause),
+                             next((s.top_reason for s in parts if s.top_reason), None)) if merged.top_clause else None  # fmt: skip
     merged.duration_s = round(sum(s.duration_s or 0.0 for s in parts), 3)
     merged.rows_per_s = round(merged.rows_checked / merged.duration_s, 1) if merged.duration_s else None
     merged.cells_capped = any(s.cells_capped for s in parts)

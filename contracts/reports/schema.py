@@ -53,6 +53,7 @@ __all__ = [
     "decide_status",
     "from_json",
     "to_json",
+    "top_reason",
     "worst_status",
 ]
 
@@ -264,10 +265,24 @@ class Summary:
     # the contract fields (and regimes) no case of the check varied from their default (captured logits: a per-expert
     # scale of ones, a zero bias): a PASS resting on them is not_covered (contracts.cases.exercised)
     unexercised: list[str] = field(default_factory=list)
+    # v2: why the clause with the most unexpected rows broke, in the words of its first example row (with the fix where
+    # the reason names one: "return weights.contiguous()"), for the console line; None where no row mismatched
+    top_reason: str | None = None
 
     @property
     def label(self) -> str:
         return self.candidate + (f" vs {self.against}" if self.against else "")
+
+    @property
+    def top_clause(self) -> str | None:
+        """The clause with the most unexpected mismatched rows (the first in clause order on a tie), or None."""
+        ranked = [(n, -i, clause) for i, (clause, n) in enumerate(self.clauses.items()) if n]
+        return max(ranked)[2] if ranked else None
+
+    @property
+    def answered_rows(self) -> int:
+        """Rows the candidate answered: those checked less those of calls that raised."""
+        return max(self.rows_checked - self.raised_rows, 0)
 
     def validate(self, source: str = "summary") -> "Summary":
         """The fields each status must carry; ``RecordError`` naming the first that is missing."""
@@ -303,6 +318,12 @@ class Summary:
 
 _SUMMARY_COUNTS = ("rows_checked", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_deviation_rows", "exact_rows",
                    "within_tolerance_rows", "cells_recorded", "cells_total", "raised_rows")  # fmt: skip
+
+
+def top_reason(summary: Summary, details: list["RowDetail"]) -> str | None:
+    """The reason of the first unexpected example row of ``summary``'s top clause (``Summary.top_reason``), or None."""
+    clause = summary.top_clause
+    return next((d.reason for d in details if d.clause == clause and d.verdict == "mismatch" and d.reason), None)
 
 
 @dataclass

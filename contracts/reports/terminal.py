@@ -1,11 +1,16 @@
-"""What a check prints in a terminal: the verdict table, one line per check."""
+"""What a check prints in a terminal: the verdict table, one line per check.
+
+Below a failing check's line: its note (clause counts, the error), then why, in the words of the first example of
+its top clause, with the fix where the reason names one ("return weights.contiguous()"), and the contract its rows
+match (the diagnosis), so that the reason is on the console, not only in report.md. The rows column counts the rows
+the candidate answered: a check whose every call raised shows 0 and says so."""
 
 from __future__ import annotations
 
 from .schema import Status, Summary
 from .text import clean
 
-__all__ = ["note_for", "verdict_table"]
+__all__ = ["note_for", "reason_lines", "verdict_table"]
 
 
 def note_for(s: Summary) -> str:
@@ -13,10 +18,13 @@ def note_for(s: Summary) -> str:
     if s.reason:
         return clean(s.reason)
     parts = [f"{k}:{v}" for k, v in s.clauses.items() if v]
+    if s.raised_rows:
+        answered = s.answered_rows
+        parts.insert(0, "0 rows answered (every call raised)" if not answered else f"{s.raised_rows:,} rows raised")
     if s.determinism and s.determinism.rows_differing:
         parts.append(f"determinism:{s.determinism.rows_differing}")
     if s.status is Status.ERROR and s.error:
-        parts.insert(0, _shortened(clean(f"{s.error.kind}: {s.error.message}"), ERROR_NOTE_CHARS))
+        parts.insert(1 if s.raised_rows else 0, _shortened(clean(f"{s.error.kind}: {s.error.message}"), ERROR_NOTE_CHARS))
     if s.status is Status.INTERRUPTED:
         parts.insert(0, f"interrupted ({s.interrupted or 'signal'})")
     skipped: dict[str, int] = {}
@@ -35,6 +43,21 @@ def note_for(s: Summary) -> str:
 
 
 ERROR_NOTE_CHARS = 240  # an error's note: the message ends with its cause, which a cut must keep
+REASON_CHARS = 400  # the reason below a failing check: one example's words (a reason of a few lines is cut in the middle)
+
+
+def reason_lines(s: Summary) -> list[tuple[str, str]]:
+    """(label, text) lines below a failing check: why its top clause broke (with the fix where the reason names one),
+    and the nearest contract its rows meet (the diagnosis' best combination of single-field changes)."""
+    if not s.status.failed:
+        return []
+    out = []
+    if s.top_reason:
+        out.append(("why", _shortened(clean(f"{s.top_clause}: {s.top_reason}" if s.top_clause else s.top_reason), REASON_CHARS)))
+    best = next((d for d in s.diagnosis or () if isinstance(d, dict) and d.get("kind") == "combination"), None)
+    if best and best.get("text"):
+        out.append(("nearest", _shortened(clean(best["text"]), REASON_CHARS)))
+    return out
 
 
 def _shortened(text: str, limit: int) -> str:
@@ -56,12 +79,12 @@ def _cells(s: Summary) -> dict[str, str]:
         "contract": s.contract,
         "device": s.device,
         "status": s.status.word,
-        "rows": f"{s.rows_checked:,}",
+        "rows": f"{s.answered_rows:,}",  # answered: a call that raised answered none of its rows
         "skipped": f"{s.rows_skipped:,}",
         "mismatched": f"{s.mismatched_rows:,}",
         "near ties": f"{s.near_tie_rows:,}",
         "declared": f"{s.expected_deviation_rows:,}",
-        "rows/s": f"{s.rows_per_s:,.0f}" if s.rows_per_s else "-",
+        "rows/s": f"{s.rows_per_s:,.0f}" if s.rows_per_s and s.answered_rows else "-",
     }
 
 
@@ -89,6 +112,8 @@ def verdict_table(summaries: list[Summary], *, links: dict[str, str] | None = No
         note = note_for(s)
         if note:
             out += textwrap.wrap(note, NOTE_WIDTH, initial_indent="    note: ", subsequent_indent="          ", break_on_hyphens=False)
+        for label, text in reason_lines(s):
+            out += textwrap.wrap(text, NOTE_WIDTH, initial_indent=f"    {label}: ", subsequent_indent="          ", break_on_hyphens=False)
     if links:
         out.append("")
         out += [f"{label}: {target}" for label, target in links.items()]

@@ -34,7 +34,8 @@ def render_trace_diff_png(record: dict) -> bytes:
 
     layers = record["layers"]
     x = list(range(len(layers)))
-    fig, ax = plt.subplots(figsize=(min(3 + 0.3 * len(layers), 16), 3.4), dpi=110)
+    width = min(max(5.0, 3 + 0.3 * len(layers)), 16)
+    fig, ax = plt.subplots(figsize=(width, 3.4), dpi=110)
     bottom = [0] * len(layers)
     for cause, color in _COLORS.items():
         values = [layer[cause] for layer in layers]
@@ -42,15 +43,38 @@ def render_trace_diff_png(record: dict) -> bytes:
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.set_xlabel("layer")
     ax.set_ylabel("tokens routed differently")
-    ax.set_title(f"flips per layer ({record['flips']:,} of {record['rows']:,} token-layers, contract {record['contract']})", fontsize=10)
+    title = f"flips per layer ({record['flips']:,} of {record['rows']:,} token-layers, contract {clean(record['contract'])})"
+    _fitted_title(fig, ax, title, width)
     if len(layers) <= 40:
         ax.set_xticks(x, [str(layer["layer"]) for layer in layers], fontsize=8)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    _shrink_to_fit(fig, ax.title)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()
+
+
+TITLE_POINTS = 10
+
+
+def _fitted_title(fig, ax, title: str, width_in: float) -> None:
+    """The title wrapped to the figure's width (a figure of one layer is 5 inches wide: one line was clipped)."""
+    import textwrap
+
+    per_line = max(20, int(width_in * 72 / (0.62 * TITLE_POINTS)))  # a character is about 0.6 em in the default font
+    ax.set_title("\n".join(textwrap.wrap(title, per_line)), fontsize=TITLE_POINTS)
+
+
+def _shrink_to_fit(fig, title) -> None:
+    """Smaller type until the title lies inside the figure (a font wider than the estimate above)."""
+    renderer = fig.canvas.get_renderer()
+    size = TITLE_POINTS
+    while size > 5 and title.get_window_extent(renderer).width > fig.bbox.width * 0.98:
+        size -= 1
+        title.set_fontsize(size)
+        fig.tight_layout()
 
 
 @functools.lru_cache(maxsize=1)

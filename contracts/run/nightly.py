@@ -65,6 +65,7 @@ from ..reports._atomic import write_json, write_text
 from ..reports.diff import status_regressed
 from ..reports.environment import environment, git_commit
 from ..reports.schema import NightlyEnvelope, to_json
+from ..reports.text import clean
 from .checks import bundle_dirname, run_checks
 from .distributed import ONE_PROCESS
 from .options import OptionError
@@ -179,8 +180,12 @@ def _check_record(label: str, folder: Path, bundle: Path, command: str, run: Cal
     rows = summary.get("rows_checked")
     if summary.get("contract") and summary["contract"] not in contract_words:
         contract_words = f"contract {summary['contract']}"
-    print(f"check {label} [{contract_words}]: {record['status']}" + (f", {rows:,} rows" if rows is not None else "")
+    raised = summary.get("raised_rows") or 0
+    counted = (f", {rows:,} rows" + (f" ({rows - raised:,} answered: the calls of the rest raised)" if raised else "")) if rows is not None else ""
+    print(f"check {label} [{contract_words}]: {record['status']}{counted}"
           + (f" ({record['reason']})" if record.get("reason") else ""), flush=True)  # fmt: skip
+    if summary.get("top_reason") and record["status"] in ("fail", "error"):  # the reason on the console, not only in report.md
+        print(f"  why: {clean(summary['top_reason'])}", flush=True)
     return record
 
 
@@ -211,7 +216,7 @@ def _pair_skip(pair: Pair, backend: str, known: dict, names: list[str], chosen: 
     if pair.backends and backend not in pair.backends:
         return f"only on {'/'.join(pair.backends)} hosts (this host: {backend})"
     if chosen and not {pair.candidate, pair.against} <= set(names):
-        return "not among --candidates"
+        return "not among --candidate"
     for name in (pair.candidate, pair.against):
         if (candidates.get(name) or {}).get("status") == "unavailable":
             return f"{name} is unavailable here: {candidates[name].get('reason')}"
@@ -394,7 +399,7 @@ def _names(candidates: list[str] | None, known: dict) -> list[str]:
         return list(known)
     unknown = [n for n in candidates if n not in known and ":" not in n]
     if unknown:
-        raise OptionError(f"--candidates: unknown {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}")
+        raise OptionError(f"--candidate: unknown {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}")
     return list(candidates)
 
 
@@ -416,9 +421,11 @@ def run_nightly(
     logits: Path | None = None,
     logits_bias: Path | None = None,
     contract: str | None = None,
+    progress: bool = True,
 ) -> NightlyRun:
     """Run the nightly (see the module docstring) and write its bundle under ``out``. ``logits`` (``logits_bias``):
-    every check runs on the rows of a captured logits file instead of the families (``check --logits``)."""
+    every check runs on the rows of a captured logits file instead of the families (``check --logits``); ``progress``:
+    the checks' progress bar or lines (each check's one closing line is printed either way)."""
     import torch
 
     stop = stop or (lambda: None)
@@ -438,8 +445,8 @@ def run_nightly(
               f"{f'contract {contract}' if contract else 'each candidate under its own contract'})")  # fmt: skip
     else:
         bundle = out / f"rank-{world.rank}"  # never made: only names the checks' folders, which rank 0 writes
-    common = dict(rows=rows, seed=seed, device=device, progress=world.writer, stop=stop, world=world, logits=logits, logits_bias=logits_bias,
-                  contract=contract)  # fmt: skip
+    common = dict(rows=rows, seed=seed, device=device, progress=progress and world.writer, stop=stop, world=world, logits=logits,
+                  logits_bias=logits_bias, contract=contract)  # fmt: skip
     captured = (f" --logits {logits}" if logits else "") + (f" --bias {logits_bias}" if logits_bias else "") + (f" --contract {contract}" if contract else "")
 
     checked = {}

@@ -97,6 +97,12 @@ class Progress:
             rate = self._rate(rows, seconds)
         what = "the diagnosis" if summary is not None and summary.diagnosis else "the summary"
         tail = f"; then {_duration(after)} for {what}" if after >= 1 else ""
+        raised = summary.raised_rows if summary is not None else 0
+        if raised:  # rows of calls that raised were never answered: no rate of rows checked is claimed for them
+            answered = max(rows - raised, 0)
+            self._line(f"{self.label}: {status + ', ' if status else ''}{answered:,} of {rows:,} rows answered in {_duration(seconds)} "
+                       f"({'every call raised' if not answered else f'{raised:,} rows raised'}{tail})")  # fmt: skip
+            return
         self._line(f"{self.label}: {status + ', ' if status else ''}{rows:,} rows in {_duration(seconds)} ({rate:,.0f} rows/s{tail})")
 
     def __enter__(self):

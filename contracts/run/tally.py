@@ -30,6 +30,7 @@ from ..reports.schema import (
     RowDetail,
     Summary,
     decide_status,
+    top_reason,
 )
 
 __all__ = ["DETAILS_PER_CLAUSE", "DETERMINISM_EXAMPLES", "OPTIONS", "Tally", "batch_size_class", "call_options"]
@@ -293,7 +294,7 @@ class Tally:
         if not self.sample.rows or self.against is not None:
             return None
         with self.timed("diagnosis", self.sample.rows):
-            return diagnose(self.sample, contract, declared=frozenset(self.deviations), command=command)
+            return diagnose(self.sample, contract, declared=frozenset(self.deviations), command=command, device=self.device)
 
     def result(self, *, seed: int, command: str, isolated: bool, options: dict | None = None) -> CheckResult:
         elapsed = time.perf_counter() - self.started
@@ -357,6 +358,7 @@ class Tally:
             stages=self._stage_summary(elapsed),
         )
         details = [RowDetail(**d) for key in sorted(self.details) for d in self.details[key]]
+        summary.top_reason = top_reason(summary, details)
         cells = self.cells.table(CELL_COLUMNS)
         note = self.cells.note(self.cells_total)
         if note:
