@@ -255,6 +255,20 @@ def test_a_rows_nan_count_counts_its_nan_logits():
     assert row["nan_count"] == 11, row
 
 
+def test_the_reports_say_the_nan_count_is_of_the_logits():
+    from contracts.reports.html import render_html
+    from contracts.reports.junit import _detail_text
+    from contracts.reports.markdown import render_markdown
+    from contracts.reports.schema import CheckResult, RowDetail, Status, Summary
+
+    d = RowDetail(row=0, clause="nan_last", verdict="mismatch", reason="a NaN expert chosen before a finite one", family="nan_dense",
+                  case="nan_dense:1:4", expected_ids=[1, 2], actual_ids=[1, 9], expected_weights=[0.6, 0.4], actual_weights=[0.6, 0.4],
+                  tie_group_size=1, straddles_cutoff=False, nan_count=11, renormalize=True, routed_scaling_factor=1.0)  # fmt: skip
+    s = Summary(candidate="c", contract="aiter", device="cpu", status=Status.FAIL, rows_checked=4, mismatched_rows=1, clauses={"nan_last": 1})
+    for text in (render_markdown(CheckResult(s, None, [d])), render_html(CheckResult(s, None, [d])), _detail_text(d, s)):
+        assert "NaN logits in row: 11" in text and "NaN in row" not in text
+
+
 # ---------------------------------------------------------------- item 6: diagnoses that fit the candidate's device
 
 

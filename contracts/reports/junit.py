@@ -164,7 +164,7 @@ def _detail_text(d: RowDetail, s: Summary) -> str:
         value = getattr(d, name)
         if value is not None:
             lines.append(f"{name.replace('_', ' '):>16}: {value}")
-    lines.append(f"tie group at the cutoff: {d.tie_group_size}; straddles: {d.straddles_cutoff}; NaN in row: {d.nan_count}")
+    lines.append(f"tie group at the cutoff: {d.tie_group_size}; straddles: {d.straddles_cutoff}; NaN logits in row: {d.nan_count}")
     lines.append(f"replay: {d.replay or _fallback_replay(s, d.case, d.row)}")
     return "\n".join(lines)
 

@@ -62,7 +62,7 @@ def _detail_line(d: RowDetail) -> str:
         facts.append(f"Tie group at the cutoff: {d.tie_group_size} expert{'s' if d.tie_group_size != 1 else ''}"
                      + (" (straddles the cutoff)" if d.straddles_cutoff else "") + ";")  # fmt: skip
     if d.nan_count is not None:
-        facts.append(f"NaN in row: {d.nan_count};")
+        facts.append(f"NaN logits in row: {d.nan_count};")
     facts.append(f"renormalize={d.renormalize}, routed_scaling_factor={d.routed_scaling_factor}")
     if d.oracle_agrees_with:
         facts.append(f"; the oracle agrees with: {d.oracle_agrees_with}")
