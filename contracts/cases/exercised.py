@@ -151,8 +151,9 @@ def regimes(c) -> list[Regime]:
         add("default_renormalize", value, f"renormalize={value} always: the model's router "
             f"{'leaves the weights unnormalized' if value else 'renormalizes'}",
             _renormalizing(c) if value else _route(c.replace(renormalize_when="call"), renormalize=False))  # fmt: skip
-    for value in admitted if not equivalent(c, "default_renormalize", True) else ():  # wrong only on calls with one
-        # admitted value of the option
+    flag_ignored = equivalent(c, "default_renormalize", True) or getattr(c, "renormalize_when", None) == "always"
+    for value in admitted if not flag_ignored else ():  # wrong only on calls with one admitted value of the option (a
+        # contract that renormalizes whatever the flag says, renormalize_when="always", gives both calls one answer)
         add("renormalize", value, f"wrong only at renormalize={value} (it takes the other path there)",
             _only_at(c, _route(c, renormalize=not value), "renormalize", value))  # fmt: skip
     factors = c.admitted_scaling_factors
