@@ -137,6 +137,11 @@ def test_an_unknown_option_far_from_any_is_named_with_where_to_look(capsys):
     assert code == 2 and "--colour" in err and "--help" in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_a_short_spelling_of_a_long_option_is_named(capsys):
+    code, err, _ = _parse_only("check", ["--candidate", "oracle", "-q"], capsys)
+    assert code == 2 and "unknown option -q (did you mean --quiet?)" in err, err
+
+
 def test_nightly_takes_candidate_and_quiet_and_keeps_candidates(capsys):
     code, _, args = _parse_only("nightly", ["--candidate", "oracle,serial", "--candidate", "radix4", "--quiet"], capsys)
     assert code == 0 and args.candidate == ["oracle,serial", "radix4"] and args.quiet

@@ -88,7 +88,8 @@ class _Parser(argparse.ArgumentParser):
 def _nearest_option(name: str, options) -> str:
     """`` (did you mean --x?)``: the one option ``name`` begins (an abbreviation), else the closest spelling, else ''."""
     longs = sorted(o for o in options if o.startswith("--"))
-    extended = [o for o in longs if o.startswith(name)] if name.startswith("--") and len(name) > 2 else []
+    start = name if name.startswith("--") else "-" + name  # -q: the one long option that begins --q
+    extended = [o for o in longs if o.startswith(start)] if len(start) > 2 else []
     close = extended if len(extended) == 1 else difflib.get_close_matches(name, longs, n=1, cutoff=0.75)
     return f" (did you mean {close[0]}?)" if close else ""
 

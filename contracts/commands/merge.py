@@ -31,6 +31,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from ..reports.bundle import prepare_out
     from ..reports.merge import MergeError, merge_bundles
+    from ..reports.terminal import reason_lines
 
     if any(args.out.resolve() == s.resolve() for s in args.shards):
         raise UsageError(f"OUT {args.out} is one of the shards; merge into a new folder")
@@ -45,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
             continue
         print(f"{s.candidate}: {s.status.word}, {s.rows_checked:,} rows, "
               f"{s.mismatched_rows:,} unexpected mismatched rows (shards {', '.join(s.merged_shards or [])})")  # fmt: skip
+        for label, text in reason_lines(s):  # a failing merge says why on the console, as the check does
+            print(f"  {label}: {text}")
     print(f"bundle: {args.out}")
     return ExitCode.OK
 
