@@ -92,6 +92,19 @@ def test_a_check_where_every_call_raised_says_0_rows_answered(tmp_path):
     assert figures[figures.index("ERROR") + 1] == "0" and figures[-1] == "-", table
 
 
+def test_the_diagnosis_of_a_failing_check_is_on_the_console_too():
+    from contracts.reports.schema import Status, Summary
+    from contracts.reports.terminal import verdict_table
+
+    text = "matches deepseek-v3 with the group score as the group's largest value on 100% of the mismatched rows"
+    s = Summary(candidate="dsv3:route", contract="deepseek-v3", device="cpu", status=Status.FAIL, rows_checked=100, mismatched_rows=100,
+                clauses={"group_selection": 100}, top_reason="other groups kept", diagnosis=[{"kind": "combination", "text": text}])  # fmt: skip
+    table = verdict_table([s])
+    flat = " ".join(table.split())  # the lines wrap at 110 columns
+    assert "why: group_selection: other groups kept" in flat and f"diagnosis: {text}" in flat, table
+    assert "why:" not in verdict_table([Summary(candidate="ok", status=Status.PASS, rows_checked=10, top_reason="stale")])
+
+
 # ---------------------------------------------------------------- item 6: one spelling, no prefix matching
 
 

@@ -56,7 +56,7 @@ def reason_lines(s: Summary) -> list[tuple[str, str]]:
         out.append(("why", _shortened(clean(f"{s.top_clause}: {s.top_reason}" if s.top_clause else s.top_reason), REASON_CHARS)))
     best = next((d for d in s.diagnosis or () if isinstance(d, dict) and d.get("kind") == "combination"), None)
     if best and best.get("text"):
-        out.append(("nearest", _shortened(clean(best["text"]), REASON_CHARS)))
+        out.append(("diagnosis", _shortened(clean(best["text"]), REASON_CHARS)))
     return out
 
 
