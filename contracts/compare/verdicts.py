@@ -181,6 +181,8 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
         out.cells_total += int((differing & ~_verdicts(blame, declared)[5].unsqueeze(1)).sum())
         if out.cells_rows < max_cells or len(out.rows_detail) < DETAILS_PER_CLAUSE * len(A.CLAUSE_ORDER):
             _record(out, case, exp, values, w_act, ids_act, rows_b, blame, declared, max_cells, quiet)
+    for d in out.rows_detail:  # the reports show a row of an order-free contract as sets (contracts.reports.sets)
+        d["output_order"] = c.output_order
     return out
 
 

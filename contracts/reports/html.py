@@ -50,6 +50,7 @@ import jinja2
 from markupsafe import Markup
 
 from .schema import CheckResult, FamilyCounts, RowDetail, Status, Summary
+from .sets import ExpertMatch, expert_sets, shown_as_sets
 from .text import CELLS_NOTE, HUGE_ULP, clean, tie_group_matters, ulp_meaning
 
 __all__ = ["render_bundle_html", "render_html", "ulp_distance"]
@@ -331,6 +332,33 @@ def slots(d: RowDetail) -> list[Slot]:
     return out
 
 
+@dataclass(frozen=True)
+class SetRow:
+    """One expert of a row shown as sets (output order "any"): the classes of its cells and its ULP by expert."""
+
+    match: ExpertMatch
+    id_class: str
+    weight_class: str
+    mark: str
+
+    @property
+    def ulp(self) -> str:
+        return ulp_distance(self.match.expected_weight, self.match.actual_weight)
+
+
+def set_rows(d: RowDetail) -> list[SetRow]:
+    """The row's experts as sets: missing and extra ids highlighted, matched weights compared by expert id."""
+    near = d.verdict == "near_tie"
+    out = []
+    for x in expert_sets(d):
+        if x.kind == "matched":
+            out.append(SetRow(x, "", "" if x.same_weight else "wdiff", ""))
+        else:
+            what = "expected, not returned" if x.kind == "missing" else "returned, not expected"
+            out.append(SetRow(x, f"{'near' if near else 'setdiff'} {x.kind}", "", f"{x.kind}: {what}" + (" (near tie)" if near else "")))
+    return out
+
+
 @dataclass
 class ClauseExamples:
     clause: str
@@ -481,6 +509,8 @@ def render_html(result: CheckResult, *, bench: dict | None = None, bench_png: by
         bench=_bench_view(bench, bench_png),
         environment=_environment_items(s),
         slots=slots,
+        shown_as_sets=shown_as_sets,
+        set_rows=set_rows,
         next_id=_Ids(),
         tie_group_matters=tie_group_matters,
         ulp_meaning=ulp_meaning(s.max_weight_ulp),

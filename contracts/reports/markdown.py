@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from .expert_load import load_rows
 from .schema import CheckResult, RowDetail, Status
+from .sets import expert_sets, shown_as_sets
 from .text import CELLS_NOTE, clean, tie_group_matters, ulp_meaning
 
-__all__ = ["md_table", "option_rows", "render_markdown", "side_by_side"]
+__all__ = ["as_sets", "md_table", "option_rows", "render_markdown", "side_by_side"]
 
 
 def md_table(rows: list[dict]) -> str:
@@ -39,7 +40,10 @@ def _fmt(value) -> str:
 
 
 def side_by_side(d: RowDetail) -> str:
-    """Expected against actual, slot by slot, differing slots marked."""
+    """Expected against actual, slot by slot, differing slots marked; as sets of experts where the output order is
+    "any" (``as_sets``)."""
+    if shown_as_sets(d):
+        return as_sets(d)
     e, a = d.expected_ids or [], d.actual_ids or []
     we, wa = d.expected_weights or [], d.actual_weights or []
 
@@ -53,6 +57,28 @@ def side_by_side(d: RowDetail) -> str:
         if j == len(e) - 1:
             mark += "  (cutoff: slot topk-1)"
         lines.append(f"{j:>4} {at(e, j):>7} {at(a, j):>7} {at(we, j):>15} {at(wa, j):>15}{mark}")
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def as_sets(d: RowDetail) -> str:
+    """A row of an order-free contract: matched experts (weights compared by expert), missing and extra ones."""
+    near = d.verdict == "near_tie"
+
+    def w(value) -> str:
+        return "-" if value is None else _fmt(value)
+
+    def col(value) -> str:
+        return "-" if value is None else str(value)
+
+    lines = ['output order "any": the experts compared as sets, weights by expert',
+             f"{'expert':>6} {'exp col':>7} {'act col':>7} {'exp weight':>15} {'act weight':>15}"]  # fmt: skip
+    for x in expert_sets(d):
+        if x.kind == "matched":
+            mark = "" if x.same_weight else "  <- weight"
+        else:
+            mark = f"  ~ near tie, {x.kind}" if near else f"  <- {x.kind}"
+        lines.append(f"{x.expert:>6} {col(x.expected_column):>7} {col(x.actual_column):>7} "
+                     f"{w(x.expected_weight):>15} {w(x.actual_weight):>15}{mark}")  # fmt: skip
     return "```\n" + "\n".join(lines) + "\n```\n"
 
 

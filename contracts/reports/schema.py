@@ -349,6 +349,8 @@ class RowDetail:
     replay: str | None = None
     oracle_agrees_with: str | None = None
     clauses: list[str] | None = None  # v2: every clause the row breaks, the primary first
+    # v2: the contract's output order; "any" (the columns carry no meaning): shown as matched, missing and extra experts
+    output_order: str | None = None
 
 
 @dataclass

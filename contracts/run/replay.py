@@ -171,7 +171,7 @@ def replay_row(candidate, contract: str, device: str, spec: CaseSpec, row: int) 
     outcome = compare_case(sub, exp, actual, c, deviations=candidate.deviations(contract))
     counts = outcome.verdict_counts
     base = dict(row=row, family=spec.family, case_seed=spec.case_seed, case=spec.replay_id, renormalize=case.renormalize,
-                routed_scaling_factor=case.routed_scaling_factor)  # fmt: skip
+                routed_scaling_factor=case.routed_scaling_factor, output_order=c.output_order)  # fmt: skip
     if outcome.rows_detail:
         d = outcome.rows_detail[0]
         fields = {k: v for k, v in d.items() if k in RowDetail.__dataclass_fields__ and k not in base}
