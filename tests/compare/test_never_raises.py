@@ -167,7 +167,9 @@ def _edit(w: torch.Tensor, ids: torch.Tensor, edit: tuple, ranked: torch.Tensor)
         w[at] = -w[at]
     elif kind == "weight_nudge":
         (r, col), steps = args
-        w[r % rows, col % k] = torch.nextafter(w[r % rows, col % k], torch.tensor(math.inf if steps > 0 else -math.inf, device=w.device)) if steps else w[r % rows, col % k]
+        toward = torch.tensor(math.inf if steps > 0 else -math.inf, device=w.device)
+        for _ in range(abs(steps)):  # one fp32 ULP a step
+            w[r % rows, col % k] = torch.nextafter(w[r % rows, col % k], toward)
     return w, ids
 
 
