@@ -12,6 +12,8 @@
 - Every ``reports/baselines/...``, ``benchmarks/...`` and ``kernels/radix4/lab/...`` path named in README.md
   and docs/*.md exists (globs and ``{a,b}`` lists expanded); in README.md and docs/figures.md, which name
   baselines by their folder under ``reports/baselines/``, so does every ``h200-...`` / ``cpu-...`` name.
+- README.md is a front page: it shows the set-up/main-job and test commands verbatim (``.ci/run`` runs the second),
+  its worked example comes before the links, and it stays short (the detail lives in docs/).
 """
 
 from __future__ import annotations
@@ -371,6 +373,6 @@ def test_the_front_page_keeps_the_two_commands_and_ci_runs_the_test_command():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert MAIN_JOB in readme and TEST_COMMAND in readme, "README.md must show the set-up/main-job and test commands verbatim"
     assert TEST_COMMAND in (ROOT / ".ci" / "run").read_text(encoding="utf-8"), ".ci/run must run the README's test command"
-    # the front page stays a front page: the worked example before line 60, the detail in docs/
+    # the front page stays a front page: the worked example, then the links; the detail in docs/
     assert readme.index("## Check your own router") < readme.index("## Where to go next")
     assert readme.count("\n") < 160, f"README.md has {readme.count(chr(10))} lines; move detail into docs/"
