@@ -89,3 +89,23 @@ def test_a_repeated_id_is_matched_once_and_extra_after():
                   expected_weights=[0.5, 0.5], actual_weights=[0.5, 0.5], output_order="any")  # fmt: skip
     assert [(x.kind, x.expert, x.expected_column, x.actual_column) for x in expert_sets(d)] == [
         ("matched", 7, 1, 0), ("missing", 5, 0, None), ("extra", 7, None, 1)]
+
+
+def test_a_search_finding_under_an_order_free_contract_is_shown_as_sets():
+    import torch
+
+    import oracle
+    from contracts.run.search import Finding, side_by_side
+    from tests.standins.set_router import one_expert_off
+
+    scores, bias = torch.randn(1, 256, generator=torch.Generator().manual_seed(3)), torch.zeros(256)
+    w, ids = oracle.route(scores, bias, 8, renormalize=True, routed_scaling_factor=1.0, contract="deepseek-v3",
+                          num_expert_group=8, topk_group=4)  # fmt: skip
+    aw, aids = one_expert_off(scores, bias, 8, True, 1.0, num_expert_group=8, topk_group=4)
+    detail = {"expected_ids": ids[0].tolist(), "actual_ids": aids[0].tolist(), "expected_weights": w[0].tolist(),
+              "actual_weights": aw[0].tolist()}  # fmt: skip
+    f = Finding(clause="selection", reason="r", row=0, scores=scores, bias=bias, topk=8, renormalize=True,
+                routed_scaling_factor=1.0, detail=detail)  # fmt: skip
+    lines = side_by_side(f, "deepseek-v3")
+    _assert_one_missing_one_extra([line for line in lines if "input:" not in line and "logits row" not in line])
+    assert sum("*" in line.split()[0] for line in lines if line[:1] == " ") == 2

@@ -377,12 +377,40 @@ def side_by_side(f: Finding, contract: str) -> list[str]:
     _, ranking = oracle.ranking_values(scores[f.row : f.row + 1].contiguous(), bias, contract)
     ranking = ranking[0]
     c = oracle.get_contract(contract)
+    if c.output_order == "any":
+        return lines + _as_sets(d, ranking, c, experts)
     lines.append(f"{'slot':>4}  {'expected':>8} {'actual':>8}  {'exp weight':>13} {'act weight':>13}  {'rank value exp':>15} {'rank value act':>15}")
     for j, (ie, ia, we, wa) in enumerate(zip(d["expected_ids"], d["actual_ids"], d["expected_weights"], d["actual_weights"])):
         close = (we != we and wa != wa) or abs(wa - we) <= c.weight_atol + c.weight_rtol * abs(we)
         mark = "*" if ie != ia else (" " if close else "~")
         ra = _fmt(float(ranking[ia])) if 0 <= ia < experts else "-"
         lines.append(f"{j:>4}{mark} {ie:>8} {ia:>8}  {_fmt(we):>13} {_fmt(wa):>13}  {_fmt(float(ranking[ie])):>15} {ra:>15}")
+    return lines
+
+
+def _as_sets(d: dict, ranking, c, experts: int) -> list[str]:
+    """The failing row of an order-free contract as sets (``contracts.reports.sets``): ``*`` marks a missing or extra
+    expert, ``~`` a matched one whose weight is outside the tolerance."""
+    from ..reports.schema import RowDetail
+    from ..reports.sets import expert_sets
+
+    row = RowDetail(row=0, clause="", verdict="mismatch", reason="", expected_ids=d["expected_ids"], actual_ids=d["actual_ids"],
+                    expected_weights=d["expected_weights"], actual_weights=d["actual_weights"], output_order="any")  # fmt: skip
+
+    def text(value, fmt=_fmt) -> str:
+        return "-" if value is None else fmt(value)
+
+    lines = ['output order "any": the experts compared as sets, weights by expert',
+             f"{'expert':>7}  {'exp col':>7} {'act col':>7}  {'exp weight':>13} {'act weight':>13}  {'rank value':>15}"]  # fmt: skip
+    for x in expert_sets(row):
+        we, wa = x.expected_weight, x.actual_weight
+        if x.kind != "matched":
+            mark = "*"
+        else:
+            mark = " " if (we != we and wa != wa) or abs(wa - we) <= c.weight_atol + c.weight_rtol * abs(we) else "~"
+        value = _fmt(float(ranking[x.expert])) if 0 <= x.expert < experts else "-"
+        lines.append(f"{x.expert:>6}{mark}  {text(x.expected_column, str):>7} {text(x.actual_column, str):>7}  "
+                     f"{text(we):>13} {text(wa):>13}  {value:>15}{'  ' + x.kind if x.kind != 'matched' else ''}")  # fmt: skip
     return lines
 
 
