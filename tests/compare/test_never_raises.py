@@ -103,6 +103,8 @@ EDITS = st.one_of(
     st.tuples(st.just("id_repeat"), st.integers(0, ROWS - 1) | st.none(), st.integers(0, 63), st.integers(0, 63)),
     st.tuples(st.just("id_shift"), st.integers(0, ROWS - 1) | st.none(), st.integers(-3, 3)),
     st.tuples(st.just("id_ranked"), _cell, st.integers(0, 12)),  # the expert the oracle ranks n-th: ties, the cutoff
+    # the weights the contract gives the answer's own experts (so only the ids are wrong, as a router's would be)
+    st.tuples(st.just("reweigh")), st.tuples(st.just("reweigh")),
     st.tuples(st.just("permute_columns"), st.randoms(use_true_random=False), st.sampled_from(["both", "ids", "weights"])),
     st.tuples(st.just("weight_set"), _cell, st.sampled_from(SPECIAL_WEIGHTS)),
     st.tuples(st.just("weight_factor"), st.sampled_from(["case", "row", "column"]), st.integers(0, 63), st.sampled_from(FACTORS)),
@@ -120,15 +122,25 @@ HANDOVER = st.one_of(
 )  # fmt: skip
 
 
-def _edit(w: torch.Tensor, ids: torch.Tensor, edit: tuple, ranked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _own_weights(c, case, ids: torch.Tensor) -> torch.Tensor:
+    """fp32 [M, k]: the contract's weights for the experts ``ids`` (clamped into range)."""
+    scores, _ = oracle.ranking_values(case.scores, case.bias, c)
+    scale = None if case.expert_scale is None else case.expert_scale.float()[ids.clamp(0, scores.shape[1] - 1)]
+    return oracle.weights_from(scores.gather(1, ids.clamp(0, scores.shape[1] - 1)), contract=c, renormalize=case.renormalize,
+                               routed_scaling_factor=case.routed_scaling_factor, logits_dtype=case.scores.dtype, slot_scale=scale)  # fmt: skip
+
+
+def _edit(w: torch.Tensor, ids: torch.Tensor, edit: tuple, ranked: torch.Tensor, reweigh) -> tuple[torch.Tensor, torch.Tensor]:
     """One edit of (weights fp32 [M, k], ids int64 [M, k]); indices taken modulo the shape; ``ranked`` [M, E]: each
-    row's experts in the oracle's rank order."""
+    row's experts in the oracle's rank order; ``reweigh(ids)``: the contract's weights for those experts."""
     rows, k = ids.shape
     kind, *args = edit
     w, ids = w.clone(), ids.clone()
     if kind == "id_set":
         (r, col), value = args
         ids[r % rows, col % k] = value
+    elif kind == "reweigh":
+        w = reweigh(ids)
     elif kind == "id_ranked":
         (r, col), n = args
         ids[r % rows, col % k] = ranked[r % rows, n % ranked.shape[1]]
@@ -233,7 +245,7 @@ def _check(contract: str, device: str, family_index: int, seed: int, variant: tu
     w, ids = base if base is not None else (exp.weights, exp.ids.long())
     ranked = oracle.rank_keys(selection).long().argsort(dim=1, descending=True, stable=True)
     for edit in edits:
-        w, ids = _edit(w, ids, edit, ranked)
+        w, ids = _edit(w, ids, edit, ranked, lambda chosen: _own_weights(c, case, chosen))
     given_w, given_ids = _handed_over(w, ids, handover)
     with strict_broadcasting():
         out = compare_case(case, exp, (given_w, given_ids), c, deviations={})
@@ -266,6 +278,7 @@ def _check(contract: str, device: str, family_index: int, seed: int, variant: tu
 @example(family_index=0, seed=0, variant=None, edits=[], handover=_RIGHT)  # the oracle's own answer
 @example(family_index=0, seed=0, variant=None, edits=[("weight_factor", "case", 0, 3.0)], handover=_RIGHT)  # the GPU crash
 @example(family_index=0, seed=0, variant=None, edits=[("weight_round", "bf16"), ("weight_factor", "row", 1, 2.5)], handover=_RIGHT)
+@example(family_index=0, seed=0, variant=None, edits=[("id_ranked", (0, 0), 8), ("reweigh",)], handover=_RIGHT)  # ids alone wrong
 def test_compare_case_returns_a_verdict_and_fails_every_differing_row(contract, device, family_index, seed, variant, edits, handover):
     _check(contract, device, family_index, seed, variant, edits, handover)
 
