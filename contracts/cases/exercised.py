@@ -150,7 +150,7 @@ def regimes(c) -> list[Regime]:
         value = not admitted[0]
         add("default_renormalize", value, f"renormalize={value} always: the model's router "
             f"{'leaves the weights unnormalized' if value else 'renormalizes'}",
-            _renormalizing(c) if value else _route(c.replace(renormalize_when="call"), renormalize=False))  # fmt: skip
+            _renormalizing(c) if value else _route(_honouring_the_flag(c), renormalize=False))  # fmt: skip
     flag_ignored = equivalent(c, "default_renormalize", True) or getattr(c, "renormalize_when", None) == "always"
     for value in admitted if not flag_ignored else ():  # wrong only on calls with one admitted value of the option (a
         # contract that renormalizes whatever the flag says, renormalize_when="always", gives both calls one answer)
@@ -192,6 +192,12 @@ def _without_zero_experts(c) -> Callable:
         return right(dataclasses.replace(case, scores=scores))
 
     return route
+
+
+def _honouring_the_flag(c):
+    """``c``, renormalizing only when the call asks (``renormalize_when="call"``, where the contract has that field):
+    a router that skips the renormalization on ``renormalize=False`` although its model always renormalizes."""
+    return c.replace(renormalize_when="call") if hasattr(c, "renormalize_when") else c
 
 
 def _renormalizing(c) -> Callable:
