@@ -78,7 +78,11 @@ def check_key(summary: dict) -> tuple | None:
     logits = (options.get("logits") or {}).get("sha256") if isinstance(options.get("logits"), dict) else None
     families = options.get("families")
     inputs = ("logits", logits) if logits else ("synthetic", summary.get("seed"), tuple(sorted(families)) if families else None, options.get("rows"))
-    return (summary.get("candidate"), summary.get("against"), summary.get("contract"), options.get("experts"), options.get("topk"), inputs)
+    if logits:
+        inputs += ((options.get("logits") or {}).get("bias_sha256"),)
+    # how it was checked: a contract file's digest (two files of one name are two contracts), --exact, --max-batch
+    how = tuple(options.get(k) for k in ("contract_sha256", "exact", "max_batch"))
+    return (summary.get("candidate"), summary.get("against"), summary.get("contract"), options.get("experts"), options.get("topk"), inputs, how)
 
 
 def _inputs_text(summary: dict) -> str:
@@ -86,7 +90,7 @@ def _inputs_text(summary: dict) -> str:
     key = check_key(summary)
     if key is None:
         return f"contract {summary.get('contract') or '?'}, no inputs recorded"
-    _, _, contract, experts, topk, inputs = key
+    _, _, contract, experts, topk, inputs, _how = key
     head = f"contract {contract}, E={experts} k={topk}"
     if inputs[0] == "logits":
         return f"{head}, logits sha256 {str(inputs[1])[:12]}"
@@ -106,7 +110,10 @@ def _key_difference(old: dict, new: dict) -> str:
     if ia[0] != ib[0]:
         said.append(f"inputs {ia[0]} -> {ib[0]}")
     elif ia[0] == "logits":
-        said.append(f"logits sha256 {str(ia[1])[:12]} -> {str(ib[1])[:12]}")
+        if ia[1] != ib[1]:
+            said.append(f"logits sha256 {str(ia[1])[:12]} -> {str(ib[1])[:12]}")
+        if ia[2:] != ib[2:]:
+            said.append(f"bias sha256 {str(ia[2])[:12]} -> {str(ib[2])[:12]}")
     else:
         for n, x, y in zip(("seed", "families", "rows"), ia[1:], ib[1:]):
             if x != y:
@@ -115,6 +122,9 @@ def _key_difference(old: dict, new: dict) -> str:
                     said.append("families" + (f" without {', '.join(gone)}" if gone else "") + (f" with {', '.join(added)}" if added else ""))
                 else:
                     said.append(f"{n} {x} -> {y}")
+    for n, x, y in zip(("contract file sha256", "exact", "max_batch"), a[6], b[6]):
+        if x != y:
+            said.append(f"{n} {str(x)[:12] if n.endswith('sha256') and x else x} -> {str(y)[:12] if n.endswith('sha256') and y else y}")
     return "; ".join(said)
 
 
@@ -160,6 +170,19 @@ class DiffResult:
         return "\n".join(lines) + "\n"
 
 
+def _every_bundle_below(root: Path, bundle: Bundle) -> None:
+    """A folder of check bundles: every one of them, a second of one label (the same candidate under another contract
+    file, --exact, bias or batch) under its label and folder, so that none is dropped unseen (find_checks keeps only
+    the first of a label)."""
+    from .bundle import open_check
+
+    bundle.checks.clear()
+    for path in sorted(root.rglob("summary.json")):
+        found = open_check(path.parent)
+        label = found.label if found.label not in bundle.checks else f"{found.label} [{path.parent.relative_to(root).as_posix()}]"
+        bundle.checks[label] = to_json(found.summary)
+
+
 def _load_local(root: Path, source: str) -> Bundle:
     if not root.is_dir():
         raise BundleError(f"{source} is not a folder")
@@ -171,6 +194,8 @@ def _load_local(root: Path, source: str) -> Bundle:
     for label, found in checks.items():
         summary = found.summary if isinstance(found, CheckBundle) else found
         bundle.checks[label] = to_json(summary)
+    if not (root / "nightly.json").exists() and not (root / "summary.json").exists():
+        _every_bundle_below(root, bundle)
     if (root / "nightly.json").exists():
         bundle.nightly = read_json(root / "nightly.json")
     for name, store in (("probe.json", bundle.probes), ("bench.json", bundle.benches)):

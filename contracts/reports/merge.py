@@ -55,6 +55,9 @@ _MAY_DIFFER = frozenset({"shard", "bundle", "merged_shards", "shard_environments
                          "world_size", "ranks", "files", "command"})  # fmt: skip
 # Within options: what a shard's own cases covered, and host paths whose contents are compared by digest instead.
 _OPTIONS_MAY_DIFFER = frozenset({"coverage", "contract_source"})
+# Within the environment (else a host's own: may differ): torch (what a torch candidate, and the oracle, compute) and
+# the backend (cuda or rocm). Not the git commit: a shard run from a tree one docs commit later is the same check.
+_ENVIRONMENT_COMPARED = ("torch", "backend")
 _LOGITS_MAY_DIFFER = frozenset({"path"})  # the logits file's path on that host: its sha256 is compared
 _SUMMED = ("rows_checked", "rows_skipped", "mismatched_rows", "near_tie_rows", "expected_deviation_rows", "exact_rows",
            "within_tolerance_rows", "cells_recorded", "cells_total", "raised_rows")  # fmt: skip
@@ -115,6 +118,9 @@ def identity(s: Summary) -> dict[str, object]:
         logits["bias"] = bias if bias in ("none", "zero", None) else "given"  # which file: by bias_sha256 (or the logits' sha256)
         options["logits"] = logits
     fields["options"] = options
+    env = s.environment if isinstance(s.environment, dict) else {}
+    for key in _ENVIRONMENT_COMPARED:  # torch and the backend change what a shard finds
+        fields[f"environment.{key}"] = env.get(key)
     target = _plain(s.replay_target)
     if isinstance(target, dict):
         fields["replay_target"] = {k: v for k, v in target.items() if k != "pythonpath"}  # a host's path

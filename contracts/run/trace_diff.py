@@ -26,9 +26,10 @@ Each flip gets exactly one cause, decided in this order:
    experts' ranking values are within their error bounds
    (docs/contracts.md#tolerances-and-near-ties).
 
-A row where either side's ids fall outside ``[0, E)`` is a flip of cause
-``router``, clause ``validity``, even where both sides wrote the same ids:
-there is no such expert to route to. Ids are read as int64 and stay int64 up
+A row where either side's ids fall outside ``[0, E)``, or name one expert
+twice, is a flip of cause ``router``, clause ``validity``, even where both
+sides wrote the same ids: there is no such expert to route to (or k slots
+went to fewer than k experts). Ids are read as int64 and stay int64 up
 to the blame (an id of expert + 2^32 is not that expert).
 
 Layers are paired by the names the files record (metadata ``layer_names``),
@@ -279,6 +280,12 @@ def _side_blame(scores, bias, weights, ids, c, topk, layer, first):
     return breaks | outside, clause, exp.ids
 
 
+def _repeated(ids: torch.Tensor) -> torch.Tensor:
+    """Per row: an expert id given more than once (k slots routed to fewer than k experts)."""
+    s = ids.sort(1).values
+    return (s[:, 1:] == s[:, :-1]).any(1)
+
+
 def _outside(ids: torch.Tensor, experts: int) -> torch.Tensor:
     """Per row: an id outside ``[0, experts)`` (compared in int64: expert + 2^32 is outside)."""
     return ((ids < 0) | (ids >= experts)).any(1)
@@ -424,8 +431,9 @@ def _diff_chunk(ta: Trace, tb: Trace, c, layer: int, layer_b: int, first: int, n
     inputs_differ = (_bits(la) != _bits(lb)).any(1)
     if ba is not None and not torch.equal(_bits(ba), _bits(bb)):
         inputs_differ[:] = True
-    invalid = _outside(ids_a, experts) | _outside(ids_b, experts)
-    flip = ~_same_routing(ids_a, ids_b, ordered) | invalid  # an id that names no expert is the router's, flipped or not
+    # an id that names no expert, or one expert named twice in a row, is the router's, flipped or not
+    invalid = _outside(ids_a, experts) | _outside(ids_b, experts) | _repeated(ids_a) | _repeated(ids_b)
+    flip = ~_same_routing(ids_a, ids_b, ordered) | invalid
     rows = flip.nonzero().squeeze(1)
     differ_rows = int(inputs_differ.sum())
     if not rows.numel():
