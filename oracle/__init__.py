@@ -53,7 +53,7 @@ selection order (serial; the same ids), any (DeepSeek: compared as a set).
 ``serial`` alone has the -1e30 floor and the expert-0 fallback.
 """
 
-from ._builtin import BUILTIN_CONTRACTS, CLAUSE_NAMES, CONTRACTS, MODEL_CONTRACTS, SERIAL_SENTINEL
+from ._builtin import BUILTIN_CONTRACTS, CLAUSE_NAMES, CONTRACTS, MCORE_CONTRACTS, MODEL_CONTRACTS, SERIAL_SENTINEL
 from ._clauses import Clause, ClauseName
 from ._contracts import FIELD_NAMES, FIELD_VALUES, SCALING_FACTORS, Contract, ContractError
 from ._lookup import contract_label, get_contract, is_builtin
@@ -74,6 +74,7 @@ __all__ = [
     "GROUP_TIE_RULES",
     "LANE_RANK",
     "LOGIT_DTYPES",
+    "MCORE_CONTRACTS",
     "MODEL_CONTRACTS",
     "NAN_KEY",
     "SCALING_FACTORS",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ._clauses import ClauseName
 from ._contracts import Contract
 
-__all__ = ["BUILTIN_CONTRACTS", "CLAUSE_NAMES", "CONTRACTS", "MODEL_CONTRACTS", "SERIAL_SENTINEL"]
+__all__ = ["BUILTIN_CONTRACTS", "CLAUSE_NAMES", "CONTRACTS", "MCORE_CONTRACTS", "MODEL_CONTRACTS", "SERIAL_SENTINEL"]
 
 SERIAL_SENTINEL = -1e30
 
@@ -219,8 +219,49 @@ MODEL_CONTRACTS: tuple[Contract, ...] = (
     ERNIE4_5, LONGCAT_FLASH, MISTRAL4, DEEPSEEK_V2, HUNYUAN_MOE, DOTS1, JAMBA, GRANITE_MOE,
 )  # fmt: skip
 
+# ---------------------------------------------------------------- the trainer's arithmetic (Megatron-core)
+# megatron-core 0.16.1 (the newest release: it supports Python 3.10-3.12, as this project does), the unfused torch
+# path a Megatron trainer runs: megatron/core/transformer/moe/moe_utils.py topk_routing_with_score_function and
+# group_limited_topk. Its probs stay in the logits' dtype (score_precision and weight_precision "input"): with fp32
+# logits (moe_router_dtype fp32) these contracts route as fp32 ones. Ties and NaN as every contract here (lowest,
+# last); Megatron ranks with torch.topk, which does neither: its candidates declare it (docs/training.md).
+_MCORE = "megatron-core 0.16.1 megatron/core/transformer/moe/moe_utils.py"
+MCORE_SIGMOID = DEEPSEEK_V3.replace(
+    name="mcore-sigmoid",
+    summary="Megatron-core sigmoid routing (DeepSeek-V3 shape): bf16 scores rank, group score the top k/groups_kept sum, bf16 weights / (sum + 1e-20) always.",
+    source=f"{_MCORE}:717 topk_routing_with_score_function: scores = torch.sigmoid(logits.float()).type_as(logits) "
+           f"(+ expert_bias, :719); :554 group_limited_topk: group score topk(topk // group_topk).sum, :567 mask -inf; "
+           f":724 probs = scores / (scores.sum + 1e-20) if topk > 1, whatever norm_topk_prob; :729 probs * scaling_factor",
+    score_precision="input", weight_precision="input", group_score="topk_share_sum",
+    renormalize_when="always", admitted_renormalize="default",
+)  # fmt: skip
+MCORE_SIGMOID_UNGROUPED = MCORE_SIGMOID.replace(
+    name="mcore-sigmoid-ungrouped",
+    summary="Megatron-core sigmoid routing without groups (Kimi-K2 shape: 384 experts, top-8, rsf 2.827).",
+    n_group=1, topk_group=1, experts=384, topk=8, routed_scaling_factor=2.827,
+)  # fmt: skip
+MCORE_SOFTMAX = Contract(
+    name="mcore-softmax",
+    summary="Megatron-core post-softmax routing (its default): top-k of the logits, softmax over the k chosen in fp32, weights in the logits' dtype.",
+    source=f"{_MCORE}:714 topk_routing_with_score_function, use_pre_softmax=False: top-k of the logits, "
+           f":715 probs = torch.softmax(scores, dim=-1, dtype=torch.float32).type_as(logits); :729 probs * scaling_factor",
+    scoring="softmax_of_topk", score_precision="fp32", weight_precision="input", bias="none",
+    tie_rule="lowest", nan_rule="last", floor=None, renormalize="raw", output_order="any",
+    weight_rtol=1e-5, weight_atol=1e-6, near_tie_ulp=0, near_tie_x_ulp=0.0,
+    experts=128, topk=8, routed_scaling_factor=1.0, default_renormalize=False, admitted_renormalize="default",
+)  # fmt: skip
+MCORE_SOFTMAX_PRE = MCORE_SOFTMAX.replace(
+    name="mcore-softmax-pre",
+    summary="Megatron-core pre-softmax routing: softmax over all experts rounded to the logits' dtype ranks and weighs; never renormalized.",
+    source=f"{_MCORE}:711 topk_routing_with_score_function, use_pre_softmax=True: scores = torch.softmax(logits, "
+           f"dim=-1, dtype=torch.float32).type_as(logits), top-k of them are the probs (no renormalization); :729 probs * scaling_factor",
+    scoring="softmax", score_precision="input", near_tie_ulp=4, near_tie_x_ulp=1.0,
+)  # fmt: skip
+MCORE_CONTRACTS: tuple[Contract, ...] = (MCORE_SIGMOID, MCORE_SIGMOID_UNGROUPED, MCORE_SOFTMAX, MCORE_SOFTMAX_PRE)
+
 BUILTIN_CONTRACTS: dict[str, Contract] = {
-    c.name: c for c in (AITER, SERIAL, DEEPSEEK_V3, DEEPSEEK_V3_REFERENCE, QWEN3_MOE, MIXTRAL, GPT_OSS, *MODEL_CONTRACTS)
+    c.name: c for c in (AITER, SERIAL, DEEPSEEK_V3, DEEPSEEK_V3_REFERENCE, QWEN3_MOE, MIXTRAL, GPT_OSS, *MODEL_CONTRACTS,
+                        *MCORE_CONTRACTS)
 }
 
 # The contracts the harness checks today: its --contract choices and clause

@@ -25,13 +25,15 @@ FIELD_VALUES: dict[str, tuple] = {
     "scoring": ("sigmoid", "softmax", "softmax_of_topk", "sqrt_softplus", "sigmoid_of_topk", "softcap_sigmoid"),
     "sigmoid_formula": ("correctly_rounded", "expf"),
     "score_precision": ("fp32", "input"),
+    "weight_precision": ("fp32", "input"),
     "bias": ("none", "ranks_only", "in_weight"),
-    "group_score": ("top2_sum", "max"),
+    "group_score": ("top2_sum", "max", "topk_share_sum"),
     "group_mask": (_NEG_INF, 0.0),
     "group_tie_rule": ("lowest", "highest"),
     "tie_rule": ("aiter", "lowest"),
     "nan_rule": ("last", "never", "first"),
     "renormalize": ("guard", "eps", "raw", "lp"),
+    "renormalize_when": ("call", "always"),
     "sum_order": ("sequential",),
     "scaling": ("after", "fused"),
     "output_order": ("rank", "selection", "any"),
@@ -74,6 +76,9 @@ class Contract:
     softcap: float = 0.0  # softcap_sigmoid's cap c: sig(tanh(x / c) * c); 0 for every other scoring
     sigmoid_formula: str = "correctly_rounded"
     score_precision: str = "fp32"
+    # fp32, or input: the weights gathered, renormalized and scaled in the logits' dtype, each step rounded to it
+    # (Megatron-core's router: probs in logits.dtype)
+    weight_precision: str = "fp32"
     bias: str = "none"
     # expert groups (n_group = topk_group = 1: none); the default group shape
     n_group: int = 1
@@ -87,6 +92,8 @@ class Contract:
     floor: float | None = None
     # weights
     renormalize: str = "guard"
+    # call: renormalized when the call says so; always: whatever the call says, when topk > 1 (Megatron-core's sigmoid)
+    renormalize_when: str = "call"
     renorm_eps: float = 1e-20
     renorm_p: float = 1.0  # renormalize="lp": weights divided by their L_p norm (DBRX's moe_normalize_expert_weights)
     sum_order: str = "sequential"
@@ -261,6 +268,11 @@ def _check_shape(c) -> None:
         _fail(c, "n_group", c.n_group, f"it must divide experts={c.experts} (groups are contiguous blocks of E / n_group)")
     if c.is_grouped and c.group_score == "top2_sum" and c.experts // c.n_group < 2:
         _fail(c, "group_score", c.group_score, f"top2_sum needs >= 2 experts per group (experts={c.experts}, n_group={c.n_group}); use 'max'")
+    if c.is_grouped and c.group_score == "topk_share_sum":
+        share = c.topk // c.topk_group
+        if not 1 <= share <= c.experts // c.n_group:
+            _fail(c, "group_score", c.group_score, f"topk_share_sum sums the top topk // topk_group = {share} values of a group of "
+                  f"{c.experts // c.n_group}; it needs 1 <= topk // topk_group <= experts / n_group")
 
 
 def _validate(c: Contract) -> None:

@@ -16,7 +16,7 @@ import torch
 
 from ._lookup import get_contract
 from ._contracts import Contract
-from ._route import _Plan, _priority_on, _select, _weights
+from ._route import _Plan, _priority_on, _select, _weights, weight_dtype
 
 __all__ = ["select_ids", "weights_from"]
 
@@ -40,7 +40,8 @@ def weights_from(chosen: torch.Tensor, *, contract: str | Contract, renormalize:
     values = chosen.float()
     rows, k = values.shape
     unused = torch.arange(k, device=values.device)  # _weights reads no priority
-    plan = _Plan(c, k, 1, 1, bool(renormalize), float(routed_scaling_factor), unused, unused[:1], None)
+    plan = _Plan(c, k, 1, 1, bool(renormalize), float(routed_scaling_factor), unused, unused[:1], None,
+                 weight_dtype=weight_dtype(c, logits_dtype))
     slots = torch.arange(k, device=values.device).expand(rows, k)
     w = _weights(values, values, slots, plan, logits_dtype)
     if slot_scale is None or c.weight_scale != "per_expert":

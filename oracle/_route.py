@@ -215,6 +215,7 @@ class _Plan:
     group_priority: torch.Tensor
     low_precision: torch.dtype | None  # score_precision="input": the 16-bit dtype ranking values are rounded to
     expert_scale: torch.Tensor | None = None  # weight_scale="per_expert": the [E] scale, else None
+    weight_dtype: torch.dtype | None = None  # weight_precision="input" on 16-bit logits: the dtype weights round to
 
 
 def _route(scores, bias, topk, renormalize, rsf, contract, num_expert_group, topk_group, expert_scale, *, keep):
@@ -230,11 +231,15 @@ def _route(scores, bias, topk, renormalize, rsf, contract, num_expert_group, top
     if experts > 1 and scores.stride(1) != 1:  # column-strided or transposed: the same values, read densely
         scores = scores.contiguous()
     n_group, n_kept = resolve_groups(c, experts, num_expert_group, topk_group)
+    if n_group > 1 and c.group_score == "topk_share_sum" and not 1 <= topk // n_kept <= experts // n_group:
+        raise RoutingArgumentError(f"topk={topk}, topk_group={n_kept}: group_score topk_share_sum sums the top topk // topk_group "
+                                   f"= {topk // n_kept} values of each group of {experts // n_group}; it needs 1 <= topk // topk_group <= E / num_expert_group")
     device = scores.device
     bias = bias if c.has_bias else None
     plan = _Plan(c, topk, n_group, n_kept, renormalize, float(rsf), _priority_on(experts, c.tie_rule, device),
                  _group_priority_on(n_group, c.group_tie_rule, device),
-                 ranking_dtype(c, scores.dtype, bias.dtype if bias is not None else None), expert_scale)  # fmt: skip
+                 ranking_dtype(c, scores.dtype, bias.dtype if bias is not None else None), expert_scale,
+                 weight_dtype(c, scores.dtype))  # fmt: skip
     out = _Outputs(rows, experts, plan, device, keep)
     chunk = max(1, _CHUNK_ELEMENTS_CPU // experts) if device.type == "cpu" else _CHUNK_ROWS_GPU
     for start in range(0, rows, chunk):
@@ -308,7 +313,7 @@ def _route_rows(x: torch.Tensor, bias, plan: _Plan, keep: bool) -> _Chunk:
     group_scores = kept = None
     selection = ranking
     if plan.n_group > 1:
-        group_scores = _group_scores(ranking, plan.n_group, c, plan.low_precision)
+        group_scores = _group_scores(ranking, plan.n_group, c, plan.low_precision, plan.topk // plan.topk_group)
         kept = _kept_groups(group_scores, plan.topk_group, plan.group_priority, c)
         if plan.topk_group < plan.n_group:
             selection = _mask_groups(ranking, kept, plan.n_group, c.group_mask)
@@ -335,8 +340,9 @@ def _composite(keys: torch.Tensor, priority: torch.Tensor, n: int) -> torch.Tens
     return keys.long() * n + (n - 1 - priority)
 
 
-def _group_scores(ranking: torch.Tensor, n_group: int, c: Contract, low_precision) -> torch.Tensor:
-    """fp32 [M, G]: each group's top2_sum or max of ranking values, NaN by the NaN rule; zeros unsigned.
+def _group_scores(ranking: torch.Tensor, n_group: int, c: Contract, low_precision, share: int = 2) -> torch.Tensor:
+    """fp32 [M, G]: each group's top2_sum, max or topk_share_sum (the sum of its top ``share`` = topk // topk_group
+    values) of ranking values, NaN by the NaN rule; zeros unsigned.
 
     With ``low_precision`` the sum is rounded to that dtype, as the ranking values were.
     The top two come from two max reductions (several times faster than
@@ -348,6 +354,8 @@ def _group_scores(ranking: torch.Tensor, n_group: int, c: Contract, low_precisio
     rows, experts = ranking.shape
     size = experts // n_group
     per_group = ranking.view(rows, n_group, size)
+    if c.group_score == "topk_share_sum":
+        return _share_sum(per_group, share, c, low_precision)
     first = per_group.amax(dim=2, keepdim=True)
     if c.group_score == "top2_sum":
         at_max = per_group == first
@@ -366,6 +374,20 @@ def _group_scores(ranking: torch.Tensor, n_group: int, c: Contract, low_precisio
     if low_precision is not None and c.group_score == "top2_sum":
         score = score.to(low_precision).float()
     return score + 0.0  # -0.0 and +0.0 share a key; which one a max returns is not the contract's
+
+
+def _share_sum(per_group: torch.Tensor, share: int, c: Contract, low_precision) -> torch.Tensor:
+    """fp32 [M, G]: the sum of each group's ``share`` largest ranking values (Megatron-core's group_limited_topk:
+    ``topk(topk // group_topk)[0].sum(-1)``), taken in rank-key order (NaN by the NaN rule), added in fp32 from the
+    largest down, rounded to ``low_precision`` when the ranking is (a sum of 16-bit values in their dtype)."""
+    keys = _rule_keys(per_group, c.nan_rule)
+    top = per_group.gather(2, torch.topk(keys, share, dim=2).indices)
+    score = top[..., 0]
+    for j in range(1, share):
+        score = score + top[..., j]
+    if low_precision is not None:
+        score = score.to(low_precision).float()
+    return score + 0.0
 
 
 def _kept_groups(group_scores: torch.Tensor, topk_group: int, priority: torch.Tensor, c: Contract) -> torch.Tensor:
@@ -461,6 +483,8 @@ def _sequential_sum(w: torch.Tensor) -> torch.Tensor:
 
 def _weights(scores, ranking, ids, plan: _Plan, dtype: torch.dtype) -> torch.Tensor:
     c = plan.c
+    if plan.weight_dtype is not None:
+        return _weights_in(scores, ranking, ids, plan, plan.weight_dtype)
     w = (ranking if c.bias == "in_weight" else scores).gather(1, ids)
     if c.scoring == "softmax_of_topk":
         w = softmax_rows(w)
@@ -468,7 +492,7 @@ def _weights(scores, ranking, ids, plan: _Plan, dtype: torch.dtype) -> torch.Ten
             w = w.to(dtype).float()
     elif c.scoring == "sigmoid_of_topk":
         w = sigmoid_of(w, c.sigmoid_formula)  # the chosen logits, exactly as given (fp32)
-    if not plan.renormalize:
+    if not _renormalizes(plan):
         return _scaled_per_expert(w * plan.rsf, ids, plan)
     if c.renormalize == "lp":
         return _scaled_per_expert(_lp_normalized(w, c.renorm_p) * plan.rsf, ids, plan)
@@ -482,6 +506,53 @@ def _weights(scores, ranking, ids, plan: _Plan, dtype: torch.dtype) -> torch.Ten
     if c.scaling == "fused":
         return _scaled_per_expert(w * (torch.full_like(denom, plan.rsf) / denom).unsqueeze(1), ids, plan)
     return _scaled_per_expert((w / denom.unsqueeze(1)) * plan.rsf, ids, plan)
+
+
+def _renormalizes(plan: _Plan) -> bool:
+    """renormalize_when="always": whatever the call says, when topk > 1 (Megatron-core: ``if topk > 1``)."""
+    if plan.c.renormalize_when == "always":
+        return plan.topk > 1
+    return plan.renormalize
+
+
+def weight_dtype(c: Contract, logits: torch.dtype) -> torch.dtype | None:
+    """The 16-bit dtype a ``weight_precision="input"`` contract computes weights in (the logits'), else None."""
+    return logits if c.weight_precision == "input" and logits in (torch.bfloat16, torch.float16) else None
+
+
+def _weights_in(scores, ranking, ids, plan: _Plan, low: torch.dtype) -> torch.Tensor:
+    """``weight_precision="input"``: each step of the weights computed as eager torch code on ``low`` tensors does
+    (fp32 arithmetic, each result rounded to ``low``): the gathered scores, the sum (fp32, in output order) and the
+    sum + epsilon, the quotient, the product with routed_scaling_factor (an fp32 scalar). Megatron-core::
+
+        probs = scores / (scores.sum(dim=-1, keepdim=True) + 1e-20)   # scores in logits.dtype
+        probs = probs * scaling_factor
+    """
+    c = plan.c
+
+    def r(t):
+        return t.to(low).float()
+
+    w = (ranking if c.bias == "in_weight" else scores).gather(1, ids)
+    if c.scoring == "softmax_of_topk":
+        w = softmax_rows(w)
+    elif c.scoring == "sigmoid_of_topk":
+        w = sigmoid_of(w, c.sigmoid_formula)
+    w = r(w)
+    if not _renormalizes(plan):
+        return _scaled_per_expert(r(w * plan.rsf), ids, plan)
+    if c.renormalize == "lp":
+        return _scaled_per_expert(r(r(_lp_normalized(w, c.renorm_p)) * plan.rsf), ids, plan)
+    total = r(_sequential_sum(w))
+    if c.renormalize == "guard":
+        denom = torch.where(total > 0, total, torch.ones_like(total))
+    elif c.renormalize == "eps":
+        denom = r(total + c.renorm_eps)
+    else:
+        denom = total
+    if c.scaling == "fused":
+        return _scaled_per_expert(r(w * r(torch.full_like(denom, plan.rsf) / denom).unsqueeze(1)), ids, plan)
+    return _scaled_per_expert(r(r(w / denom.unsqueeze(1)) * plan.rsf), ids, plan)
 
 
 def _lp_normalized(w: torch.Tensor, p: float) -> torch.Tensor:

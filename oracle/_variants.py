@@ -49,19 +49,32 @@ _RENORM_LABELS = {
 def _candidates(c: Contract, dtype_name: str | None):
     """(field, value, label) for every one-field change that can change what the oracle returns or accepts."""
     if dtype_name != "fp32":
-        if c.score_precision == "fp32":
-            yield "score_precision", "input", f"the scores and the ranking add computed in {dtype_name or 'the logits dtype'}"
+        dt = dtype_name or "the logits dtype"
+        # the *_of_topk scorings rank the logits as given: with the weights rounded anyway, nothing is left to round
+        if not (c.scoring.endswith("_of_topk") and c.weight_precision == "input"):
+            if c.score_precision == "fp32":
+                yield "score_precision", "input", f"the scores and the ranking add computed in {dt}"
+            else:
+                yield "score_precision", "fp32", "the scores and the ranking add computed in fp32"
+        if c.weight_precision == "fp32":
+            yield ("weight_precision", "input", f"the weights gathered, renormalized and scaled in {dt} (the trainer's "
+                   "arithmetic: Megatron-core's router keeps its probs in the logits' dtype)")
         else:
-            yield "score_precision", "fp32", "the scores and the ranking add computed in fp32"
+            yield "weight_precision", "fp32", "the weights renormalized and scaled in fp32"
     if c.is_grouped:
         if math.isinf(c.group_mask):
             yield "group_mask", 0.0, "the experts outside the kept groups masked with 0.0 (the model's reference code), not -inf"
         else:
             yield "group_mask", -math.inf, "the experts outside the kept groups masked with -inf (SGLang, vLLM), not 0.0"
-        if c.group_score == "top2_sum":
-            yield "group_score", "max", "the group score as the group's largest value, not the sum of its top two"
-        elif c.experts // c.n_group >= 2:
-            yield "group_score", "top2_sum", "the group score as the sum of the group's top two values, not its largest"
+        share = c.topk // c.topk_group
+        if c.group_score != "max":
+            yield "group_score", "max", "the group score as the group's largest value, not the sum of its top " + (
+                "two" if c.group_score == "top2_sum" else f"topk // topk_group = {share}")
+        if c.group_score != "top2_sum" and c.experts // c.n_group >= 2 and not (c.group_score == "topk_share_sum" and share == 2):
+            yield "group_score", "top2_sum", "the group score as the sum of the group's top two values"
+        if c.group_score != "topk_share_sum" and share != 2 and 1 <= share <= c.experts // c.n_group:
+            yield ("group_score", "topk_share_sum", f"the group score as the sum of the group's top topk // topk_group = "
+                   f"{share} values (Megatron-core's group_limited_topk)")
         other = "highest" if c.group_tie_rule == "lowest" else "lowest"
         yield "group_tie_rule", other, f"ties between group scores going to the {other} group index"
     if c.tie_rule == "aiter":
@@ -77,6 +90,9 @@ def _candidates(c: Contract, dtype_name: str | None):
         for rule in ("raw", "eps", "guard"):
             if rule != c.renormalize:
                 yield "renormalize", rule, _RENORM_LABELS[rule]
+        if c.renormalize_when == "call" and c.admitted_renormalize == "any":
+            yield ("renormalize_when", "always", "the weights renormalized whatever renormalize says (the trainer's "
+                   "arithmetic: Megatron-core's sigmoid router always divides by sum + 1e-20)")
         other = "expf" if c.sigmoid_formula == "correctly_rounded" else "correctly_rounded"
         text = "1 / (1 + expf(-x)) in fp32" if other == "expf" else "correctly rounded"
         yield "sigmoid_formula", other, f"the sigmoid computed as {text}"

@@ -119,11 +119,13 @@ def _reference_row(c, x, bias, topk, n_group, topk_group, renormalize, rsf, bf16
     selection = list(r)
     if n_group > 1:
         size = experts // n_group
-        take = 2 if c.group_score == "top2_sum" else 1
+        take = {"top2_sum": 2, "max": 1, "topk_share_sum": topk // topk_group}[c.group_score]
         scores = []
         for g in range(n_group):
             members = _best_first(range(g * size, (g + 1) * size), lambda e: r[e], lambda e: 0, c.nan_rule)[:take]
-            score = F32(r[members[0]] + r[members[1]]) if take == 2 else r[members[0]]
+            score = r[members[0]]
+            for m in members[1:]:  # fp32, from the largest down
+                score = F32(score + r[m])
             scores.append(_bf16(score) if low_ranking else score)
         group_priority = (lambda g: g) if c.group_tie_rule == "lowest" else (lambda g: n_group - 1 - g)
         kept = set(_best_first(range(n_group), lambda g: scores[g], group_priority, c.nan_rule)[:topk_group])
@@ -147,7 +149,12 @@ def _reference_row(c, x, bias, topk, n_group, topk_group, renormalize, rsf, bf16
             w = [_bf16(v) for v in w]
     elif c.scoring == "sigmoid_of_topk":
         w = [_sigmoid(float(v), c.sigmoid_formula) for v in w]
-    w, ids = _reference_weights(c, w, ids, renormalize, rsf)
+    if c.renormalize_when == "always":  # Megatron: whatever the call says, when topk > 1
+        renormalize = topk > 1
+    if c.weight_precision == "input" and bf16_logits:  # every step of the weights rounded to bf16
+        w, ids = _reference_weights_bf16(c, [_bf16(v) for v in w], ids, renormalize, rsf)
+    else:
+        w, ids = _reference_weights(c, w, ids, renormalize, rsf)
     if c.shared_expert_slot == "last":
         total = F32(0)
         for v in w:
@@ -176,6 +183,30 @@ def _reference_weights(c, w, ids, renormalize, rsf):
         factor = F32(F32(rsf) / denom)
         return [F32(v * factor) for v in w], ids
     return [F32(F32(v / denom) * F32(rsf)) for v in w], ids
+
+
+def _reference_weights_bf16(c, w, ids, renormalize, rsf):
+    """weight_precision="input" on bf16 logits: each step fp32, its result rounded to bf16."""
+    b = _bf16
+    if not renormalize:
+        return [b(F32(v * F32(rsf))) for v in w], ids
+    if c.renormalize == "lp":
+        norm = sum(abs(float(v)) ** c.renorm_p for v in w) ** (1.0 / c.renorm_p)
+        return [b(F32(b(F32(float(v) / norm)) * F32(rsf))) if norm else F32(math.nan) for v in w], ids
+    total = F32(0)
+    for v in w:
+        total = F32(total + v)
+    total = b(total)
+    if c.renormalize == "guard":
+        denom = total if total > 0 else F32(1)
+    elif c.renormalize == "eps":
+        denom = b(F32(total + F32(c.renorm_eps)))
+    else:
+        denom = total
+    if c.scaling == "fused":
+        factor = b(F32(F32(rsf) / denom))
+        return [b(F32(v * factor)) for v in w], ids
+    return [b(F32(b(F32(v / denom)) * F32(rsf))) for v in w], ids
 
 
 def _bits(values) -> list:
@@ -211,6 +242,10 @@ def contracts(draw, scoring=None):
     group_score = draw(st.sampled_from(_FIELDS["group_score"]))
     size = draw(st.integers(2 if n_group > 1 and group_score == "top2_sum" else 1, 10))
     experts = n_group * size
+    topk_group = draw(st.integers(1, n_group))
+    # topk_share_sum sums the top topk // topk_group of a group: 1 <= that <= size
+    share = group_score == "topk_share_sum" and n_group > 1
+    topk = draw(st.integers(topk_group, min(experts, size * topk_group + topk_group - 1)) if share else st.integers(1, experts))
     fields = {name: draw(st.sampled_from(values)) for name, values in _FIELDS.items()}
     fields["scoring"] = scoring or fields["scoring"]
     if fields["scoring"] == "softcap_sigmoid":
@@ -221,7 +256,7 @@ def contracts(draw, scoring=None):
         renorm_p=draw(st.sampled_from([1.0, 2.0, 3.5])), zero_experts=draw(st.integers(0, experts - 1)),
         routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])), default_renormalize=draw(st.booleans()),
         group_score=group_score, experts=experts, n_group=n_group,
-        topk=draw(st.integers(1, experts)), topk_group=draw(st.integers(1, n_group)),
+        topk=topk, topk_group=topk_group,
         floor=draw(st.sampled_from([None, None, None, -1e30, -0.5, 0.0, 0.25])),
         renorm_eps=draw(st.sampled_from([1e-20, 1e-6, 0.0])),
     )  # fmt: skip

@@ -8,6 +8,8 @@
   FlashInfer), registered the same way, loaded on first use;
 - ``models``: the released models' own routers (transformers), ``hf-<family>``,
   loaded on first use;
+- ``trainers``: the trainers' own routers (megatron-core, Transformer Engine),
+  ``mcore-<family>`` and ``te-fused``, loaded on first use;
 - ``batched``: ``A@M<M0`` / ``B@M>=M0``, a candidate routed only in batches
   below or at least M0 rows (the prefill/decode view);
 - ``calling``: one call of a candidate on a case (repeats, graph replay,
@@ -29,6 +31,7 @@ from .registry import (
 from . import builtin  # noqa: E402,F401  (registers the built-ins, after the registry exists)
 from . import engines  # noqa: E402,F401  (the serving engines' routers, kernels.engines.ADAPTERS; loads no engine code)
 from . import models  # noqa: E402,F401  (the models' own routers from transformers, kernels.models; loads no transformers)
+from . import trainers  # noqa: E402,F401  (the trainers' routers, kernels.trainers: megatron-core, TE; loads neither)
 from . import batched  # noqa: E402,F401  (names like radix4@M<1024: a candidate at a chosen batch size)
 
 __all__ = [

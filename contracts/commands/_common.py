@@ -186,6 +186,7 @@ BUILTIN_CONTRACT_NAMES = (
     "aiter", "serial", "deepseek-v3", "deepseek-v3-reference", "qwen3-moe", "mixtral", "gpt-oss",
     "deepseek-v4", "deepseek-v4-flash", "llama4", "glm4-moe", "kimi-k2", "minimax-m2", "qwen3-next", "qwen2-moe", "olmoe",
     "dbrx", "gemma4", "ernie4.5", "longcat-flash", "mistral4", "deepseek-v2", "hunyuan-moe", "dots1", "jamba", "granite-moe",
+    "mcore-sigmoid", "mcore-sigmoid-ungrouped", "mcore-softmax", "mcore-softmax-pre",
 )  # fmt: skip
 
 

@@ -84,6 +84,7 @@ _CONFIG = {
     "llama4": lambda e, k: dict(num_local_experts=e, num_experts_per_tok=k),
     "glm4-moe": lambda e, k: dict(n_routed_experts=e, num_experts_per_tok=k),
     "kimi-k2": lambda e, k: dict(n_routed_experts=e, num_experts_per_tok=k, n_group=1, topk_group=1),
+    "deepseek-v3": lambda e, k: dict(n_routed_experts=e, num_experts_per_tok=k, n_group=8, topk_group=4),
     "minimax-m2": lambda e, k: dict(num_local_experts=e, num_experts_per_tok=k),
     "qwen3-next": lambda e, k: dict(num_experts=e, num_experts_per_tok=k),
     "qwen2-moe": lambda e, k: dict(num_experts=e, num_experts_per_tok=k),

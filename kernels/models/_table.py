@@ -26,6 +26,8 @@ ROUTERS: dict[str, Router] = {
         Router("llama4", "llama4", "Llama4Router", "Llama4TextConfig", 16, 1),
         Router("glm4-moe", "glm4_moe", "Glm4MoeTopkRouter", "Glm4MoeConfig", 160, 8),
         Router("kimi-k2", "deepseek_v3", "DeepseekV3TopkRouter", "DeepseekV3Config", 384, 8),
+        # the same class grouped (8 groups, 4 kept): after kimi-k2, so that capture's class lookup still names kimi-k2
+        Router("deepseek-v3", "deepseek_v3", "DeepseekV3TopkRouter", "DeepseekV3Config", 256, 8),
         Router("minimax-m2", "minimax_m2", "MiniMaxM2TopKRouter", "MiniMaxM2Config", 256, 8),
         Router("qwen3-next", "qwen3_next", "Qwen3NextTopKRouter", "Qwen3NextConfig", 512, 10),
         Router("qwen2-moe", "qwen2_moe", "Qwen2MoeTopKRouter", "Qwen2MoeConfig", 60, 4),

@@ -1,0 +1,125 @@
+"""The trainers' own routers as candidates: ``mcore-<family>`` (megatron-core) and ``te-fused`` (Transformer Engine).
+
+``mcore-<family>`` runs the installed megatron-core's ``topk_routing_with_score_function`` with the family's router
+settings (``kernels.trainers.FAMILIES``; ``pip install --no-deps 'megatron-core==0.16.1'``, the ``trainers`` extra)
+and claims the mcore contract its arithmetic follows (``mcore-sigmoid``, ``mcore-sigmoid-ungrouped``,
+``mcore-softmax``); under its family's inference contract (``--contract deepseek-v3``, ``kimi-k2``, ``qwen3-moe``,
+``mixtral``) it FAILs where the trainer's arithmetic differs (docs/training.md). Unavailable, with the reason, when
+megatron-core is not installed. ``te-fused`` runs Transformer Engine's ``fused_topk_with_score_function`` (CUDA
+only): TE cannot be installed on this project's machines, so it is unavailable here and not verified (its adapter's
+plumbing is tested against a stand-in module). Both are third-party code: ``check`` runs them in a worker process;
+``--candidate all`` leaves them out, ``--candidate all --contract X`` includes those that serve X.
+
+The declared deviations, under the mcore contracts, are Megatron's ``torch.topk``'s (measured with ``MEASURED_WITH``,
+docs/training.md): exact ties broken in its own order, NaN ranked above every number, and over group scores the
+same (a tie or a NaN keeps other groups: ``group_tie_order``, ``group_mask``).
+"""
+
+from __future__ import annotations
+
+from kernels.trainers import FAMILIES
+
+from .registry import Candidate, register
+
+__all__ = ["MCORE_DEVIATIONS", "MEASURED_WITH", "mcore_candidate", "te_candidate"]
+
+MEASURED_WITH = "python -m contracts check --candidate mcore-{family} --rows 2000 --no-isolate"
+
+_TOPK = {
+    "tie_order": "Megatron ranks with torch.topk, which breaks exact ties in its own order, not by the lowest expert index "
+                 "(bf16 scores tie often)",
+    "nan_last": "torch.topk ranks NaN above every number (NaN experts are chosen first)",
+}  # fmt: skip
+_GROUP_TOPK = {
+    "group_tie_order": "group_limited_topk ranks group scores with torch.topk: exact group-score ties (bf16 sums, "
+                       "all-equal and saturated rows) go its own way",
+    "group_mask": "... and a NaN group score ranks first there: experts of groups the contract drops are chosen "
+                  "(nan_* families)",
+}  # fmt: skip
+
+_FP16_SOFTMAX = ("torch's fp32 softmax over the k chosen is an ULP from the contract's correctly rounded one, and "
+                 "rounded to fp16 a weight lands one fp16 ULP away (1 row of 4,284: random_fp32 with fp16 logits)")
+# family -> {clause: why} under its own mcore contract: what MEASURED_WITH (--families random_bf16,random_fp32,
+# all_equal,nan_sparse --max-batch 64, CPU, torch 2.13) saw broken
+MCORE_DEVIATIONS: dict[str, dict[str, str]] = {
+    "deepseek-v3": {**_TOPK, **_GROUP_TOPK,
+                    "group_selection": "with a bf16 bias the ranking and the group sums are bf16: group scores tie, "
+                                       "and torch.topk keeps its own among them (8 rows of 9,041: bias-bf16 cases)"},
+    "kimi-k2": dict(_TOPK),
+    "qwen3-moe": {**_TOPK, "weight_accuracy": _FP16_SOFTMAX},
+    "mixtral": {**_TOPK, "weight_accuracy": _FP16_SOFTMAX},
+}
+# one fp16 ULP of a weight is at most 2^-10 of it; bf16 group-score ties are exact (a bound of 0 would do)
+MCORE_BOUNDS: dict[str, dict[str, float]] = {"qwen3-moe": {"weight_accuracy": 2.0**-9}, "mixtral": {"weight_accuracy": 2.0**-9}}
+
+
+def _gate(check):
+    def gate(_device):
+        return check()
+
+    gate.__qualname__ = f"kernels.trainers.{check.__name__}"
+    return gate
+
+
+def _mcore_available():
+    from kernels.trainers import available
+
+    return available()
+
+
+def _te_available():
+    from kernels.trainers import te_available
+
+    return te_available()
+
+
+def _lazy(factory: str, family: str):
+    state = {}
+
+    def route(*args, **kwargs):
+        if "fn" not in state:
+            import kernels.trainers as trainers
+
+            state["fn"] = getattr(trainers, factory)(family)
+        return state["fn"](*args, **kwargs)
+
+    route.__qualname__ = f"kernels.trainers.{factory}({family!r})"
+    return route
+
+
+def mcore_candidate(family: str) -> Candidate:
+    router = FAMILIES[family]
+    return Candidate(
+        name=f"mcore-{family}",
+        route=_lazy("route_for", family),
+        contract=router.contract,
+        contracts=(router.contract, family),
+        devices=("cpu", "cuda"),
+        description=f"megatron-core's topk_routing_with_score_function ({router.score_function}"
+                    f"{', pre-softmax' if router.use_pre_softmax else ''}), the {family} settings, dense answer read as [M, k]",
+        supported_hardware=_gate(_mcore_available),
+        expected_deviations={router.contract: dict(MCORE_DEVIATIONS[family])},
+        declared_bounds={router.contract: dict(MCORE_BOUNDS[family])} if family in MCORE_BOUNDS else {},
+        third_party=True,
+        origin="kernels.trainers",
+        in_all=False,
+    )  # fmt: skip
+
+
+def te_candidate() -> Candidate:
+    return Candidate(
+        name="te-fused",
+        route=_lazy("te_route_for", "deepseek-v3"),
+        contract="mcore-sigmoid",
+        devices=("cuda",),
+        description="Transformer Engine's fused_topk_with_score_function (sigmoid, DeepSeek-V3 settings); not verified here",
+        supported_hardware=_gate(_te_available),
+        third_party=True,
+        origin="kernels.trainers",
+        in_all=False,
+    )
+
+
+for _family in FAMILIES:
+    register(mcore_candidate(_family))
+register(te_candidate())
