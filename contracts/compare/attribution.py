@@ -487,10 +487,18 @@ def _within_tied_groups(r: _Rows, c, todo: torch.Tensor, extra: torch.Tensor) ->
     differs = ~_same_ids(e, s.a, c)
     inner, inner_code, *_ = _ids_aspect(s, c, differs, torch.zeros_like(differs), groups_settled=True)
     failing = inner >= 0  # a near tie (NEAR_TIE) or the contract's own choice there (NONE) adds no clause
-    hit[sub] = True
-    clause[sub] = torch.where(failing, inner, clause[sub])
-    code[sub] = torch.where(failing, inner_code, code[sub])
+    # The reading explains a row only where the experts within those groups break a tie rule at most: other experts
+    # there (selection) mean the groups were not a tie's resolution but something else (lmdeploy's 0.0 mask in a
+    # few_valid row of -inf groups took experts that rank below the kept groups' own: group_mask, as before this
+    # reading; tests/compare/test_group_ties.py), so such a row goes on to the group clauses.
+    explained = ~failing | torch.isin(inner, _TIE_CLAUSES.to(inner.device))
+    hit[sub] = explained
+    clause[sub] = torch.where(failing & explained, inner, clause[sub])
+    code[sub] = torch.where(failing & explained, inner_code, code[sub])
     return hit, clause, code
+
+
+_TIE_CLAUSES = torch.tensor([INDEX[name] for name in ("tie_order", "nan_last", "signed_zero")])
 
 
 def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, *, first: bool) -> None:
