@@ -49,7 +49,17 @@ def unreached(c, max_batch: int) -> list[str]:
     return sorted(left)
 
 
-@pytest.mark.parametrize("name", list(oracle.BUILTIN_CONTRACTS))
+# Known gaps, each a finding for the contract's owner (strict: one that is closed fails here until it is taken off).
+KNOWN_UNREACHED = {
+    # issue 59's Megatron pre-softmax contract (a441556): no case of the plan routes differently with the softmax ranked
+    # in fp32 rather than rounded to the logits' dtype (not one row's ids differ): a case that separates them, or a
+    # reason the two are one answer within the contract's tolerances (exercised.equivalent), is its owner's to add
+    "mcore-softmax-pre": "score_precision='fp32' unreached (issue 59's contract: a plan case or an equivalence to add)",
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_UNREACHED[n])) if n in KNOWN_UNREACHED
+                                  else n for n in oracle.BUILTIN_CONTRACTS])  # fmt: skip
 def test_the_plan_fails_every_regime_of_every_field(name):
     c = oracle.get_contract(name)
     assert regimes(c), name
