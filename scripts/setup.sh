@@ -3,7 +3,8 @@
 #   bash scripts/setup.sh              # the harness and its runtime dependencies only (keeps an existing torch,
 #                                      # e.g. a CUDA or ROCm build)
 #   bash scripts/setup.sh --ci-tools   # plus the test extras (test,parquet,upload,models: pytest, moto, selenium,
-#                                      # pyarrow, s3fs, transformers, ...) and the compilers and browser the tests use
+#                                      # pyarrow, s3fs, transformers, ...), the trainers extra (megatron-core, without
+#                                      # its dependencies) and the compilers and browser the tests use
 # Installs into the active Python (a virtualenv if one is active). Prints one
 # line per step. requirements/lock.txt pins every package but torch; README's
 # "Updating dependencies" says how to regenerate it. A second run installs
@@ -69,4 +70,17 @@ else
     step "$what: installing ($reason)"
     "${PIP[@]}" -e ".${EXTRAS:+[$EXTRAS]}"
     step "$what: installed (editable) from $LOCK with $(python -m pip --version | cut -d' ' -f1-2) into $(python -c 'import sys; print(sys.prefix)') ($(since $t))"
+fi
+
+# The trainers extra (the mcore-* candidates, kernels/trainers): megatron-core at the release the mcore contracts cite,
+# WITHOUT its dependencies, as the engines are installed (requirements/trainers.txt says why).
+if [[ -n "$CI_TOOLS" ]]; then
+    t=$SECONDS
+    want=$(grep -E '^megatron-core==' requirements/trainers.txt | cut -d= -f3)
+    if [[ "$(python -c "import importlib.metadata as m; print(m.version('megatron-core'))" 2>/dev/null || true)" == "$want" ]]; then
+        step "megatron-core: $want already installed, nothing to do ($(since $t))"
+    else
+        python -m pip install -qq --no-input --no-deps "megatron-core==$want"
+        step "megatron-core: installed $want without its dependencies ($(since $t))"
+    fi
 fi
