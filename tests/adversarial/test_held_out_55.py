@@ -140,3 +140,39 @@ def test_diff_never_drops_a_check_that_differs_only_in_what_it_checked(tmp_path,
     out = capsys.readouterr().out
     assert code == 1 and "pass -> fail" in out and "paired checks: 2" in out, out
     assert "No regression" not in out
+
+
+# ---------------------------------------------------------------- tracebacks: a row count past float range
+
+
+@pytest.mark.xfail(strict=True, reason="held-out hole: contracts/commands/_common.py (the --rows parser: int(float('1e400')) raises OverflowError)")
+@pytest.mark.parametrize("command", [["check", "--candidate", "oracle", "--plan"], ["matrix", "--candidate", "oracle,torch-native"], ["nightly"]],
+                         ids=["check", "matrix", "nightly"])  # fmt: skip
+def test_rows_past_float_range_is_one_line(tmp_path, capsys, command):
+    """``--rows 1e400`` parses to inf; the parser's int() raised OverflowError and each of check, matrix and nightly
+    ended in a traceback, exit 1 (``--rows inf`` and ``--rows nan`` are one line, exit 2)."""
+    try:
+        code = contracts_main([*command, "--rows", "1e400", "--out", str(tmp_path / "out")])
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and "--rows" in err, (code, err)
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.slow  # a subprocess given 20 s, then killed: on main it uses ~1.2 GB per 1e10 rows and never ends
+@pytest.mark.xfail(strict=True, reason="held-out hole: contracts/cases/plan.py (--plan builds every case of the run in memory: linear in --rows)")
+def test_plan_at_the_largest_rows_the_parser_takes_returns_at_once():
+    """The --rows parser takes up to 1e13 rows; ``check --plan`` at 1e8 took 3.7 s (250 MB), 1e9 5.5 s, 1e10 17 s
+    (1.2 GB), and at 1e13 did not end in 60 s (it would need ~1 TB). --plan is meant to print sizes without running."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        done = subprocess.run([sys.executable, "-m", "contracts", "check", "--candidate", "oracle", "--rows", "1e12", "--plan"], cwd=root,
+                              env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=20)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("check --plan --rows 1e12 did not end in 20 s")
+    assert done.returncode in (0, 2) and "Traceback" not in done.stderr, done.stderr
