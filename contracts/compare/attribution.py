@@ -475,7 +475,7 @@ def _within_tied_groups(r: _Rows, c, todo: torch.Tensor, extra: torch.Tensor) ->
     code = torch.zeros_like(clause)
     if not bool(todo.any()):
         return hit, clause, code
-    resolves, groups = tie_resolution(r.a, extra, r.ranking, r.kept, r.group_scores, c.topk_group)
+    resolves, groups = tie_resolution(r.a, extra, r.ranking, r.kept, r.group_scores, c.topk_group, c.group_mask)
     sub = (todo & resolves).nonzero().squeeze(1)
     if sub.numel() == 0:
         return hit, clause, code

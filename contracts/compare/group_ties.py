@@ -39,20 +39,25 @@ def _fill_lowest_first(open_: torch.Tensor, best: torch.Tensor, room: torch.Tens
 
 
 def tie_resolution(ids: torch.Tensor, extra: torch.Tensor, ranking: torch.Tensor, kept: torch.Tensor, group_scores: torch.Tensor,
-                   topk_group: int) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+                   topk_group: int, mask_value: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(resolves [B], groups [B, G])``: whether the groups of the router's experts ``ids`` [B, k] are another
     resolution of a group-score tie than the contract's ``kept`` [B, G], and the groups that resolution keeps.
 
     ``extra`` [B, k]: the router's experts the contract does not choose (one of a dropped group that the contract
     takes too, a NaN slot's fill or a 0.0 mask's tie, uses no group); ``ranking`` [B, E]: the values experts rank by
-    before any group mask; ``group_scores`` [B, G]: the contract's."""
+    before any group mask; ``group_scores`` [B, G]: the contract's; ``mask_value``: the contract's group mask (-inf,
+    or 0.0: then a pick ranked at or below it keeps no group, for it may be what the mask makes of any dropped
+    expert, tying the kept groups' own zeros; the ids aspect judges it within the groups read as kept)."""
     n_group = kept.shape[1]
     size = ranking.shape[1] // n_group
     scores = group_scores.float()
     cutoff = torch.where(kept, scores, torch.full_like(scores, math.inf)).amin(1, keepdim=True)
     above, tied = scores > cutoff, scores == cutoff
     in_kept = kept.gather(1, ids // size)
-    used = _groups_used(ids, in_kept | extra, n_group, size)
+    picks = in_kept | extra
+    if math.isfinite(mask_value):
+        picks = picks & ~(ranking.gather(1, ids) <= mask_value)
+    used = _groups_used(ids, picks, n_group, size)
     settled = above | used
     resolves = (
         ~torch.isnan(scores).any(1)
