@@ -2,9 +2,11 @@
 
 Run the same check as N jobs with ``check --shard I/N`` (same candidate,
 contract, seed, rows, families, shape and repeats), then merge the N
-bundles; ``contracts.reports.merge`` says how. Exit code 2 here: shards
-that do not belong together, missing shards without --allow-partial, a path
-that is not a bundle.
+bundles; ``contracts.reports.merge`` says how. The exit code is the merged
+check's, as ``check`` gives it: 1 for a FAIL, ERROR or interrupted shard, 5
+for NOT COVERED (unless --allow-not-covered), 3 when nothing could run; 2
+here: shards that do not belong together, missing shards without
+--allow-partial, a path that is not a bundle.
 """
 
 from __future__ import annotations
@@ -25,7 +27,22 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("shards", nargs="+", type=Path, metavar="SHARD_BUNDLE")
     ap.add_argument("--allow-partial", action="store_true", help="merge even if some shards of the split are missing")
     ap.add_argument("--force", action="store_true", help="replace a bundle already in OUT")
+    ap.add_argument("--allow-not-covered", action="store_true", help="exit 0 although the merged check is NOT COVERED (default: 5)")
     return ap
+
+
+def _exit_code(merged, allow_not_covered: bool) -> int:
+    """The worst merged status as ``check`` exits on it: a merged FAIL or ERROR is never exit 0."""
+    from ..reports.schema import Status, worst_status
+
+    worst = worst_status(s.status for s in merged)
+    if worst in (Status.FAIL, Status.ERROR, Status.INTERRUPTED):
+        return ExitCode.FAILED
+    if worst is Status.NOT_COVERED and not allow_not_covered:
+        return ExitCode.NOT_COVERED
+    if worst is Status.UNAVAILABLE:
+        return ExitCode.UNAVAILABLE
+    return ExitCode.OK
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         for label, text in reason_lines(s):  # a failing merge says why on the console, as the check does
             print(f"  {label}: {text}")
     print(f"bundle: {args.out}")
-    return ExitCode.OK
+    return _exit_code(merged, args.allow_not_covered)
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
