@@ -44,6 +44,7 @@ Exit codes: 0 no regression, 1 regression, 2 usage (a path that is not a bundle)
 
 from __future__ import annotations
 
+import math
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -383,6 +384,15 @@ def _bench_points(doc) -> dict[tuple, dict] | None:
     return points
 
 
+def _latency(point: dict) -> float | None:
+    """A point's median latency where it is a finite positive number, else None."""
+    try:
+        v = float(point.get("median_us"))
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v > 0 else None
+
+
 def _diff_bench_doc(rel: str, old: dict[tuple, dict], new: dict[tuple, dict], threshold: float, result: DiffResult) -> None:
     for key in sorted(set(old) | set(new), key=lambda k: (str(k[0]), k[1] if k[1] is not None else -1, str(k[2]))):
         name, m, _ = key
@@ -393,7 +403,9 @@ def _diff_bench_doc(rel: str, old: dict[tuple, dict], new: dict[tuple, dict], th
             if a.get("timer") != b.get("timer"):
                 result.changes.append(f"bench {rel} {where}: timer {a.get('timer')} -> {b.get('timer')}; latencies not compared")
                 continue
-            if not (a.get("median_us") and b.get("median_us")):
+            if not (_latency(a) and _latency(b)):
+                if _latency(a):  # timed before, and now no finite latency (NaN, inf, none): no number is no improvement
+                    result.regressions.append(f"bench {rel} {where}: timed ({a.get('median_us')} us) -> no latency (median {b.get('median_us')})")
                 continue
             x, y = float(a["median_us"]), float(b["median_us"])
             growth = y / x - 1.0
@@ -405,9 +417,9 @@ def _diff_bench_doc(rel: str, old: dict[tuple, dict], new: dict[tuple, dict], th
         elif was == "timed":  # a point that was timed and is now an error, skipped or gone: no latency is no improvement
             why = "gone from the new bench (no point at this M, candidate and inputs)" if b is None else f"{now}: {b.get('reason') or ''}"
             result.regressions.append(f"bench {rel} {where}: timed ({a.get('median_us')} us) -> {why}")
-        elif now == "error":
+        elif now == "error":  # an error that was not one before is a regression (one ordering of statuses); on both sides, listed
             line = f"bench {rel} {where}: {'still error' if was == 'error' else f'{was} -> error'}: {b.get('reason') or ''}"
-            result.changes.append(line)
+            (result.changes if was == "error" else result.regressions).append(line)
         elif was == "error":
             result.changes.append(f"bench {rel} {where}: error -> {now}")
 
@@ -417,6 +429,10 @@ def _diff_benches(old: dict, new: dict, threshold: float, result: DiffResult) ->
         o_points, n_points = _bench_points(old[rel]), _bench_points(new[rel])
         if o_points is not None and n_points is not None:
             _diff_bench_doc(rel, o_points, n_points, threshold, result)
+            if old[rel].get("status") != "error" and new[rel].get("status") == "error":  # errors tied to no point (curves, plot)
+                errors = new[rel].get("errors") or []
+                result.regressions.append(f"bench {rel}: status {old[rel].get('status')} -> error ({len(errors)} error(s): "
+                                          + "; ".join(str(e.get("message") or e.get("kind") or e) if isinstance(e, dict) else str(e) for e in errors[:3]) + ")")
             continue
         o_lat, n_lat = _latencies(old[rel]), _latencies(new[rel])
         for path in sorted(set(o_lat) & set(n_lat)):

@@ -197,3 +197,42 @@ def test_a_seed_the_bundle_reader_refuses_is_refused_up_front(tmp_path, capsys, 
         assert "--seed" in err and len(err.strip().splitlines()) == 1, err
     else:
         open_check(out)  # raises RecordError on main
+
+
+# ---------------------------------------------------------------- exit codes: diff of two bench.json
+
+
+def _bench_doc() -> dict:
+    point = {"m": 1, "status": "timed", "timer": "cpu-wall-clock", "noisy": False, "median_us": 40.0, "samples": [40.0], "path": "route"}
+    return {"schema_version": 1, "kind": "bench", "status": "ok", "errors": [], "device": "cpu",
+            "method": {"contract": "aiter", "experts": 896, "topk": 16, "dtype": "bf16", "bias_dtype": "bf16", "seed": 0},
+            "candidates": [{"name": "radix4", "contract": "aiter", "status": "ok", "reason": None, "results": [point]}]}  # fmt: skip
+
+
+def _no_latency(doc):
+    doc["candidates"][0]["results"][0]["median_us"] = float("nan")
+
+
+def _candidate_error(doc):
+    doc["candidates"][0]["status"] = "error"
+    doc["candidates"][0]["reason"] = "its gate raised"
+
+
+def _bench_error(doc):
+    doc["status"] = "error"
+    doc["errors"] = [{"candidate": "radix4", "m": None, "kind": "harness_error", "message": "the curves raised"}]
+
+
+@pytest.mark.parametrize("worse", [_no_latency, _candidate_error, _bench_error], ids=["median-nan", "candidate-error", "bench-error"])
+def test_diff_a_bench_that_got_worse_without_losing_a_timed_point_is_a_regression(tmp_path, capsys, worse):
+    """The new bench.json keeps the point 'timed' but its median is NaN (no latency); or the candidate's own status is
+    error; or the bench's status is error with a harness error tied to no point. On main each was "No regression.",
+    exit 0 (the candidate error listed only as 'missing -> error' under other changes)."""
+    new = _bench_doc()
+    worse(new)
+    for side, doc in (("old", _bench_doc()), ("new", new)):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "bench.json").write_text(json.dumps(doc))
+    code = contracts_main(["diff", str(tmp_path / "old"), str(tmp_path / "new")])
+    out = capsys.readouterr().out
+    assert code == 1 and "No regression" not in out, out
