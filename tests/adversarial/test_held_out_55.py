@@ -236,3 +236,24 @@ def test_diff_a_bench_that_got_worse_without_losing_a_timed_point_is_a_regressio
     code = contracts_main(["diff", str(tmp_path / "old"), str(tmp_path / "new")])
     out = capsys.readouterr().out
     assert code == 1 and "No regression" not in out, out
+
+
+# ---------------------------------------------------------------- what held: answers of the wrong form never pass
+
+
+HELD_FORMS = ["triple", "float_ids", "ids_plus_2_32", "ids_plus_2_31", "uint8_ids_wrap", "weights_view_of_input", "weights_float64",
+              "weights_bool", "weights_complex", "on_meta", "transposed", "numpy_out", "extra_dim", "dict_out"]  # fmt: skip
+
+
+@pytest.mark.slow  # 15 candidates checked in one in-process run: ~18 s on the loaded 2-core machine
+def test_answers_of_the_wrong_form_never_pass(tmp_path):
+    """Held on the main of 11:00 UTC (check, bench and matrix each failed or errored every one): ids as floats, int64
+    ids of expert + 2^31 / 2^32, uint8 ids, weights fp64/bool/complex, meta tensors, non-contiguous views, numpy
+    arrays, an extra dimension, a dict, a tuple of three, weights written into the input. Kept as a guard."""
+    from contracts.run.checks import run_checks
+
+    run = run_checks([f"tests.adversarial.held_out_routers:{r}" for r in ["right", *HELD_FORMS]], contract="aiter", families=["random_fp32"],
+                     rows=20, max_batch=2, isolate=False, out=tmp_path / "check", progress=False)  # fmt: skip
+    status = {s.candidate.split(":")[-1]: str(getattr(s.status, "value", s.status)) for s in run.summaries}
+    assert status.pop("right") == "pass", status
+    assert all(v in ("fail", "error") for v in status.values()) and set(status) == set(HELD_FORMS), status
