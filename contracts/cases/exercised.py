@@ -92,6 +92,10 @@ def equivalent(c, field: str, value) -> str | None:
             return "the dropped groups' mask values are numbers enough to fill every slot: no slot is left to NaN or the fallback"
         if c.topk == 1 and c.tie_rule == "lowest":
             return "top-1 of an all-NaN row is expert 0 either way (the lowest NaN, or the fallback)"
+    if field == "score_precision" and c.bias == "none" and c.weight_precision == "input":
+        return ("rounding is monotone: scores rounded before ranking only merge values into ties, never reorder them, so a "
+                "router ranking the unrounded ones chooses among equal values (near ties), and the weights are rounded "
+                "either way (weight_precision input: mcore-softmax-pre)")
     if field == "score_precision" and c.scoring == "sigmoid_of_topk":
         return "the logits rank exactly and the weight is the sigmoid of the fp32 logit: no score is rounded"
     if field == "tie_rule" and bool((oracle.tie_priority(c.experts, value) == oracle.tie_priority(c.experts, c.tie_rule)).all()):
