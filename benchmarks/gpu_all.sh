@@ -6,7 +6,7 @@
 #
 #   main      the README's main job (python -m contracts check --candidate all, the default rows; MAIN_CANDIDATES
 #             splits it over calls when one call's limit is too short) and the fast test tier (pytest -m "not slow"),
-#             both under the host's own torch and CUDA: run before resolving any issue that touches compare/,
+#             both under the host's own torch and CUDA (MAIN_ROWS=N: --rows N, where the device time is short): run before resolving any issue that touches compare/,
 #             cases/, candidates/, run/ or kernels/, its summary committed under reports/baselines/. The host needs
 #             pytest: a GPU host without internet gets it from the ignored folder .gpu-wheels/ (pure-Python wheels:
 #             pip download --no-deps -d .gpu-wheels pytest pytest-xdist execnet iniconfig pluggy safetensors tqdm).
@@ -76,7 +76,8 @@ phase_main() {
         # The README's command as a user types it: no --quiet, no --out (the bundle under reports/), so the console is
         # the user's; the index is copied beside the logs. 580 s: one device call's 10-minute limit, less the start.
         local before; before=$(ls -d reports/*/ 2>/dev/null | sort)
-        TAIL=40 run "${MAIN_LIMIT:-580}" main-job.log python3 -m contracts check --candidate "${MAIN_CANDIDATES:-all}"
+        TAIL=40 run "${MAIN_LIMIT:-580}" main-job.log python3 -m contracts check --candidate "${MAIN_CANDIDATES:-all}" \
+            ${MAIN_ROWS:+--rows "$MAIN_ROWS"}
         local bundle; bundle=$(comm -13 <(echo "$before") <(ls -d reports/*/ 2>/dev/null | sort) | tail -1)
         if [ -n "$bundle" ]; then
             cp "$bundle"index.md "$PHASE_DIR/index.md" 2>/dev/null
