@@ -8,7 +8,7 @@ built-in contract of its family (``oracle``'s ``deepseek-v4``, ``llama4``,
 than ``kernels.models.MIN_TRANSFORMERS``. A third party's code: ``check``
 runs it in a worker process by default.
 
-``check --candidate all`` leaves them out (twenty-one more full checks on a
+``check --candidate all`` leaves them out (twenty-two more full checks on a
 host with transformers); ``--candidate all --contract <family>`` includes
 the family's router.
 
