@@ -52,7 +52,7 @@ import torch
 
 import oracle
 
-from .group_ties import masked_outside, tie_resolution
+from .group_ties import at_the_mask, masked_outside, tie_resolution
 from .tolerance import broadcast_isclose, near_allowance, weights_close
 
 __all__ = ["CLAUSE_ORDER", "Blame", "NEAR_TIE", "attribute"]
@@ -566,7 +566,9 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, 
         among_nan = (numbered & ~r.kept).any(1) & (torch.isnan(r.group_scores) | ~swapped).all(1)
         assign(leaked & same_numbers & among_nan, "nan_last", R_NAN_GROUPS)
         e_used = e_groups.sum(1)
-        n_used = used.sum(1)
+        # more groups used than kept: a pick at or below a 0.0 mask uses no group (what the mask makes of any dropped
+        # expert, tying the kept groups' zeros: the tie and mask clauses below judge it, the second pass's leak too)
+        n_used = _groups_of(r, ~at_the_mask(r.a, r.ranking, c.group_mask)).sum(1)
         # Do the groups it used tie the kept ones exactly (group scores equal at the cutoff)?
         cutoff = r.group_scores.masked_fill(~r.kept, math.inf).amin(1, keepdim=True)
         tied = ((r.group_scores == cutoff) | ~(used & ~r.kept)).all(1)

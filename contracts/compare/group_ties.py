@@ -20,7 +20,18 @@ import math
 
 import torch
 
-__all__ = ["tie_resolution", "masked_outside"]
+__all__ = ["tie_resolution", "masked_outside", "at_the_mask"]
+
+
+def at_the_mask(ids: torch.Tensor, ranking: torch.Tensor, mask_value: float) -> torch.Tensor:
+    """bool [B, k]: the router's experts ``ids`` [B, k] ranked (before any group mask, ``ranking`` [B, E]) at or below a
+    finite group mask ``mask_value`` (0.0): what the mask makes of any dropped expert, so such a pick keeps no group. A
+    router that masked right and took it in a tie with the kept groups' own zeros gives the same answer as one that
+    never masked (below the mask it ranks no higher unmasked); which zero it took is the expert tie rule's, judged
+    within the groups read as kept. False everywhere under a -inf mask."""
+    if not math.isfinite(mask_value):
+        return torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
+    return ranking.gather(1, ids) <= mask_value
 
 
 def _groups_used(ids: torch.Tensor, picks: torch.Tensor, n_group: int, size: int) -> torch.Tensor:
@@ -54,9 +65,7 @@ def tie_resolution(ids: torch.Tensor, extra: torch.Tensor, ranking: torch.Tensor
     cutoff = torch.where(kept, scores, torch.full_like(scores, math.inf)).amin(1, keepdim=True)
     above, tied = scores > cutoff, scores == cutoff
     in_kept = kept.gather(1, ids // size)
-    picks = in_kept | extra
-    if math.isfinite(mask_value):
-        picks = picks & ~(ranking.gather(1, ids) <= mask_value)
+    picks = (in_kept | extra) & ~at_the_mask(ids, ranking, mask_value)
     used = _groups_used(ids, picks, n_group, size)
     settled = above | used
     resolves = (

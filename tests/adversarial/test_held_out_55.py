@@ -25,7 +25,6 @@ from tests.adversarial.test_exit_codes import _summary
 # ---------------------------------------------------------------- tie blame: a 0.0 group mask (DeepSeek's own code)
 
 
-@pytest.mark.xfail(strict=True, reason="held-out hole: contracts/compare (group_ties.py / attribution: group_mask blame under a 0.0 mask)")
 @pytest.mark.parametrize("name", ["deepseek-v2", "deepseek-v3-reference", "mistral4"])
 def test_group_and_expert_ties_under_a_zero_mask_are_never_group_mask(name):
     """A router that IS the contract but for its group-tie and expert-tie rules (highest groups, aiter lane order).
