@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import enum
+import math
 import os
 import re
 import shlex
@@ -28,7 +29,12 @@ __all__ = [
     "add_engine_path",
     "exit_process",
     "make_parser",
+    "bounded_int",
+    "fraction",
+    "non_negative_int",
     "positive_int",
+    "seed_int",
+    "sha256_prefix",
     "positive_seconds",
     "row_count",
     "run_main",
@@ -115,27 +121,57 @@ def make_parser(prog: str, description: str, epilog: str = "", parser_class=None
     )
 
 
-def positive_int(example: str):
-    """An argparse ``type`` for an int >= 1; argparse names the option, ``example`` shows the fix."""
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what a summary.json integer may hold (contracts.reports.schema.INT64_MAX)
+# The most experts (and top-k) a case may have: far above any model's (256..896), small enough that a case's logits
+# [rows, E] can be allocated at all (2**62 experts ended --plan in a torch traceback).
+MAX_EXPERTS = 1 << 20
+EXPERTS_WHY = " (far above any model's expert count)"
+
+
+def bounded_int(example: str, minimum: int = 1, maximum: int = INT64_MAX, why: str = ""):
+    """An argparse ``type`` for an int in ``minimum..maximum`` (argparse names the option; ``example`` shows the fix,
+    ``why`` says where the maximum comes from). Every integer a command records parses back: the default maximum is
+    the record's (int64)."""
 
     def parse(text: str) -> int:
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}; e.g. {example}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}; e.g. {example}")
+            value = int(text.strip().replace("_", ""))
+        except ValueError:  # also a string of over 4,300 digits (Python's int limit)
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            raise argparse.ArgumentTypeError(f"must be an integer from {minimum:,} to {maximum:,}, got {shown!r}; e.g. {example}") from None
+        if not minimum <= value <= maximum:
+            shown = str(value) if abs(value).bit_length() <= 128 else f"an integer of {len(str(abs(value)))} digits"
+            raise argparse.ArgumentTypeError(f"must be an integer from {minimum:,} to {maximum:,}{why}, got {shown}; e.g. {example}")
         return value
 
     return parse
 
 
+def positive_int(example: str, maximum: int = INT64_MAX, why: str = ""):
+    """An argparse ``type`` for an int from 1 to ``maximum``; argparse names the option, ``example`` shows the fix."""
+    return bounded_int(example, 1, maximum, why)
+
+
+def seed_int(example: str = "--seed 0"):
+    """``--seed``: any int64 (summary.json's integers; torch's generators take them too)."""
+    return bounded_int(example, INT64_MIN, INT64_MAX, " (a seed is recorded as a 64-bit integer)")
+
+
+def non_negative_int(example: str):
+    return bounded_int(example, 0, INT64_MAX)
+
+
 _SUFFIX = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "B": 10**9}
 
 
+MAX_ROWS = 10**13
+
+
 def row_count(text: str) -> int:
-    """Rows: an integer, with an optional suffix (``100k``, ``100M``, ``1G``) or in e-notation (``1e9``)."""
+    """Rows: an integer, with an optional suffix (``100k``, ``100M``, ``1G``) or in e-notation (``1e9``), 1 to 1e13.
+    Anything else (1e400, inf, nan, -0, 1.5, a word) is refused in one line, never an OverflowError."""
     raw = text.strip().replace("_", "").replace(",", "")
+    bad = f"must be a whole number of rows from 1 to 1e13, got {text if len(text) <= 40 else text[:37] + '...'!r}; e.g. --rows 100000 or --rows 100M"
     try:
         if raw and raw[-1] in _SUFFIX:
             value = float(raw[:-1]) * _SUFFIX[raw[-1]]
@@ -143,19 +179,50 @@ def row_count(text: str) -> int:
             value = float(raw) if any(ch in raw for ch in ".eE") else int(raw)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a row count, got {text!r}; e.g. --rows 100000, --rows 100M or --rows 1e9") from None
-    if value != int(value) or value < 1 or value > 10**13:
-        raise argparse.ArgumentTypeError(f"must be a whole number of rows from 1 to 1e13, got {text!r}; e.g. --rows 100000 or --rows 100M")
+    if isinstance(value, float) and not math.isfinite(value):  # 1e400, inf, nan: int() of them raises
+        raise argparse.ArgumentTypeError(bad)
+    if not 1 <= value <= MAX_ROWS or value != int(value):
+        raise argparse.ArgumentTypeError(bad)
     return int(value)
 
 
 def positive_seconds(text: str) -> float:
+    """Seconds > 0, finite, and at most ``threading.TIMEOUT_MAX`` (a wait on more raises OverflowError)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}; e.g. --timeout 60") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}; e.g. --timeout 60")
+    if not 0 < value <= threading.TIMEOUT_MAX:  # nan, inf, 1e400, 0, -0 and negatives too
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 and at most {threading.TIMEOUT_MAX:.0f}, got {text}; e.g. --timeout 60")
     return value
+
+
+def fraction(option: str):
+    """A finite fraction >= 0, or a percentage (``10%``); -0 is 0 (nan and inf are refused: nan would compare as no
+    regression at any growth)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip().rstrip("%")) / (100.0 if text.strip().endswith("%") else 1.0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} must be a fraction like 0.1 or a percentage like 10%, got {text!r}") from None
+        if not (math.isfinite(value) and value >= 0):
+            raise argparse.ArgumentTypeError(f"{option} must be a finite fraction >= 0 like 0.1 or a percentage like 10%, got {text!r}")
+        return value + 0.0  # -0.0 -> 0.0
+
+    return parse
+
+
+SHA256_MIN_CHARS = 16  # a replay line's digest prefix (contracts.cases.captured.DIGEST_CHARS)
+
+
+def sha256_prefix(text: str) -> str:
+    """``--logits-sha256``: 16 to 64 hex digits (a prefix of the file's SHA-256, as replay lines write it, or all of it)."""
+    digest = text.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{%d,64}" % SHA256_MIN_CHARS, digest):
+        shown = text if len(text) <= 70 else text[:67] + "..."
+        raise argparse.ArgumentTypeError(f"must be {SHA256_MIN_CHARS} to 64 hex digits of the file's SHA-256 (sha256sum FILE), got {shown!r}")
+    return digest
 
 
 def add_engine_path(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, refuse_unknown_contract, run_main
 
+from ._common import EXPERTS_WHY, INT64_MAX, MAX_EXPERTS, seed_int  # noqa: E402
+
 __all__ = ["build_parser", "main", "print_summary", "run"]
 
 PROG = "python -m contracts bench"
@@ -42,8 +44,8 @@ def _m_list(text: str) -> list[int]:
             raise argparse.ArgumentTypeError(
                 f"--m {text!r}: {part!r} is not an integer; give comma-separated row counts >= 1, e.g. --m 1,64,1024"
             ) from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"--m {text!r}: {value} is not >= 1; every M is a row count, e.g. --m 1,64,1024")
+        if not 1 <= value <= INT64_MAX:
+            raise argparse.ArgumentTypeError(f"--m {text!r}: {value} is not from 1 to {INT64_MAX:,}; every M is a row count, e.g. --m 1,64,1024")
         values.append(value)
     return sorted(set(values))
 
@@ -61,8 +63,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                     help="time every candidate under this built-in routing contract (its shape, groups, bias and call "
                          "options); a candidate that does not serve it is listed unavailable (default: each its own, "
                          "at 896/16)")  # fmt: skip
-    ap.add_argument("--experts", type=positive_int("--experts 896"), help="experts (default: the contract's, else 896)")
-    ap.add_argument("--topk", type=positive_int("--topk 16"), help="top-k (default: the contract's, else 16)")
+    ap.add_argument("--experts", type=positive_int("--experts 896", MAX_EXPERTS, EXPERTS_WHY), help="experts (default: the contract's, else 896)")
+    ap.add_argument("--topk", type=positive_int("--topk 16", MAX_EXPERTS, EXPERTS_WHY), help="top-k (default: the contract's, else 16)")
     ap.add_argument("--device", help="cpu or cuda (default: cuda when torch sees a GPU, else cpu)")
     ap.add_argument("--out", type=Path, help="output directory (default reports/<UTC time>-bench)")
     ap.add_argument("--replays", type=positive_int("--replays 25"), default=25, help="GPU: timed graph replays (default 25)")
@@ -71,7 +73,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=positive_int("--repeats 10"), default=10, help="CPU: timed samples per point (default 10)")
     ap.add_argument("--rotate", type=positive_int("--rotate 4"), default=1,
                     help="cycle through this many distinct input buffers (default 1: not rotated)")  # fmt: skip
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_int(), default=0)
     return add_engine_path(ap)
 
 

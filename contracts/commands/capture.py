@@ -33,6 +33,8 @@ from pathlib import Path
 
 from ._common import ExitCode, UsageError, make_parser, positive_int, run_main
 
+from ._common import seed_int  # noqa: E402
+
 __all__ = ["build_parser", "main", "run"]
 
 PROG = "python -m contracts capture"
@@ -45,7 +47,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--text", required=True, type=Path, metavar="FILE", help="text, or whitespace-separated token ids")
     ap.add_argument("--out", required=True, type=Path, metavar="FILE.safetensors", help="where to write the capture")
     ap.add_argument("--seq-len", type=positive_int("--seq-len 512"), default=512, help="tokens per forward pass (default 512)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the random weights when --model has none (default 0)")
+    ap.add_argument("--seed", type=seed_int(), default=0, help="seed of the random weights when --model has none (default 0)")
     ap.add_argument("--dtype", choices=_DTYPES, help="model dtype (default: the checkpoint's; float32 for random weights)")
     ap.add_argument("--force", action="store_true", help="replace --out if it exists")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")

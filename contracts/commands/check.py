@@ -26,20 +26,25 @@ from ._common import (
     ExitCode,
     UsageError,
     add_engine_path,
+    EXPERTS_WHY,
+    MAX_EXPERTS,
     make_parser,
+    non_negative_int,
     positive_int,
     positive_seconds,
     refuse_unknown_candidates,
     refuse_unknown_contract,
     row_count,
     run_main,
+    seed_int,
+    sha256_prefix,
     verdict_options,
 )
 
 __all__ = ["add_arguments", "build_parser", "main", "run"]
 
 PROG = "python -m contracts.check"
-from ..run.options import DEFAULT_ROWS, DEFAULT_TIMEOUT_S  # noqa: E402 -- light: no torch
+from ..run.options import DEFAULT_ROWS, DEFAULT_TIMEOUT_S, MAX_REPLAY_ROWS  # noqa: E402 -- light: no torch
 
 
 def _candidates_epilog() -> str:
@@ -62,13 +67,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, help="bundle directory (default reports/<UTC time>-<candidate>); must be empty unless --force")
     ap.add_argument("--force", action="store_true", help="replace the bundle already in --out, whole")
     ap.add_argument("--rows", type=row_count, default=DEFAULT_ROWS, help=f"rows over all families (default {DEFAULT_ROWS:,}; 100k, 100M, 1e9 work)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_int(), default=0, help="case seed, any 64-bit integer (default 0)")
     ap.add_argument("--families", help="comma-separated subset of the families (listed below)")
     ap.add_argument("--device", help="cpu or cuda (default: cuda when the candidate runs there and a GPU is present)")
-    ap.add_argument("--experts", type=positive_int("--experts 896"), help="experts E (default: the contract's, 896 for aiter)")
-    ap.add_argument("--topk", type=positive_int("--topk 16"), help="top-k (default: the contract's, 16 for aiter)")
+    ap.add_argument("--experts", type=positive_int("--experts 896", MAX_EXPERTS, EXPERTS_WHY), help="experts E (default: the contract's, 896 for aiter)")
+    ap.add_argument("--topk", type=positive_int("--topk 16", MAX_EXPERTS, EXPERTS_WHY), help="top-k (default: the contract's, 16 for aiter)")
     ap.add_argument("--replay", metavar="FAMILY:SEED:ROWS[:bulk]", help="run exactly one case (from a report's replay line)")
-    ap.add_argument("--row", type=int, help="with --replay: print this row side by side")
+    ap.add_argument("--row", type=non_negative_int("--row 3"), help="with --replay: print this row side by side")
     ap.add_argument("--shard", metavar="I/N", help="run the I-th of N deterministic slices of the cases (1-based); merge with contracts merge")
     ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                     help="run each candidate in a worker process, so a crash or hang is reported, not fatal "
@@ -77,7 +82,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
                     help=f"isolated runs: seconds one call may take before the worker is killed (default {DEFAULT_TIMEOUT_S:g})")  # fmt: skip
     ap.add_argument("--repeat", type=positive_int("--repeat 3"), default=1, metavar="N",
                     help="call the candidate N times per case (and once from a CUDA graph on GPUs); differences fail the run")  # fmt: skip
-    ap.add_argument("--max-batch", type=positive_int("--max-batch 65536"), metavar="M",
+    ap.add_argument("--max-batch", type=positive_int("--max-batch 65536", MAX_REPLAY_ROWS, " (the largest case the harness makes)"), metavar="M",
                     help="the largest batch of the batch-size sweep that runs at every --rows (default 65,536 on a GPU, 16,385 on a CPU)")  # fmt: skip
     ap.add_argument("--plan", action="store_true", help="print the batch sizes, dtype pairs and layouts the run covers, and exit without running")
     ap.add_argument("--allow-not-covered", action="store_true",
@@ -93,8 +98,16 @@ def add_logits_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser
                     help="check on captured router logits ([tokens, E] or [layers, tokens, E]; .safetensors, .pt or .npy) "
                          "instead of the synthetic families: every row of every layer")  # fmt: skip
     ap.add_argument("--bias", type=Path, metavar="FILE", help="with --logits: the correction bias [E] or [layers, E], when the logits file has none")
-    ap.add_argument("--logits-sha256", metavar="HEX", help="with --logits: refuse a file whose SHA-256 does not start with HEX (replay lines pass it)")
+    ap.add_argument("--logits-sha256", type=sha256_prefix, metavar="HEX", help="with --logits: refuse a file whose SHA-256 does not start with HEX (replay lines pass it)")
     return ap
+
+
+def refuse_logits_options_alone(args: argparse.Namespace) -> None:
+    """``--bias FILE`` or ``--logits-sha256 HEX`` without ``--logits FILE``: one line, before anything runs (``--plan``
+    printed the synthetic plan and exited 0 with them)."""
+    if args.logits is None and (args.bias is not None or args.logits_sha256):
+        option = "--bias" if args.bias is not None else "--logits-sha256"
+        raise UsageError(f"{option} needs --logits FILE (the captured logits it belongs to); add --logits FILE or drop {option}")
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -166,6 +179,7 @@ def _run(args: argparse.Namespace) -> int:
     refuse_unknown_candidates(names)  # before the torch-heavy imports below: a typo is answered at once
     refuse_unknown_candidates([args.against] if args.against else [], "--against", allow_all=False)
     check_contract(args.contract)
+    refuse_logits_options_alone(args)
     try:
         families = parse_families(args.families)
         shard = parse_shard(args.shard)
@@ -295,14 +309,21 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     print(f"families: {', '.join(shape.families)}")
     source = f", from {MAX_BATCH_ENV}" if not args.max_batch and env_max_batch() is not None else ""
     largest = f"; bulk cases in calls of at most {call_rows:,} rows" if call_rows else ""
-    print(f"batch sizes of the calls (max batch {max_batch:,}{source}; switch points {', '.join(map(str, points)) or 'none published'}{largest}): "
-          + ", ".join(f"{n:,}" for n in covers["batch_sizes"]))
+    largest_call = max(covers["batch_sizes"], default=0)  # bulk calls may pass --max-batch at a large --rows
+    beyond = sorted(p for p in {*points, *extra} if p > largest_call)  # a launch class that starts above every call
+    unreached = f" ({', '.join(f'{p:,}' for p in beyond)} beyond the largest call, {largest_call:,} rows: not reached)" if beyond else ""
+    print(f"batch sizes of the calls (max batch {max_batch:,}{source}; switch points {', '.join(map(str, points)) or 'none published'}"
+          f"{unreached}{largest}): " + ", ".join(f"{n:,}" for n in covers["batch_sizes"]))
     print(f"dtype pairs (logits/bias): {', '.join(covers['dtype_pairs'])}")
     print(f"layouts: {', '.join(covers['layouts'])}")
     classes = sorted({n for rows in covers["pinned_batch_sizes"].values() for n in rows})
     if classes:  # every pinned dtype pair and layout runs at each: one batch of every launch class at this shape
         print(f"pinned dtype pairs and layouts at batch sizes {', '.join(f'{n:,}' for n in classes)} "
               f"(1, 2, 64 and the first batch of each launch shape published for E={shape.experts}, k={shape.topk} under {c.name})")
+    if beyond:
+        print(f"warning: the launch class from {beyond[0]:,} rows up is never exercised: no call of this run has more than "
+              f"{largest_call:,} rows (max batch {max_batch:,}); raise --max-batch to at least {beyond[-1]:,} to reach every switch point",
+              file=sys.stderr)  # fmt: skip
     return ExitCode.OK
 
 

@@ -17,26 +17,18 @@ from pathlib import Path
 
 from ._common import ExitCode, make_parser, run_main
 
+from ._common import fraction  # noqa: E402
+
 __all__ = ["build_parser", "main", "run"]
 
 PROG = "python -m contracts diff"
-
-
-def _threshold(text: str) -> float:
-    try:
-        value = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--latency-threshold must be a fraction like 0.1 or a percentage like 10%, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"--latency-threshold must be >= 0, got {text!r}")
-    return value
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap = make_parser(prog, __doc__.split("\n\n")[0].split(": ", 1)[1], __doc__.split("\n\n", 1)[1])
     ap.add_argument("old", help="the earlier bundle (folder or URL)")
     ap.add_argument("new", help="the later bundle (folder or URL)")
-    ap.add_argument("--latency-threshold", type=_threshold, default=0.10,
+    ap.add_argument("--latency-threshold", type=fraction("--latency-threshold"), default=0.10,
                     help="relative latency growth counted as a regression (default 0.10 = 10%%)")  # fmt: skip
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON")
     ap.add_argument("--markdown", type=Path, metavar="FILE", help="also write the summary as a Markdown file")

@@ -39,6 +39,8 @@ from ._common import (
     run_main,
 )
 
+from ._common import EXPERTS_WHY, MAX_EXPERTS, non_negative_int, seed_int  # noqa: E402
+
 __all__ = ["build_parser", "main", "run"]
 
 PROG = "python -m contracts matrix"
@@ -55,14 +57,14 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                     help="contract of the comparisons and of the oracle column: a built-in name or a contract file (default: the one most candidates claim)")  # fmt: skip
     ap.add_argument("--rows", type=row_count, default=DEFAULT_ROWS, help=f"rows over all families (default {DEFAULT_ROWS:,})")
     ap.add_argument("--families", help="comma-separated subset of the families")
-    ap.add_argument("--max-batch", type=positive_int("--max-batch 65536"), metavar="M",
+    ap.add_argument("--max-batch", type=positive_int("--max-batch 65536", 1 << 20, " (the largest case the harness makes)"), metavar="M",
                     help="the largest batch of the batch-size sweep that runs at every --rows (default 65,536 on a GPU, 16,385 on a CPU)")  # fmt: skip
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_int(), default=0, help="case seed, any 64-bit integer (default 0)")
     ap.add_argument("--device", help="cpu or cuda, one for all candidates (default: cuda when torch sees a GPU)")
-    ap.add_argument("--experts", type=positive_int("--experts 896"), help="experts E (default: the contract's, 896 for aiter)")
-    ap.add_argument("--topk", type=positive_int("--topk 16"), help="top-k (default: the contract's, 16 for aiter)")
+    ap.add_argument("--experts", type=positive_int("--experts 896", MAX_EXPERTS, EXPERTS_WHY), help="experts E (default: the contract's, 896 for aiter)")
+    ap.add_argument("--topk", type=positive_int("--topk 16", MAX_EXPERTS, EXPERTS_WHY), help="top-k (default: the contract's, 16 for aiter)")
     ap.add_argument("--replay", metavar="FAMILY:SEED:ROWS", help="run exactly one case (from a replay line)")
-    ap.add_argument("--row", type=int, help="with --replay: print this row of every answer side by side")
+    ap.add_argument("--row", type=non_negative_int("--row 3"), help="with --replay: print this row of every answer side by side")
     ap.add_argument("--out", type=Path, help="bundle directory (default reports/<UTC time>-matrix-<candidates>); must be empty unless --force")
     ap.add_argument("--force", action="store_true", help="replace the bundle already in --out, whole")
     ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
@@ -90,12 +92,13 @@ def _print_row(answers: dict, row: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..commands.check import _check_device, check_contract
+    from ..commands.check import _check_device, check_contract, refuse_logits_options_alone
     from ..run.options import OptionError, parse_case_choice, parse_families, parse_split
 
     names = _names(args.candidate)
     refuse_unknown_candidates(names, allow_all=False)  # before the torch-heavy imports: a typo is answered at once
     check_contract(args.contract)
+    refuse_logits_options_alone(args)
     try:
         split = parse_split(args.split) if args.split else None
         if not names and split is None:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from ._common import ExitCode, UsageError, make_parser, refuse_unknown_candidates, row_count, run_main, verdict_options
 
+from ._common import fraction, seed_int  # noqa: E402
+
 __all__ = ["build_parser", "main", "run"]
 
 PROG = "python -m contracts nightly"
@@ -36,7 +38,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--bias", type=Path, metavar="FILE", help="with --logits: the correction bias [E] or [layers, E]")
     ap.add_argument("--upload", metavar="URL", help="copy the bundle to URL/YYYY/MM/DD/<name>/ (any fsspec URL: file://, s3://, gs://)")
     ap.add_argument("--rows", type=row_count, help="rows per check (default 250,000 with a GPU, 50,000 without)")
-    ap.add_argument("--seed", type=int, default=0, help="case seed (default 0: fixed, so that night-to-night diffs compare like with like)")
+    ap.add_argument("--seed", type=seed_int(), default=0, help="case seed (default 0: fixed, so that night-to-night diffs compare like with like)")
     ap.add_argument("--device", choices=["cpu", "cuda"], help="run every check on this device (default: cuda where a candidate runs there and a GPU is present)")
     ap.add_argument("--candidate", "--candidates", action="append", metavar="NAME",
                     help="check only these candidates: a name or package.module:attr; repeat or comma-separate for several "
@@ -45,7 +47,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                     help="check every candidate under this contract: a built-in name or a contract file, as check --contract "
                          "(default: each candidate's own; a module:attr router's is aiter)")  # fmt: skip
     ap.add_argument("--compare-previous", action="store_true", help="diff against the newest earlier bundle of this execution target")
-    ap.add_argument("--latency-threshold", type=float, default=0.10, help="latency growth counted as a regression by the diff (default 0.10)")
+    ap.add_argument("--latency-threshold", type=fraction("--latency-threshold"), default=0.10, help="latency growth counted as a regression by the diff (default 0.10)")
     ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True, help="run the probe per candidate (default on)")
     ap.add_argument("--bench", action=argparse.BooleanOptionalAction, default=None, help="run the bench (default: only on a GPU host)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar or progress lines (each check's one line is still printed)")

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from ._common import ExitCode, UsageError, add_engine_path, make_parser, positive_int, refuse_unknown_candidates, run_main
 
+from ._common import EXPERTS_WHY, INT64_MAX, MAX_EXPERTS, seed_int  # noqa: E402
+
 __all__ = ["build_parser", "main", "run"]
 
 PROG = "python -m contracts probe"
@@ -30,8 +32,8 @@ def _batch_sizes(text: str) -> tuple[int, ...]:
         sizes = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"--batch-sizes must be comma-separated integers, got {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"--batch-sizes needs sizes >= 1, got {text!r}")
+    if not sizes or min(sizes) < 1 or max(sizes) > INT64_MAX:
+        raise argparse.ArgumentTypeError(f"--batch-sizes needs sizes from 1 to {INT64_MAX:,}, got {text!r}")
     return sizes
 
 
@@ -39,11 +41,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap = make_parser(prog, __doc__.split("\n\n")[0].split(": ", 1)[1], __doc__.split("\n\n", 3)[-1])
     ap.add_argument("--candidate", required=True, metavar="NAME", help="candidate name or package.module:attr")
     ap.add_argument("--contract", help="route the candidate follows for this contract (matters for 'oracle'); default: its own")
-    ap.add_argument("--experts", type=positive_int("--experts 896"), help="experts E (default: the contract's)")
-    ap.add_argument("--topk", type=positive_int("--topk 16"), help="top-k (default: the contract's)")
+    ap.add_argument("--experts", type=positive_int("--experts 896", MAX_EXPERTS, EXPERTS_WHY), help="experts E (default: the contract's)")
+    ap.add_argument("--topk", type=positive_int("--topk 16", MAX_EXPERTS, EXPERTS_WHY), help="top-k (default: the contract's)")
     ap.add_argument("--device", help="cpu or cuda (default: cuda when the candidate runs there and a GPU is present)")
     ap.add_argument("--out", type=Path, help="directory for probe.json (default reports/<UTC time>-probe-<candidate>)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the padding rows and the verification pools")
+    ap.add_argument("--seed", type=seed_int(), default=0, help="seed of the padding rows and the verification pools")
     ap.add_argument("--batch-sizes", type=_batch_sizes, default=(1, 2, 7, 64, 1025), help="verification batch sizes (default 1,2,7,64,1025)")
     ap.add_argument("--no-verify", action="store_true", help="recover only")
     return add_engine_path(ap)

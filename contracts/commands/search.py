@@ -31,6 +31,8 @@ from ._common import (
     verdict_options,
 )
 
+from ._common import seed_int  # noqa: E402
+
 __all__ = ["build_parser", "main", "run"]
 
 PROG = "python -m contracts search"
@@ -43,7 +45,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--candidate", metavar="NAME", help="candidate name or package.module:attr (with --replay: default the file's)")
     ap.add_argument("--contract", help="contract to check (default: the one the candidate claims)")
     ap.add_argument("--examples", type=positive_int("--examples 500"), default=DEFAULT_EXAMPLES, help=f"Hypothesis examples (default {DEFAULT_EXAMPLES})")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_int(), default=0)
     ap.add_argument("--database", type=Path, default=DEFAULT_DATABASE, help=f"Hypothesis example database directory (default {DEFAULT_DATABASE})")
     ap.add_argument("--no-database", action="store_true", help="do not read or write an example database")
     ap.add_argument("--out", type=Path, help="bundle directory (default reports/<UTC time>-search-<candidate>)")

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from ._common import ExitCode, UsageError, make_parser, run_main
 
+from ._common import non_negative_int  # noqa: E402
+
 __all__ = ["build_parser", "main", "run"]
 
 PROG = "python -m contracts trace-diff"
@@ -37,8 +39,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     ap.add_argument("--contract", required=True, metavar="NAME|FILE.toml", help="the routing contract both engines claim")
     ap.add_argument("--out", type=Path, help="output folder (default reports/<UTC time>-trace-diff); must be empty unless --force")
     ap.add_argument("--force", action="store_true", help="replace the trace diff already in --out")
-    ap.add_argument("--layer", type=int, default=0, help="with --token: the layer (default 0)")
-    ap.add_argument("--token", type=int, help="print this token of both traces side by side (a replay line) instead of the diff")
+    ap.add_argument("--layer", type=non_negative_int("--layer 0"), default=0, help="with --token: the layer (default 0)")
+    ap.add_argument("--token", type=non_negative_int("--token 4"), help="print this token of both traces side by side (a replay line) instead of the diff")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     return ap
 

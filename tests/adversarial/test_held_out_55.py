@@ -144,7 +144,6 @@ def test_diff_never_drops_a_check_that_differs_only_in_what_it_checked(tmp_path,
 # ---------------------------------------------------------------- tracebacks: a row count past float range
 
 
-@pytest.mark.xfail(strict=True, reason="held-out hole: contracts/commands/_common.py (the --rows parser: int(float('1e400')) raises OverflowError)")
 @pytest.mark.parametrize("command", [["check", "--candidate", "oracle", "--plan"], ["matrix", "--candidate", "oracle,torch-native"], ["nightly"]],
                          ids=["check", "matrix", "nightly"])  # fmt: skip
 def test_rows_past_float_range_is_one_line(tmp_path, capsys, command):
@@ -180,7 +179,6 @@ def test_plan_at_the_largest_rows_the_parser_takes_returns_at_once():
 # ---------------------------------------------------------------- tracebacks / exit codes: a seed the bundle reader refuses
 
 
-@pytest.mark.xfail(strict=True, reason="held-out hole: contracts/commands/check.py parser (--seed takes any int; the bundle's reader takes int64)")
 @pytest.mark.parametrize("seed", [2**70, -(2**64)])
 def test_a_seed_the_bundle_reader_refuses_is_refused_up_front(tmp_path, capsys, seed):
     """``check --seed 99999999999999999999999`` ran and exited 0, writing a summary.json that its own reader refuses
