@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-__all__ = ["LazyFunction"]
+__all__ = ["LazyFactory", "LazyFunction"]
 
 
 class LazyFunction:
@@ -29,6 +29,24 @@ class LazyFunction:
     @property
     def __signature__(self) -> inspect.Signature:
         return inspect.signature(self.target())
+
+    def __repr__(self) -> str:
+        return f"<lazy {self.__qualname__}>"
+
+
+class LazyFactory:
+    """``module.factory(*args)``, built on the first call and kept: a route made per family (the models' and the
+    trainers' routers) that registering must not build."""
+
+    def __init__(self, module: str, factory: str, *args):
+        self.module, self.factory, self.args = module, factory, args
+        self.__qualname__ = f"{module}.{factory}({', '.join(map(repr, args))})"
+        self._built = None
+
+    def __call__(self, *args, **kwargs):
+        if self._built is None:
+            self._built = getattr(importlib.import_module(self.module), self.factory)(*self.args)
+        return self._built(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<lazy {self.__qualname__}>"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from kernels.models import ROUTERS
 
+from .lazy import LazyFactory
 from .registry import Candidate, register
 
 __all__ = ["HF_DEVIATIONS", "MEASURED_WITH", "hf_candidate"]
@@ -155,25 +156,12 @@ def _available(family: str):
     return gate
 
 
-def _lazy_route(family: str):
-    state = {}
-
-    def route(*args, **kwargs):
-        if "fn" not in state:
-            from kernels.models import route_for
-
-            state["fn"] = route_for(family)
-        return state["fn"](*args, **kwargs)
-
-    route.__qualname__ = f"kernels.models.route_for({family!r})"
-    return route
-
 
 def hf_candidate(family: str) -> Candidate:
     router = ROUTERS[family]
     return Candidate(
         name=f"hf-{family}",
-        route=_lazy_route(family),
+        route=LazyFactory("kernels.models", "route_for", family),
         contract=family,
         devices=("cpu", "cuda"),
         description=f"transformers' {router.cls} ({router.module}), fed the logits unchanged",

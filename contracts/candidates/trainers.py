@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from kernels.trainers import FAMILIES
 
+from .lazy import LazyFactory
 from .registry import Candidate, register
 
 __all__ = ["MCORE_DEVIATIONS", "MEASURED_WITH", "mcore_candidate", "te_candidate"]
@@ -73,25 +74,12 @@ def _te_available():
     return te_available()
 
 
-def _lazy(factory: str, family: str):
-    state = {}
-
-    def route(*args, **kwargs):
-        if "fn" not in state:
-            import kernels.trainers as trainers
-
-            state["fn"] = getattr(trainers, factory)(family)
-        return state["fn"](*args, **kwargs)
-
-    route.__qualname__ = f"kernels.trainers.{factory}({family!r})"
-    return route
-
 
 def mcore_candidate(family: str) -> Candidate:
     router = FAMILIES[family]
     return Candidate(
         name=f"mcore-{family}",
-        route=_lazy("route_for", family),
+        route=LazyFactory("kernels.trainers", "route_for", family),
         contract=router.contract,
         contracts=(router.contract, family),
         devices=("cpu", "cuda"),
@@ -109,7 +97,7 @@ def mcore_candidate(family: str) -> Candidate:
 def te_candidate() -> Candidate:
     return Candidate(
         name="te-fused",
-        route=_lazy("te_route_for", "deepseek-v3"),
+        route=LazyFactory("kernels.trainers", "te_route_for", "deepseek-v3"),
         contract="mcore-sigmoid",
         devices=("cuda",),
         description="Transformer Engine's fused_topk_with_score_function (sigmoid, DeepSeek-V3 settings); not verified here",
