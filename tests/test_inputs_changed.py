@@ -26,3 +26,47 @@ def test_a_sign_flip_of_a_zero_is_a_change():
     inputs = _Inputs(case)
     inputs.scores.view(-1)[5] = -0.0 if not torch.signbit(inputs.scores.view(-1)[5]) else 0.0
     assert inputs.changed()
+
+
+class _StickyContext:
+    """What a CUDA context does after a kernel's fault: every later CUDA op raises the same error, the harness's
+    read-back of the inputs included (found on an H100: sglang-radix's misaligned bias load surfaced in torch.equal)."""
+
+    error = "CUDA error: misaligned address"
+
+    def __init__(self, monkeypatch):
+        import contracts.candidates.calling as calling
+
+        self.faulted = False
+        real = calling._same_bytes
+
+        def same_bytes(a, b):
+            if self.faulted:
+                raise torch.AcceleratorError(self.error) if hasattr(torch, "AcceleratorError") else RuntimeError(self.error)
+            return real(a, b)
+
+        monkeypatch.setattr(calling, "_same_bytes", same_bytes)
+
+    def route(self, scores, bias, topk, *args, **kwargs):
+        self.faulted = True
+        raise RuntimeError(self.error)  # what torch.cuda.synchronize raises after the candidate's kernel
+
+
+@pytest.mark.parametrize("repeat", [1, 3])
+def test_a_candidates_cuda_fault_is_its_error_not_the_harness_read_back(monkeypatch, repeat):
+    from contracts.candidates.calling import CaseRunner, call_once
+
+    sticky = _StickyContext(monkeypatch)
+    case = build_case(CaseSpec("random_fp32", 5, 4, 896, 16))
+    if repeat > 1:  # the fault in a later call: the first one answers
+        calls = []
+        clean = lambda s, b, k, *a, **kw: (torch.zeros(s.shape[0], k), torch.arange(k).repeat(s.shape[0], 1))  # noqa: E731
+        route = lambda *a, **kw: clean(*a, **kw) if not calls.append(1) and len(calls) == 1 else sticky.route(*a, **kw)  # noqa: E731
+    else:
+        route = sticky.route
+    out = CaseRunner(route, repeat=repeat).run(case)  # raised in the read-back before the fix
+    assert out.fatal is not None and out.fatal["kind"] == "cuda_error", out.fatal
+    assert "misaligned address" in out.fatal["message"]
+    sticky.faulted = False
+    value, exc, changed = call_once(sticky.route, case)
+    assert value is None and "misaligned" in str(exc) and changed is False

@@ -291,6 +291,8 @@ def call_once(route: Callable, case: Case) -> tuple[object, BaseException | None
     copied from its memory at once (or a one-line message: not row-major, not copyable), None when it raised."""
     inputs = _Inputs(case)
     value, exc = _call(route, inputs)
+    if exc is not None and fatal_kind(exc) == "cuda_error":
+        return value, exc, False  # the context's sticky error would raise again in the read-back, as the harness's
     return value, exc, inputs.changed()
 
 
@@ -532,13 +534,14 @@ class CaseRunner:
     def _run(self, case: Case, out: CallOutcome) -> CallOutcome:
         inputs = _Inputs(case)
         value, first_exc = _call(self.route, inputs)
-        changed = inputs.changed()
         exc = first_exc
+        if exc is not None and fatal_kind(exc):
+            # Before the inputs are read back: after a candidate's CUDA fault the context's sticky error raises again
+            # in the next CUDA op, which would charge the harness with the candidate's fault.
+            out.fatal = _fatal(exc, fatal_kind(exc))
+            return out
+        changed = inputs.changed()
         if exc is not None:
-            kind = fatal_kind(exc)
-            if kind:
-                out.fatal = _fatal(exc, kind)
-                return out
             out.actual = raised_message(exc)
             out.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=3))[-2000:]
         else:
@@ -549,10 +552,10 @@ class CaseRunner:
             if changed:
                 inputs = _Inputs(case)  # every call answers the case itself, not what an earlier call left behind
             again, exc = _call(self.route, inputs)
-            changed = inputs.changed() or changed
-            if exc is not None and fatal_kind(exc):
+            if exc is not None and fatal_kind(exc):  # before the read-back, as for the first call
                 out.fatal = _fatal(exc, fatal_kind(exc), who=f"call {n}: ")
                 return out
+            changed = inputs.changed() or changed
             self._note(out, mask, f"call {n}", value, again if exc is None else raised_message(exc), rows)
         if self.graph and self.repeat > 1 and case.scores.is_cuda and first_exc is None and _is_pair(value):
             inputs = _Inputs(case)

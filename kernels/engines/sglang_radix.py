@@ -16,7 +16,10 @@ with column stride 1; the bias is passed as fp32 (SGLang's caller does
 whose start is not 16-byte aligned, or whose stride is not a multiple of 4
 elements, are copied into a dense tensor first: SGLang's own gate would send
 them to its Triton router instead, and the kernel reads the same values
-either way. ``bias=None`` (contracts without a bias) passes a zero fp32
+either way. A bias that does not start on 16 bytes (a view into a larger
+buffer) is copied too: the kernel reads it by 16-byte vector loads and faults
+with "misaligned address" otherwise (seen on an H100), while SGLang's bias is
+always a parameter of its own allocation. ``bias=None`` (contracts without a bias) passes a zero fp32
 bias: ``sig + 0.0`` is ``sig`` exactly, so the ranking is the sigmoid's.
 
 Arguments as SGLang serves Kimi-K3: ``biased_grouped_topk_gpu`` passes bf16
@@ -141,6 +144,8 @@ def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0
     if row_stride % 4 or scores.data_ptr() % 16:
         scores, row_stride = scores.contiguous(), E
     bias32 = torch.zeros(E, dtype=torch.float32, device=scores.device) if bias is None else bias.float().contiguous()
+    if bias32.data_ptr() % 16:  # the kernel reads the bias as 16-byte vectors (AlignedVector<fp32x2_t, 2>)
+        bias32 = bias32.clone()  # SGLang's bias is a parameter of its own allocation, so always aligned
     weights = torch.empty((M, topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((M, topk), dtype=torch.int32, device=scores.device)
     if M == 0:
