@@ -75,8 +75,8 @@ from typing import Iterable, Iterator
 
 from .families import FAMILIES
 
-__all__ = ["ALIGNED_OFFSET", "CALL_CONTEXTS", "CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "CaseSpec", "absorbs_max_batch", "admitted_fields", "bulk_rows_for", "call_size", "call_sizes", "max_batch_host", "default_max_batch", "env_max_batch",
-           "SCALING_FACTORS", "UNUSUAL_SCALING_FACTORS", "candidate_points", "iter_plan", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "sweep_sizes", "switch_points", "tail_sizes"]
+__all__ = ["ALIGNED_OFFSET", "CALL_CONTEXTS", "CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "BulkTail", "CaseSpec", "PlanCount", "absorbs_max_batch", "admitted_fields", "bulk_rows_for", "call_size", "call_sizes", "max_batch_host", "default_max_batch", "env_max_batch",
+           "SCALING_FACTORS", "UNUSUAL_SCALING_FACTORS", "candidate_points", "count_plan", "iter_plan", "iter_plan_parts", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "shard_rows", "sweep_sizes", "switch_points", "tail_sizes"]
 
 
 @dataclass(frozen=True)
@@ -651,9 +651,89 @@ def _coverage_rows(name: str) -> int:
     return COVERAGE_PASSES * sum(FAMILIES[name].sizes)
 
 
-def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int, *, bulk_rows: int | None = DEFAULT_BULK_ROWS,
-              n_group: int = 1, topk_group: int = 1, bias: bool = True, admitted: dict | None = None, max_batch: int | None = None,
-              points: tuple[int, ...] | None = None, contract: str | None = None, extra_points: tuple[int, ...] = ()) -> Iterator[CaseSpec]:  # fmt: skip
+@dataclass(frozen=True)
+class BulkTail:
+    """A family's bulk cases as a count, not one by one: ``count`` cases like ``first`` (its family, shape and fields),
+    case indices ``first_index`` on, each of ``first.rows`` rows but the last, of ``last_rows``. At ``--rows 1e12`` a
+    family has ~10^7 of them: ``check --plan`` and a shard's row sum count them arithmetically."""
+
+    first: CaseSpec
+    first_index: int
+    count: int
+    last_rows: int
+    seed: int  # the run's seed: the cases' seeds derive from it and their index
+
+    @property
+    def rows(self) -> int:
+        return (self.count - 1) * self.first.rows + self.last_rows
+
+    def spec(self, k: int) -> CaseSpec:
+        """The ``k``-th (0-based) of the cases, as ``iter_plan`` yields it."""
+        import dataclasses
+
+        rows = self.last_rows if k == self.count - 1 else self.first.rows
+        return dataclasses.replace(self.first, case_seed=_seed(self.seed, self.first.family, self.first_index + k), rows=rows)
+
+    def specs(self) -> Iterator[CaseSpec]:
+        return (self.spec(k) for k in range(self.count))
+
+    def representatives(self) -> list[CaseSpec]:
+        """The first case and the last (of another size where the rows do not divide evenly): every call size, dtype
+        pair and layout of the tail (its cases differ in seed only)."""
+        return [self.first] + ([self.spec(self.count - 1)] if self.count > 1 else [])
+
+    def calls(self, call_rows: int | None) -> int:
+        """The candidate's calls on the tail's cases (``call_sizes`` of each, summed)."""
+        return (self.count - 1) * len(call_sizes(self.first, call_rows)) + len(call_sizes(self.spec(self.count - 1), call_rows))
+
+
+@dataclass(frozen=True)
+class PlanCount:
+    """What a plan holds, counted without enumerating its bulk cases: for ``check --plan`` and the line a check
+    prints before it runs. ``representatives``: every pinned and coverage case, and each bulk tail's first and last
+    (what ``contracts.cases.coverage.coverage_of`` needs: a tail's other cases differ in seed only)."""
+
+    cases: int
+    rows: int
+    calls: int
+    bulk_rows: int  # the rows of the bulk cases (the rest: coverage and pinned cases)
+    representatives: tuple[CaseSpec, ...]
+
+
+def count_plan(parts: Iterable["CaseSpec | BulkTail"], call_rows: int | None = None) -> PlanCount:
+    """Count ``iter_plan_parts``' output: cases, rows and calls (``call_rows``: the candidate's largest call)."""
+    cases = rows = calls = bulk = 0
+    kept: list[CaseSpec] = []
+    for part in parts:
+        if isinstance(part, BulkTail):
+            cases, rows, calls, bulk = cases + part.count, rows + part.rows, calls + part.calls(call_rows), bulk + part.rows
+            kept += part.representatives()
+        else:
+            cases, rows, calls = cases + 1, rows + part.rows, calls + len(call_sizes(part, call_rows))
+            bulk += part.rows if part.bulk else 0
+            kept.append(part)
+    return PlanCount(cases, rows, calls, bulk, tuple(kept))
+
+
+def shard_rows(parts: Iterable["CaseSpec | BulkTail"], index: int, count: int) -> int:
+    """The rows of ``shard(iter_plan(...), index, count)``, the tails counted arithmetically: the shard takes the
+    cases at positions ``index - 1`` mod ``count``."""
+    total, position = 0, 0
+    for part in parts:
+        if not isinstance(part, BulkTail):
+            total += part.rows if position % count == index - 1 else 0
+            position += 1
+            continue
+        first = (index - 1 - position) % count  # the tail's first case in the shard
+        taken = len(range(first, part.count, count))
+        if taken:  # each of first.rows, but the tail's last case where the shard takes it
+            last_taken = (part.count - 1 - first) % count == 0
+            total += taken * part.first.rows - (part.first.rows - part.last_rows if last_taken else 0)
+        position += part.count
+    return total
+
+
+def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int, **options) -> Iterator[CaseSpec]:
     """Spread ``total_rows`` over ``families`` by share, one spec at a time; deterministic in ``seed``.
 
     Coverage cases first (see the module docstring), then bulk cases of
@@ -666,6 +746,19 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
     kernels' launch classes the pinned dtype and layout cases run in;
     ``extra_points``: the candidate's own switch points (``candidate_points``).
     """
+    for part in iter_plan_parts(families, total_rows, seed, experts, topk, **options):
+        if isinstance(part, BulkTail):
+            yield from part.specs()
+        else:
+            yield part
+
+
+def iter_plan_parts(families: list[str], total_rows: int, seed: int, experts: int, topk: int, *, bulk_rows: int | None = DEFAULT_BULK_ROWS,
+                    n_group: int = 1, topk_group: int = 1, bias: bool = True, admitted: dict | None = None, max_batch: int | None = None,
+                    points: tuple[int, ...] | None = None, contract: str | None = None,
+                    extra_points: tuple[int, ...] = ()) -> Iterator["CaseSpec | BulkTail"]:  # fmt: skip
+    """``iter_plan``'s cases, but each family's bulk cases as one ``BulkTail`` (a count): the plan of ``--rows 1e12``
+    in the time of ``--rows 1``."""
     import torch  # here, not at import: the plan's names and specs load no torch
 
     shape = dict(experts=experts, topk=topk, n_group=n_group, topk_group=topk_group)
@@ -702,11 +795,10 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
             yield CaseSpec(name, _seed(seed, name, "pinned", position), rows, **shape, **extra, **pinned)
         if absorbed:  # one call of max_batch rows, out of the family's budget
             yield CaseSpec(name, _seed(seed, name, "max_batch"), max_batch, **shape, **extra)
-        while used < limit:
-            rows = min(bulk_rows, limit - used)
-            yield CaseSpec(name, _seed(seed, name, index), rows, **shape, bulk=True, **extra)
-            used += rows
-            index += 1
+        if used < limit:  # the rest in bulk cases of bulk_rows rows, the last of what is left: a count, not a loop
+            count = -(-(limit - used) // bulk_rows)
+            first = CaseSpec(name, _seed(seed, name, index), min(bulk_rows, limit - used), **shape, bulk=True, **extra)
+            yield BulkTail(first, index, count, limit - used - (count - 1) * bulk_rows, seed)
 
 
 def plan(families: list[str], total_rows: int, seed: int, experts: int, topk: int, **options) -> list[CaseSpec]:

@@ -275,7 +275,7 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     import oracle
 
     from ..cases.coverage import coverage_of
-    from ..cases.plan import MAX_BATCH_ENV, bulk_rows_for, call_sizes, candidate_points, env_max_batch, plan_bulk_rows, switch_points
+    from ..cases.plan import MAX_BATCH_ENV, bulk_rows_for, candidate_points, count_plan, env_max_batch, plan_bulk_rows, switch_points
     from ..run.checks import _Plan
     from ..run.options import OptionError
 
@@ -299,13 +299,13 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
 
         call_rows = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=cand.max_rows)
     bulk = plan_bulk_rows(device)
-    specs = list(shape.specs(bulk, device, extra)[0])
-    covers = coverage_of(specs, call_rows)
+    # counted, not listed: each family's bulk cases are one count (a --rows 1e12 plan has ~10^8 of them)
+    counted = count_plan(shape.parts(bulk, device, extra), call_rows)
+    covers = coverage_of(counted.representatives, call_rows)
     max_batch = shape.max_batch(device)
     points = switch_points()
-    calls = sum(len(call_sizes(s, call_rows)) for s in specs)
     print(f"plan: contract {c.name}, E={shape.experts}, k={shape.topk}, device {device}, {args.rows:,} rows and the pinned cases: "
-          f"{len(specs):,} cases, {sum(s.rows for s in specs):,} rows, {calls:,} calls of the candidate")  # fmt: skip
+          f"{counted.cases:,} cases, {counted.rows:,} rows, {counted.calls:,} calls of the candidate")  # fmt: skip
     print(f"families: {', '.join(shape.families)}")
     source = f", from {MAX_BATCH_ENV}" if not args.max_batch and env_max_batch() is not None else ""
     largest = f"; bulk cases in calls of at most {call_rows:,} rows" if call_rows else ""

@@ -21,8 +21,8 @@ from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_m
 from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
 from ..cases.families import families_for
 from ..cases.coverage import coverage_of
-from ..cases.plan import (admitted_fields, bulk_rows_for, candidate_points, default_max_batch, launch_class_sizes, launch_points, plan_bulk_rows,
-                          switch_points)
+from ..cases.plan import (admitted_fields, bulk_rows_for, candidate_points, default_max_batch, iter_plan_parts, launch_class_sizes, launch_points,
+                          plan_bulk_rows, shard_rows, switch_points)
 from ..reports.bundle import prepare_out, write_check_bundle, write_index, write_plain_bundle
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
@@ -228,15 +228,24 @@ class _Shape:
             return ([spec], spec.rows) if p.replay_here else ([], 0)
 
         def full():
-            return iter_plan(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows,
-                             n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias, admitted=self.admitted,
-                             max_batch=max_batch, contract=self.contract_name, extra_points=extra_points)  # fmt: skip
+            return iter_plan(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows, **self._options(device, extra_points))
 
         if p.shard is None:
             return full(), planned_rows(self.families, p.rows, max_batch=max_batch, bias=self.bias, experts=self.experts,
                                         topk=self.topk, contract=self.contract_name, admitted=self.admitted,
                                         extra_points=extra_points)  # fmt: skip
-        return shard_of(full(), *p.shard), sum(s.rows for s in shard_of(full(), *p.shard))
+        # the shard's rows counted, not walked: its bulk cases are a count per family (a 1e12-row run has ~10^8)
+        return shard_of(full(), *p.shard), shard_rows(self.parts(bulk_rows, device, extra_points), *p.shard)
+
+    def _options(self, device: str, extra_points: tuple[int, ...]) -> dict:
+        return dict(n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias, admitted=self.admitted,
+                    max_batch=self.max_batch(device), contract=self.contract_name, extra_points=extra_points)  # fmt: skip
+
+    def parts(self, bulk_rows: int | None, device: str = "cpu", extra_points: tuple[int, ...] = ()):
+        """The whole synthetic plan (no shard, no replay) as ``iter_plan_parts`` gives it: each family's bulk cases as
+        one count (``contracts.cases.plan.BulkTail``), for ``check --plan`` and the line a check prints first."""
+        p = self.plan
+        return iter_plan_parts(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows, **self._options(device, extra_points))
 
     def _captured_specs(self, bulk_rows: int | None, context_sizes: tuple[int, ...]):
         """The captured file's cases; ``context_sizes``: the launch classes each call context meets its first rows at."""
