@@ -134,3 +134,27 @@ def test_the_suggested_command_replaces_the_contract_and_drops_out_and_force():
     line = "python -m contracts check --candidate 'my router' --contract aiter --out d --force --rows 900 --out=e --contract=x"
     assert _with_contract(line, "serial") == "python -m contracts check --candidate 'my router' --rows 900 --contract serial"
     assert _with_contract("", "serial") == "" and _with_contract("check 'unclosed", "serial") == ""
+
+
+def test_a_bounded_declaration_does_not_let_a_variant_explain_a_row_beyond_its_bound(tmp_path):
+    """aiter-model declares weight_accuracy bounded (w * (rsf / sum) is ULP-level) and renorm_guard (a zero sum).
+    Found on an H100: where the kept weights' sum is positive but below rsf / FLT_MAX, rsf / sum overflows and the
+    weights are inf and NaN, beyond the bound, so unexpected; the diagnosis masked the declared clause whole and said
+    "matches aiter with the weights divided by their sum + 1e-20 on 100 % of the mismatched rows", which gives
+    finite weights there. Rows of one to three experts a little above -88.72 (a subnormal sigmoid), the rest 0."""
+    from safetensors.torch import save_file
+
+    import json
+
+    rows, experts = 24, 896
+    x = torch.full((rows, experts), -120.0)
+    for r in range(rows):
+        x[r, [r, r + 100, r + 200][: 1 + r % 3]] = torch.tensor([-88.0, -88.5, -88.25])[: 1 + r % 3]
+    path = tmp_path / "tiny_sum.safetensors"
+    save_file({"logits": x.bfloat16(), "bias": torch.zeros(experts, dtype=torch.bfloat16)}, str(path))
+    out = tmp_path / "b"
+    code = check_main(["--candidate", "aiter-model", "--logits", str(path), "--out", str(out), "--quiet", "--no-isolate"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 1 and summary["clauses"]["weight_accuracy"] > 0, summary["clauses"]
+    claims = [d["text"] for d in summary["diagnosis"] if d.get("matched_rows") or d.get("explained_rows")]
+    assert not any("1e-20" in t for t in claims), claims

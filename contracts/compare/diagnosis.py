@@ -219,9 +219,16 @@ class _Scored:
 
 
 def _declared_mask(declared) -> torch.Tensor:
+    """The clauses a declaration excuses on every row. Not a bounded one (``tolerance.BOUNDED_CLAUSES``): the verdict
+    excuses it only within its bound, and a sampled row is one it did not excuse; masking the clause whole let any
+    variant that changes the row "explain" it (aiter's ``w * (rsf / sum)`` overflowing to inf was "explained" by
+    ``sum + 1e-20`` on 100 % of the rows). Nor an undeclarable one (validity)."""
     from . import attribution as A
+    from .tolerance import BOUNDED_CLAUSES
+    from .verdicts import UNDECLARABLE
 
-    return torch.tensor([name in declared for name in A.CLAUSE_ORDER], dtype=torch.bool)
+    excused = set(declared) - set(BOUNDED_CLAUSES) - set(UNDECLARABLE)
+    return torch.tensor([name in excused for name in A.CLAUSE_ORDER], dtype=torch.bool)
 
 
 def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "", device: str | None = None) -> list[dict]:
