@@ -63,6 +63,7 @@ from typing import Callable
 import torch
 
 from ..cases import Case
+from ..compare.dense import read_answer
 
 __all__ = ["DIFF_SAMPLE_ROWS", "CallOutcome", "CandidateExit", "CaseRunner", "call_once", "fatal_kind", "first_line", "raised_message"]
 
@@ -244,6 +245,13 @@ def _copied(value):
     return tuple(copies) if isinstance(value, tuple) else copies
 
 
+def _answer(copied, case: Case):
+    """A copied answer as every caller after the call reads it: a dense ``(probs [M, E], routing_map [M, E])`` answer
+    read into ``(weights, ids)`` with its per-row faults (``compare.dense``), here where in-process and worker calls,
+    repeats and graph replays all pass, so the pipe and the determinism check see ``[M, k]`` as for any answer."""
+    return read_answer(copied, rows=case.spec.rows, experts=case.scores.shape[1], topk=case.topk, device=case.scores.device)
+
+
 class _Fence:
     """Around one call: ``os._exit`` raises ``CandidateExit`` (in this process only, not in a child it forks), and
     ``sigint`` records whether a real SIGINT arrived (then a KeyboardInterrupt is the user's)."""
@@ -307,7 +315,7 @@ def _call(route: Callable, inputs: _Inputs):
                 value = route(*inputs.args(), **inputs.kwargs())
             if inputs.case.scores.is_cuda:
                 torch.cuda.synchronize()  # asynchronous CUDA errors surface here, inside the try
-            return _copied(value), None
+            return _answer(_copied(value), inputs.case), None
         except KeyboardInterrupt as exc:
             if fence.sigint:
                 raise
@@ -614,7 +622,7 @@ class CaseRunner:
                     static = self.route(*inputs.args(), **inputs.kwargs())
                 graph.replay()
                 torch.cuda.synchronize()
-                result = _copied(static)
+                result = _answer(_copied(static), inputs.case)
             del graph
             return result
         except SystemExit as exc:  # sys.exit / os._exit inside the replayed candidate ends its check

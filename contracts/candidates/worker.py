@@ -42,6 +42,7 @@ import torch
 from ..cases import CaseSpec, build_case
 from ..cases.memory import reuse_freed_memory
 from ..cases.plan import bulk_rows_for, call_size, candidate_points
+from ..compare.dense import DenseAnswer, is_dense
 from .calling import CallOutcome, CaseRunner, first_line, raised_message
 from .registry import CandidateLoadError, UnknownCandidateError, get_candidate
 
@@ -110,6 +111,8 @@ def _encode_answer(value, device: torch.device):
     if w.device != device or ids.device != device:
         return f"outputs on {w.device}/{ids.device}; the inputs were on {device}"
     try:
+        if is_dense(value):  # read from a dense answer in the worker: its per-row faults travel with it
+            return ("dense", _encode_tensor(w), _encode_tensor(ids), _encode_tensor(value.faults))
         return ("tensors", _encode_tensor(w), _encode_tensor(ids))
     except Exception as exc:  # noqa: BLE001 -- a sparse or otherwise odd tensor
         return f"returned tensors the harness cannot read: {raised_message(exc)}"
@@ -118,6 +121,8 @@ def _encode_answer(value, device: torch.device):
 def _decode_answer(wire, device: str):
     if isinstance(wire, tuple) and wire and wire[0] == "tensors":
         return tuple(_decode_tensor(d).to(device) for d in wire[1:])
+    if isinstance(wire, tuple) and wire and wire[0] == "dense":
+        return DenseAnswer(*(_decode_tensor(d).to(device) for d in wire[1:]))
     return wire
 
 

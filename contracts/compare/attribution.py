@@ -86,6 +86,9 @@ R_SCALE_IGNORED, R_SCALE_BEFORE_RENORM, R_SCALE_BY_SLOT, R_SCALE_TWICE = 70, 71,
 R_SHARED_ID, R_SHARED_WEIGHT = 80, 81
 # the contract's weights rounded to bf16 / fp16: the weights were cast to a 16-bit dtype (weight_accuracy)
 R_CAST_BF16, R_CAST_FP16 = 90, 91
+# a dense answer's row (contracts.compare.dense): the routing_map holds more or fewer than k experts, or probs are
+# nonzero (NaN, infinite) outside it
+R_DENSE_MORE, R_DENSE_FEWER, R_DENSE_OUTSIDE = 100, 101, 102
 
 
 @dataclass

@@ -14,6 +14,7 @@ import torch
 
 import oracle
 
+from .dense import for_comparison
 from .tolerance import weights_close
 
 __all__ = ["Expected", "RowValues", "agrees", "expected_for"]
@@ -74,7 +75,7 @@ def expected_for(case, contract) -> Expected:
 def agrees(exp: Expected, output, contract) -> torch.Tensor | None:
     """Per row: does ``output`` give the expected ids, with weights within tolerance? None if malformed."""
     try:
-        w, ids = output
+        w, ids = for_comparison(output, exp)  # a dense answer's experts in the expected columns: compared as a set
         same_ids = (ids.to(exp.ids.device) == exp.ids).all(1)
         return same_ids & weights_close(w.to(exp.weights.device), exp.weights, contract).all(1)
     except (TypeError, ValueError, RuntimeError):

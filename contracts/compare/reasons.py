@@ -45,6 +45,9 @@ _FIXED = {
     A.R_SCALE_TWICE: "the per-expert weight scale was applied twice",
     A.R_SHARED_ID: "the last column must hold the shared expert, id E",
     A.R_SHARED_WEIGHT: "the shared expert's weight is not the routed weights' sum divided by routed_scaling_factor",
+    A.R_DENSE_MORE: "dense answer: the routing_map row holds more than topk experts (shown: the top k-1 by prob, then -1)",
+    A.R_DENSE_FEWER: "dense answer: the routing_map row holds fewer than topk experts (empty slots and the last shown as -1)",
+    A.R_DENSE_OUTSIDE: "dense answer: probs nonzero (or NaN/inf) at an expert outside the routing_map row (last slot shown as -1)",
 }
 
 

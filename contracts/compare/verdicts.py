@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import attribution as A
+from .dense import add_faults, dense_faults, for_comparison, order_free
 from .reasons import generic_reason, reason_text
 from .shared import add_to_blame, split_shared
 from .tolerance import BOUNDED_CLAUSES, declared_bound, plain_contract_tolerance, ulp_distance, weights_close, within_declared_accuracy
@@ -140,6 +141,9 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     problem = "inputs were modified in place" if inputs_changed else validity_failure(actual, case)
     if problem:
         return _whole_case(case, problem, deviations)
+    actual, faults = for_comparison(actual, exp), dense_faults(actual)
+    if faults is not None:
+        c = order_free(c)  # a dense answer has no column order: compared as a set, never blamed output_order
     w_act, ids_act = plain_output(actual)
     rows, experts = case.spec.rows, case.scores.shape[1]
     out = CaseOutcome(rows=rows, verdict_counts=dict.fromkeys(VERDICTS, 0))
@@ -147,6 +151,8 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     bit_equal = ((w_act == exp.weights) | (torch.isnan(w_act) & torch.isnan(exp.weights))).all(1)
     if slot is not None:
         bit_equal &= slot.exact
+    if faults is not None:
+        bit_equal &= faults == 0  # a row the map gets wrong is a validity finding, whatever its top k
     # Equal ids (the oracle's, so valid) with bit-equal weights are exact: a good candidate's rows nearly all
     # are, and one sync finds the rest, the only rows the tolerance, validity and ULP checks look at.
     rest = (~(ids_equal & bit_equal)).nonzero().squeeze(1)
@@ -158,6 +164,8 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     good_rest = equal_rest & weights_close(w_rest, we_rest, c).all(1) & ~oor_rest & ~twice_rest
     if slot is not None:
         good_rest &= ~slot.bad[rest]
+    if faults is not None:
+        good_rest &= faults[rest] == 0
     out.verdict_counts["within_tolerance"] = out.inexact_weight_rows = int(good_rest.sum())
     if bool(equal_rest.any()):
         finite = ulp_distance(w_rest[equal_rest], we_rest[equal_rest])
@@ -174,6 +182,8 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
         blame = A.attribute(case, exp, values, w_act, ids_act, rows_b, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
         if slot is not None:
             add_to_blame(blame, slot, rows_b)
+        if faults is not None:
+            add_faults(blame, faults, rows_b)
         declared = _declared_per_row(declared_clauses, blame, w_act.index_select(0, rows_b), bounds)
         _count(out, blame, declared)
         _keep_mismatched(out, rows_b, blame, declared)
@@ -235,6 +245,9 @@ def row_blame(case, exp, actual, contract) -> torch.Tensor:
         split = split_shared(exp, actual, c, case)
         if isinstance(split, tuple):
             exp, actual, slot = split
+    actual, faults = for_comparison(actual, exp), dense_faults(actual)
+    if faults is not None:
+        c = order_free(c)
     w_act, ids_act = plain_output(actual)
     experts = case.scores.shape[1]
     out_of_range, twice = _validity_masks(ids_act, experts, c)
@@ -242,12 +255,16 @@ def row_blame(case, exp, actual, contract) -> torch.Tensor:
     good = ids_equal & weights_close(w_act, exp.weights, c).all(1) & ~out_of_range & ~twice
     if slot is not None:
         good &= ~slot.bad
+    if faults is not None:
+        good &= faults == 0
     broken = torch.zeros((case.spec.rows, len(A.CLAUSE_ORDER)), dtype=torch.bool, device=ids_act.device)
     bad = (~good).nonzero().squeeze(1)
     if bad.numel():
         blame = A.attribute(case, exp, exp.values(bad), w_act, ids_act, bad, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
         if slot is not None:
             add_to_blame(blame, slot, bad)
+        if faults is not None:
+            add_faults(blame, faults, bad)
         broken[bad] = blame.broken()
     return broken
 

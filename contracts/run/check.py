@@ -29,6 +29,7 @@ from ..cases import CaseSpec, build_case
 from ..cases.memory import reuse_freed_memory
 from ..cases.plan import call_size
 from ..compare import agrees, compare_case, expected_for
+from ..compare.dense import for_comparison
 from ..reports.schema import CheckResult, ReplayTarget, Status, Summary
 from .containment import Handling
 from .expert_load import ExpertLoad
@@ -207,7 +208,9 @@ class _Step:
             outcome = compare_case(case, exp, (actual,) if malformed else actual, c, deviations=tally.deviations,
                                    inputs_changed=call.changed, exact=self.exact, quiet=tally.quiet_kinds(spec))  # fmt: skip
             doing("the tally of the comparison", spec, case)
-            tally.compared(case, outcome, oracle_side=oracle_side, message=actual if malformed else None, actual=None if malformed else actual)
+            # the diagnosis's sample: a dense answer's experts in the oracle's columns, as the comparison read them
+            sampled = None if malformed else for_comparison(actual, exp)
+            tally.compared(case, outcome, oracle_side=oracle_side, message=actual if malformed else None, actual=sampled)
             if call.differing_rows:
                 tally.nondeterministic(call, case)
 

@@ -450,6 +450,7 @@ class _Loop:
 
     def _pair(self, tally: _PairTally, case, exp, answers, ok, missing, a: str, b: str) -> None:
         from ..compare import agrees, compare_case
+        from ..compare.dense import for_comparison
 
         if a not in answers or b not in answers:
             tally.not_compared(case.spec.rows, missing.get(a) or missing[b])
@@ -458,7 +459,7 @@ class _Loop:
         # how the other side departs from the contract (the counts are the same either way).
         flip = ok[a] is not None and ok[b] is not None and int(ok[a].sum()) > int(ok[b].sum())
         departs, reference = (b, a) if flip else (a, b)
-        exp_ref = exp.replaced(*answers[reference])
+        exp_ref = exp.replaced(*for_comparison(answers[reference], exp))  # a dense reference in the oracle's columns
         outcome = compare_case(case, exp_ref, answers[departs], self.c, deviations={})
         sides = None
         same = agrees(exp_ref, answers[departs], self.c)

@@ -147,6 +147,7 @@ def replay_row(candidate, contract: str, device: str, spec: CaseSpec, row: int) 
 
     from ..candidates.calling import CaseRunner
     from ..cases.build import Case, build_case
+    from ..compare.dense import take_rows
     from ..compare.expected import expected_for
     from ..compare.verdicts import compare_case
     from ..reports.schema import RowDetail
@@ -165,8 +166,7 @@ def replay_row(candidate, contract: str, device: str, spec: CaseSpec, row: int) 
     pick = torch.tensor(one, device=case.scores.device)
     sub_spec = spec.__class__(**{**spec.__dict__, "rows": 1})
     sub = case.sliced(sub_spec, pick)
-    w, ids = call.actual
-    actual = (w.index_select(0, pick), ids.index_select(0, pick))
+    actual = take_rows(call.actual, pick)  # a dense answer's faults kept with its row
     exp = expected_for(sub, c)
     outcome = compare_case(sub, exp, actual, c, deviations=candidate.deviations(contract))
     counts = outcome.verdict_counts

@@ -1,0 +1,190 @@
+"""Dense answers (issue 59, build item 1): ``(probs [M, E], routing_map [M, E] bool)`` read as a set of k experts.
+
+A broken router never passes: every malformation of the dense form (tests/adversarial/dense_answers.py) FAILs
+``validity``, on its row where it is a row's fault and on the case where the tensors are wrong as a whole; the oracle's
+answer scattered into dense form PASSes, under a contract whose column order is fixed too, and is never blamed
+``output_order``; a wrong value in a dense answer is blamed as in an ``[M, k]`` answer. The harness never raises on
+one. Library calls on small cases (``CaseRunner`` + ``compare_case``, the path every command takes), then the
+worker's pipe, then ``check`` itself, in process and isolated.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+import torch
+
+import oracle
+from contracts.candidates.calling import CaseRunner
+from contracts.cases.build import build_case
+from contracts.cases.plan import CaseSpec, admitted_fields
+from contracts.compare import compare_case, expected_for
+from contracts.compare import attribution as A
+from contracts.compare.dense import FAULT_FEWER, FAULT_MORE, FAULT_OUTSIDE, DenseAnswer, read_answer
+from contracts.compare.expected import agrees
+from contracts.compare.verdicts import row_blame
+from tests.adversarial import dense_answers as D
+
+ROW_FAULTS = {"one_more": FAULT_MORE, "one_fewer": FAULT_FEWER, "empty_row": FAULT_FEWER, "prob_outside": FAULT_OUTSIDE,
+              "nan_outside": FAULT_OUTSIDE, "inf_outside": FAULT_OUTSIDE}  # fmt: skip
+WHOLE = {"probs_bf16": "torch.float32", "probs_narrow": "shapes", "probs_rows_short": "shapes", "map_int": "torch.bool",
+         "map_uint8": "torch.bool", "map_meta": "meta", "probs_meta": "meta"}  # fmt: skip
+
+
+def _case(contract: str, family: str = "random_fp32", rows: int = 8, seed: int = 3):
+    c = oracle.get_contract(contract)
+    spec = CaseSpec(family, seed, rows, c.experts, c.topk, n_group=c.n_group, topk_group=c.topk_group, bias=c.bias != "none",
+                    **admitted_fields(c.admitted_options()))  # fmt: skip
+    return c, build_case(spec)
+
+
+def _checked(name: str, contract: str = D.CONTRACT, family: str = "random_fp32", rows: int = 8):
+    """(the call's answer, the comparison) of router ``name`` on one small case, as check makes them."""
+    c, case = _case(contract, family, rows)
+    call = CaseRunner(D.make(name, c)).run(case)
+    assert call.traceback is None and call.fatal is None, (call.actual, call.traceback, call.fatal)
+    actual = call.actual
+    return actual, compare_case(case, expected_for(case, c), (actual,) if isinstance(actual, str) else actual, c, deviations={})
+
+
+@pytest.mark.parametrize("contract", ["aiter", "qwen3-moe", "kimi-k2", "deepseek-v3"])
+@pytest.mark.parametrize("family", ["random_fp32", "all_equal", "nan_sparse"])
+def test_the_oracle_in_dense_form_passes_every_row_exactly(contract, family):
+    actual, out = _checked("right", contract, family)
+    assert isinstance(actual, DenseAnswer) and int(actual.faults.count_nonzero()) == 0
+    assert out.verdict_counts["exact"] == out.rows and out.verdict_counts["mismatch"] == 0, out.verdict_counts
+
+
+@pytest.mark.parametrize("name,fault", sorted(ROW_FAULTS.items()))
+def test_a_row_the_map_gets_wrong_is_validity_on_that_row(name, fault):
+    actual, out = _checked(name)
+    assert out.case_problem is None and out.clause_rows == {"validity": 1}, out.clause_rows
+    assert out.verdict_counts["exact"] == out.rows - 1, out.verdict_counts  # the other rows stand
+    (detail,) = [d for d in out.rows_detail if d["clause"] == "validity"]
+    assert detail["row"] == 1
+    text = " ".join(str(r) for r in detail.get("reasons", [])) or str(detail)
+    expected_words = {FAULT_MORE: "more than topk", FAULT_FEWER: "fewer than topk", FAULT_OUTSIDE: "outside the routing_map"}[fault]
+    assert expected_words in text, detail
+    assert int(actual.faults[1]) == fault and int(actual.faults.count_nonzero()) == 1
+
+
+@pytest.mark.parametrize("name,words", sorted(WHOLE.items()))
+def test_dense_tensors_wrong_as_a_whole_are_validity_on_the_case(name, words):
+    actual, out = _checked(name)
+    assert isinstance(actual, str) and words in actual and "dense answer" in actual, actual
+    assert out.clause_rows == {"validity": out.rows}, out.clause_rows
+
+
+def test_an_empty_batch_of_a_malformed_dense_answer_is_still_validity():
+    """No row to carry it: the case's problem (the tally makes it the candidate's error)."""
+    c = oracle.get_contract(D.CONTRACT)
+    actual = read_answer((torch.zeros(0, c.experts), torch.zeros(0, c.experts)), rows=0, experts=c.experts, topk=c.topk,
+                         device=torch.device("cpu"))  # fmt: skip
+    assert isinstance(actual, str) and "torch.bool" in actual
+
+
+def test_a_nan_weight_at_a_mapped_expert_is_blamed_as_in_an_m_by_k_answer():
+    """A value, not a malformed map: the clause an [M, k] answer with the same NaN weight gets (the contract's weight
+    there may itself be NaN, where a NaN prob is right)."""
+    actual, dense = _checked("nan_mapped")
+    assert int(actual.faults.count_nonzero()) == 0
+    c, case = _case(D.CONTRACT)
+    exp = expected_for(case, c)
+    w, ids = exp.weights.clone(), exp.ids.clone()
+    w[1, 0] = float("nan")
+    plain = compare_case(case, exp, (w, ids), c, deviations={})
+    assert dense.clause_rows == plain.clause_rows and dense.clause_rows and "validity" not in dense.clause_rows, (dense.clause_rows, plain.clause_rows)
+
+
+@pytest.mark.parametrize("contract", ["aiter", "qwen3-moe"])  # both fix the column order
+def test_a_wrong_set_is_blamed_for_the_set_never_the_order(contract):
+    _, out = _checked("selection", contract)
+    assert out.verdict_counts["mismatch"] == 1, out.verdict_counts
+    assert "output_order" not in out.clauses_broken and "tie_order" not in out.clauses_broken, out.clauses_broken
+    assert set(out.clause_rows) <= {"selection", "weight_accuracy", "renormalization"} and "selection" in out.clauses_broken, out.clauses_broken
+    assert all(d.get("output_order") == "any" for d in out.rows_detail)  # shown as sets
+
+
+def test_row_blame_and_agrees_read_a_dense_answer_as_a_set():
+    """The diagnosis (row_blame) and --against (agrees) compare a dense answer as the comparison does."""
+    c, case = _case("aiter")
+    exp = expected_for(case, c)
+    right = CaseRunner(D.make("right", c)).run(case).actual
+    assert not bool(row_blame(case, exp, right, c).any())
+    assert bool(agrees(exp, right, c).all())
+    more = CaseRunner(D.make("one_more", c)).run(case).actual
+    broken = row_blame(case, exp, more, c)
+    assert broken[:, A.INDEX["validity"]].nonzero().squeeze(1).tolist() == [1]
+
+
+def test_a_dense_answer_crosses_the_workers_pipe_with_its_faults():
+    from contracts.candidates.worker import _decode_answer, _encode_answer
+
+    c, case = _case(D.CONTRACT)
+    actual = CaseRunner(D.make("one_fewer", c)).run(case).actual
+    back = _decode_answer(pickle.loads(pickle.dumps(_encode_answer(actual, case.scores.device))), "cpu")
+    assert isinstance(back, DenseAnswer) and torch.equal(back.faults, actual.faults)
+    assert torch.equal(back[0], actual[0]) and torch.equal(back[1], actual[1])
+    assert torch.equal(pickle.loads(pickle.dumps(actual)).faults, actual.faults)
+
+
+def test_repeated_calls_of_a_dense_router_agree():
+    c, case = _case(D.CONTRACT)
+    call = CaseRunner(D.make("right", c), repeat=2).run(case)
+    assert call.differing_rows == 0 and isinstance(call.actual, DenseAnswer)
+
+
+def _library_check(name: str):
+    """``check_candidate`` (run/check.py: the call, the comparison, the tally and the diagnosis) on two small cases."""
+    from contracts.candidates import Candidate
+    from contracts.cases import iter_plan
+    from contracts.run.check import check_candidate
+
+    c = oracle.get_contract(D.CONTRACT)
+    specs = list(iter_plan(["random_fp32"], 32, 0, c.experts, c.topk))
+    return check_candidate(Candidate(name=name, route=D.make(name)), specs, contract=D.CONTRACT, device="cpu",
+                           command="python -m contracts check --candidate X").summary  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["right", "one_more", "prob_outside", "selection"])
+def test_a_check_of_a_dense_router(name):
+    s = _library_check(name)
+    clauses = {k for k, n in s.clauses.items() if n}
+    if name == "right":
+        assert s.status.value == "pass" and s.mismatched_rows == 0 and s.rows_checked > 0, s.clauses
+        return
+    assert s.status.value == "fail" and "output_order" not in clauses, s.clauses
+    assert clauses == ({"validity"} if name != "selection" else clauses - {"validity"}), s.clauses
+    # the diagnosis never reads a dense answer's malformed rows or its column order as "the output in any order"
+    texts = " ".join(d.get("text", "") for d in (s.diagnosis or []))
+    assert "any order" not in texts, texts
+
+
+def _check_cli(tmp_path, name, *extra):
+    from contracts.commands import main
+
+    out = tmp_path / name
+    code = main(["check", "--candidate", f"tests.adversarial.dense_answers:{name}", "--contract", D.CONTRACT, "--rows", "16",
+                 "--families", "random_fp32", "--max-batch", "1", "--out", str(out), "--quiet", *extra])  # fmt: skip
+    (summary,) = out.rglob("summary.json")
+    return code, json.loads(summary.read_text())
+
+
+@pytest.mark.slow  # the whole command, pinned cases and bundle included: 5-10 s each on the 2-core CPU
+@pytest.mark.parametrize("name,status", [("right", "pass"), ("one_more", "fail"), ("map_int", "fail")])
+def test_check_takes_a_dense_answer(tmp_path, name, status):
+    code, s = _check_cli(tmp_path, name)
+    assert s["status"] == status, s
+    assert code == (0 if status == "pass" else 1)
+    if status == "fail":
+        assert {k for k, n in s["clauses"].items() if n} == {"validity"}, s["clauses"]
+
+
+@pytest.mark.slow  # starts a worker process (it imports torch): ~5-10 s on the 2-core CPU
+def test_check_isolated_takes_a_dense_answer_through_the_worker(tmp_path):
+    code, s = _check_cli(tmp_path, "one_fewer", "--isolate")
+    assert s["status"] == "fail" and {k for k, n in s["clauses"].items() if n} == {"validity"}, s
+    code, s = _check_cli(tmp_path, "right", "--isolate")
+    assert s["status"] == "pass", s
