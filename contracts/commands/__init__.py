@@ -28,6 +28,7 @@ COMMANDS = {
     "contracts": ("contracts", "list the routing contracts (every released model family's), or show one"),
     "capture": ("capture", "record a transformers MoE model's router logits, ids and weights per layer"),
     "trace-diff": ("trace_diff", "two engines' routing traces of the same tokens: every flip explained by one cause"),
+    "backward": ("backward", "the gradient of a router's weights against autograd of its contract in float64"),
 }
 
 

@@ -206,7 +206,8 @@ def make_route(router: Router):
         # the routers reshape with .view: a row-strided, column-strided or transposed input needs its own contiguous
         # copy (a plain clone keeps a transposed tensor's strides)
         x = scores.clone(memory_format=torch.contiguous_format)
-        with torch.no_grad(), _fed(module):
+        # no autograd graph unless the caller differentiates (the backward check passes logits that require grad)
+        with torch.set_grad_enabled(scores.requires_grad), _fed(module):
             weights, ids = _call(router.family, instance, x, bias, bool(renormalize), float(routed_scaling_factor),
                                  num_expert_group or 1, topk_group or 1)  # fmt: skip
         return weights.float(), ids.to(torch.int32)

@@ -121,7 +121,8 @@ def _make(router: TrainerRouter, fn, name: str):
 
         # Megatron's router views its logits as [tokens, E] and writes nothing; a copy keeps the caller's tensor whole
         logits = scores.clone(memory_format=torch.contiguous_format)
-        with torch.no_grad():
+        # no autograd graph unless the caller differentiates (the backward check passes logits that require grad)
+        with torch.set_grad_enabled(scores.requires_grad):
             probs, routing_map = fn(logits, **_settings(router, bias, topk, routed_scaling_factor, num_expert_group, topk_group))
         return to_topk(probs, routing_map, topk)
 
