@@ -75,8 +75,8 @@ from typing import Iterable, Iterator
 
 from .families import FAMILIES
 
-__all__ = ["ALIGNED_OFFSET", "CALL_CONTEXTS", "CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "BulkTail", "CaseSpec", "PlanCount", "absorbs_max_batch", "admitted_fields", "bulk_rows_for", "call_size", "call_sizes", "max_batch_host", "default_max_batch", "env_max_batch",
-           "SCALING_FACTORS", "UNUSUAL_SCALING_FACTORS", "candidate_points", "count_plan", "iter_plan", "iter_plan_parts", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "shard", "shard_rows", "sweep_sizes", "switch_points", "tail_sizes"]
+__all__ = ["ALIGNED_OFFSET", "CALL_CONTEXTS", "CPU_MAX_BATCH", "GPU_MAX_BATCH", "MAX_BATCH_ENV", "BulkTail", "CaseSpec", "PlanCount", "QUICK_ROWS", "QuickLook", "absorbs_max_batch", "admitted_fields", "bulk_rows_for", "call_size", "call_sizes", "max_batch_host", "default_max_batch", "env_max_batch",
+           "SCALING_FACTORS", "UNUSUAL_SCALING_FACTORS", "candidate_points", "count_plan", "iter_plan", "iter_plan_parts", "launch_class_sizes", "launch_points", "pinned_rows", "pinned_specs", "plan", "plan_bulk_rows", "planned_rows", "quick_boundaries", "quick_positions", "shard", "shard_rows", "sweep_sizes", "switch_points", "tail_sizes"]
 
 
 @dataclass(frozen=True)
@@ -195,24 +195,86 @@ def _budgets(families: list[str], total_rows: int) -> dict[str, int]:
 
 def planned_rows(families: list[str], total_rows: int, *, max_batch: int | None = None, bias: bool = True,
                  experts: int | None = None, topk: int | None = None, contract: str | None = None, admitted: dict | None = None,
-                 extra_points: tuple[int, ...] = ()) -> int:  # fmt: skip
+                 extra_points: tuple[int, ...] = (), quick: bool = False) -> int:  # fmt: skip
     """Rows ``iter_plan`` yields in all (each family's budget, at least 1, and its pinned cases)."""
-    shape = dict(bias=bias, experts=experts, topk=topk, contract=contract, admitted=admitted, extra_points=extra_points)
+    shape = dict(bias=bias, experts=experts, topk=topk, contract=contract, admitted=admitted, extra_points=extra_points, quick=quick)
     budgets = _budgets(families, total_rows)
-    host = max_batch_host(families, budgets, max_batch, None, experts, topk, contract, extra_points)
+    host = None if quick else max_batch_host(families, budgets, max_batch, None, experts, topk, contract, extra_points)
     pinned = sum(pinned_rows(name, max_batch, budget=budgets[name], host=name == host, **shape) for name in families)
     return sum(budgets.values()) + pinned
 
 
 def pinned_rows(name: str, max_batch: int | None, *, bias: bool = True, experts: int | None = None, topk: int | None = None,
                 contract: str | None = None, admitted: dict | None = None, extra_points: tuple[int, ...] = (),
-                budget: int | None = None, host: bool = False) -> int:  # fmt: skip
+                budget: int | None = None, host: bool = False, quick: bool = False) -> int:  # fmt: skip
     """Rows of family ``name``'s pinned cases (``pinned_specs``), on top of its budget. ``budget``: the family's rows
-    (None: too few to hold its max-batch case, as at a small ``--rows``); ``host``: the run's max-batch case is its."""
-    absorbed = budget is not None and absorbs_max_batch(name, budget, max_batch, None, experts, topk, contract, extra_points)
-    return sum(rows for rows, _ in pinned_specs(name, max_batch, bias=bias, experts=experts, topk=topk, contract=contract,
-                                                admitted=admitted, extra_points=extra_points,
-                                                max_batch_case=host or (name in MAX_BATCH_FAMILIES and not absorbed)))
+    (None: too few to hold its max-batch case, as at a small ``--rows``); ``host``: the run's max-batch case is its;
+    ``quick``: the quick look's thin sample of them (``quick_positions``)."""
+    absorbed = not quick and budget is not None and absorbs_max_batch(name, budget, max_batch, None, experts, topk, contract, extra_points)
+    pins = pinned_specs(name, max_batch, bias=bias, experts=experts, topk=topk, contract=contract, admitted=admitted,
+                        extra_points=extra_points, max_batch_case=not quick and (host or (name in MAX_BATCH_FAMILIES and not absorbed)))  # fmt: skip
+    kept = quick_positions(name, pins, max_batch, _class_points(None, experts, topk, contract, extra_points)) if quick else range(len(pins))
+    return sum(pins[position][0] for position in kept)
+
+
+# --quick: a first look in seconds on a CPU. Every family still runs (its first cases, QUICK_ROWS over all families,
+# no bulk cases) and every pinned dtype pair, layout, call context and call option still runs, each once, at one launch
+# class (the classes taken in turn, so that every class meets some), not in every class; the batch-size sweep keeps the
+# empty batch and each side of every launch-class boundary only (no powers of two, no tile tails, no max-batch case).
+# The cases it keeps are the full plan's own (same seeds, same replay ids): a quick FAIL's replay line is a full run's.
+QUICK_ROWS = 4_096
+
+
+def quick_positions(name: str, pins: list[tuple[int, dict]], max_batch: int | None, class_points: tuple[int, ...]) -> list[int]:
+    """The positions in family ``name``'s full pinned list (``pinned_specs``, no max-batch case) that a quick look
+    keeps: each distinct pin (a dtype pair, layout, context or option) at one of its launch classes, in turn from the
+    family's place in the table; ``batch_sizes``' plain sizes only at the boundaries (1, 2, each side of a switch
+    point in ``class_points``) and the empty batch."""
+    if max_batch is None:
+        return []
+    boundaries = quick_boundaries(max_batch, class_points)
+    groups: dict[tuple, list[tuple[int, int]]] = {}  # a pin's fields -> its (position, rows), one per launch class
+    for position, (rows, fields) in enumerate(pins):
+        groups.setdefault(tuple(sorted(fields.items())), []).append((position, rows))
+    turn = list(FAMILIES).index(name) if name in FAMILIES else 0
+    kept = []
+    for k, (key, members) in enumerate(groups.items()):
+        if name == "batch_sizes" and not key:  # the sweep and the tails: the boundaries only
+            kept += [position for position, rows in members if rows == 0 or rows in boundaries]
+        else:
+            kept.append(members[(k + turn) % len(members)][0])
+    return sorted(kept)
+
+
+def quick_boundaries(max_batch: int, class_points: tuple[int, ...]) -> tuple[int, ...]:
+    """The batch sizes a quick look's sweep keeps: 1, 2 and each side of every switch point of the checked shape."""
+    return tuple(sorted(n for n in {1, 2, *(m for p in class_points if p > 1 for m in (p - 1, p))} if n <= max_batch))
+
+
+@dataclass(frozen=True)
+class QuickLook:
+    """What a quick look (``--quick``) ran of the full plan, and what it left out, in words for the console and the
+    report (``left_out``): a quick PASS is not a full check."""
+
+    cases: int
+    rows: int
+    full_cases: int
+    full_rows: int
+    full_rows_option: int  # the --rows of the full plan compared with (the default)
+    max_batch: int
+    classes: tuple[int, ...]  # one batch of every launch class: where the full plan runs every pin
+    boundaries: tuple[int, ...]  # the sweep sizes the quick look keeps
+
+    def left_out(self) -> list[str]:
+        sizes = ", ".join(f"{n:,}" for n in self.boundaries)
+        classes = ", ".join(f"{n:,}" for n in self.classes)
+        return [
+            f"a quick look: {self.cases:,} cases, {self.rows:,} rows of the full plan's {self.full_cases:,} cases, "
+            f"{self.full_rows:,} rows (--rows {self.full_rows_option:,}); a quick PASS is not a full check: run without --quick for one",
+            f"left out by --quick: the bulk rows ({QUICK_ROWS:,} rows over the families, not --rows {self.full_rows_option:,}); "
+            f"every pinned dtype pair, layout, call context and call option ran at one launch class, not at each of {classes}; "
+            f"the batch-size sweep kept the empty batch and {sizes} (no powers of two, no tile tails, no max-batch case of {self.max_batch:,} rows)",
+        ]  # fmt: skip
 
 
 GPU_MAX_BATCH = 65_536  # the largest batch the plan makes on a GPU by default (--max-batch)
@@ -756,20 +818,22 @@ def iter_plan(families: list[str], total_rows: int, seed: int, experts: int, top
 def iter_plan_parts(families: list[str], total_rows: int, seed: int, experts: int, topk: int, *, bulk_rows: int | None = DEFAULT_BULK_ROWS,
                     n_group: int = 1, topk_group: int = 1, bias: bool = True, admitted: dict | None = None, max_batch: int | None = None,
                     points: tuple[int, ...] | None = None, contract: str | None = None,
-                    extra_points: tuple[int, ...] = ()) -> Iterator["CaseSpec | BulkTail"]:  # fmt: skip
+                    extra_points: tuple[int, ...] = (), quick: bool = False) -> Iterator["CaseSpec | BulkTail"]:  # fmt: skip
     """``iter_plan``'s cases, but each family's bulk cases as one ``BulkTail`` (a count): the plan of ``--rows 1e12``
-    in the time of ``--rows 1``."""
+    in the time of ``--rows 1``. ``quick``: a quick look's thin pinned sample (``quick_positions``; pass
+    ``total_rows=QUICK_ROWS``), no max-batch case."""
     import torch  # here, not at import: the plan's names and specs load no torch
 
     shape = dict(experts=experts, topk=topk, n_group=n_group, topk_group=topk_group)
     extra = {} if bias else {"bias": False}
     extra.update(admitted_fields(admitted))
     budgets = _budgets(families, total_rows)
-    host = max_batch_host(families, budgets, max_batch, points, experts, topk, contract, extra_points)
+    host = None if quick else max_batch_host(families, budgets, max_batch, points, experts, topk, contract, extra_points)
+    class_points = _class_points(points, experts, topk, contract, extra_points)
     for name, budget in budgets.items():
         family = FAMILIES[name]
         sizes = family.sizes
-        absorbed = absorbs_max_batch(name, budget, max_batch, points, experts, topk, contract, extra_points)
+        absorbed = not quick and absorbs_max_batch(name, budget, max_batch, points, experts, topk, contract, extra_points)
         limit = budget - max_batch if absorbed else budget  # the rows of its coverage and bulk cases
         coverage = limit if bulk_rows is None else min(limit, _coverage_rows(name))
         gen = None
@@ -790,8 +854,11 @@ def iter_plan_parts(families: list[str], total_rows: int, seed: int, experts: in
             index += 1
         pinned_cases = pinned_specs(name, max_batch, bias=bias, points=points, experts=experts, topk=topk, contract=contract,
                                     admitted=admitted, extra_points=extra_points,
-                                    max_batch_case=name == host or (name in MAX_BATCH_FAMILIES and not absorbed))  # fmt: skip
-        for position, (rows, pinned) in enumerate(pinned_cases):
+                                    max_batch_case=not quick and (name == host or (name in MAX_BATCH_FAMILIES and not absorbed)))  # fmt: skip
+        # a quick look keeps some of them, at their own positions: the same seeds, so the same replay ids
+        kept = quick_positions(name, pinned_cases, max_batch, class_points) if quick else range(len(pinned_cases))
+        for position in kept:
+            rows, pinned = pinned_cases[position]
             yield CaseSpec(name, _seed(seed, name, "pinned", position), rows, **shape, **extra, **pinned)
         if absorbed:  # one call of max_batch rows, out of the family's budget
             yield CaseSpec(name, _seed(seed, name, "max_batch"), max_batch, **shape, **extra)

@@ -44,6 +44,7 @@ from ._common import (
 __all__ = ["add_arguments", "build_parser", "main", "run"]
 
 PROG = "python -m contracts.check"
+from ..cases.plan import QUICK_ROWS  # noqa: E402 -- light: no torch
 from ..run.options import DEFAULT_ROWS, DEFAULT_TIMEOUT_S, MAX_REPLAY_ROWS  # noqa: E402 -- light: no torch
 
 
@@ -66,7 +67,16 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ap.add_argument("--exact", action="store_true", help="bit-identity: weights to 0 ULP and no near-tie allowance")
     ap.add_argument("--out", type=Path, help="bundle directory (default reports/<UTC time>-<candidate>); must be empty unless --force")
     ap.add_argument("--force", action="store_true", help="replace the bundle already in --out, whole")
-    ap.add_argument("--rows", type=row_count, default=DEFAULT_ROWS, help=f"rows over all families (default {DEFAULT_ROWS:,}; 100k, 100M, 1e9 work)")
+    ap.add_argument("--rows", type=row_count, default=None,
+                    help=f"the bulk rows, spread over the families (default {DEFAULT_ROWS:,}; 100k, 100M, 1e9 work); the pinned cases (every "
+                         "dtype pair, layout, call context and batch-size class: ~343,000 rows on a CPU) run on top at every --rows, so a "
+                         "check runs more rows than this: the total is printed before the run (--plan prints it alone). For a first "
+                         "look use --quick")  # fmt: skip
+    ap.add_argument("--quick", action="store_true",
+                    help=f"a first look in seconds: every family ({QUICK_ROWS:,} rows over them) and every pinned dtype pair, layout, "
+                         "call context and call option once, at one launch class, the batch-size sweep at the launch-class boundaries "
+                         "only; says what it left out, and its PASS is marked 'PASS (quick)': not a full check. Not with --rows, "
+                         "--replay or --logits")  # fmt: skip
     ap.add_argument("--seed", type=seed_int(), default=0, help="case seed, any 64-bit integer (default 0)")
     ap.add_argument("--families", help="comma-separated subset of the families (listed below)")
     ap.add_argument("--device", help="cpu or cuda (default: cuda when the candidate runs there and a GPU is present)")
@@ -108,6 +118,21 @@ def refuse_logits_options_alone(args: argparse.Namespace) -> None:
     if args.logits is None and (args.bias is not None or args.logits_sha256):
         option = "--bias" if args.bias is not None else "--logits-sha256"
         raise UsageError(f"{option} needs --logits FILE (the captured logits it belongs to); add --logits FILE or drop {option}")
+
+
+def take_rows(args: argparse.Namespace) -> None:
+    """``args.rows``: ``QUICK_ROWS`` for ``--quick`` (refused, one line, beside ``--rows``, ``--replay`` or ``--logits``),
+    else the given ``--rows`` or the default."""
+    from ..run.options import OptionError, check_quick
+
+    if getattr(args, "quick", False):
+        try:
+            check_quick(args.rows or DEFAULT_ROWS, args.replay, args.logits, rows_given=args.rows is not None)
+        except OptionError as exc:
+            raise UsageError(str(exc)) from None
+        args.rows = QUICK_ROWS
+    elif args.rows is None:
+        args.rows = DEFAULT_ROWS
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -176,6 +201,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..run.options import OptionError, parse_case_choice, parse_families, parse_shard
 
     names = _names(args.candidate)
+    take_rows(args)
     refuse_unknown_candidates(names)  # before the torch-heavy imports below: a typo is answered at once
     refuse_unknown_candidates([args.against] if args.against else [], "--against", allow_all=False)
     check_contract(args.contract)
@@ -211,6 +237,7 @@ def _run(args: argparse.Namespace) -> int:
                 isolate=args.isolate, timeout=args.timeout, repeat=args.repeat, out=args.out, force=args.force,
                 progress=not args.quiet and world.writer, command=args.command_line, max_batch=args.max_batch,
                 allow_not_covered=args.allow_not_covered, logits=args.logits, logits_bias=args.bias, logits_sha256=args.logits_sha256,
+                quick=args.quick,
             )  # fmt: skip
             checked = run_checks(names, options, stop=world.stop, world=world)
         except (OptionError, BundleError) as exc:
@@ -276,7 +303,7 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
 
     from ..cases.coverage import coverage_of
     from ..cases.plan import MAX_BATCH_ENV, bulk_rows_for, candidate_points, count_plan, env_max_batch, plan_bulk_rows, switch_points
-    from ..run.checks import _Plan
+    from ..run.checks import _Plan, _quick_look
     from ..run.options import OptionError
 
     device = _check_device(args.device) or "cpu"
@@ -285,7 +312,8 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     if contract is None:
         contract = cand.contract if cand is not None else "aiter"
     c = oracle.get_contract(contract)
-    plan = _Plan(list(families) if families else None, args.rows, args.seed, args.experts, args.topk, None, None, max_batch=args.max_batch)
+    plan = _Plan(list(families) if families else None, args.rows, args.seed, args.experts, args.topk, None, None, max_batch=args.max_batch,
+                 quick=args.quick)  # fmt: skip
     try:
         shape = plan.shaped(c)
     except OptionError as exc:
@@ -304,7 +332,9 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     covers = coverage_of(counted.representatives, call_rows)
     max_batch = shape.max_batch(device)
     points = switch_points()
-    print(f"plan: contract {c.name}, E={shape.experts}, k={shape.topk}, device {device}, {args.rows:,} rows and the pinned cases: "
+    what = (f"a quick look ({args.rows:,} rows and a thin sample of the pinned cases)" if args.quick else
+            f"{args.rows:,} rows and the pinned cases")  # fmt: skip
+    print(f"plan: contract {c.name}, E={shape.experts}, k={shape.topk}, device {device}, {what}: "
           f"{counted.cases:,} cases, {counted.rows:,} rows, {counted.calls:,} calls of the candidate")  # fmt: skip
     print(f"families: {', '.join(shape.families)}")
     source = f", from {MAX_BATCH_ENV}" if not args.max_batch and env_max_batch() is not None else ""
@@ -320,7 +350,10 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     if classes:  # every pinned dtype pair and layout runs at each: one batch of every launch class at this shape
         print(f"pinned dtype pairs and layouts at batch sizes {', '.join(f'{n:,}' for n in classes)} "
               f"(1, 2, 64 and the first batch of each launch shape published for E={shape.experts}, k={shape.topk} under {c.name})")
-    if beyond:
+    if args.quick:  # what the quick look leaves out of the full plan, in place of the warning below (the max-batch case is one)
+        for line in _quick_look(plan, c, bulk, device, extra, call_rows, counted).left_out():
+            print(line)
+    elif beyond:
         print(f"warning: the launch class from {beyond[0]:,} rows up is never exercised: no call of this run has more than "
               f"{largest_call:,} rows (max batch {max_batch:,}); raise --max-batch to at least {beyond[-1]:,} to reach every switch point",
               file=sys.stderr)  # fmt: skip

@@ -45,6 +45,7 @@ MAX_SAMPLE_ROWS = 2048  # rows the diagnosis routes
 # whatever its rows, and a check's pinned batch sizes and call contexts make hundreds of buckets of a row or two (445
 # parts, 31 s of a 45 s failing check under deepseek-v3); the largest parts of each family first, in turn
 MAX_SAMPLE_PARTS = 96
+QUICK_SAMPLE_ROWS, QUICK_SAMPLE_PARTS = 512, 16  # a quick look's (DiagnosisSample.quick): about a sixth of the time
 PER_BUCKET = 256  # rows kept per (family, call options) bucket while a check runs
 MAX_KEPT = 8192  # rows kept in all while a check runs (memory: a row is E logits)
 MAX_COMBINED = 3
@@ -80,12 +81,19 @@ class DiagnosisSample:
 
     buckets: dict[tuple, list[_Part]] = field(default_factory=dict)
     kept: int = 0
+    max_rows: int = MAX_SAMPLE_ROWS  # what the diagnosis routes (``quick``: fewer)
+    max_parts: int = MAX_SAMPLE_PARTS
     # the selection, once made (rows, parts and the bucket count all read it); add() clears it
     _selection: list[tuple[tuple, _Part]] | None = field(default=None, init=False, repr=False)
 
     @property
     def full(self) -> bool:
         return self.kept >= MAX_KEPT
+
+    def quick(self) -> None:
+        """Route a quick look's sample (``check --quick``): at the defaults the diagnosis alone takes 30-40 s of a
+        failing CPU check, more than the quick look's whole budget."""
+        self.max_rows, self.max_parts, self._selection = QUICK_SAMPLE_ROWS, QUICK_SAMPLE_PARTS, None
 
     @property
     def rows(self) -> int:
@@ -126,7 +134,7 @@ class DiagnosisSample:
 
     def _select(self) -> list[tuple[tuple, _Part]]:
         sizes = {key: sum(p.ids.shape[0] for p in parts) for key, parts in self.buckets.items() if parts}
-        quota, left = {}, MAX_SAMPLE_ROWS
+        quota, left = {}, self.max_rows
         for n, key in enumerate(sorted(sizes, key=lambda k: sizes[k])):
             quota[key] = min(sizes[key], left // (len(sizes) - n))
             left -= quota[key]
@@ -146,7 +154,7 @@ class DiagnosisSample:
                 if local.numel():
                     out.append((key, _take(p, local)))
                 at += n
-        return _fewest_parts(out, MAX_SAMPLE_PARTS)
+        return _fewest_parts(out, self.max_parts)
 
 
 def _fewest_parts(parts: list[tuple[tuple, _Part]], cap: int) -> list[tuple[tuple, _Part]]:

@@ -576,7 +576,7 @@ def write_index(root: Path, summaries: list[Summary], *, command: str, interrupt
     if merged_shards is not None:
         doc["merged_shards"] = merged_shards
     write_json(Path(root) / INDEX, doc)
-    links = "".join(f"- [{_md_text(s.label)}]({_md_link(s, Path(root))}): {s.status.word}\n" for s in summaries if s.bundle)
+    links = "".join(f"- [{_md_text(s.label)}]({_md_link(s, Path(root))}): {s.verdict}\n" for s in summaries if s.bundle)
     write_text(Path(root) / "index.md", "# Check index\n\n```\n" + (verdict_table(summaries) if summaries else "(nothing ran)") + "\n```\n"
                + (f"\nReports:\n\n{links}" if links else ""))
     return Path(root) / INDEX

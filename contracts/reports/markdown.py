@@ -107,7 +107,7 @@ def _declared_rows(v) -> str:
 def render_markdown(result: CheckResult) -> str:
     s = result.summary
     against = f" against `{clean(s.against)}`" if s.against else ""
-    out = [f"# {s.status.word}: `{clean(s.candidate)}`{against} under contract `{s.contract}`\n"]
+    out = [f"# {s.verdict}: `{clean(s.candidate)}`{against} under contract `{s.contract}`\n"]
     if s.status is Status.UNAVAILABLE:
         out.append(f"Not run on this host: {clean(s.reason)}\n")
         out.append(f"\nCommand: `{clean(s.command)}`\n")

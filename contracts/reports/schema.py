@@ -268,10 +268,18 @@ class Summary:
     # v2: why the clause with the most unexpected rows broke, in the words of its first example row (with the fix where
     # the reason names one: "return weights.contiguous()"), for the console line; None where no row mismatched
     top_reason: str | None = None
+    # v2: a quick look (check --quick): a thin sample of the full plan, which its notes name; a quick PASS is not a full
+    # check (the verdict word says so: ``verdict``)
+    quick: bool = False
 
     @property
     def label(self) -> str:
         return self.candidate + (f" vs {self.against}" if self.against else "")
+
+    @property
+    def verdict(self) -> str:
+        """The status word, marked where the check was a quick look: "PASS (quick)" is never read as a full PASS."""
+        return self.status.word + (" (quick)" if self.quick else "")
 
     @property
     def top_clause(self) -> str | None:

@@ -21,8 +21,8 @@ from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_m
 from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
 from ..cases.families import families_for
 from ..cases.coverage import coverage_of
-from ..cases.plan import (admitted_fields, bulk_rows_for, candidate_points, default_max_batch, iter_plan_parts, launch_class_sizes, launch_points,
-                          plan_bulk_rows, shard_rows, switch_points)
+from ..cases.plan import (QuickLook, admitted_fields, bulk_rows_for, candidate_points, count_plan, default_max_batch, iter_plan_parts,
+                          launch_class_sizes, launch_points, plan_bulk_rows, quick_boundaries, shard_rows, switch_points)
 from ..reports.bundle import prepare_out, write_check_bundle, write_index, write_plain_bundle
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
@@ -165,6 +165,7 @@ class _Plan:
     replay_here: bool = True  # under torchrun only rank 0 runs a replayed case
     max_batch: int | None = None  # the pinned sweep's largest batch (None: the device's default)
     captured: object = None  # a contracts.cases.captured.LogitsFile: its rows are the cases (--logits)
+    quick: bool = False  # a quick look: QUICK_ROWS and a thin sample of the pinned cases (contracts.cases.plan.quick_positions)
 
     def shaped(self, c) -> "_Shape":
         """The cases of this plan under contract ``c``: its default shape where none was given, its families."""
@@ -233,13 +234,21 @@ class _Shape:
         if p.shard is None:
             return full(), planned_rows(self.families, p.rows, max_batch=max_batch, bias=self.bias, experts=self.experts,
                                         topk=self.topk, contract=self.contract_name, admitted=self.admitted,
-                                        extra_points=extra_points)  # fmt: skip
+                                        extra_points=extra_points, quick=p.quick)  # fmt: skip
         # the shard's rows counted, not walked: its bulk cases are a count per family (a 1e12-row run has ~10^8)
         return shard_of(full(), *p.shard), shard_rows(self.parts(bulk_rows, device, extra_points), *p.shard)
 
+    def counted(self, bulk_rows: int | None, device: str, extra_points: tuple[int, ...], call_rows: int | None):
+        """The whole synthetic plan counted (``contracts.cases.plan.count_plan``), its bulk cases never walked; None
+        for a shard, a replayed case or a captured file (their specs are what they are)."""
+        p = self.plan
+        if p.captured is not None or p.replay is not None or p.shard is not None:
+            return None
+        return count_plan(self.parts(bulk_rows, device, extra_points), call_rows)
+
     def _options(self, device: str, extra_points: tuple[int, ...]) -> dict:
         return dict(n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias, admitted=self.admitted,
-                    max_batch=self.max_batch(device), contract=self.contract_name, extra_points=extra_points)  # fmt: skip
+                    max_batch=self.max_batch(device), contract=self.contract_name, extra_points=extra_points, quick=self.plan.quick)  # fmt: skip
 
     def parts(self, bulk_rows: int | None, device: str = "cpu", extra_points: tuple[int, ...] = ()):
         """The whole synthetic plan (no shard, no replay) as ``iter_plan_parts`` gives it: each family's bulk cases as
@@ -353,13 +362,19 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
         return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
     bulk = plan_bulk_rows(device)
     specs, total = shape.specs(bulk, device, points)
+    counted = shape.counted(bulk, device, points, call_rows)  # the whole plan, its bulk cases counted: None for a shard, a replay
     # a second, lazy pass over the specs (no tensors); a captured file's rows are what they are
-    covers = coverage_of(shape.specs(bulk, device, points)[0], call_rows) if plan.captured is None else None  # the calls' sizes
+    covers = (coverage_of(counted.representatives if counted else shape.specs(bulk, device, points)[0], call_rows)
+              if plan.captured is None else None)  # the calls' sizes
+    quick = _quick_look(plan, c, bulk, device, points, call_rows, counted) if plan.quick else None
     options = {**o.recorded, "bulk_rows": bulk, "max_batch": shape.max_batch(device), "call_rows": call_rows, "families": shape.families, "experts": shape.experts, "topk": shape.topk,
                "groups": list(shape.groups), "contract_source": contract if str(contract).endswith(".toml") else None, "coverage": covers,
                "candidate_switch_points": list(points)}  # fmt: skip
     label = cand.name + (f" vs {against_c.name}" if against_c else "")
     with Progress(f"{label} [contract {oracle.contract_label(c)}]", total, enabled=o.progress) as bar:  # every line names the contract
+        bar.say(f"{bar.label}: {_planned_line(plan, counted, total)}")  # before the run: what --rows and the pins make
+        for line in quick.left_out() if quick else ():
+            bar.say(f"{bar.label}: {line}")
         result = check_candidate(
             cand, specs, contract=contract, device=device, against=against_c, exact=exact, seed=plan.seed,
             command=command, progress=bar, repeat=repeat, worker=worker, should_stop=stop, options=options, call_rows=call_rows,
@@ -368,6 +383,9 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
         bar.close(result.summary.status.word, summary=result.summary)
     if shape.dropped:
         result.summary.notes.append(f"families that do not apply to contract {c.name} were left out: {', '.join(shape.dropped)}")
+    if quick is not None:  # first: whoever reads the summary or report.md reads that this was no full check
+        result.summary.quick = True
+        result.summary.notes[:0] = quick.left_out()
     if assumed:
         result.summary.notes.insert(0, assumed)
     if plan.captured is not None:
@@ -380,6 +398,31 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
         whole = dataclasses.replace(plan, shard=None, replay=None).shaped(c)  # the file's whole plan, whatever this shard runs
         not_exercised(result.summary, c, whole.specs(bulk, device, points)[0])  # no PASS on a field no case drew
     return result, None
+
+
+def _planned_line(plan: _Plan, counted, total: int) -> str:
+    """What the check will run, before it runs: the cases and rows in all, and how many of those --rows asked for
+    (the pinned cases come on top of them, at every --rows)."""
+    if counted is None:  # a shard, a replayed case, a captured file: its rows (a shard's counted, not walked)
+        what = (f"shard {plan.shard[0]}/{plan.shard[1]} of the plan" if plan.shard else "the replayed case" if plan.replay
+                else "every row of the captured file")  # fmt: skip
+        return f"planned {total:,} rows ({what})"
+    if plan.quick:
+        return f"planned {counted.cases:,} cases, {counted.rows:,} rows (a quick look: {plan.rows:,} rows over the families and a thin sample of the pinned cases)"
+    return (f"planned {counted.cases:,} cases, {counted.rows:,} rows (--rows {plan.rows:,} over the families, and "
+            f"{max(counted.rows - plan.rows, 0):,} rows of pinned cases on top: every dtype pair, layout, call context and batch-size class)")
+
+
+def _quick_look(plan: _Plan, c, bulk: int, device: str, points: tuple[int, ...], call_rows: int | None, counted) -> QuickLook:
+    """The quick look beside the full plan it thins (the default --rows, the same families and shape)."""
+    full_plan = dataclasses.replace(plan, quick=False, rows=DEFAULT_ROWS, shard=None, replay=None)
+    full_shape = full_plan.shaped(c)
+    full = full_shape.counted(bulk, device, points, call_rows)
+    max_batch = full_shape.max_batch(device)
+    class_points = tuple(launch_points(full_shape.experts, full_shape.topk, full_shape.contract_name)) + tuple(points)
+    return QuickLook(cases=counted.cases, rows=counted.rows, full_cases=full.cases, full_rows=full.rows, full_rows_option=DEFAULT_ROWS,
+                     max_batch=max_batch, classes=launch_class_sizes(max_batch, class_points),
+                     boundaries=quick_boundaries(max_batch, class_points))  # fmt: skip
 
 
 def _faulted(target: Target, o: CheckOptions, plan: _Plan) -> Summary:
@@ -395,7 +438,7 @@ def _check_line(target: Target, against: Target | None, o: CheckOptions, plan: _
     outside a case (``contracts.run.containment``)."""
     parts = ["python", "-m", "contracts", "check", "--candidate", target.lookup]
     named = [("--contract", o.contract), ("--against", against.lookup if against else None), ("--device", o.device),
-             ("--rows", None if o.logits else plan.rows), ("--seed", plan.seed),
+             ("--rows", None if o.logits or o.quick else plan.rows), ("--seed", plan.seed),
              ("--families", ",".join(plan.families) if plan.families else None), ("--experts", o.experts), ("--topk", o.topk),
              ("--max-batch", o.max_batch), ("--repeat", o.repeat if o.repeat > 1 else None), ("--replay", o.replay),
              ("--logits", o.logits), ("--bias", o.logits_bias)]  # fmt: skip
@@ -404,6 +447,8 @@ def _check_line(target: Target, against: Target | None, o: CheckOptions, plan: _
             parts += [flag, str(value)]
     if o.exact:
         parts.append("--exact")
+    if o.quick:
+        parts.append("--quick")
     if o.isolate is False:
         parts.append("--no-isolate")
     return command_line(parts, replay_pythonpath(target.lookup))
@@ -448,7 +493,8 @@ def run_checks(
     if o.topk and o.experts and o.topk > o.experts:
         raise OptionError(f"--topk {o.topk} is larger than --experts {o.experts}; choose --topk <= {o.experts}")
     plan = _Plan(list(o.families) if o.families else None, o.rows, o.seed, o.experts, o.topk, world.shard(o.shard), o.replay,
-                 world.runs_replay(), o.max_batch, captured=_open_captured(o.logits, o.logits_bias, o.logits_sha256, o.families))  # fmt: skip
+                 world.runs_replay(), o.max_batch, captured=_open_captured(o.logits, o.logits_bias, o.logits_sha256, o.families),
+                 quick=o.quick)  # fmt: skip
     targets: list[Target] = []
     against_t: Target | None = None
     try:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cases.plan import env_max_batch
+from ..cases.plan import QUICK_ROWS, env_max_batch
 
-__all__ = ["DEFAULT_ROWS", "DEFAULT_TIMEOUT_S", "MAX_REPLAY_ROWS", "CheckOptions", "OptionError", "parse_families", "parse_replay", "parse_shard", "parse_split"]
+__all__ = ["DEFAULT_ROWS", "DEFAULT_TIMEOUT_S", "MAX_REPLAY_ROWS", "CheckOptions", "OptionError", "check_quick", "parse_families", "parse_replay", "parse_shard", "parse_split"]
 
 DEFAULT_ROWS = 250_000
 DEFAULT_TIMEOUT_S = 60.0
@@ -149,6 +149,18 @@ def parse_case_choice(replay: str | None, row: int | None, *, experts: int | Non
     return spec
 
 
+def check_quick(rows: int, replay: str | None = None, logits=None, *, rows_given: bool = False) -> None:
+    """``--quick`` with what it cannot go with, one line naming the conflict and the fix: a row count of its own (it
+    takes ``QUICK_ROWS``), ``--replay`` (one case) or ``--logits`` (a captured file is its own plan)."""
+    if replay:
+        raise OptionError("--quick thins the synthetic plan, and --replay runs one case; drop --quick")
+    if logits is not None:
+        raise OptionError("--quick thins the synthetic plan, and --logits checks every row of its file; drop --quick")
+    if rows_given or rows not in (DEFAULT_ROWS, QUICK_ROWS):
+        raise OptionError(f"--quick runs {QUICK_ROWS:,} rows and a thin sample of the pinned cases; --rows sizes a full run's bulk rows: "
+                          "drop --rows for a quick look, or --quick for a full check")
+
+
 @dataclass(frozen=True)
 class CheckOptions:
     """What a check run is asked to do: one record that ``run_checks``, the nightly, the bench and the pytest
@@ -185,6 +197,9 @@ class CheckOptions:
     logits: str | Path | None = None
     logits_bias: str | Path | None = None
     logits_sha256: str | None = None
+    # a quick look (``check --quick``): QUICK_ROWS over the families and a thin sample of the pinned cases, in place of
+    # ``rows`` (contracts.cases.plan.quick_positions); its summary says so (``Summary.quick``)
+    quick: bool = False
 
     def __post_init__(self):
         if self.families is not None:
@@ -196,6 +211,9 @@ class CheckOptions:
                 env_max_batch()
             except ValueError as exc:
                 raise OptionError(str(exc)) from None
+        if self.quick:
+            check_quick(self.rows, self.replay, self.logits)
+            object.__setattr__(self, "rows", QUICK_ROWS)  # what the summary records and a shard's merge compares
         if self.max_batch is not None and not 1 <= self.max_batch <= MAX_REPLAY_ROWS:
             raise OptionError(f"--max-batch {self.max_batch:,} is out of range; choose 1..{MAX_REPLAY_ROWS:,} (default: 65,536 on a GPU, 16,385 on a CPU)")
 
@@ -204,7 +222,8 @@ class CheckOptions:
         """The options a summary records (what shards must share, ``contracts.reports.merge.identity``; what a replay
         needs): a contract file by its SHA-256 too, since its path may name other contents on another host."""
         return {"rows": self.rows, "families": list(self.families) if self.families else None, "experts": self.experts, "topk": self.topk,
-                "repeat": self.repeat, "exact": self.exact, "timeout": self.timeout, "contract_sha256": _file_sha256(self.contract)}  # fmt: skip
+                "repeat": self.repeat, "exact": self.exact, "timeout": self.timeout, "contract_sha256": _file_sha256(self.contract),
+                **({"quick": True} if self.quick else {})}  # fmt: skip
 
 
 def _file_sha256(contract: str | None) -> str | None:

@@ -51,6 +51,15 @@ class Progress:
     def _line(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
 
+    def say(self, text: str) -> None:
+        """One line about the run (what it plans), above the bar on a terminal; nothing when disabled (--quiet)."""
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.write(text, file=self.stream)
+        else:
+            self._line(text)
+
     @staticmethod
     def _rate(rows: float, seconds: float) -> float:
         return rows / seconds if seconds > 0 else 0.0

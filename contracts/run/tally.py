@@ -298,6 +298,8 @@ class Tally:
 
     def result(self, *, seed: int, command: str, isolated: bool, options: dict | None = None) -> CheckResult:
         elapsed = time.perf_counter() - self.started
+        if (options or {}).get("quick"):  # a quick look (check --quick): its diagnosis routes a smaller sample (it says how many)
+            self.sample.quick()
         rows_checked = sum(f.rows for f in self.families.values())
         mismatched = self.verdicts.get("mismatch", 0)
         # rows: filed under the clause (their primary one); observed: any row broke it, even as a second clause
