@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +24,8 @@ from contracts.commands import main
 from contracts.compare.tolerance import Bounded
 from oracle.grad import contract_weights, differentiable_route
 from tests.planted import backward_defects as defects
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # small shapes per family: (contract, experts, topk, group arguments)
 SMALL = {
@@ -149,6 +152,26 @@ def test_a_forward_that_raises_is_the_candidates_error():
 
     r = _check(broken, "aiter")
     assert r.status == "ERROR" and r.error.startswith("the candidate's forward raised ValueError: unsupported shape")
+
+
+def test_sys_exit_in_the_candidate_is_its_error_not_the_end_of_the_check():
+    def exits(*args, **kwargs):
+        raise SystemExit(0)
+
+    r = _check(exits, "aiter")
+    assert r.status == "ERROR" and "SystemExit" in r.error
+
+
+@pytest.mark.slow  # two fresh interpreters importing torch (about 6 s on the 2-core machine)
+def test_os_exit_in_the_candidate_is_no_pass_on_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "exiting_router.py").write_text("import os\ndef route(*args, **kwargs):\n    os._exit(0)\n")
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    proc = subprocess.run([sys.executable, "-m", "contracts", "backward", "--candidate", "exiting_router:route", "--experts", "16",
+                           "--topk", "2", "--rows", "8", "--no-bundle"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 1 and "ended without finishing" in proc.stderr, (proc.returncode, proc.stderr)
 
 
 def test_a_router_without_autograd_is_not_differentiable():

@@ -190,7 +190,7 @@ def _call(route, case: BackwardCase, x, b):
     try:
         with torch.enable_grad():
             answer = route(x, b, case.topk, case.renormalize, case.routed_scaling_factor, **case.groups)
-    except Exception as exc:  # noqa: BLE001 -- the candidate's exception is its finding
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 -- the candidate's exception (or sys.exit) is its finding
         raise _CandidateFailed(f"the candidate's forward raised {_one_line(exc)} (case {case.index})") from None
     if not isinstance(answer, (tuple, list)) or len(answer) != 2 or not all(isinstance(t, torch.Tensor) for t in answer):
         raise _CandidateFailed(f"the candidate's answer is not (weights, ids) tensors: {type(answer).__name__} (case {case.index})")
@@ -243,7 +243,7 @@ def _check_case(candidate, route, c, case, tol, declared, result, lookup, device
     up = case.upstream if weights.shape[1] == case.upstream.shape[1] else case.upstream[:, : weights.shape[1]]
     try:
         grads = torch.autograd.grad(weights, inputs, grad_outputs=up.to(weights.dtype), allow_unused=True, retain_graph=b is not None)
-    except Exception as exc:  # noqa: BLE001
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 -- sys.exit in a backward hook too
         raise _CandidateFailed(f"the candidate's backward raised {_one_line(exc)} (case {case.index})") from None
     gx = torch.zeros_like(case.logits, dtype=torch.float64) if grads[0] is None else grads[0].detach().double()
     ref = reference_gradient(case.logits, case.bias, ids, case.upstream, contract=c, renormalize=case.renormalize,
@@ -271,7 +271,7 @@ def _bias_rows(weights, b, case, c, ids, checked, tol) -> dict[int, RowBlame]:
         try:
             (gb,) = torch.autograd.grad(weights, (b,), grad_outputs=only[:, : weights.shape[1]].to(weights.dtype),
                                         allow_unused=True, retain_graph=True)  # fmt: skip
-        except Exception as exc:  # noqa: BLE001
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 -- sys.exit in a backward hook too
             raise _CandidateFailed(f"the candidate's backward raised {_one_line(exc)} (case {case.index}, row {r})") from None
         gb = torch.zeros_like(case.bias, dtype=torch.float64) if gb is None else gb.detach().double()
         ref = reference_gradient(case.logits[r : r + 1], case.bias, ids[r : r + 1], case.upstream[r : r + 1], contract=c,

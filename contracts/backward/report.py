@@ -25,10 +25,11 @@ def _counts(counts: dict[str, int]) -> str:
 
 
 def console_lines(r: BackwardResult) -> list[str]:
-    head = f"{'candidate':<14} {'contract':<12} {'device':<6} {'status':<18} {'rows':>6} {'skipped':>8} {'mismatched':>10} {'declared':>8}"
+    w = max(12, len(r.contract))
+    head = f"{'candidate':<14} {'contract':<{w}} {'device':<6} {'status':<18} {'rows':>6} {'skipped':>8} {'mismatched':>10} {'declared':>8}"
     skipped = r.skipped_selection + r.skipped_uncovered
     name = r.candidate if len(r.candidate) <= 14 else ""  # a long name (module:attr) gets a line of its own, as check's table
-    row = f"{name:<14} {r.contract:<12} {r.device:<6} {r.status:<18} {r.rows_checked:>6,} {skipped:>8,} {r.mismatched:>10,} {r.declared:>8,}"
+    row = f"{name:<14} {r.contract:<{w}} {r.device:<6} {r.status:<18} {r.rows_checked:>6,} {skipped:>8,} {r.mismatched:>10,} {r.declared:>8,}"
     lines = [head] + ([r.candidate] if not name else []) + [row]
     if r.error:
         lines.append(f"    error: {r.error}")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ._common import ExitCode, UsageError, make_parser, positive_int, run_main, seed_int, non_negative_int
 
-__all__ = ["build_parser", "main", "run"]
+__all__ = ["build_parser", "main", "run", "run_backward"]
 
 PROG = "python -m contracts backward"
 _MAX_SHAPE = 1 << 16  # a float64 reference of [rows, E] per variant: far above any model's 896 experts
@@ -51,40 +51,54 @@ _EXIT = {"PASS": ExitCode.OK, "FAIL": ExitCode.FAILED, "ERROR": ExitCode.FAILED,
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.row is not None and args.replay is None:
+        raise UsageError("--row needs --replay CASE (the case a replay line names)")
+    return run_backward(args.candidate, args.contract, device=args.device, rows=args.rows, rows_per_case=args.rows_per_case,
+                        seed=args.seed, experts=args.experts, topk=args.topk, num_expert_group=args.num_expert_group,
+                        topk_group=args.topk_group, replay=args.replay, row=args.row, out=args.out,
+                        bundle=not args.no_bundle)  # fmt: skip
+
+
+def run_backward(candidate_name: str, contract: str | None = None, *, device: str = "cpu", rows: int = 64,
+                 rows_per_case: int = 8, seed: int = 0, experts: int | None = None, topk: int | None = None,
+                 num_expert_group: int | None = None, topk_group: int | None = None, replay: int | None = None,
+                 row: int | None = None, out: Path | None = None, bundle: bool = True) -> int:  # fmt: skip
+    """The command without its parser (``check --backward`` calls this): check, print, write the bundle, the exit code.
+    Usage errors raise ``UsageError`` (one line, exit 2 through ``run_main``)."""
     import oracle
 
     from ..backward import check_backward
     from ..backward.report import console_lines, detail_lines, write_bundle
     from ..candidates import get_candidate
 
-    if args.row is not None and args.replay is None:
-        raise UsageError("--row needs --replay CASE (the case a replay line names)")
-    if (args.num_expert_group is None) != (args.topk_group is None):
+    if (num_expert_group is None) != (topk_group is None):
         raise UsageError("--num-expert-group and --topk-group go together; pass both or neither")
-    if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
-        raise UsageError(f"--device {args.device!r} is not supported; use cpu or cuda")
-    candidate = get_candidate(args.candidate)
-    contract = args.contract or candidate.contract
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise UsageError(f"--device {device!r} is not supported; use cpu or cuda")
+    candidate = get_candidate(candidate_name)
+    contract = contract or candidate.contract
     try:
         c = oracle.get_contract(contract)
     except (KeyError, ValueError, oracle.ContractError) as exc:
         raise UsageError(str(exc).strip("'\"")) from None
-    experts, topk = args.experts or c.experts, args.topk or c.topk
+    experts, topk = experts or c.experts, topk or c.topk
     if topk > experts:
         raise UsageError(f"--topk {topk} exceeds the experts ({experts}); use --topk <= --experts")
-    ok, why = candidate.available(args.device)
+    ok, why = candidate.available(device)
     if not ok:
         print(f"{candidate.name}: UNAVAILABLE: {why}")
         return ExitCode.UNAVAILABLE
-    result = check_backward(candidate, contract, device=args.device, rows=args.rows, rows_per_case=args.rows_per_case,
-                            seed=args.seed, experts=experts, topk=topk, num_expert_group=args.num_expert_group,
-                            topk_group=args.topk_group, replay=args.replay, row=args.row, lookup=args.candidate)  # fmt: skip
+    result = check_backward(candidate, contract, device=device, rows=rows, rows_per_case=rows_per_case, seed=seed,
+                            experts=experts, topk=topk, num_expert_group=num_expert_group, topk_group=topk_group,
+                            replay=replay, row=row, lookup=candidate_name)  # fmt: skip
     for line in console_lines(result) + detail_lines(result):
         print(line)
-    if not args.no_bundle:
-        print(f"bundle: {write_bundle(result, out=args.out)}")
+    if bundle:
+        print(f"bundle: {write_bundle(result, out=out)}")
     return _EXIT[result.status]
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_main(lambda: build_parser(prog), run, argv)
+    from ..run.supervisor import supervised  # the candidate runs in this process: os._exit(0) in it is no PASS
+
+    return run_main(lambda: build_parser(prog), supervised("backward", run), argv)
