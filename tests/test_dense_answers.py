@@ -188,3 +188,35 @@ def test_check_isolated_takes_a_dense_answer_through_the_worker(tmp_path):
     assert s["status"] == "fail" and {k for k, n in s["clauses"].items() if n} == {"validity"}, s
     code, s = _check_cli(tmp_path, "right", "--isolate")
     assert s["status"] == "pass", s
+
+
+@pytest.mark.parametrize("name,ok", [("right", True), ("one_more", True), ("map_int", False), ("probs_bf16", False)])
+def test_bench_times_a_dense_answer_a_check_takes(name, ok):
+    """bench asks what a check asks of the answer as a whole (a row's fault is the check's finding, not bench's)."""
+    from contracts.run.bench import answer_problem
+
+    c, case = _case(D.CONTRACT)
+    value = D.make(name, c)(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor)
+    problem = answer_problem(value, rows=case.spec.rows, topk=case.topk, scores=case.scores)
+    assert (problem is None) == ok, problem
+
+
+@pytest.mark.slow  # run_checks on a captured file, pinned contexts and bundle included: 8-15 s on the 2-core CPU
+@pytest.mark.parametrize("name,status", [("right", "not_covered"), ("prob_outside", "fail")])
+def test_check_logits_takes_a_dense_answer(tmp_path, name, status):
+    """``check --logits``: a captured file's rows, routed by a dense router, go the same way (the right one's every row
+    matches; a file alone is not the evidence a PASS needs: not_covered, docs/robustness.md)."""
+    from safetensors.torch import save_file
+
+    from contracts.run.checks import run_checks
+
+    c = oracle.get_contract(D.CONTRACT)
+    path = tmp_path / "logits.safetensors"
+    save_file({"logits": torch.randn(1, 24, c.experts, generator=torch.Generator().manual_seed(5))}, str(path))
+    run = run_checks([f"tests.adversarial.dense_answers:{name}"], contract=D.CONTRACT, logits=str(path), isolate=False, progress=False,
+                     out=tmp_path / "bundle", force=True)  # fmt: skip
+    s = run.results[0].summary
+    assert s.status.value == status and s.rows_checked > 0, (s.status, s.clauses)
+    assert (s.mismatched_rows == 0) == (status != "fail"), s.clauses
+    if status == "fail":
+        assert {k for k, n in s.clauses.items() if n} == {"validity"}, s.clauses

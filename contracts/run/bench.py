@@ -48,8 +48,9 @@ timed is made once per input buffer (twice at least), and as often after
 the timing, and
 each answer must be what a check accepts (``answer_problem``: a (weights,
 ids) pair of contiguous [M, k] tensors, fp32 and int32 on the inputs'
-device; an engine's launch returns its engine's dtypes, so only the pair
-and the shape are required of it). A candidate that raises, answers something else or
+device, or a dense (probs, routing_map) answer, ``contracts.compare.dense``;
+an engine's launch returns its engine's dtypes, so only the pair and the
+shape are required of it). A candidate that raises, answers something else or
 calls ``sys.exit`` / ``os._exit`` during any of its calls is an ``error``
 point with the reason; the run goes on. ``bench.json`` lists every error
 point (``errors``) and says ``status: error``; ``python -m contracts bench``
@@ -84,6 +85,7 @@ from kernels.timing import HOLD_CYCLES, Timing, time_cuda
 
 from ..candidates import Candidate
 from ..candidates.calling import _Fence  # os._exit during a candidate's call raises CandidateExit instead
+from ..compare.dense import read_answer
 from ..compare.verdicts import validity_failure
 from ..reports._atomic import write_atomic, write_json
 from ..reports.environment import environment
@@ -321,6 +323,10 @@ def answer_problem(value, *, rows: int, topk: int, scores: torch.Tensor, engine:
     answer of an engine's launch, in its engine's dtypes, of which only the pair, the shape and the kinds (floating
     weights, integer ids) are asked."""
     if not engine:
+        # a dense (probs, routing_map) answer as a check reads it (compare.dense): its tensors must be right as a whole
+        value = read_answer(value, rows=rows, experts=scores.shape[-1], topk=topk, device=scores.device)
+        if isinstance(value, str):
+            return value
         problem = validity_failure(value, SimpleNamespace(spec=SimpleNamespace(rows=rows), topk=topk, scores=scores))
         if problem is None and not all(t.is_contiguous() for t in value):  # engines read the outputs by data pointer
             return f"outputs with strides {value[0].stride()} / {value[1].stride()}: not contiguous row-major [M, k] tensors"
