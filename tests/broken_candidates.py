@@ -24,6 +24,7 @@ def _route(
     guard=True,
     scale_times=1,
     id_order=False,
+    scale_over_sum=False,
 ):
     experts = scores.shape[1]
     sig, ranking = oracle.ranking_values(scores, bias, "aiter")
@@ -38,6 +39,9 @@ def _route(
     if id_order:
         ids = ids.sort(dim=1).values
     w = (ranking if bias_in_weight else sig).gather(1, ids)
+    if renormalize and scale_over_sum:  # w * (rsf / sum), guarded: rsf / sum overflows for a positive sum < rsf / FLT_MAX
+        total = w.sum(1, keepdim=True)
+        return w * torch.where(total > 0, rsf / total, torch.full_like(total, rsf)), ids.to(torch.int32)
     if renormalize:
         total = w.sum(1, keepdim=True)
         w = w / torch.where(total > 0, total, torch.ones_like(total)) if guard else w / total
@@ -64,6 +68,10 @@ def bias_in_weights(scores, bias, topk, renormalize, rsf):
 
 def no_renorm_guard(scores, bias, topk, renormalize, rsf):
     return _route(scores, bias, topk, renormalize, rsf, guard=False)
+
+
+def scale_over_sum(scores, bias, topk, renormalize, rsf):
+    return _route(scores, bias, topk, renormalize, rsf, scale_over_sum=True)
 
 
 def scaled_twice(scores, bias, topk, renormalize, rsf):

@@ -1,13 +1,18 @@
-"""aiter-model against the aiter contract: exactly the declared deviations, each observed, nothing else.
+"""aiter-model against the aiter contract: the declared deviations, each observed, and one finding.
 
 The behavioural model of aiter's generic kernel differs from the contract in
 three known ways (``contracts.builtin``): no renormalize guard, the round
 index as the expert id when no value > -inf remains, and ``w * (rsf / sum)``
 rounding. Each must show up as an expected deviation in the families made
-for it, and no row may fail.
+for it. The one failure is a finding about that formula, not a declared
+deviation: where the kept weights' sum is positive but below rsf / FLT_MAX
+(one sigmoid just above the underflow, sigmoid_underflow's lone-subnormal
+rows), ``rsf / sum`` overflows and the weights are inf and NaN, beyond the
+declared ULP-level bound. Found on an H100 in the main job (2026-12-07).
 """
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -38,12 +43,18 @@ def test_declared_deviations_are_the_three_known_aiter_differences():
     assert get_candidate("aiter").deviations("aiter") == get_candidate("aiter-model").deviations("aiter")
 
 
-def test_aiter_model_passes_with_no_unexpected_clause_rows(bundle):
+def test_aiter_model_fails_only_where_rsf_over_sum_overflows(bundle):
     code, s, out = bundle
-    assert code == 0, (out / "report.md").read_text()
-    assert s["status"] == "pass" and s["mismatched_rows"] == 0
+    assert code == 1 and s["status"] == "fail", (out / "report.md").read_text()
     assert s["rows_checked"] >= 1500
-    assert {c: n for c, n in s["clauses"].items() if n} == {}
+    assert {c for c, n in s["clauses"].items() if n} == {"weight_accuracy"}
+    assert {f for f, d in s["families"].items() if d["mismatched_rows"]} == {"sigmoid_underflow"}
+    cells = pd.read_csv(out / "mismatches.csv")
+    failed = cells[cells["verdict"] == "mismatch"]
+    assert failed[["case", "row"]].drop_duplicates().shape[0] == s["mismatched_rows"] > 0
+    # every failed row: the contract's weights finite, aiter's w * (rsf / sum) inf or NaN
+    assert failed["expected_weight"].map(math.isfinite).all()
+    assert not failed["actual_weight"].map(math.isfinite).any()
 
 
 def test_each_declared_clause_is_observed(bundle):

@@ -37,6 +37,7 @@ def test_correct_routers_pass_every_family(tmp_path, candidate):
         ("bias_in_weights", "random_bf16", "bias_in_weight"),
         ("no_renorm_guard", "zero_sum", "renorm_guard"),
         ("scaled_twice", "random_fp32", "scaling"),
+        ("scale_over_sum", "sigmoid_underflow", "weight_accuracy"),  # passed every family before the lone-subnormal rows
         ("output_in_id_order", "random_bf16", "output_order"),
         ("duplicate_ids", "random_bf16", "validity"),
         ("writes_its_input", "random_bf16", "validity"),
