@@ -220,3 +220,83 @@ def test_check_logits_takes_a_dense_answer(tmp_path, name, status):
     assert (s.mismatched_rows == 0) == (status != "fail"), s.clauses
     if status == "fail":
         assert {k for k, n in s.clauses.items() if n} == {"validity"}, s.clauses
+
+
+@pytest.mark.slow  # the matrix command over three candidates, pinned cases included: ~12 s on the 2-core CPU
+def test_matrix_takes_a_dense_answer(tmp_path):
+    """A dense router routes as torch-native does (0 rows apart, under a contract that fixes the column order); a dense
+    router with a wrong set is apart from both and FAILs on selection."""
+    from contracts.commands import main
+
+    right, wrong = "tests.adversarial.dense_answers:right", "tests.adversarial.dense_answers:selection"
+    code = main(["matrix", "--candidate", f"{right},{wrong},torch-native", "--contract", D.CONTRACT, "--rows", "16", "--families",
+                 "random_fp32", "--max-batch", "1", "--out", str(tmp_path / "m"), "--quiet"])  # fmt: skip
+    assert code == 1
+    (found,) = (tmp_path / "m").rglob("matrix.json")
+    m = json.loads(found.read_text())
+    pairs = {(p["a"], p["b"]): p for p in m["pairs"] + m["oracle"]}
+    assert pairs[(right, "torch-native")]["rows_differing"] == 0 and pairs[(right, "oracle")]["rows_differing"] == 0, pairs
+    broken = pairs[(wrong, "oracle")]
+    assert broken["rows_differing"] > 0 and set(broken["causes"]) == {"selection"}, broken
+    assert not any("output_order" in p["clauses_broken"] for p in pairs.values()), pairs
+
+
+# ---------------------------------------------------------------- trace-diff: a trace holding probs and routing_map
+
+
+def _traces(tmp_path, contract: str, attack: str = "right", fmt: str = "safetensors", layers: int = 2, tokens: int = 24):
+    """(a dense trace of router ``attack``, an [M, k] trace of the oracle) of the same logits and bias."""
+    from safetensors.torch import save_file
+
+    c = oracle.get_contract(contract)
+    gen = torch.Generator().manual_seed(11)
+    logits = torch.randn(layers, tokens, c.experts, generator=gen)
+    bias = torch.randn(layers, c.experts, generator=gen) * 0.1 if c.has_bias else None
+    dense, plain = {"probs": [], "routing_map": []}, {"ids": [], "weights": []}
+    for i in range(layers):
+        b = None if bias is None else bias[i]
+        w, ids = oracle.route(logits[i], b, c.topk, renormalize=c.default_renormalize, routed_scaling_factor=c.routed_scaling_factor, contract=c)
+        p, m = D.make(attack, c)(logits[i], b, c.topk, c.default_renormalize, c.routed_scaling_factor)
+        dense["probs"].append(p.bfloat16() if fmt == "pt" else p)  # a trainer's probs in bf16: read as floats
+        dense["routing_map"].append(m)
+        plain["ids"].append(ids)
+        plain["weights"].append(w)
+    extra = {"logits": logits, **({"bias": bias} if bias is not None else {})}
+    out = []
+    for name, tensors in (("dense", dense), ("plain", plain)):
+        stacked = {k: torch.stack(v).contiguous() for k, v in tensors.items()} | extra
+        path = tmp_path / f"{name}.{fmt}"
+        save_file(stacked, str(path)) if fmt == "safetensors" else torch.save(stacked, path)
+        out.append(path)
+    return out
+
+
+@pytest.mark.parametrize("contract,fmt", [("aiter", "safetensors"), ("qwen3-moe", "pt")])  # aiter: probs' order is not rank order
+def test_trace_diff_reads_a_dense_trace_as_a_set(tmp_path, contract, fmt):
+    from contracts.run.trace_diff import diff_traces
+
+    dense, plain = _traces(tmp_path, contract, fmt=fmt)
+    d = diff_traces(dense, plain, contract)
+    assert d.flips == 0 and d.rows > 0, d.to_json()
+    assert any("dense trace has no column order" in n for n in d.notes), d.notes
+
+
+@pytest.mark.parametrize("attack", ["one_more", "one_fewer", "prob_outside"])
+def test_trace_diff_blames_a_malformed_dense_row_on_validity(tmp_path, attack):
+    from contracts.run.trace_diff import diff_traces
+
+    dense, plain = _traces(tmp_path, "qwen3-moe", attack)
+    d = diff_traces(dense, plain, "qwen3-moe")
+    assert d.flips == 2 and d.causes["router"] == 2 and d.router_clauses == {"validity": 2}, d.to_json()  # row 1 of each layer
+    assert d.router_sides == {"a": 2, "b": 0, "both": 0}, d.router_sides
+
+
+def test_a_dense_trace_with_a_map_not_bool_is_one_line(tmp_path):
+    from safetensors.torch import save_file
+
+    from contracts.run.trace_diff import TraceError, open_trace
+
+    path = tmp_path / "t.safetensors"
+    save_file({"probs": torch.zeros(4, 8), "routing_map": torch.zeros(4, 8, dtype=torch.uint8), "logits": torch.zeros(4, 8)}, str(path))
+    with pytest.raises(TraceError, match="routing_map in uint8"):
+        open_trace(path)

@@ -4,8 +4,12 @@ A trace is what an engine chose per token and layer: ``ids`` ``[tokens, k]``,
 ``weights`` ``[tokens, k]`` and, where recorded, the router ``logits``
 ``[tokens, E]`` and the correction ``bias`` ``[E]``, each with or without a
 leading layers dimension, in a ``.pt`` dict or a ``.safetensors`` file (the
-capture command writes one). Two traces of the same tokens (a rollout engine
-and a trainer, say) are compared token by token and layer by layer.
+capture command writes one). A trainer's trace may hold its dense answer
+instead of ids and weights, ``probs`` and ``routing_map`` ``[tokens, E]``
+(Megatron-core's), read as a check reads one (``contracts.compare.dense``):
+a set with no column order, a malformed row a ``router`` flip of clause
+``validity``. Two traces of the same tokens (a rollout engine and a
+trainer, say) are compared token by token and layer by layer.
 
 A **flip** is a token-and-layer the two routed differently: another expert
 set, or another column order where the contract fixes the order (a
@@ -62,6 +66,7 @@ from ..cases.build import Case
 from ..cases.plan import CaseSpec
 from ..compare import expected_for
 from ..compare.attribution import CLAUSE_ORDER, INDEX
+from ..compare.dense import DenseAnswer, read_answer
 from ..compare.tolerance import ulp_distance
 from ..compare.verdicts import row_blame
 
@@ -91,6 +96,7 @@ class Trace:
     _get: object  # (key, layer, first, count) -> tensor
     keys: frozenset
     bias_shape: tuple[int, ...] | None = None
+    dense: bool = False  # read from probs and routing_map: no column order, each row's faults under "faults"
 
     @property
     def layer_count(self) -> int:
@@ -153,6 +159,45 @@ def _check_dtypes(path: Path, dtypes: dict) -> None:
                          "(bf16, fp16 or fp32; float64 and integer logits are refused, as check --logits refuses them)")  # fmt: skip
 
 
+class _DenseSlices:
+    """A dense trace's ``ids``, ``weights`` or ``faults`` read, slice by slice, from its ``probs`` and ``routing_map``
+    (``contracts.compare.dense``, as a check reads a dense answer): a faulted row holds -1, so it breaks validity."""
+
+    def __init__(self, get, key: str, experts: int, topk: int):
+        self.get, self.key, self.experts, self.topk = get, key, experts, topk
+
+    def __getitem__(self, index):
+        probs = torch.as_tensor(self.get("probs")[index]).float()
+        routing_map = torch.as_tensor(self.get("routing_map")[index])
+        answer = read_answer((probs, routing_map), rows=probs.shape[0], experts=self.experts, topk=self.topk, device=probs.device)
+        if isinstance(answer, str):  # shapes and dtypes were checked when the trace was opened
+            raise TraceError(answer)
+        return {"weights": answer[0], "ids": answer[1], "faults": answer.faults}[self.key]
+
+
+def _dense_trace(path: Path, shapes: dict, dtypes: dict, meta: dict, get):
+    """(shapes, dtypes, get) of a trace holding a dense answer, ``probs`` and ``routing_map`` ``[(layers,) tokens, E]``,
+    as those of ``ids`` / ``weights`` ``[(layers,) tokens, k]``: k is the metadata's ``topk``, else the first row's count."""
+    p, m = shapes["probs"], shapes["routing_map"]
+    if p != m or len(p) not in (2, 3) or 0 in p:
+        raise TraceError(f"{path}: probs {list(p)} and routing_map {list(m)} must be the same [tokens, E] or [layers, tokens, E]")
+    if dtypes["routing_map"] != torch.bool:
+        raise TraceError(f"{path}: routing_map in {_name(dtypes['routing_map'])}; save the routing map as a bool tensor")
+    if not (isinstance(dtypes["probs"], torch.dtype) and dtypes["probs"].is_floating_point):
+        raise TraceError(f"{path}: probs in {_name(dtypes['probs'])}; save the routing probs as a float tensor")
+    try:
+        topk = int(meta["topk"]) if "topk" in meta else int(torch.as_tensor(get("routing_map")[(slice(0, 1),) * (len(p) - 1)]).sum())
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"{path}: its topk metadata is not an integer ({exc})") from None
+    if not 0 < topk <= p[-1]:
+        raise TraceError(f"{path}: top-{topk} of {p[-1]} experts (metadata topk, else the first row's count of the routing map)")
+    lead = tuple(p[:-1])
+    shapes = {**shapes, "ids": lead + (topk,), "weights": lead + (topk,)}
+    dtypes = {**dtypes, "ids": torch.int32, "weights": torch.float32}
+    views = {key: _DenseSlices(get, key, p[-1], topk) for key in ("ids", "weights", "faults")}
+    return shapes, dtypes, (lambda key: views[key] if key in views else get(key))
+
+
 def open_trace(path: str | Path) -> Trace:
     """Open a trace, checking its keys, shapes and dtypes; ``TraceError`` in one line otherwise."""
     path = Path(path)
@@ -164,9 +209,13 @@ def open_trace(path: str | Path) -> Trace:
         raise
     except Exception as exc:  # noqa: BLE001 -- an unreadable file is one line naming it
         raise TraceError(f"{path}: could not be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    dense = "ids" not in shapes and "weights" not in shapes and "probs" in shapes and "routing_map" in shapes
+    if dense:  # a trainer's answer as Megatron gives it
+        shapes, dtypes, get = _dense_trace(path, shapes, dtypes, meta, get)
     for key in ("ids", "weights"):
         if key not in shapes:
-            raise TraceError(f"{path}: no {key!r}; a trace holds ids [tokens, k] and weights [tokens, k] (and logits [tokens, E] where recorded)")
+            raise TraceError(f"{path}: no {key!r}; a trace holds ids [tokens, k] and weights [tokens, k], or probs [tokens, E] and "
+                             "routing_map [tokens, E] (and logits [tokens, E] where recorded)")  # fmt: skip
     _check_dtypes(path, dtypes)
     ids = shapes["ids"]
     if len(ids) not in (2, 3) or shapes["weights"] != ids:
@@ -209,13 +258,16 @@ def open_trace(path: str | Path) -> Trace:
             return torch.as_tensor(b).float().reshape(-1)  # any float: fp32, the dtype a router ranks in
         part = t[layer, first : first + count] if layers else t[first : first + count]
         part = torch.as_tensor(part).clone()
+        if key == "faults":
+            return part
         if key == "ids":
             return part.long()  # one dtype from reading to blame: every integer type above is exact in int64
         if key == "weights":
             return part.float()
         return part
 
-    return Trace(path, layers, ids[-2], ids[-1], experts, tuple(names), named, read, frozenset(shapes), bias_shape)
+    return Trace(path, layers, ids[-2], ids[-1], experts, tuple(names), named, read, frozenset(shapes) | ({"faults"} if dense else set()),
+                 bias_shape, dense)  # fmt: skip
 
 
 def _bits(x: torch.Tensor) -> torch.Tensor:
@@ -268,12 +320,14 @@ def _same_routing(ids_a: torch.Tensor, ids_b: torch.Tensor, ordered: bool) -> to
     return (ids_a.sort(1).values == ids_b.sort(1).values).all(1)
 
 
-def _side_blame(scores, bias, weights, ids, c, topk, layer, first):
+def _side_blame(scores, bias, weights, ids, c, topk, layer, first, faults=None):
     """(rows breaking an ids clause, the first such clause, the oracle's ids): ``ids`` int64 as read, never narrowed; a
-    row with an id outside ``[0, E)`` breaks validity whatever else the attribution finds."""
+    row with an id outside ``[0, E)`` breaks validity whatever else the attribution finds. ``faults``: a dense side's
+    (its answer compared as a set, as a check compares it)."""
     case = _case(scores, bias, c, topk, layer, first)
     exp = expected_for(case, c)
-    broken = row_blame(case, exp, (weights.float(), ids), c)
+    answer = (weights.float(), ids) if faults is None else DenseAnswer(weights.float(), ids, faults)
+    broken = row_blame(case, exp, answer, c)
     breaks, clause = _first_ids_clause(broken)
     outside = _outside(ids, scores.shape[1])
     clause = torch.where(outside, INDEX["validity"], clause)
@@ -321,7 +375,7 @@ def diff_traces(a: str | Path, b: str | Path, contract: str, *, progress=None) -
     c = oracle.get_contract(contract)
     ta, tb = open_trace(a), open_trace(b)
     pairs, only_a, only_b, paired_by = _check_pair(ta, tb, c)
-    ordered = c.output_order != "any"
+    ordered = c.output_order != "any" and not (ta.dense or tb.dense)  # a dense answer has no column order
     out = TraceDiff(str(ta.path), str(tb.path), str(contract), tokens=ta.tokens, paired_by=paired_by, unpaired_layers={"a": only_a, "b": only_b})
     if paired_by == "index" and (ta.named or tb.named or ta.layers):
         out.notes.append("the layers were paired by index: " + ("neither trace records" if not (ta.named or tb.named) else "one trace does not record")
@@ -330,7 +384,8 @@ def diff_traces(a: str | Path, b: str | Path, contract: str, *, progress=None) -
         if names:
             out.notes.append(f"layers only in {ta.path if side == 'a' else tb.path} (not compared, the diff fails): {', '.join(names)}")
     if not ordered:
-        out.notes.append(f"contract {c.name} leaves the column order open (output_order any): a flip is another expert set")
+        why = f"contract {c.name} leaves the column order open (output_order any)" if c.output_order == "any" else "a dense trace has no column order"
+        out.notes.append(f"{why}: a flip is another expert set")
     if "logits" not in ta.keys or "logits" not in tb.keys:
         which = ta if "logits" in ta.keys else tb
         out.notes.append(f"only {which.path} holds logits: both sides are taken to have routed them (a routing replay)")
@@ -441,8 +496,9 @@ def _diff_chunk(ta: Trace, tb: Trace, c, layer: int, layer_b: int, first: int, n
     wa, wb = ta.read("weights", layer, first, n)[rows], tb.read("weights", layer_b, first, n)[rows]
     ia, ib = ids_a[rows], ids_b[rows]
     topk = ia.shape[1]
-    breaks_a, clause_a, oracle_a = _side_blame(la[rows], ba, wa, ia, c, topk, layer, first)
-    breaks_b, clause_b, oracle_b = _side_blame(lb[rows], bb, wb, ib, c, topk, layer, first)
+    fa, fb = (t.read("faults", at, first, n) for t, at in ((ta, layer), (tb, layer_b)))
+    breaks_a, clause_a, oracle_a = _side_blame(la[rows], ba, wa, ia, c, topk, layer, first, None if fa is None else fa[rows])
+    breaks_b, clause_b, oracle_b = _side_blame(lb[rows], bb, wb, ib, c, topk, layer, first, None if fb is None else fb[rows])
     differ = inputs_differ[rows]
     router = breaks_a | breaks_b
     cause = torch.where(router, 2, torch.where(differ, 0, 1))
