@@ -117,3 +117,18 @@ def test_quick_with_what_it_cannot_go_with_is_one_line_exit_2(tmp_path, capsys, 
     code, _, stderr = _check(capsys, ["check", "--candidate", "oracle", "--quick", *extra, "--out", str(tmp_path / "x")])
     assert code == 2 and "--quick" in stderr and len(stderr.strip().splitlines()) == 1, (code, stderr)
     assert "Traceback" not in stderr
+
+
+def test_matrix_quick_with_rows_is_one_line_exit_2(tmp_path, capsys):
+    code, _, stderr = _check(capsys, ["matrix", "--candidate", "oracle,torch-native", "--quick", "--rows", "100", "--out", str(tmp_path / "m")])
+    assert code == 2 and "--quick" in stderr and len(stderr.strip().splitlines()) == 1, (code, stderr)
+
+
+@pytest.mark.slow  # two candidates over the quick plan of two families: ~15 s on the 2-core CPU
+def test_a_quick_matrix_is_marked_quick(tmp_path, capsys):
+    out = tmp_path / "m"
+    code, stdout, stderr = _check(capsys, ["matrix", "--candidate", "oracle,torch-native", "--quick", "--families", "nan_sparse,all_equal",
+                                           "--no-isolate", "--out", str(out)])  # fmt: skip
+    assert code == 0, stderr
+    assert json.loads((out / "matrix.json").read_text())["quick"] is True
+    assert "PASS (quick)" in stdout and "a quick look" in stdout and "planned" in stderr

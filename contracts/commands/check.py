@@ -120,19 +120,19 @@ def refuse_logits_options_alone(args: argparse.Namespace) -> None:
         raise UsageError(f"{option} needs --logits FILE (the captured logits it belongs to); add --logits FILE or drop {option}")
 
 
-def take_rows(args: argparse.Namespace) -> None:
+def take_rows(args: argparse.Namespace, default: int = DEFAULT_ROWS) -> None:
     """``args.rows``: ``QUICK_ROWS`` for ``--quick`` (refused, one line, beside ``--rows``, ``--replay`` or ``--logits``),
-    else the given ``--rows`` or the default."""
+    else the given ``--rows`` or ``default`` (check's; matrix passes its own)."""
     from ..run.options import OptionError, check_quick
 
     if getattr(args, "quick", False):
         try:
-            check_quick(args.rows or DEFAULT_ROWS, args.replay, args.logits, rows_given=args.rows is not None)
+            check_quick(args.rows or default, args.replay, args.logits, rows_given=args.rows is not None, defaults=(default,))
         except OptionError as exc:
             raise UsageError(str(exc)) from None
         args.rows = QUICK_ROWS
     elif args.rows is None:
-        args.rows = DEFAULT_ROWS
+        args.rows = default
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:

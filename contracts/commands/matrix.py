@@ -55,7 +55,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                     help="prefill/decode view: A in batches below M0 rows, B at M0 rows or more, on the same rows (e.g. radix4:aiter@1024)")  # fmt: skip
     ap.add_argument("--contract", metavar="NAME|FILE.toml",
                     help="contract of the comparisons and of the oracle column: a built-in name or a contract file (default: the one most candidates claim)")  # fmt: skip
-    ap.add_argument("--rows", type=row_count, default=DEFAULT_ROWS, help=f"rows over all families (default {DEFAULT_ROWS:,})")
+    ap.add_argument("--rows", type=row_count, default=None,
+                    help=f"the bulk rows, spread over the families (default {DEFAULT_ROWS:,}); the pinned cases run on top of them, "
+                         "so the matrix runs more rows than this: the total is printed before the run. For a first look use --quick")  # fmt: skip
+    ap.add_argument("--quick", action="store_true",
+                    help="the quick look of check --quick (every family and every kind of pinned case once); marked '(quick)' in the "
+                         "table and matrix.json: not a full check. Not with --rows, --replay or --logits")  # fmt: skip
     ap.add_argument("--families", help="comma-separated subset of the families")
     ap.add_argument("--max-batch", type=positive_int("--max-batch 65536", 1 << 20, " (the largest case the harness makes)"), metavar="M",
                     help="the largest batch of the batch-size sweep that runs at every --rows (default 65,536 on a GPU, 16,385 on a CPU)")  # fmt: skip
@@ -92,10 +97,11 @@ def _print_row(answers: dict, row: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..commands.check import _check_device, check_contract, refuse_logits_options_alone
+    from ..commands.check import _check_device, check_contract, refuse_logits_options_alone, take_rows
     from ..run.options import OptionError, parse_case_choice, parse_families, parse_split
 
     names = _names(args.candidate)
+    take_rows(args, default=DEFAULT_ROWS)
     refuse_unknown_candidates(names, allow_all=False)  # before the torch-heavy imports: a typo is answered at once
     check_contract(args.contract)
     refuse_logits_options_alone(args)
@@ -121,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
                 names, contract=args.contract, split=split, rows=args.rows, seed=args.seed, families=families, device=device,
                 experts=args.experts, topk=args.topk, replay=args.replay, show_row=args.row, isolate=args.isolate, max_batch=args.max_batch,
                 timeout=args.timeout, out=args.out, force=args.force, progress=not args.quiet, command=args.command_line, stop=stop,
-                logits=args.logits, logits_bias=args.bias, logits_sha256=args.logits_sha256,
+                logits=args.logits, logits_bias=args.bias, logits_sha256=args.logits_sha256, quick=args.quick,
             )  # fmt: skip
         except OptionError as exc:
             raise UsageError(str(exc)) from None

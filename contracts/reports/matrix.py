@@ -85,10 +85,11 @@ def render_matrix_table(report: MatrixReport) -> str:
     rows, columns, cells = grid(report)
     table = pd.DataFrame([[cell_text(p) for p in line] for line in cells], index=[clean(n) for n in rows], columns=[clean(c) for c in columns])
     status = pd.DataFrame(
-        [{"candidate": clean(m.name), "status": m.status.word, "answered": m.rows_answered, "skipped": m.rows_skipped,
+        [{"candidate": clean(m.name), "status": m.status.word + (" (quick)" if report.quick else ""), "answered": m.rows_answered, "skipped": m.rows_skipped,
           "raised": m.rows_raised, "note (vs the oracle; * declared)": _status_note(report, m.name)} for m in report.candidates]
     )  # fmt: skip
-    head = (f"rows routed differently, of the rows both answered ({report.rows_run:,} rows, contract {report.contract}, "
+    head = ("a quick look (matrix --quick: a thin sample of the full plan; not a full check): " if report.quick else "") + (
+            f"rows routed differently, of the rows both answered ({report.rows_run:,} rows, contract {report.contract}, "
             f"device {report.device}, {report.experts}/{report.topk}): ids exactly, weights to rtol {report.weight_rtol:g} / "
             f"atol {report.weight_atol:g}, order per the contract; near ties included")  # fmt: skip
     parts = [head, table.to_string() if rows else "(no candidates)", "", status.to_string(index=False) if rows else ""]

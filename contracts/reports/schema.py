@@ -532,6 +532,7 @@ class MatrixReport:
     environment: dict | None = None
     duration_s: float | None = None
     files: dict[str, str] = field(default_factory=dict)  # the bundle's other files: role -> name
+    quick: bool = False  # a quick look (matrix --quick): the thin plan of check --quick; its statuses read "PASS (quick)"
 
     def validate(self, source: str = "matrix.json") -> "MatrixReport":
         if self.kind != "router-contracts-matrix":

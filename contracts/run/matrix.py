@@ -45,12 +45,12 @@ from ..candidates.batched import AT_LEAST, BELOW, batched_name
 from ..candidates.worker import Interrupted, Worker, WorkerFailure
 from ..cases import CaseSpec
 from ..cases.memory import reuse_freed_memory
-from ..cases.plan import plan_bulk_rows
+from ..cases.plan import QUICK_ROWS, plan_bulk_rows
 from ..reports.bundle import prepare_out, write_matrix_bundle, write_matrix_json
 from ..reports.schema import AgainstSides, ErrorRecord, MatrixMember, MatrixPair, MatrixReport, PairExample, PairFamily, SplitView, Status
 from .containment import HarnessError, Handling, contained
 from .checks import DEFAULT_TIMEOUT_S, Target, _open_captured, _Plan, bundle_dirname, default_out, resolve, should_isolate
-from .options import OptionError
+from .options import OptionError, check_quick
 from .progress import Progress
 from .replay import replay_command, replay_pythonpath
 
@@ -248,6 +248,7 @@ def run_matrix(
     logits: str | Path | None = None,
     logits_bias: str | Path | None = None,
     logits_sha256: str | None = None,
+    quick: bool = False,
 ) -> MatrixRun:
     """Run ``names`` (and the two sides of ``split``) on the same cases and write the matrix bundle under ``out``.
 
@@ -259,12 +260,17 @@ def run_matrix(
     (``MatrixRun.row_answers``). ``logits`` (``logits_bias``, ``logits_sha256``):
     the rows of a captured logits file instead of the families, as ``check --logits``.
     ``max_batch``: the pinned batch-size sweep's largest batch, as in ``check`` (default: the device's).
+    ``quick``: the quick look of ``check --quick`` (``QUICK_ROWS`` and a thin sample of the pinned cases; ``rows`` left
+    at its default), marked so in matrix.json and the table.
     """
     import torch
 
     import oracle
 
     stop = stop or (lambda: None)
+    if quick:
+        check_quick(rows, replay, logits, defaults=(DEFAULT_ROWS, QUICK_ROWS))
+        rows = QUICK_ROWS
     if len(set(names)) != len(names):
         twice = sorted(n for n, k in Counter(names).items() if k > 1)
         raise OptionError(f"--candidate names {', '.join(twice)} more than once; name each candidate once")
@@ -287,7 +293,7 @@ def run_matrix(
         except (ValueError, OSError) as exc:
             raise OptionError(f"--contract {contract}: {exc}") from None
         shape = _Plan(families, rows, seed, experts, topk, None, replay, max_batch=max_batch,
-                      captured=_open_captured(logits, logits_bias, logits_sha256, families)).shaped(c)
+                      captured=_open_captured(logits, logits_bias, logits_sha256, families), quick=quick).shaped(c)
         if not shape.families:
             raise OptionError(f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}; choose others with --families")
         label = "matrix-" + ("+".join(m.name for m in members) if members else f"split-{split[0]}-{split[1]}-{split[2]}")
@@ -301,11 +307,12 @@ def run_matrix(
         specs, total = shape.specs(plan_bulk_rows(device), device)  # the same cases for all; each answers bulk ones in calls it serves
         report = MatrixReport(
             contract=c.name, device=device, rows=total, seed=seed, families=list(shape.families), experts=shape.experts,
-            topk=shape.topk, weight_rtol=c.weight_rtol, weight_atol=c.weight_atol, command=command,
+            topk=shape.topk, weight_rtol=c.weight_rtol, weight_atol=c.weight_atol, command=command, quick=quick,
         )  # fmt: skip
         run = MatrixRun(out=out_dir, report=report)
         loop = _Loop(members, sides, c, contract, device, report, show_row=show_row, run=run, split=split)
         with Progress("matrix", total, enabled=progress) as bar:
+            bar.say(f"matrix: planned {total:,} rows" + (" (a quick look: a thin sample of the full plan, not a full check)" if quick else ""))
             try:
                 for spec in specs:
                     if stop():

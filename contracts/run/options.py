@@ -149,14 +149,15 @@ def parse_case_choice(replay: str | None, row: int | None, *, experts: int | Non
     return spec
 
 
-def check_quick(rows: int, replay: str | None = None, logits=None, *, rows_given: bool = False) -> None:
+def check_quick(rows: int, replay: str | None = None, logits=None, *, rows_given: bool = False,
+                defaults: tuple[int, ...] = (DEFAULT_ROWS, QUICK_ROWS)) -> None:  # fmt: skip
     """``--quick`` with what it cannot go with, one line naming the conflict and the fix: a row count of its own (it
     takes ``QUICK_ROWS``), ``--replay`` (one case) or ``--logits`` (a captured file is its own plan)."""
     if replay:
         raise OptionError("--quick thins the synthetic plan, and --replay runs one case; drop --quick")
     if logits is not None:
         raise OptionError("--quick thins the synthetic plan, and --logits checks every row of its file; drop --quick")
-    if rows_given or rows not in (DEFAULT_ROWS, QUICK_ROWS):
+    if rows_given or rows not in defaults:  # a library caller's rows: its default (matrix's 20,000) or QUICK_ROWS
         raise OptionError(f"--quick runs {QUICK_ROWS:,} rows and a thin sample of the pinned cases; --rows sizes a full run's bulk rows: "
                           "drop --rows for a quick look, or --quick for a full check")
 
