@@ -91,11 +91,17 @@ class _Parser(argparse.ArgumentParser):
         return f"unknown option {name}{_nearest_option(name, self._option_string_actions)}; {self.prog} --help lists the options"
 
 
+# What a one-letter option means in the Unix tools a user knows, where several long options begin with its letter.
+_SHORT_CONVENTIONS = {"-q": "--quiet", "-f": "--force", "-o": "--out"}
+
+
 def _nearest_option(name: str, options) -> str:
     """`` (did you mean --x?)``: the one option ``name`` begins (an abbreviation), else the closest spelling, else ''."""
     longs = sorted(o for o in options if o.startswith("--"))
     start = name if name.startswith("--") else "-" + name  # -q: the one long option that begins --q
     extended = [o for o in longs if o.startswith(start)] if len(start) > 2 else []
+    if len(extended) > 1 and _SHORT_CONVENTIONS.get(name) in extended:  # -q: --quiet, as in every Unix tool (not --quick)
+        extended = [_SHORT_CONVENTIONS[name]]
     close = extended if len(extended) == 1 else difflib.get_close_matches(name, longs, n=1, cutoff=0.75)
     return f" (did you mean {close[0]}?)" if close else ""
 
