@@ -147,11 +147,11 @@ def test_check_plan_plans_only_the_admitted_options(monkeypatch, capsys):
             planned.append(spec)
             yield spec
 
-    real = plan_module.iter_plan
-    monkeypatch.setattr(plan_module, "iter_plan", recording)
+    real = plan_module.iter_plan_parts  # iter_plan's own source: --plan counts its bulk cases, never lists them
+    monkeypatch.setattr(plan_module, "iter_plan_parts", recording)
     import contracts.run.checks as checks_module  # --plan walks the run's own iterator (issue 55), imported there
 
-    monkeypatch.setattr(checks_module, "iter_plan", recording)
+    monkeypatch.setattr(checks_module, "iter_plan_parts", recording)
     assert main(["--candidate", "oracle", "--contract", "mixtral", "--plan", "--rows", "200"]) == 0
     assert "plan: contract mixtral" in capsys.readouterr().out
     assert planned and {s.renormalize_options for s in planned} == {(True,)}  # Mixtral always renormalizes
