@@ -124,7 +124,6 @@ def test_matrix_quick_with_rows_is_one_line_exit_2(tmp_path, capsys):
     assert code == 2 and "--quick" in stderr and len(stderr.strip().splitlines()) == 1, (code, stderr)
 
 
-@pytest.mark.slow  # two candidates over the quick plan of two families: ~15 s on the 2-core CPU
 def test_a_quick_matrix_is_marked_quick(tmp_path, capsys):
     out = tmp_path / "m"
     code, stdout, stderr = _check(capsys, ["matrix", "--candidate", "oracle,torch-native", "--quick", "--families", "nan_sparse,all_equal",
