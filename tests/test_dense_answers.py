@@ -77,7 +77,7 @@ def test_dense_tensors_wrong_as_a_whole_are_validity_on_the_case(name, words):
     assert out.clause_rows == {"validity": out.rows}, out.clause_rows
 
 
-def test_an_empty_batch_of_a_malformed_dense_answer_is_still_validity():
+def test_a_map_not_bool_is_refused_on_an_empty_batch_too():
     """No row to carry it: the case's problem (the tally makes it the candidate's error)."""
     c = oracle.get_contract(D.CONTRACT)
     actual = read_answer((torch.zeros(0, c.experts), torch.zeros(0, c.experts)), rows=0, experts=c.experts, topk=c.topk,
@@ -266,7 +266,10 @@ def _traces(tmp_path, contract: str, attack: str = "right", fmt: str = "safetens
     for name, tensors in (("dense", dense), ("plain", plain)):
         stacked = {k: torch.stack(v).contiguous() for k, v in tensors.items()} | extra
         path = tmp_path / f"{name}.{fmt}"
-        save_file(stacked, str(path)) if fmt == "safetensors" else torch.save(stacked, path)
+        if fmt == "safetensors":
+            save_file(stacked, str(path))
+        else:
+            torch.save(stacked, path)
         out.append(path)
     return out
 
@@ -300,3 +303,20 @@ def test_a_dense_trace_with_a_map_not_bool_is_one_line(tmp_path):
     save_file({"probs": torch.zeros(4, 8), "routing_map": torch.zeros(4, 8, dtype=torch.uint8), "logits": torch.zeros(4, 8)}, str(path))
     with pytest.raises(TraceError, match="routing_map in uint8"):
         open_trace(path)
+
+
+# ---------------------------------------------------------------- the mcore candidates answer dense
+
+
+@pytest.mark.slow  # imports megatron-core: ~4 s on the 2-core CPU
+@pytest.mark.parametrize("family", ["kimi-k2", "deepseek-v3"])
+def test_the_mcore_candidates_answer_megatrons_dense_form(family):
+    """mcore-<family> returns Megatron's (probs, routing_map), probs as fp32, and the harness reads it with no fault
+    (check --candidate mcore-kimi-k2 --contract kimi-k2 --rows 2000: the same verdict and mismatched rows as the
+    [M, k] conversion it replaced)."""
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install --no-deps 'megatron-core==0.16.1')")
+    from contracts.candidates import get_candidate
+
+    c, case = _case(family, "random_bf16", rows=16)
+    call = CaseRunner(get_candidate(f"mcore-{family}").route).run(case)
+    assert isinstance(call.actual, DenseAnswer) and int(call.actual.faults.count_nonzero()) == 0, call.actual

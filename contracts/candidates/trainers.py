@@ -79,12 +79,12 @@ def mcore_candidate(family: str) -> Candidate:
     router = FAMILIES[family]
     return Candidate(
         name=f"mcore-{family}",
-        route=LazyFactory("kernels.trainers", "route_for", family),
+        route=LazyFactory("kernels.trainers", "dense_route_for", family),  # Megatron's dense answer, read by the harness
         contract=router.contract,
         contracts=(router.contract, family),
         devices=("cpu", "cuda"),
         description=f"megatron-core's topk_routing_with_score_function ({router.score_function}"
-                    f"{', pre-softmax' if router.use_pre_softmax else ''}), the {family} settings, dense answer read as [M, k]",
+                    f"{', pre-softmax' if router.use_pre_softmax else ''}), the {family} settings, its dense answer (probs, routing_map)",
         supported_hardware=_gate(_mcore_available),
         expected_deviations={router.contract: dict(MCORE_DEVIATIONS[family])},
         declared_bounds={router.contract: dict(MCORE_BOUNDS[family])} if family in MCORE_BOUNDS else {},

@@ -6,13 +6,15 @@ function, pre-/post-softmax, groups); ``te_route_for(family)`` runs Transformer 
 ``transformer_engine.pytorch.router.fused_topk_with_score_function`` with the same settings (CUDA only; TE cannot be
 installed on this project's machines: its plumbing is tested against a stand-in module, ``module=``).
 
-Both return a dense answer, ``(probs [tokens, E], routing_map [tokens, E] bool)``, with no column order. Until the
-harness reads dense answers, ``to_topk`` converts it here: the ``k`` experts of the map, **by weight descending, equal
-weights by expert id ascending**, and the probs at those experts as fp32 (the contracts the mcore candidates claim
-compare ids as a set: ``output_order = "any"``). A map without exactly ``k`` experts in a row raises.
+Both return a dense answer, ``(probs [tokens, E], routing_map [tokens, E] bool)``, with no column order.
+``dense_route_for`` (the ``mcore-<family>`` candidates' route) answers it so, the probs as fp32: the harness reads it
+(a malformed map is a validity finding there). ``route_for`` and ``te_route_for`` convert it with ``to_topk``: the
+``k`` experts of the map, **by weight descending, equal weights by expert id ascending**, and the probs at those
+experts as fp32 (the contracts the mcore candidates claim compare ids as a set: ``output_order = "any"``). A map
+without exactly ``k`` experts in a row raises there.
 
 Every route is ``fn(scores, bias, topk, renormalize, routed_scaling_factor, *, num_expert_group=None, topk_group=None)
--> (weights fp32 [M, k], ids int32 [M, k])``. ``renormalize`` is not an argument of Megatron's routing: its sigmoid
+-> (weights fp32 [M, k], ids int32 [M, k])`` (``dense_route_for``'s: ``(probs fp32 [M, E], routing_map bool [M, E])``). ``renormalize`` is not an argument of Megatron's routing: its sigmoid
 router always divides by ``sum + 1e-20`` (when k > 1), its post-softmax router's weights are a softmax over the k
 chosen; the call's flag is not passed on (the contract decides whether that is a mismatch). No megatron or TE code is
 copied here; ``available()`` says why not in one line. Like the rest of ``kernels/``, nothing here imports ``oracle``
@@ -25,7 +27,8 @@ import importlib
 import warnings
 from dataclasses import dataclass
 
-__all__ = ["FAMILIES", "MCORE_VERSION", "TE_MODULE", "TrainerRouter", "available", "route_for", "te_available", "te_route_for", "to_topk"]
+__all__ = ["FAMILIES", "MCORE_VERSION", "TE_MODULE", "TrainerRouter", "available", "dense_route_for", "route_for", "te_available", "te_route_for",
+           "to_topk"]
 
 MCORE_VERSION = "0.16.1"  # the release the mcore contracts cite (requirements: the trainers extra)
 _MOE_UTILS = "megatron.core.transformer.moe.moe_utils"
@@ -115,7 +118,7 @@ def _settings(router: TrainerRouter, bias, topk, routed_scaling_factor, num_expe
     )
 
 
-def _make(router: TrainerRouter, fn, name: str):
+def _make(router: TrainerRouter, fn, name: str, dense: bool = False):
     def route(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None, topk_group=None):
         import torch
 
@@ -124,14 +127,17 @@ def _make(router: TrainerRouter, fn, name: str):
         # no autograd graph unless the caller differentiates (the backward check passes logits that require grad)
         with torch.set_grad_enabled(scores.requires_grad):
             probs, routing_map = fn(logits, **_settings(router, bias, topk, routed_scaling_factor, num_expert_group, topk_group))
+        if dense:  # as the trainer's dispatcher gets it; the probs in fp32, the weights' dtype the harness asks for
+            return probs.float(), routing_map
         return to_topk(probs, routing_map, topk)
 
     route.__qualname__ = name
     return route
 
 
-def route_for(family: str):
-    """megatron-core's routing of ``family`` (megatron is imported on the first call)."""
+def route_for(family: str, *, dense: bool = False):
+    """megatron-core's routing of ``family`` (megatron is imported on the first call); ``dense``: its answer as it
+    gives it, ``(probs fp32 [M, E], routing_map bool [M, E])``, not read into ``[M, k]`` here."""
     router = FAMILIES[family]
     state = {}
 
@@ -140,7 +146,13 @@ def route_for(family: str):
             state["f"] = _import_quietly(_MOE_UTILS).topk_routing_with_score_function
         return state["f"](logits, **kwargs)
 
-    return _make(router, fn, f"route_for({family!r})")
+    return _make(router, fn, f"route_for({family!r}{', dense=True' if dense else ''})", dense)
+
+
+def dense_route_for(family: str):
+    """``route_for(family, dense=True)``: the ``mcore-<family>`` candidates' route (the harness reads a dense answer as
+    a set of k experts, a malformed map as a validity finding: contracts/compare/dense.py)."""
+    return route_for(family, dense=True)
 
 
 def te_route_for(family: str, *, module: str = TE_MODULE):
