@@ -59,10 +59,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for candidate, contract in ((args.passing, None), (args.failing, args.failing_contract)):
             results.append(time_quick(candidate, contract, Path(tmp) / f"run{len(results)}"))
-    print(f"{'candidate':<36} {'contract':<12} {'status':<6} {'exit':>4} {'cases':>6} {'rows':>8} {'wall s':>7}  goal")
+    print(f"{'candidate':<40} {'contract':<12} {'status':<6} {'exit':>4} {'cases':>6} {'rows':>8} {'wall s':>7}  goal")
     for r in results:
         ok = "ok" if r["wall_s"] < GOAL_S and r["quick"] else "OVER" if r["quick"] else "not a quick run"
-        print(f"{r['candidate']:<36} {r['contract']:<12} {r['status']:<6} {r['exit']:>4} {r['cases'] or 0:>6,} {r['rows'] or 0:>8,} "
+        print(f"{r['candidate']:<40} {r['contract']:<12} {r['status']:<6} {r['exit']:>4} {r['cases'] or 0:>6,} {r['rows'] or 0:>8,} "
               f"{r['wall_s']:>7.1f}  {ok}")  # fmt: skip
         if r["stderr_tail"]:
             print(f"  stderr: {r['stderr_tail']}")
