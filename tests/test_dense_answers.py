@@ -320,3 +320,16 @@ def test_the_mcore_candidates_answer_megatrons_dense_form(family):
     c, case = _case(family, "random_bf16", rows=16)
     call = CaseRunner(get_candidate(f"mcore-{family}").route).run(case)
     assert isinstance(call.actual, DenseAnswer) and int(call.actual.faults.count_nonzero()) == 0, call.actual
+
+
+@pytest.mark.slow  # a pytest run in a subprocess with its check: ~10 s on the 2-core CPU
+def test_the_pytest_plugin_fails_only_the_validity_tests_of_a_malformed_dense_router(tmp_path):
+    import re
+
+    from tests.test_pytest_plugin import SUITE, _pytest
+
+    code, out = _pytest(tmp_path, *SUITE, "--candidate", "tests.adversarial.dense_answers:one_more", "--contract", D.CONTRACT,
+                        "--rows", "16", "--max-batch", "1", "--no-isolate", "-q", "-rf")  # fmt: skip
+    assert code == 1, out
+    failed = re.findall(r"^FAILED (\S+)", out, flags=re.M)
+    assert failed and all("test_validity[" in f or "test_check_verdict" in f for f in failed), failed
