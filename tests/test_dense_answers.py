@@ -333,3 +333,12 @@ def test_the_pytest_plugin_fails_only_the_validity_tests_of_a_malformed_dense_ro
     assert code == 1, out
     failed = re.findall(r"^FAILED (\S+)", out, flags=re.M)
     assert failed and all("test_validity[" in f or "test_check_verdict" in f for f in failed), failed
+
+
+def test_search_reads_a_dense_answer_through_call_once():
+    """``search`` makes its own calls (``call_once``): the same reading."""
+    from contracts.candidates.calling import call_once
+
+    c, case = _case(D.CONTRACT)
+    answer, exc, changed = call_once(D.make("one_fewer", c), case)
+    assert exc is None and not changed and isinstance(answer, DenseAnswer) and int(answer.faults[1]) == FAULT_FEWER
