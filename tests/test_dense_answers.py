@@ -342,3 +342,23 @@ def test_search_reads_a_dense_answer_through_call_once():
     c, case = _case(D.CONTRACT)
     answer, exc, changed = call_once(D.make("one_fewer", c), case)
     assert exc is None and not changed and isinstance(answer, DenseAnswer) and int(answer.faults[1]) == FAULT_FEWER
+
+
+def test_against_a_dense_reference():
+    """``--against`` a dense router: the right one stands in for the oracle (compared as a set: the candidate in the
+    contract's order agrees on every row); a malformed one is no reference (the check ends, against_failed)."""
+    from contracts.candidates import Candidate
+    from contracts.cases import iter_plan
+    from contracts.run.check import check_candidate
+
+    c = oracle.get_contract(D.CONTRACT)
+    specs = list(iter_plan(["random_fp32"], 32, 0, c.experts, c.topk))
+    plain = Candidate(name="oracle-plain", route=lambda s, b, k, r, f, **kw: oracle.route(s, b, k, renormalize=r, routed_scaling_factor=f, contract=c))
+
+    def against(name):
+        return check_candidate(plain, specs, contract=D.CONTRACT, device="cpu", against=Candidate(name=name, route=D.make(name))).summary
+
+    s = against("right")
+    assert s.status.value == "pass" and s.mismatched_rows == 0, s.clauses
+    s = against("one_more")
+    assert s.status.value == "error" and "malformed" in s.error.message, s.error

@@ -63,7 +63,7 @@ from typing import Callable
 import torch
 
 from ..cases import Case
-from ..compare.dense import read_answer
+from ..compare.dense import dense_faults, read_answer
 
 __all__ = ["DIFF_SAMPLE_ROWS", "CallOutcome", "CandidateExit", "CaseRunner", "call_once", "fatal_kind", "first_line", "raised_message"]
 
@@ -443,6 +443,9 @@ def _unusable_reference(value, rows: int) -> str | None:
         return f"shapes weights {tuple(w.shape)}, ids {tuple(ids.shape)}; expected two of [{rows}, k]"
     if w.dtype != torch.float32 or ids.dtype != torch.int32:
         return f"dtypes weights {w.dtype}, ids {ids.dtype}; expected torch.float32 and torch.int32"
+    faults = dense_faults(value)
+    if faults is not None and bool(faults.any()):  # a reference routes every row
+        return f"a dense answer whose routing_map is malformed in {int(faults.count_nonzero())} of {rows} rows"
     return None
 
 

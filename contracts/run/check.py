@@ -203,7 +203,7 @@ class _Step:
             if call.other is not None:
                 # Which side the oracle agrees with, per row: tells a reader which of two
                 # disagreeing routers breaks the contract (the clause names the difference).
-                exp_oracle, exp = exp, exp.replaced(*call.other)
+                exp_oracle, exp = exp, exp.replaced(*for_comparison(call.other, exp))  # a dense one in the oracle's columns
                 oracle_side = (agrees(exp_oracle, actual, c), agrees(exp_oracle, call.other, c), agrees(exp, actual, c))
             outcome = compare_case(case, exp, (actual,) if malformed else actual, c, deviations=tally.deviations,
                                    inputs_changed=call.changed, exact=self.exact, quiet=tally.quiet_kinds(spec))  # fmt: skip
