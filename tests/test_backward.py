@@ -270,3 +270,26 @@ def test_mcore_routers_pass_their_backward_check():
     for name, contract in (("mcore-deepseek-v3", "mcore-sigmoid"), ("mcore-qwen3-moe", "mcore-softmax")):
         r = check_backward(name, contract, **ROWS, **SMALL[contract])
         assert r.status == "PASS", (name, r.error, r.clauses)
+
+
+# ---------------------------------------------------------------- check --backward (the spelling of the command)
+
+
+def test_check_backward_runs_the_backward_check_of_each_candidate_and_gives_the_worst_exit(tmp_path, capsys):
+    out = tmp_path / "b"
+    code = main(["check", "--candidate", "oracle,tests.planted.backward_defects:missing_scaling", "--backward",
+                 "--contract", "aiter", "--experts", "64", "--topk", "8", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 1, printed  # one PASS and one FAIL: the FAIL's exit
+    assert "PASS" in printed and "FAIL" in printed and "grad_scaling" in printed
+    assert (out / "oracle" / "backward.json").exists()
+    assert (out / "tests.planted.backward_defects_missing_scaling" / "backward.json").exists()
+    assert main(["check", "--candidate", "oracle", "--backward", "--experts", "64", "--topk", "8", "--out", str(tmp_path / "o")]) == 0
+
+
+@pytest.mark.parametrize("extra", [["--quick"], ["--repeat", "2"], ["--families", "random_bf16"], ["--against", "oracle"],
+                                   ["--exact"], ["--plan"]])  # fmt: skip
+def test_check_backward_refuses_the_forward_options_in_one_line(capsys, extra):
+    assert main(["check", "--candidate", "oracle", "--backward", *extra]) == 2
+    err = capsys.readouterr().err
+    assert extra[0] in err and "--backward" in err and len(err.strip().splitlines()) == 1, err

@@ -136,7 +136,39 @@ def take_rows(args: argparse.Namespace, default: int = DEFAULT_ROWS) -> None:
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    return add_arguments(make_parser(prog, __doc__.split("\n\n")[0].split(": ", 1)[1], _candidates_epilog()))
+    ap = add_arguments(make_parser(prog, __doc__.split("\n\n")[0].split(": ", 1)[1], _candidates_epilog()))
+    ap.add_argument("--backward", action="store_true",
+                    help=f"check the gradient of the weights instead of the forward answer (python -m contracts backward for each "
+                         f"candidate: --rows defaults to {BACKWARD_ROWS}; docs/backward.md)")  # fmt: skip
+    return ap
+
+
+BACKWARD_ROWS = 64  # the backward check's default: a float64 reference per row and variant, not the forward's 250,000
+# check's options the backward check has no use for, with their defaults: each given is refused with one line, not ignored
+_NOT_BACKWARD = {"against": None, "exact": False, "quick": False, "families": None, "shard": None, "repeat": 1, "plan": False,
+                 "logits": None, "max_batch": None, "row": None, "replay": None}  # fmt: skip
+
+
+def _run_backward(args: argparse.Namespace, names: list[str]) -> int:
+    """``check --backward``: ``python -m contracts backward`` for each named candidate, the worst exit code (FAIL or
+    ERROR 1 over NOT COVERED 5 over UNAVAILABLE 3 over PASS 0); several candidates' bundles go to ``--out/NAME``."""
+    from .backward import run_backward
+
+    for attr, default in _NOT_BACKWARD.items():
+        if getattr(args, attr, default) != default:
+            flag = "--" + attr.replace("_", "-")
+            raise UsageError(f"{flag} does not apply to --backward; drop it (python -m contracts backward --help lists what does)")
+    if "all" in names:
+        raise UsageError("--backward takes named candidates (the differentiable ones: oracle, torch-native, hf-*, mcore-*), not 'all'")
+    codes = []
+    for name in names:
+        out = args.out / name.replace(":", "_").replace("/", "_") if args.out is not None and len(names) > 1 else args.out
+        codes.append(run_backward(name, args.contract, device=args.device or "cpu", rows=args.rows or BACKWARD_ROWS,
+                                  seed=args.seed, experts=args.experts, topk=args.topk, out=out))  # fmt: skip
+    for worst in (ExitCode.FAILED, ExitCode.NOT_COVERED, ExitCode.UNAVAILABLE):
+        if worst in codes:
+            return worst
+    return max(codes)
 
 
 def _names(values: list[str]) -> list[str]:
@@ -192,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
     from ..run.options import OptionError, parse_case_choice, parse_families, parse_shard
     from ..run.supervisor import mark_completed, run_supervised, supervising
 
-    if args.isolate is False and not args.plan and supervising():  # in process: a candidate's _exit must not look like success
+    in_process = args.isolate is False or getattr(args, "backward", False)  # the backward check runs its candidates here
+    if in_process and not args.plan and supervising():  # in process: a candidate's _exit must not look like success
         return run_supervised("check", args.argv)
     return mark_completed(_run(args))
 
@@ -201,6 +234,8 @@ def _run(args: argparse.Namespace) -> int:
     from ..run.options import OptionError, parse_case_choice, parse_families, parse_shard
 
     names = _names(args.candidate)
+    if getattr(args, "backward", False):
+        return _run_backward(args, names)
     take_rows(args)
     refuse_unknown_candidates(names)  # before the torch-heavy imports below: a typo is answered at once
     refuse_unknown_candidates([args.against] if args.against else [], "--against", allow_all=False)
