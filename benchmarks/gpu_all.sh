@@ -10,7 +10,8 @@
 #             cases/, candidates/, run/ or kernels/, its summary committed under reports/baselines/. The host needs
 #             pytest: a GPU host without internet gets it from the ignored folder .gpu-wheels/ (pure-Python wheels:
 #             pip download --no-deps -d .gpu-wheels pytest pytest-xdist execnet iniconfig pluggy safetensors tqdm).
-#             TESTS=0 leaves the tests out, MAIN=0 the check.
+#             TESTS=0 leaves the tests out, MAIN=0 the check; MAIN_GROUPS runs the check as groups side by side
+#             (see main_in_groups: the whole job in one device call).
 #   build     every CUDA library once (radix4, radix4-serial, serial scan, block argmax), so the
 #             parallel steps below do not race on the kernel cache
 #   kernels   benchmarks/radix4_kernels_bench.py (exhaustive sigmoid, bit identity on >= 1,000,000
@@ -72,7 +73,9 @@ phase_main() {
         echo "engines: ${ROUTER_ENGINE_PATH:-none}"
     } > "$PHASE_DIR/host.txt" 2>&1
     cat "$PHASE_DIR/host.txt"
-    if [ "${MAIN:-1}" != 0 ]; then
+    if [ "${MAIN:-1}" != 0 ] && [ -n "${MAIN_GROUPS:-}" ]; then
+        main_in_groups
+    elif [ "${MAIN:-1}" != 0 ]; then
         # The README's command as a user types it: no --quiet, no --out (the bundle under reports/), so the console is
         # the user's; the index is copied beside the logs. 580 s: one device call's 10-minute limit, less the start.
         local before; before=$(ls -d reports/*/ 2>/dev/null | sort)
@@ -91,6 +94,35 @@ phase_main() {
         TAIL=25 run "${TESTS_LIMIT:-420}" fast-tier.log python3 -m pytest -m "not slow" -q -n "$(nproc)" -p no:cacheprovider -rfE \
             --deselect tests/test_html_report.py::test_report_in_headless_chromium
     fi
+}
+
+# MAIN_GROUPS="a,b;c;d": the main job as one check per group, the groups side by side (each its own bundle under
+# $WORK/main/gN, its console in gN.log, its index in gN-index.md). At the default rows `check --candidate all` takes
+# more than one 10-minute device call on an H100 (2026-12-07: about 12 minutes, the engines' torch routers at 6,000
+# rows/s); the engines' candidates in four groups side by side took 192 s. Every candidate `all` names and no group does runs in a group of
+# its own, so a new candidate is never left out. Keep candidates that build the same library in one group (the kernel
+# cache is not safe to fill from two processes at once):
+#   MAIN_GROUPS="oracle,torch-native,aiter-model,aiter,radix4,radix4-pdl,radix4-serial,radix4-serial-pdl,serial,block-argmax;sglang-torch;vllm-torch;lmdeploy-torch;sglang-radix,sglang-radix-unsorted,sglang-triton,flashinfer-noaux"
+main_in_groups() {
+    local all rest i=0 g pids=()
+    all=$(python3 -c "from contracts.candidates.registry import all_candidates as a; print(' '.join(n for n, c in a().items() if c.in_all))")
+    local groups; IFS=';' read -r -a groups <<< "$MAIN_GROUPS"
+    rest=$(for n in $all; do [[ ",${MAIN_GROUPS//;/,}," == *",$n,"* ]] || echo "$n"; done)
+    for n in $rest; do groups+=("$n"); echo "not in MAIN_GROUPS, a group of its own: $n"; done
+    for g in "${groups[@]}"; do
+        i=$((i + 1))
+        ( timeout "${MAIN_LIMIT:-580}" python3 -m contracts check --candidate "$g" ${MAIN_ROWS:+--rows "$MAIN_ROWS"} \
+              --out "$WORK/$PHASE/g$i" --force > "$PHASE_DIR/g$i.log" 2>&1
+          echo "exit $? (g$i: $g, +$(( $(date +%s) - t0 )) s)" >> "$PHASE_DIR/exits.txt" ) &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    cat "$PHASE_DIR/exits.txt"
+    grep -q -v "^exit 0 " "$PHASE_DIR/exits.txt" && failed=1
+    for i in $(seq 1 ${#groups[@]}); do
+        cp "$WORK/$PHASE/g$i/index.md" "$PHASE_DIR/g$i-index.md" 2>/dev/null || cp "$WORK/$PHASE/g$i/report.md" "$PHASE_DIR/g$i-report.md" 2>/dev/null
+        grep -E "^[a-z0-9.:_-]+ +[a-z0-9.-]+ +(cuda|cpu) +[A-Z]" -A3 "$PHASE_DIR/g$i.log"
+    done
 }
 
 phase_build() {
