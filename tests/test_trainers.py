@@ -197,6 +197,85 @@ def test_each_mcore_candidate_fails_its_familys_inference_contract_where_its_ari
     broken = {clause for clause, rows in s["clauses"].items() if rows}
     assert clauses <= broken, s["clauses"]
     assert not {"validity", "output_order"} & broken, s["clauses"]
+    # the diagnosis names the trainer's arithmetic (the fields of the candidate's own contract, as one combination)
+    # and it explains at least 95 % of the sampled mismatched rows; the rows only torch.topk's tie and NaN order
+    # keep apart count through what the candidate declares under its own contract (no field can say that order)
+    from kernels.trainers import FAMILIES
+
+    best = s["diagnosis"][0]
+    assert best["kind"] == "combination" and best.get("contract") == FAMILIES[family].contract, best
+    assert "the trainer's arithmetic" in best["text"], best["text"]
+    assert best["matched_rows"] >= 0.95 * best["sampled_rows"], best["text"]
+    assert set(best["declared"]) <= {"tie_order", "nan_last", "group_tie_order", "group_mask", "group_selection"}, best
+
+
+# ---------------------------------------------------------------- the diagnosis names the trainer's arithmetic, and only it
+
+
+def _planted_diagnosis(route, own: str, deviations: dict, contract: str = "kimi-k2", families=("random_bf16", "all_equal")):
+    """The diagnosis of a planted router that claims ``own`` with ``deviations``, checked under ``contract`` (a small
+    plan at the contract's shape: a few seconds)."""
+    from contracts.candidates.registry import Candidate
+    from contracts.cases.plan import iter_plan
+    from contracts.run.check import check_candidate
+
+    c = oracle.get_contract(contract)
+    cand = Candidate(name="planted", route=route, contract=own, expected_deviations={own: deviations} if deviations else {})
+    specs = [s for s in iter_plan(list(families), 64, 0, c.experts, c.topk, bias=True, admitted=c.admitted_options())][:6]
+    result = check_candidate(cand, specs, contract=contract, device="cpu", command="python -m contracts check --candidate planted")
+    assert result.summary.status.failed
+    return result.summary.diagnosis or []
+
+
+def _megatron_arithmetic(factor=1.0, highest_ties=False):
+    """The oracle under mcore-sigmoid-ungrouped (Megatron's sigmoid arithmetic, bit for bit on rows without ties),
+    planted with a defect that is not Megatron's: the weights times a stray factor (on every call: scaling twice is
+    no defect where a call's factor is 1.0, and there the rows are Megatron's arithmetic, rightly named so), or exact
+    ties to the highest index."""
+
+    def route(scores, bias, topk, renormalize, rsf):
+        c = oracle.get_contract("mcore-sigmoid-ungrouped").replace(admitted_renormalize="any")
+        x, b = (scores.flip(1), bias.flip(0) if bias is not None else None) if highest_ties else (scores, bias)
+        w, ids = oracle.route(x, b, topk, renormalize=renormalize, routed_scaling_factor=rsf, contract=c)
+        if highest_ties:
+            ids = (scores.shape[1] - 1 - ids.long()).to(torch.int32)
+        return w * factor, ids
+
+    return route
+
+
+def _trainer_claims(diagnosis):
+    return [d["text"] for d in diagnosis if "trainer's arithmetic" in d.get("text", "")
+            and (d.get("matched_rows") or d.get("explained_rows"))]  # fmt: skip
+
+
+def test_a_planted_router_that_is_not_megatrons_arithmetic_is_not_told_it():
+    """A router whose defect is not the trainer's arithmetic is never "explained" by it: the weights scaled twice (the
+    planted tests.broken_candidates:scaled_twice, its own contract kimi-k2), and Megatron's arithmetic with a stray
+    factor 1.5 on its weights, claiming mcore-sigmoid-ungrouped with the mcore candidates' declarations."""
+    from contracts.candidates.registry import load_spec
+    from contracts.candidates.trainers import MCORE_DEVIATIONS
+
+    scaled_twice = load_spec("tests.broken_candidates:scaled_twice")  # as --candidate loads it (claiming aiter's)
+    assert _trainer_claims(_planted_diagnosis(scaled_twice.route, scaled_twice.contract, {})) == []
+    planted = _planted_diagnosis(_megatron_arithmetic(factor=1.5), "mcore-sigmoid-ungrouped", MCORE_DEVIATIONS["kimi-k2"])
+    assert _trainer_claims(planted) == [], planted
+
+
+def test_a_wrong_tie_rule_is_not_excused_by_the_trainer_combination_without_a_declaration():
+    """Megatron's arithmetic with exact ties to the highest index, claiming mcore-sigmoid-ungrouped but declaring
+    nothing there: its tie rows (all_equal: every row ties) break tie_order under the trainer's arithmetic too, and the
+    combination counts no row that a clause declared under neither contract keeps broken."""
+    from contracts.candidates.trainers import MCORE_DEVIATIONS
+
+    highest = _megatron_arithmetic(highest_ties=True)
+    planted = _planted_diagnosis(highest, "mcore-sigmoid-ungrouped", {}, families=("all_equal",))
+    assert not any(d.get("contract") == "mcore-sigmoid-ungrouped" for d in planted), planted
+    # declared as Megatron's candidates declare torch.topk's order, the same rows are its own contract's, and said so
+    declared = _planted_diagnosis(highest, "mcore-sigmoid-ungrouped", MCORE_DEVIATIONS["kimi-k2"], families=("all_equal",))
+    best = declared[0]
+    assert best.get("contract") == "mcore-sigmoid-ungrouped" and best["declared"] == ["tie_order"], best
+    assert best["matched_rows"] == best["sampled_rows"] and best["matched_by_fields"] == 0, best
 
 
 # ---------------------------------------------------------------- hf-deepseek-v3

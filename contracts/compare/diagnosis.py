@@ -24,6 +24,19 @@ indistinguishable on the rows seen. Then the best variants are combined
 greedily (up to three fields) into the contract the router matches on the
 most rows, and any other built-in contract of the same shape that the
 sample matches better is named with the command that checks it.
+
+A candidate whose own contract is the trainer's arithmetic (an mcore
+contract: a Megatron router checked under its family's inference contract)
+differs there in more fields than the greedy combination takes (scores and
+weights in the logits' dtype, renormalized always, the output order, the
+group score). Its own contract's arithmetic fields are scored as one
+combination, the way a check under that contract scores it: a row counts
+when it breaks no undeclared clause, the candidate's declarations under its
+own contract excusing theirs row by row (torch.topk's tie and NaN order,
+which no field can say; a bounded clause only within its bound), and the
+entry says how many rows the arithmetic alone matches and which declared
+clauses the rest needed. Named first when it matches more rows than the
+greedy combination.
 """
 
 from __future__ import annotations
@@ -239,10 +252,13 @@ def _declared_mask(declared) -> torch.Tensor:
     return torch.tensor([name in excused for name in A.CLAUSE_ORDER], dtype=torch.bool)
 
 
-def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "", device: str | None = None) -> list[dict]:
+def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "", device: str | None = None,
+             own: tuple[str, dict] | None = None) -> list[dict]:
     """The variants that explain the sampled rows, best first, the best combination, and a better built-in contract;
     [] without a sample. ``declared``: the candidate's declared clauses (left out); ``command``: the check's command;
-    ``device``: where the candidate ran (a variant tied to a GPU back end is offered only there; None: anywhere)."""
+    ``device``: where the candidate ran (a variant tied to a GPU back end is offered only there; None: anywhere);
+    ``own``: the candidate's own contract and its declared deviations there, ``(name, {clause: why})``: when it is
+    another contract, its arithmetic is scored as one combination (``_own_arithmetic``)."""
     parts = sample.selected()
     total = sum(p.ids.shape[0] for p in parts)
     if not total:
@@ -272,10 +288,123 @@ def diagnose(sample: DiagnosisSample, contract, *, declared=(), command: str = "
                        "sampled_rows": total,
                        "text": f"matches {c.name} with {labels} on {_pct(matched, total)} of the mismatched rows "
                                f"({matched:,} of {total:,} sampled across {_groups(sample.buckets_selected())})"})  # fmt: skip
-    better = _better_builtin(routed, total, best[1] if best else 0, command)
+    trainer = _own_arithmetic(routed, own, mask, total, sample.buckets_selected()) if own is not None else None
+    if trainer is not None and trainer["matched_rows"] > (best[1] if best else 0):  # the nearest contract the rows meet
+        out.insert(0, trainer)
+    better = _better_builtin(routed, total, max(best[1] if best else 0, trainer["matched_rows"] if trainer else 0), command)
     if better is not None:  # after the combination (what the router is), before the single variants
-        out.insert(1 if best is not None else 0, better)
+        out.insert(1 if out and out[0]["kind"] == "combination" else 0, better)
     return out
+
+
+# The fields that say what a router computes (not its shape, call options or tolerances): a candidate's own contract
+# differs from the checked one in some of these, and that set of changes is its arithmetic as contract data
+ARITHMETIC_FIELDS = ("scoring", "softcap", "sigmoid_formula", "score_precision", "weight_precision", "bias", "group_score",
+                     "group_mask", "group_tie_rule", "tie_rule", "nan_rule", "floor", "renormalize", "renormalize_when",
+                     "renorm_eps", "renorm_p", "sum_order", "scaling", "output_order", "weight_scale")  # fmt: skip
+
+
+def _own_arithmetic(routed: _Routed, own: tuple[str, dict], mask: torch.Tensor, total: int, groups: int) -> dict | None:
+    """The checked contract with every arithmetic field of the candidate's own contract (a Megatron router's
+    ``mcore-sigmoid``: scores and weights in the logits' dtype, renormalized always, the group score the top k/kept
+    sum), scored as one combination, as a check under the own contract scores it: a row counts when it breaks no
+    undeclared clause there, the candidate's declarations under its own contract excusing theirs per row (a bounded
+    one only within its bound, as the verdict excuses it: ``_own_declared``), never a clause declared under neither.
+    More fields than the greedy combination takes (Megatron's sigmoid router differs from kimi-k2 in three, from
+    deepseek-v3's grouped shape in four), and the rows only torch.topk's own tie and NaN order keep apart (which
+    Megatron's candidates declare: no field can say it) are named as such. None when the own contract is the checked
+    one, differs in no arithmetic field, or the fields do not combine."""
+    name, deviations = own
+    try:
+        o = oracle.get_contract(name)
+    except (KeyError, ValueError):
+        return None
+    c = routed.contract
+    fields = {f: getattr(o, f) for f in ARITHMETIC_FIELDS if not _same_value(getattr(o, f), getattr(c, f))}
+    if o.name == c.name or not fields:
+        return None
+    try:
+        trial = c.replace(name=c.name, **fields)
+    except (ValueError, TypeError):
+        return None
+    matched, by_fields, used = 0, 0, set()
+    for i, part in enumerate(routed.parts):
+        try:
+            exp = expected_for(part.case, trial)
+            broken = _broken_under(routed, i, trial, mask, exp)
+        except (ValueError, RuntimeError):
+            return None
+        clean = ~broken.any(1)
+        by_fields += int(clean.sum())
+        ok = clean
+        if deviations and not bool(clean.all()):
+            excused = _own_declared(part, exp, trial, deviations)
+            ok = ~(broken & ~excused).any(1)
+            for clause in (broken & excused)[ok & ~clean].any(0).nonzero().flatten().tolist():
+                used.add(_clause_name(clause))
+        matched += int(ok.sum())
+    if not matched:
+        return None
+    changes = ", ".join(f"{f} {_plain_show(v)}" for f, v in fields.items())
+    text = f"matches {c.name} with the trainer's arithmetic of {o.name} ({changes})"
+    if used:
+        text += f" and the clauses the candidate declares under {o.name} ({', '.join(sorted(used))})"
+    text += f" on {_pct(matched, total)} of the mismatched rows ({matched:,} of {total:,} sampled across {_groups(groups)}"
+    text += f"; {by_fields:,} by the arithmetic alone)" if used else ")"
+    return {"kind": "combination", "contract": o.name, "fields": {f: _plain(v) for f, v in fields.items()},
+            "declared": sorted(used), "matched_rows": matched, "matched_by_fields": by_fields, "sampled_rows": total,
+            "text": text}  # fmt: skip
+
+
+def _same_value(a, b) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+
+
+def _plain_show(value) -> str:
+    return "-inf" if isinstance(value, float) and value == -float("inf") else str(value)
+
+
+def _clause_name(index: int) -> str:
+    from . import attribution as A
+
+    return A.CLAUSE_ORDER[index]
+
+
+def _own_declared(part: _Part, exp, contract, deviations: dict) -> torch.Tensor:
+    """bool [B, len(CLAUSE_ORDER)]: what the candidate's declarations (``deviations``, under its own contract) excuse on
+    each sampled row routed under ``contract``, as the verdict excuses them (``verdicts._declared_per_row``): a clause
+    declared without a bound on every row, a bounded one only where the row lies within its bound; never validity."""
+    from . import attribution as A
+    from .dense import add_faults, dense_faults, for_comparison, order_free
+    from .shared import add_to_blame, split_shared
+    from .tolerance import BOUNDED_CLAUSES, declared_bound
+    from .verdicts import UNDECLARABLE, _declared_per_row, _validity_masks, plain_output
+
+    c, case, slot = contract, part.case, None
+    actual = (part.weights, part.ids)
+    if c.shared_expert_slot == "last":
+        split = split_shared(exp, actual, c, case)
+        if isinstance(split, tuple):
+            exp, actual, slot = split
+    actual, faults = for_comparison(actual, exp), dense_faults(actual)
+    if faults is not None:
+        c = order_free(c)
+    w_act, ids_act = plain_output(actual)
+    rows = case.spec.rows
+    declared = torch.tensor([n in deviations and n not in UNDECLARABLE for n in A.CLAUSE_ORDER], dtype=torch.bool)
+    if not any(n in deviations for n in BOUNDED_CLAUSES):
+        return declared.unsqueeze(0).repeat(rows, 1)
+    out_of_range, twice = _validity_masks(ids_act, case.scores.shape[1], c)
+    every = torch.arange(rows)
+    blame = A.attribute(case, exp, exp.values(every), w_act, ids_act, every, c, out_of_range=out_of_range, twice=twice,
+                        ids_equal=(ids_act == exp.ids).all(1))  # fmt: skip
+    if slot is not None:
+        add_to_blame(blame, slot, every)
+    if faults is not None:
+        add_faults(blame, faults, every)
+    bounds = {clause: declared_bound(deviations, clause) for clause in BOUNDED_CLAUSES}
+    within = _declared_per_row(declared, blame, w_act, bounds)
+    return within if within.dim() == 2 else within.unsqueeze(0).repeat(rows, 1)
 
 
 def _offered(c, dtype, device: str | None = None) -> list:

@@ -93,6 +93,7 @@ def check_candidate(
         candidate=candidate.name, contract=oracle.contract_label(c), clause_names=tuple(map(str, c.clause_names)), device=device,
         deviations={} if against is not None else candidate.deviations(contract), replay=replay,
         against=against_name, exact=exact, repeat=repeat, max_cells=max_cells, call_rows=call_rows,
+        own=_own_contract(candidate, c) if against is None else None,
     )  # fmt: skip
     handling = handling or Handling()
     step = _Step(candidate, against, c, contract, device, exact, tally, should_stop, call_rows, handling)
@@ -213,6 +214,17 @@ class _Step:
             tally.compared(case, outcome, oracle_side=oracle_side, message=actual if malformed else None, actual=sampled)
             if call.differing_rows:
                 tally.nondeterministic(call, case)
+
+
+def _own_contract(candidate: Candidate, checked) -> tuple[str, dict[str, str]] | None:
+    """The candidate's own contract and its declarations there, when it is the trainer's arithmetic (an mcore
+    contract: a Megatron router under its family's inference contract) and not the checked one: the diagnosis scores
+    that contract's arithmetic as one combination. Only the mcore contracts: a user callable claims aiter by default,
+    which says nothing of its arithmetic, and the diagnosis calls this combination the trainer's arithmetic."""
+    own = getattr(candidate, "contract", None)
+    if not isinstance(own, str) or own == checked.name or own not in {m.name for m in oracle.MCORE_CONTRACTS}:
+        return None
+    return own, candidate.deviations(own)
 
 
 def _in_process(specs, step: _Step, worker, progress) -> None:

@@ -75,6 +75,8 @@ class Tally:
     repeat: int = 1
     max_cells: int = 100_000
     call_rows: int | None = None  # a bulk case's largest call (its batch-size class)
+    # the candidate's own contract and what it declares there (the diagnosis scores that contract's arithmetic)
+    own: tuple[str, dict[str, str]] | None = None
 
     families: dict[str, FamilyCounts] = field(default_factory=dict)
     by_option: dict[str, dict[str, OptionCounts]] = field(default_factory=dict)
@@ -294,7 +296,8 @@ class Tally:
         if not self.sample.rows or self.against is not None:
             return None
         with self.timed("diagnosis", self.sample.rows):
-            return diagnose(self.sample, contract, declared=frozenset(self.deviations), command=command, device=self.device)
+            return diagnose(self.sample, contract, declared=frozenset(self.deviations), command=command, device=self.device,
+                            own=self.own)
 
     def result(self, *, seed: int, command: str, isolated: bool, options: dict | None = None) -> CheckResult:
         elapsed = time.perf_counter() - self.started
