@@ -31,6 +31,7 @@ from contracts.reports.bundle import write_html
 from contracts.reports.html import render_html
 from contracts.reports.schema import CheckResult, DeclaredDeviation, ErrorRecord, FamilyCounts, RowDetail, Status, Summary
 from contracts.candidates import Candidate, all_candidates, register
+from tests.aiter_model_families import PASSING_AITER_MODEL_FAMILIES
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -343,7 +344,8 @@ def assert_counts_match_summary(page: str, summary: dict) -> None:
 def real_bundles(tmp_path_factory) -> dict[str, Path]:
     """aiter-model (skips rows, with a reason; weight_accuracy declared) and torch-native (declared deviations), as the main job writes them."""
     out = tmp_path_factory.mktemp("real")
-    code = _quiet(check.main, ["--candidate", "aiter-model,torch-native", "--rows", "2000", "--device", "cpu", "--out", str(out), "--quiet"])
+    code = _quiet(check.main, ["--candidate", "aiter-model,torch-native", "--rows", "2000", "--device", "cpu", "--out", str(out), "--quiet",
+                               "--families", PASSING_AITER_MODEL_FAMILIES])  # fmt: skip
     assert code == 0
     return {name: out / name for name in ("aiter-model", "torch-native")}
 

@@ -315,13 +315,16 @@ def _call(route: Callable, inputs: _Inputs):
                 value = route(*inputs.args(), **inputs.kwargs())
             if inputs.case.scores.is_cuda:
                 torch.cuda.synchronize()  # asynchronous CUDA errors surface here, inside the try
-            return _answer(_copied(value), inputs.case), None
+            copied = _copied(value)
         except KeyboardInterrupt as exc:
             if fence.sigint:
                 raise
             return None, exc  # raised by the candidate itself: its error, not a stop
         except BaseException as exc:  # noqa: BLE001 -- SystemExit from a candidate is its failure, not ours
             return None, exc
+    # Outside the candidate's domain: reading the copied answer (a dense one into [M, k]) is the harness's work, and
+    # an exception there is the harness's (harness_error, through contracts.run.containment), not the candidate's.
+    return _answer(copied, inputs.case), None
 
 
 # ---------------------------------------------------------------- torch.compile
@@ -625,9 +628,8 @@ class CaseRunner:
                     static = self.route(*inputs.args(), **inputs.kwargs())
                 graph.replay()
                 torch.cuda.synchronize()
-                result = _answer(_copied(static), inputs.case)
+                copied = _copied(static)
             del graph
-            return result
         except SystemExit as exc:  # sys.exit / os._exit inside the replayed candidate ends its check
             out.fatal = _fatal(exc, "exit", who="CUDA graph replay: ")
             return None
@@ -635,3 +637,4 @@ class CaseRunner:
             self.graph = False
             out.notes.append(f"CUDA graph capture/replay failed, graph replay skipped from here on: {raised_message(exc)}")
             return None
+        return _answer(copied, inputs.case)  # the harness's reading, outside the candidate's domain (as in _call)
