@@ -30,7 +30,7 @@ from .reasons import generic_reason, reason_text
 from .shared import add_to_blame, split_shared
 from .tolerance import BOUNDED_CLAUSES, declared_bound, plain_contract_tolerance, ulp_distance, weights_close, within_declared_accuracy
 
-__all__ = ["DETAILS_PER_CLAUSE", "UNDECLARABLE", "VERDICTS", "CaseOutcome", "compare_case", "plain_output", "row_blame"]
+__all__ = ["DETAILS_PER_CLAUSE", "UNDECLARABLE", "VERDICTS", "CaseOutcome", "RowVerdicts", "compare_case", "plain_output", "row_blame"]
 
 VERDICTS = ("exact", "within_tolerance", "near_tie", "mismatch", "expected")
 # Clauses no declaration excuses: an id out of range, twice, or a fallback where eligible experts are left is
@@ -62,6 +62,8 @@ class CaseOutcome:
     # the unexpectedly mismatched rows (int64) and their primary clause (CLAUSE_ORDER index), for the diagnosis
     mismatched: torch.Tensor | None = None
     mismatched_primary: torch.Tensor | None = None
+    # with ``per_row``: every row's verdict as a ``RowVerdicts`` (the matrix's train-versus-serve table reads it)
+    per_row: "RowVerdicts | None" = None
 
 
 def plain_output(value):
@@ -124,8 +126,10 @@ def _row_facts(keys, logits, ids, topk: int):
 
 
 def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_changed: bool = False, exact: bool = False,
-                 max_cells: int = 20000, quiet: frozenset = frozenset()) -> CaseOutcome:  # fmt: skip
+                 max_cells: int = 20000, quiet: frozenset = frozenset(), per_row: bool = False) -> CaseOutcome:  # fmt: skip
     """Compare ``actual`` with ``exp`` for every row of ``case``.
+
+    ``per_row``: keep every row's verdict in ``CaseOutcome.per_row`` (an answer that is no answer at all keeps none).
 
     ``quiet``: kinds of row (``"near_tie"``, ``"expected"``) that are counted but not recorded as examples
     or cells (the run already has its sample of them); a mismatched row is always recorded.
@@ -157,6 +161,8 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
     # are, and one sync finds the rest, the only rows the tolerance, validity and ULP checks look at.
     rest = (~(ids_equal & bit_equal)).nonzero().squeeze(1)
     out.verdict_counts["exact"] = rows - rest.numel()
+    if per_row:
+        out.per_row = RowVerdicts.empty(rows, ids_act.device)
     if rest.numel() == 0:
         return out
     ids_rest, w_rest, we_rest, equal_rest = ids_act[rest], w_act[rest], exp.weights[rest], ids_equal[rest]
@@ -187,6 +193,8 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
         declared = _declared_per_row(declared_clauses, blame, w_act.index_select(0, rows_b), bounds)
         _count(out, blame, declared)
         _keep_mismatched(out, rows_b, blame, declared)
+        if out.per_row is not None:
+            out.per_row.fill(rows_b, blame, declared)
         differing = (exp.ids.index_select(0, rows_b) != ids_act.index_select(0, rows_b)) | ~blame.weights_ok
         out.cells_total += int((differing & ~_verdicts(blame, declared)[5].unsqueeze(1)).sum())
         if out.cells_rows < max_cells or len(out.rows_detail) < DETAILS_PER_CLAUSE * len(A.CLAUSE_ORDER):
@@ -267,6 +275,32 @@ def row_blame(case, exp, actual, contract) -> torch.Tensor:
             add_faults(blame, faults, bad)
         broken[bad] = blame.broken()
     return broken
+
+
+@dataclass
+class RowVerdicts:
+    """``compare_case``'s verdict of every row, as per-row tensors (``[M]`` bool; ``primary`` a CLAUSE_ORDER index,
+    meaningful where ``mismatch`` or ``expected``): what the matrix's train-versus-serve table reads row by row."""
+
+    mismatch: torch.Tensor
+    expected: torch.Tensor
+    near_tie: torch.Tensor
+    primary: torch.Tensor
+
+    @classmethod
+    def empty(cls, rows: int, device) -> "RowVerdicts":
+        flags = [torch.zeros(rows, dtype=torch.bool, device=device) for _ in range(3)]
+        return cls(*flags, torch.zeros(rows, dtype=torch.long, device=device))
+
+    def fill(self, rows_b: torch.Tensor, blame, declared) -> None:
+        _, _, mismatch, expected, near, _, primary = _verdicts(blame, declared)
+        self.mismatch[rows_b], self.expected[rows_b], self.near_tie[rows_b] = mismatch, expected, near
+        self.primary[rows_b] = primary
+
+    @property
+    def differs(self) -> torch.Tensor:
+        """The rows a comparison counts as routed differently (``MatrixPair.rows_differing``'s rows)."""
+        return self.mismatch | self.expected | self.near_tie
 
 
 def _bincount(values: torch.Tensor, names=A.CLAUSE_ORDER) -> dict[str, int]:

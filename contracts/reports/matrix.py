@@ -21,7 +21,10 @@ from pathlib import Path
 from .schema import MatrixPair, MatrixReport, Status
 from .text import clean
 
-__all__ = ["HEATMAP", "PAGE", "TABLE", "cell_text", "grid", "render_heatmap_png", "render_matrix_html", "render_matrix_table"]
+__all__ = ["CAUSES_SHOWN", "HEATMAP", "PAGE", "TABLE", "cause_rows", "cell_text", "grid", "render_heatmap_png", "render_matrix_html",
+           "render_causes_table", "render_matrix_table"]
+
+CAUSES_SHOWN = 6  # causes per pair in the console table (every unexplained one besides; matrix.json holds them all)
 
 HEATMAP, PAGE, TABLE = "matrix.png", "matrix.html", "matrix.txt"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -93,6 +96,9 @@ def render_matrix_table(report: MatrixReport) -> str:
             f"device {report.device}, {report.experts}/{report.topk}): ids exactly, weights to rtol {report.weight_rtol:g} / "
             f"atol {report.weight_atol:g}, order per the contract; near ties included")  # fmt: skip
     parts = [head, table.to_string() if rows else "(no candidates)", "", status.to_string(index=False) if rows else ""]
+    causes = render_causes_table(report)
+    if causes:
+        parts += ["", causes]
     if report.split is not None:
         s = report.split
         parts += ["", f"prefill/decode: {clean(s.below)} below {s.split} rows per batch, {clean(s.above)} at {s.split} or more: "
@@ -104,6 +110,50 @@ def render_matrix_table(report: MatrixReport) -> str:
     if report.interrupted:
         parts += ["", f"interrupted ({report.interrupted}): the counts cover the cases that ran"]
     return "\n".join(parts).rstrip()
+
+
+def _cause_words(p: MatrixPair, d) -> str:
+    """The cause of a line; where both sides depart, each side's, named."""
+    return f"{p.a}: {d.a} | {p.b}: {d.b}" if d.departs == "both" else d.words
+
+
+def cause_rows(p: MatrixPair, shown: int | None = CAUSES_SHOWN) -> list[dict]:
+    """The pair's rows routed differently, a line per cause (``MatrixPair.departures``): the most rows first, up to
+    ``shown`` and every unexplained one, then one line for the rest."""
+    lines, rest, rest_causes = [], 0, 0
+    for i, d in enumerate(p.departures):
+        if shown is None or i < shown or d.unexplained:
+            side = {"a": p.a, "b": p.b, "both": "both", "neither": "neither"}[d.departs]
+            lines.append({"rows": d.rows, "departs": side, "cause": _cause_words(p, d), "unexplained": d.unexplained})
+        else:
+            rest, rest_causes = rest + d.rows, rest_causes + 1
+    if rest:
+        lines.append({"rows": rest, "departs": "", "cause": f"{rest_causes} more cause{'s' if rest_causes > 1 else ''} (matrix.json: departures)",
+                      "unexplained": False})  # fmt: skip
+    return lines
+
+
+def render_causes_table(report: MatrixReport) -> str:
+    """One table for the matrix: for each pair of candidates, the rows it routes differently by the side that departs
+    from the contract and how (the trainer's bf16 score rounding, tie order, NaN, groups, ...; unexplained where
+    nothing known explains it). Against the oracle the same lines are in matrix.json and the page."""
+    records = []
+    for p in report.pairs:
+        if not p.rows_differing:
+            continue
+        for i, line in enumerate(cause_rows(p)):
+            records.append((clean(p.label) if i == 0 else "", f"{line['rows']:,}", clean(line["departs"]), clean(line["cause"])))
+    if not records:
+        return ""
+    head = (f"why they differ: each pair's rows routed differently, by the side that departs from {report.contract} and how "
+            "(its own contract's fields, the diagnosis' variants, its declared clauses; unexplained: no known cause)")  # fmt: skip
+    header = ("pair", "rows", "departs", "cause")
+    widths = [max(len(r[i]) for r in (*records, header)) for i in range(3)]
+
+    def line(r) -> str:
+        return f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip()
+
+    return "\n".join([head, line(header), *(line(r) for r in records)])
 
 
 def _top_causes(p: MatrixPair, n: int = 4) -> str:
@@ -193,6 +243,7 @@ def _pair_view(p: MatrixPair, anchor: str, declared: dict[str, str], report: Mat
         "families": sorted(p.families.items(), key=lambda kv: -kv[1].rows_differing),
         "examples": [{"ex": ex, "slots": _example_rows(ex, report.weight_rtol, report.weight_atol)} for ex in p.examples],
         "not_compared": sorted(p.not_compared.items(), key=lambda kv: -kv[1]),
+        "departures": cause_rows(p, None),
     }  # fmt: skip
 
 

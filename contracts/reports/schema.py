@@ -433,6 +433,28 @@ class PairExample:
 
 
 @dataclass
+class PairDeparture:
+    """Rows a pair routes differently, with why, side by side (``contracts.compare.departures``): for each side whether
+    it follows the contract and, where it departs, how: a near tie, a declared clause, a variant of the contract (the
+    trainer's bf16 score rounding, NaN first, ...) or ``unexplained`` (no known cause: never a guessed one)."""
+
+    departs: str  # a | b | both | neither (neither: both within the contract: a near tie or the weight tolerance)
+    a: str  # side a's words ("follows the contract" where it does)
+    b: str
+    a_key: str  # e.g. "variant:score_precision=input+weight_precision=input", "declared:tie_order", "follows"
+    b_key: str
+    rows: int = 0
+    unexplained: bool = False  # a side departs with no known cause
+
+    @property
+    def words(self) -> str:
+        """The cause in one phrase: the departing side's, both sides' (each named), or the pair's own."""
+        if self.departs == "both":
+            return f"{self.a} | {self.b}"
+        return self.b if self.departs == "b" else self.a
+
+
+@dataclass
 class MatrixPair:
     """Two candidates (or a candidate and the oracle, ``b == "oracle"``) on the same rows.
 
@@ -459,6 +481,9 @@ class MatrixPair:
     not_compared: dict[str, int] = field(default_factory=dict)  # why -> rows
     oracle_agrees: AgainstSides | None = None  # two candidates: differing rows by the side the oracle takes
     examples: list[PairExample] = field(default_factory=list)
+    # the rows_differing again, by why each side routes them as it does (they add up to rows_differing), most first
+    departures: list[PairDeparture] = field(default_factory=list)
+    unexplained_rows: int = 0  # of them, rows where a side departs from the contract with no known cause
 
     @property
     def label(self) -> str:

@@ -172,6 +172,20 @@ class _PairTally:
         self._sides = Counter()
         self._shown = Counter()
 
+    def departures(self, causes) -> None:
+        """Add one case's ``PairDeparture`` counts (``contracts.compare.departures.pair_causes``) to the pair's."""
+        p = self.pair
+        merged = {(d.departs, d.a_key, d.b_key, d.a, d.b): d for d in p.departures}
+        for d in causes:
+            key = (d.departs, d.a_key, d.b_key, d.a, d.b)
+            if key in merged:
+                merged[key].rows += d.rows
+            else:
+                merged[key] = dataclasses.replace(d)
+            if d.unexplained:
+                p.unexplained_rows += d.rows
+        p.departures = sorted(merged.values(), key=lambda d: -d.rows)
+
     def not_compared(self, rows: int, why: str) -> None:
         p = self.pair
         p.rows_not_compared += rows
@@ -217,6 +231,21 @@ class _PairTally:
 
 
 # ---------------------------------------------------------------- the run
+
+
+def _own_contract(candidate: Candidate, c):
+    """The contract ``candidate`` claims where it is another than the matrix's ``c`` of the same shape (a Megatron
+    router's ``mcore-sigmoid`` under ``deepseek-v3``): the fields it differs in are causes it may show. None otherwise."""
+    import oracle
+
+    if not candidate.contract or candidate.contract == c.name:
+        return None
+    try:
+        own = oracle.get_contract(candidate.contract)
+    except (ValueError, OSError):
+        return None
+    same_shape = (own.scoring, own.n_group > 1, own.bias) == (c.scoring, c.n_group > 1, c.bias)
+    return own if same_shape else None
 
 
 def _claimed_contract(members: list[_Member]) -> str:
@@ -370,6 +399,8 @@ class _Loop:
 
         self._replay_line = replay
 
+        self._pools: dict[tuple, list] = {}  # (logits dtype, own contract) -> contracts.compare.departures.variant_pool
+        self._own = {m.name: _own_contract(m.candidate, c) for m in (*members, *sides)}
         self.vs_oracle = {m.name: _PairTally(m.name, "oracle", replay=replay) for m in members}
         self.pairs = {(a.name, b.name): _PairTally(a.name, b.name, replay=replay) for i, a in enumerate(members) for b in members[i + 1 :]}
         self.split = _PairTally(sides[0].name, sides[1].name, replay=replay) if sides else None
@@ -377,6 +408,7 @@ class _Loop:
     def case(self, spec: CaseSpec) -> None:
         from ..cases import build_case
         from ..compare import agrees, compare_case, expected_for
+        from ..compare.departures import SideRows, pair_causes
         from ..compare.verdicts import validity_failure
 
         c = self.c
@@ -425,6 +457,7 @@ class _Loop:
             return
         exp = expected_for(case, c)
         ok = {name: agrees(exp, answer, c) for name, answer in answers.items()}
+        sides = {}  # name -> its rows' departures from the contract (contracts.compare.departures)
         if self.show_row is not None:
             self._keep_row(exp, answers)
         for m in self.members:
@@ -436,7 +469,7 @@ class _Loop:
             actual = call.actual if not isinstance(call.actual, str) else (call.actual,)
             handling = Handling(stage="the comparison with the oracle", spec=spec, case=case, case_replay=lambda s, m=m: self._replay(m.name, s))
             outcome = contained(lambda: compare_case(case, exp, actual, c, deviations=m.candidate.deviations(c.name),
-                                                     inputs_changed=call.changed), handling)  # fmt: skip
+                                                     inputs_changed=call.changed, per_row=True), handling)  # fmt: skip
             if isinstance(outcome, HarnessError):  # this candidate's comparison: it ends, the others go on
                 m.harness_failed(outcome)
                 answers.pop(m.name, None)
@@ -444,10 +477,21 @@ class _Loop:
                 tally.not_compared(spec.rows, missing[m.name])
                 continue
             tally.add(case, outcome, oracle_ids=exp.ids, oracle_weights=exp.weights, declared=True)
+            if m.name in answers and outcome.per_row is not None:
+                why = contained(lambda: self._explain(m, case, exp, answers[m.name], outcome.per_row), handling)
+                if isinstance(why, HarnessError):
+                    m.harness_failed(why)
+                    answers.pop(m.name, None)
+                    continue
+                sides[m.name] = why
+                tally.departures(pair_causes(outcome.per_row.differs, outcome.per_row.near_tie, why, SideRows.following(spec.rows)))
+        for m in self.sides:
+            if m.name in answers:
+                sides[m.name] = self._explain(m, case, exp, answers[m.name], None)
         for (a, b), tally in self.pairs.items():
-            self._pair(tally, case, exp, answers, ok, missing, a, b)
+            self._pair(tally, case, exp, answers, ok, missing, a, b, sides)
         if self.split is not None:
-            self._pair(self.split, case, exp, answers, ok, missing, self.sides[0].name, self.sides[1].name)
+            self._pair(self.split, case, exp, answers, ok, missing, self.sides[0].name, self.sides[1].name, sides)
 
     def ended_by(self, fault: HarnessError, spec: CaseSpec) -> None:
         """A fault of the harness on ``spec`` outside one candidate's comparison: every live candidate ends on it."""
@@ -455,8 +499,21 @@ class _Loop:
             if m.live:
                 m.harness_failed(dataclasses.replace(fault, replay=self._replay(m.name, spec)))
 
-    def _pair(self, tally: _PairTally, case, exp, answers, ok, missing, a: str, b: str) -> None:
+    def _explain(self, m: _Member, case, exp, answer, verdicts):
+        """``m``'s departures from the contract on every row of the case (``contracts.compare.departures``)."""
+        from ..compare.departures import explain_rows, variant_pool
+
+        own = self._own[m.name]
+        key = (case.scores.dtype, own.name if own is not None else None)
+        if key not in self._pools:
+            self._pools[key] = variant_pool(self.c, case.scores.dtype, own=own, device=self.device)
+        own_declared = m.candidate.deviations(own.name) if own is not None else {}
+        return explain_rows(case, exp, answer, self.c, declared=m.candidate.deviations(self.c.name), own=own, own_declared=own_declared,
+                            device=self.device, pool=self._pools[key], verdicts=verdicts)  # fmt: skip
+
+    def _pair(self, tally: _PairTally, case, exp, answers, ok, missing, a: str, b: str, explained: dict) -> None:
         from ..compare import agrees, compare_case
+        from ..compare.departures import pair_causes
         from ..compare.dense import for_comparison
 
         if a not in answers or b not in answers:
@@ -467,7 +524,7 @@ class _Loop:
         flip = ok[a] is not None and ok[b] is not None and int(ok[a].sum()) > int(ok[b].sum())
         departs, reference = (b, a) if flip else (a, b)
         exp_ref = exp.replaced(*for_comparison(answers[reference], exp))  # a dense reference in the oracle's columns
-        outcome = compare_case(case, exp_ref, answers[departs], self.c, deviations={})
+        outcome = compare_case(case, exp_ref, answers[departs], self.c, deviations={}, per_row=True)
         sides = None
         same = agrees(exp_ref, answers[departs], self.c)
         if same is not None and ok[a] is not None and ok[b] is not None:
@@ -475,6 +532,8 @@ class _Loop:
             sides = {"candidate": int((differ & ok[a]).sum()), "against": int((differ & ~ok[a] & ok[b]).sum()),
                      "neither": int((differ & ~ok[a] & ~ok[b]).sum())}  # fmt: skip
         tally.add(case, outcome, oracle_ids=exp.ids, oracle_weights=exp.weights, sides=sides, departs=departs, reference=reference)
+        if a in explained and b in explained and outcome.per_row is not None:
+            tally.departures(pair_causes(outcome.per_row.differs, outcome.per_row.near_tie, explained[a], explained[b]))
 
     def _not_compared(self, rows: int, missing: dict) -> None:
         for name, tally in self.vs_oracle.items():
