@@ -151,3 +151,28 @@ def test_explain_rows_names_nan_first_and_leaves_a_shifted_expert_unexplained():
     side = explain_rows(case, exp, (exp.weights, ids), c, declared={})
     kinds = {side.departure(int(x)).kind for x in side.codes}
     assert kinds == {"follows", "unexplained"}
+
+
+def test_trace_diff_names_the_flips_causes_in_the_matrixs_words(tmp_path):
+    from contracts.run.capture import save_trace
+    from contracts.run.trace_diff import diff_traces
+
+    c = oracle.get_contract(CONTRACT)
+    g = torch.Generator().manual_seed(11)
+    logits = (torch.randn(256, c.experts, generator=g) * 2).bfloat16()
+    bias = torch.randn(c.experts, generator=g) * 0.01
+    groups = {"num_expert_group": c.n_group, "topk_group": c.topk_group}
+    w, ids = oracle.route(logits, bias, c.topk, renormalize=True, routed_scaling_factor=c.routed_scaling_factor, contract=c, **groups)
+    wb, ib = oracle.route(logits, bias, c.topk, renormalize=True, routed_scaling_factor=c.routed_scaling_factor, contract=_BF16, **groups)
+    broken = ids.clone()
+    broken[::5, -1] = (broken[::5, -1] + 1) % c.experts
+    serve, train, bad = tmp_path / "serve.safetensors", tmp_path / "train.safetensors", tmp_path / "bad.safetensors"
+    save_trace(serve, logits=logits, ids=ids, weights=w, bias=bias)
+    save_trace(train, logits=logits, ids=ib, weights=wb, bias=bias)
+    save_trace(bad, logits=logits, ids=broken, weights=w, bias=bias)
+    d = diff_traces(serve, train, CONTRACT)
+    assert d.causes["router"] > 0 and d.router_sides["b"] == d.causes["router"]
+    assert d.router_departures == {"B departs: the trainer's bf16 score rounding before ranking [score_precision=input]": d.causes["router"]}
+    d = diff_traces(serve, bad, CONTRACT)
+    assert d.causes["router"] > 0 and sum(d.router_departures.values()) == d.causes["router"]
+    assert all(k.startswith("B departs: unexplained (") for k in d.router_departures)

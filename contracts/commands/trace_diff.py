@@ -87,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{record.rows:,} token-layers, {record.flips:,} flips ({causes}); {record.tokens_flipped:,} of {record.tokens:,} tokens flipped in some layer")
     for clause, n in record.router_clauses.items():
         print(f"router: {clause}: {n:,}")
+    for why, n in sorted(record.router_departures.items(), key=lambda kv: -kv[1]):
+        print(f"router: {n:,} flips: {why}")  # the matrix's words (contracts.compare.departures)
     if record.causes["router"]:
         print(broken_sides(record))
     for side, names in record.unpaired_layers.items():

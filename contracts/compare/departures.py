@@ -43,7 +43,7 @@ from .dense import take_rows
 from .expected import agrees, expected_for
 from .verdicts import RowVerdicts, compare_case
 
-__all__ = ["CLAUSE_WORDS", "FIELD_WORDS", "Change", "Departure", "SideRows", "explain_rows", "pair_causes", "variant_pool"]
+__all__ = ["CLAUSE_WORDS", "FIELD_WORDS", "Change", "Departure", "explain_ids", "SideRows", "explain_rows", "pair_causes", "variant_pool"]
 
 MAX_FIELDS = 3  # a row explained by more fields at once than this is left unexplained (the diagnosis combines as many)
 MAX_COMBINED_POOL = 6
@@ -232,10 +232,11 @@ def _unexplained(clause: str) -> Departure:
     return Departure("unexplained", clause=clause, words=f"unexplained ({CLAUSE_WORDS.get(clause, clause)} [{clause}], no known cause)")
 
 
-def _search(case, exp, answer, c, rows: torch.Tensor, deviations: dict, pool: list[Change], primary: torch.Tensor) -> list[Departure | None]:
+def _search(case, exp, answer, c, rows: torch.Tensor, deviations: dict, pool: list[Change], primary: torch.Tensor,
+            ids_only: bool = False) -> list[Departure | None]:  # fmt: skip
     """The fewest fields of ``pool`` (one, then two, then three) under which each of ``rows`` agrees with the oracle,
     or breaks only clauses of ``deviations`` (or differs by a near tie), each field changing the oracle's answer for
-    the row; None where none do."""
+    the row; None where none do. ``ids_only``: the experts alone decide (a trace's flips are about ids), exactly."""
     dev = case.scores.device
     sub = case.sliced(_respec(case.spec, rows.numel()), rows.to(dev))
     ans = take_rows(answer, rows.to(answer[1].device))
@@ -257,18 +258,19 @@ def _search(case, exp, answer, c, rows: torch.Tensor, deviations: dict, pool: li
         if len(members) == 1:
             i = members[0]
             comparison_only = pool[i].field in COMPARISON_ONLY
-            moved[i] = torch.ones(rows.numel(), dtype=torch.bool) if comparison_only else ~_same_answer(var, base)
+            same = _same_ids(var, (base.weights, base.ids), c) if ids_only else _same_answer(var, base)
+            moved[i] = torch.ones(rows.numel(), dtype=torch.bool) if comparison_only else ~same
         ok = left.clone()
         for i in members:  # every field must move the row: a field that changes nothing there explains nothing
             ok &= moved[i]
         if not bool(ok.any()):
             return
-        agree = agrees(var, ans, trial)  # cheap: most rows a variant explains, it explains exactly
+        agree = _same_ids(var, ans, trial) if ids_only else agrees(var, ans, trial)  # cheap: most rows, exactly
         agree = torch.zeros_like(ok) if agree is None else agree.cpu()
         held: dict[int, str] = {}
         check = (ok & ~agree).nonzero().squeeze(1)
         ok &= agree
-        if compare and check.numel() and budget[0] > 0:  # the others compared as a check compares them (costly)
+        if compare and not ids_only and check.numel() and budget[0] > 0:  # the others compared as a check compares them (costly)
             budget[0] -= 1
             try:
                 v = _verdicts_of(sub, trial, ans, check, deviations)
@@ -303,6 +305,25 @@ def _search(case, exp, answer, c, rows: torch.Tensor, deviations: dict, pool: li
     for members in sorted(tries, key=lambda m: (not all(pool[i].own for i in m), len(m))):
         attempt(members, compare=True)
     return found
+
+
+def _same_ids(exp, answer, c) -> torch.Tensor:
+    """bool [B] on the CPU: the same experts (in the same columns where the contract fixes the order)."""
+    a, e = answer[1].to(exp.ids.device).long(), exp.ids.long()
+    if c.output_order == "any":
+        a, e = a.sort(1).values, e.sort(1).values
+    return (a == e).all(1).cpu()
+
+
+def explain_ids(case, exp, ids: torch.Tensor, c, rows: torch.Tensor, primary: torch.Tensor, *, device: str | None = None) -> list[Departure]:
+    """The ``Departure`` of each of ``rows`` whose ``ids`` break an ids clause (``primary``, CLAUSE_ORDER indices), the
+    experts alone compared: a trace's flip (``contracts.run.trace_diff``) in the matrix's words. A trace declares
+    nothing, so a row is a variant's or unexplained."""
+    if not rows.numel():
+        return []
+    pool = variant_pool(c, case.scores.dtype, device=device)
+    found = _search(case, exp, (exp.weights, ids), c, rows, {}, pool, primary, ids_only=True)
+    return [d if d is not None else _unexplained(A.CLAUSE_ORDER[int(p)]) for d, p in zip(found, primary.tolist())]
 
 
 def _verdicts_of(case, contract, answer, rows: torch.Tensor, deviations: dict) -> RowVerdicts:

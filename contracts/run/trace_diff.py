@@ -67,6 +67,7 @@ from ..cases.plan import CaseSpec
 from ..compare import expected_for
 from ..compare.attribution import CLAUSE_ORDER, INDEX
 from ..compare.dense import DenseAnswer, read_answer
+from ..compare.departures import FOLLOWS, explain_ids
 from ..compare.tolerance import ulp_distance
 from ..compare.verdicts import row_blame
 
@@ -287,6 +288,8 @@ class TraceDiff:
     causes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0))
     router_clauses: dict[str, int] = field(default_factory=dict)
     router_sides: dict[str, int] = field(default_factory=lambda: {"a": 0, "b": 0, "both": 0})
+    # router flips by the side that departs and why, in the matrix's words (contracts.compare.departures)
+    router_departures: dict[str, int] = field(default_factory=dict)
     logits_differ_rows: int = 0  # rows whose logits differ, flipped or not
     moved_cutoff: int = 0  # logits_differ flips whose difference moves the oracle's cutoff
     tokens: int = 0
@@ -321,7 +324,8 @@ def _same_routing(ids_a: torch.Tensor, ids_b: torch.Tensor, ordered: bool) -> to
 
 
 def _side_blame(scores, bias, weights, ids, c, topk, layer, first, faults=None):
-    """(rows breaking an ids clause, the first such clause, the oracle's ids): ``ids`` int64 as read, never narrowed; a
+    """(rows breaking an ids clause, the first such clause, the oracle's ids, each breaking row's departure in words):
+    ``ids`` int64 as read, never narrowed; a
     row with an id outside ``[0, E)`` breaks validity whatever else the attribution finds. ``faults``: a dense side's
     (its answer compared as a set, as a check compares it)."""
     case = _case(scores, bias, c, topk, layer, first)
@@ -331,7 +335,13 @@ def _side_blame(scores, bias, weights, ids, c, topk, layer, first, faults=None):
     breaks, clause = _first_ids_clause(broken)
     outside = _outside(ids, scores.shape[1])
     clause = torch.where(outside, INDEX["validity"], clause)
-    return breaks | outside, clause, exp.ids
+    breaks = breaks | outside
+    # each breaking row's departure in the matrix's words (contracts.compare.departures): a variant's, or unexplained
+    at = breaks.nonzero().squeeze(1)
+    words: list[str | None] = [None] * ids.shape[0]
+    for j, d in zip(at.tolist(), explain_ids(case, exp, ids, c, at, clause[at], device=str(scores.device))):
+        words[j] = d.words
+    return breaks, clause, exp.ids, words
 
 
 def _repeated(ids: torch.Tensor) -> torch.Tensor:
@@ -415,6 +425,8 @@ def diff_traces(a: str | Path, b: str | Path, contract: str, *, progress=None) -
                 if r["cause"] == "router":
                     out.router_clauses[r["clause"]] = out.router_clauses.get(r["clause"], 0) + 1
                     out.router_sides[r["side"]] += 1
+                    key = f"{'both' if r['side'] == 'both' else r['side'].upper()} departs: {r['departs']}"
+                    out.router_departures[key] = out.router_departures.get(key, 0) + 1
                 elif r["cause"] == "logits_differ" and r["moves_cutoff"]:
                     out.moved_cutoff += 1
             candidates.sort(key=lambda kr: kr[0])
@@ -497,8 +509,8 @@ def _diff_chunk(ta: Trace, tb: Trace, c, layer: int, layer_b: int, first: int, n
     ia, ib = ids_a[rows], ids_b[rows]
     topk = ia.shape[1]
     fa, fb = (t.read("faults", at, first, n) for t, at in ((ta, layer), (tb, layer_b)))
-    breaks_a, clause_a, oracle_a = _side_blame(la[rows], ba, wa, ia, c, topk, layer, first, None if fa is None else fa[rows])
-    breaks_b, clause_b, oracle_b = _side_blame(lb[rows], bb, wb, ib, c, topk, layer, first, None if fb is None else fb[rows])
+    breaks_a, clause_a, oracle_a, words_a = _side_blame(la[rows], ba, wa, ia, c, topk, layer, first, None if fa is None else fa[rows])
+    breaks_b, clause_b, oracle_b, words_b = _side_blame(lb[rows], bb, wb, ib, c, topk, layer, first, None if fb is None else fb[rows])
     differ = inputs_differ[rows]
     router = breaks_a | breaks_b
     cause = torch.where(router, 2, torch.where(differ, 0, 1))
@@ -517,9 +529,11 @@ def _diff_chunk(ta: Trace, tb: Trace, c, layer: int, layer_b: int, first: int, n
         if kind == "router":
             side = "both" if breaks_a[j] and breaks_b[j] else ("a" if breaks_a[j] else "b")
             clause = CLAUSE_ORDER[int(clause_a[j] if side != "b" else clause_b[j])]
-            r.update(side=side, clause=clause,
+            a_words, b_words = words_a[j] or FOLLOWS.words, words_b[j] or FOLLOWS.words
+            departs = a_words if side == "a" else b_words if side == "b" else f"A: {a_words} | B: {b_words}"
+            r.update(side=side, clause=clause, a_departs=a_words, b_departs=b_words, departs=departs,
                      why=f"{'both sides break' if side == 'both' else f'side {side} breaks'} {clause} under contract {c.name}"
-                         + ("" if side == "both" else f"; side {'b' if side == 'a' else 'a'} follows it"))  # fmt: skip
+                         + ("" if side == "both" else f"; side {'b' if side == 'a' else 'a'} follows it") + f": {departs}")  # fmt: skip
         records.append(r)
     counts = {name: int((cause == i).sum()) for i, name in enumerate(CAUSES)}
     return int(rows.numel()), counts, differ_rows, int(invalid.sum()), records
