@@ -320,7 +320,8 @@ def _own_arithmetic(routed: _Routed, own: tuple[str, dict], mask: torch.Tensor, 
     except (KeyError, ValueError):
         return None
     c = routed.contract
-    fields = {f: getattr(o, f) for f in ARITHMETIC_FIELDS if not _same_value(getattr(o, f), getattr(c, f))}
+    fields = {f: getattr(o, f) for f in ARITHMETIC_FIELDS if not _same_value(getattr(o, f), getattr(c, f))
+              and (c.is_grouped or not f.startswith("group_"))}  # an ungrouped contract has no group score to change
     if o.name == c.name or not fields:
         return None
     try:
@@ -338,7 +339,7 @@ def _own_arithmetic(routed: _Routed, own: tuple[str, dict], mask: torch.Tensor, 
         by_fields += int(clean.sum())
         ok = clean
         if deviations and not bool(clean.all()):
-            excused = _own_declared(part, exp, trial, deviations)
+            excused = _own_declared(part, exp, trial, deviations, broken)
             ok = ~(broken & ~excused).any(1)
             for clause in (broken & excused)[ok & ~clean].any(0).nonzero().flatten().tolist():
                 used.add(_clause_name(clause))
@@ -370,16 +371,26 @@ def _clause_name(index: int) -> str:
     return A.CLAUSE_ORDER[index]
 
 
-def _own_declared(part: _Part, exp, contract, deviations: dict) -> torch.Tensor:
+def _own_declared(part: _Part, exp, contract, deviations: dict, broken: torch.Tensor) -> torch.Tensor:
     """bool [B, len(CLAUSE_ORDER)]: what the candidate's declarations (``deviations``, under its own contract) excuse on
     each sampled row routed under ``contract``, as the verdict excuses them (``verdicts._declared_per_row``): a clause
-    declared without a bound on every row, a bounded one only where the row lies within its bound; never validity."""
+    declared without a bound on every row, a bounded one only where the row lies within its bound; never validity.
+    ``broken``: what each row breaks there; the bound is measured only on rows that a bounded declaration could still
+    excuse whole (the attribution of a row is the costly part)."""
     from . import attribution as A
     from .dense import add_faults, dense_faults, for_comparison, order_free
     from .shared import add_to_blame, split_shared
     from .tolerance import BOUNDED_CLAUSES, declared_bound
     from .verdicts import UNDECLARABLE, _declared_per_row, _validity_masks, plain_output
 
+    rows = part.case.spec.rows
+    declared = torch.tensor([n in deviations and n not in UNDECLARABLE for n in A.CLAUSE_ORDER], dtype=torch.bool)
+    bounded = torch.tensor([n in BOUNDED_CLAUSES for n in A.CLAUSE_ORDER], dtype=torch.bool) & declared
+    out = (declared & ~bounded).unsqueeze(0).repeat(rows, 1)
+    # rows where a bounded declared clause is broken and every other broken clause is declared: only these can turn
+    need = (broken & bounded).any(1) & ~(broken & ~declared).any(1)
+    if not bool(need.any()):
+        return out
     c, case, slot = contract, part.case, None
     actual = (part.weights, part.ids)
     if c.shared_expert_slot == "last":
@@ -390,21 +401,19 @@ def _own_declared(part: _Part, exp, contract, deviations: dict) -> torch.Tensor:
     if faults is not None:
         c = order_free(c)
     w_act, ids_act = plain_output(actual)
-    rows = case.spec.rows
-    declared = torch.tensor([n in deviations and n not in UNDECLARABLE for n in A.CLAUSE_ORDER], dtype=torch.bool)
-    if not any(n in deviations for n in BOUNDED_CLAUSES):
-        return declared.unsqueeze(0).repeat(rows, 1)
     out_of_range, twice = _validity_masks(ids_act, case.scores.shape[1], c)
-    every = torch.arange(rows)
-    blame = A.attribute(case, exp, exp.values(every), w_act, ids_act, every, c, out_of_range=out_of_range, twice=twice,
+    at = need.nonzero().squeeze(1)
+    blame = A.attribute(case, exp, exp.values(at), w_act, ids_act, at, c, out_of_range=out_of_range, twice=twice,
                         ids_equal=(ids_act == exp.ids).all(1))  # fmt: skip
     if slot is not None:
-        add_to_blame(blame, slot, every)
+        add_to_blame(blame, slot, at)
     if faults is not None:
-        add_faults(blame, faults, every)
+        add_faults(blame, faults, at)
     bounds = {clause: declared_bound(deviations, clause) for clause in BOUNDED_CLAUSES}
-    within = _declared_per_row(declared, blame, w_act, bounds)
-    return within if within.dim() == 2 else within.unsqueeze(0).repeat(rows, 1)
+    within = _declared_per_row(declared, blame, w_act.index_select(0, at), bounds)
+    out[at] = within if within.dim() == 2 else within.unsqueeze(0).expand(at.numel(), -1)
+    return out
+
 
 
 def _offered(c, dtype, device: str | None = None) -> list:
