@@ -20,6 +20,12 @@ Comparisons use ``contracts.compare.compare_case`` as a check does:
   rows that differ, the side the oracle takes (``oracle_agrees``).
 - a candidate against the oracle: as ``check`` compares it, its declared
   deviations allowed (``declared_rows``); its status is the check's.
+- why (``MatrixPair.departures``, the train-versus-serve table): each
+  candidate's rows are explained once per case against the oracle
+  (``contracts.compare.departures.explain_rows``: follows, a near tie, a
+  declared clause, the fewest fields of its own contract or of the
+  diagnosis' variants that give the row, or unexplained), and a pair's
+  rows routed differently are counted by the two sides' explanations.
 
 A candidate that does not run here is recorded with its reason; one that
 crashes, hangs or raises is an error in the report, and the others go on.
