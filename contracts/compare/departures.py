@@ -39,7 +39,7 @@ import oracle
 
 from ..reports.schema import PairDeparture
 from . import attribution as A
-from .dense import take_rows
+from .dense import DenseAnswer, take_rows
 from .expected import agrees, expected_for
 from .verdicts import RowVerdicts, compare_case
 
@@ -52,7 +52,10 @@ MAX_COMBINED_POOL = 6
 # tie. Rows left after these are unexplained, never guessed.
 MAX_COMPARED_ATTEMPTS = 16  # fields tried in combinations: the candidate's own contract's first, then those that move rows
 COMPARISON_ONLY = frozenset({"output_order"})  # fields that change how a row is compared, not the oracle's answer
-_META_FIELDS = frozenset({"name", "summary", "source"})
+# An own contract's fields that are no cause of a row: its words, its shape (the case's is used), its tolerances, and
+# the call options a case passes itself (renormalize, the scaling factor).
+_META_FIELDS = frozenset({"name", "summary", "source", "experts", "topk", "n_group", "topk_group", "near_tie_ulp", "near_tie_x_ulp",
+                          "weight_rtol", "weight_atol", "default_renormalize", "routed_scaling_factor"})  # fmt: skip
 
 # The clause in a trainer's words (the console's; the declaration's own reason goes to matrix.json).
 CLAUSE_WORDS = {
@@ -258,8 +261,10 @@ def _search(case, exp, answer, c, rows: torch.Tensor, deviations: dict, pool: li
         if len(members) == 1:
             i = members[0]
             comparison_only = pool[i].field in COMPARISON_ONLY
-            same = _same_ids(var, (base.weights, base.ids), c) if ids_only else _same_answer(var, base)
-            moved[i] = torch.ones(rows.numel(), dtype=torch.bool) if comparison_only else ~same
+            if comparison_only:  # the order of the columns: it moves only rows of the contract's experts in another order
+                moved[i] = _reordered(base, ans)
+            else:
+                moved[i] = ~(_same_ids(var, (base.weights, base.ids), c) if ids_only else _same_answer(var, base))
         ok = left.clone()
         for i in members:  # every field must move the row: a field that changes nothing there explains nothing
             ok &= moved[i]
@@ -305,6 +310,14 @@ def _search(case, exp, answer, c, rows: torch.Tensor, deviations: dict, pool: li
     for members in sorted(tries, key=lambda m: (not all(pool[i].own for i in m), len(m))):
         attempt(members, compare=True)
     return found
+
+
+def _reordered(exp, answer) -> torch.Tensor:
+    """bool [B] on the CPU: the expected experts in another column order (never for a dense answer: it has no order)."""
+    if isinstance(answer, DenseAnswer):
+        return torch.zeros(exp.ids.shape[0], dtype=torch.bool)
+    a, e = answer[1].to(exp.ids.device).long(), exp.ids.long()
+    return ((a.sort(1).values == e.sort(1).values).all(1) & ~(a == e).all(1)).cpu()
 
 
 def _same_ids(exp, answer, c) -> torch.Tensor:

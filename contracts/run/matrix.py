@@ -250,8 +250,9 @@ def _own_contract(candidate: Candidate, c):
         own = oracle.get_contract(candidate.contract)
     except (ValueError, OSError):
         return None
-    same_shape = (own.scoring, own.n_group > 1, own.bias) == (c.scoring, c.n_group > 1, c.bias)
-    return own if same_shape else None
+    # the same kind of router (grouped or not, with a bias or not); the scoring may differ: Megatron's post-softmax
+    # router (mcore-softmax) takes the softmax over the k chosen where the serving contract takes it over all experts
+    return own if (own.n_group > 1, own.has_bias) == (c.n_group > 1, c.has_bias) else None
 
 
 def _claimed_contract(members: list[_Member]) -> str:
