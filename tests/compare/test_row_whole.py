@@ -24,10 +24,17 @@ ADV = "tests.adversarial.verdicts"
 pytestmark = pytest.mark.slow
 
 
+# QUICK (``check --quick``) in place of ``rows``: every family and every pinned dtype pair, layout, call context and call
+# option once, at one launch class (about a third of the cases of a --rows check at the tests' max batch): for the
+# tests whose assertion is about a class of behaviour that every launch class shows. Those that pass only a family or
+# two with few pinned cases keep --rows: there the quick look's 4,096 rows would cost more than the pins they drop.
+QUICK = None
+
+
 def _check(tmp_path, candidate, contract, *extra, rows=1500, name="bundle"):
     out = tmp_path / name
-    code = main(["--candidate", candidate, "--contract", contract, "--rows", str(rows), "--no-isolate", "--out", str(out), "--quiet",
-                 *extra])  # fmt: skip
+    size = ["--quick"] if rows is QUICK else ["--rows", str(rows)]
+    code = main(["--candidate", candidate, "--contract", contract, *size, "--no-isolate", "--out", str(out), "--quiet", *extra])
     return code, json.loads((out / "summary.json").read_text())
 
 
@@ -41,7 +48,7 @@ def _undeclared(s) -> dict:
 def test_a_repeated_expert_0_in_place_of_a_chosen_expert_is_invalid(tmp_path):
     """Before: the serial contract's fallback let any repeat of expert 0 through validity and the near-tie test
     asked only whether the ids were a subset of the expected ones: rows counted "near tie", PASS."""
-    code, s = _check(tmp_path, f"{ADV}:serial_repeats_expert_0", "serial", rows=1000)
+    code, s = _check(tmp_path, f"{ADV}:serial_repeats_expert_0", "serial", rows=QUICK)
     assert code == 1 and s["status"] == "fail"
     assert s["near_tie_rows"] == 0, s["near_tie_rows"]
     # Rows with fallback slots (few_valid, nan_dense) lose an eligible expert to the extra 0: blamed on the expert
@@ -58,7 +65,7 @@ def test_a_repeated_expert_0_in_place_of_a_chosen_expert_is_invalid(tmp_path):
 
 def test_a_fallback_slot_where_eligible_experts_are_left_is_invalid(tmp_path):
     """A fallback slot is allowed only where no eligible expert is left."""
-    code, s = _check(tmp_path, f"{ADV}:serial_fallback_too_early", "serial", "--families", "few_valid,random_fp32", rows=400)
+    code, s = _check(tmp_path, f"{ADV}:serial_fallback_too_early", "serial", "--families", "few_valid,random_fp32", rows=QUICK)
     assert code == 1 and s["status"] == "fail"
     assert s["clauses"].get("validity", 0) > 0 and s["near_tie_rows"] == 0
 
@@ -85,8 +92,8 @@ def test_a_declared_nan_rule_does_not_hide_the_wrong_numbers(tmp_path):
     assert s["mismatched_rows"] > s["expected_deviation_rows"], (s["mismatched_rows"], s["expected_deviation_rows"])
 
 
-def _bounded_declaration_verdict(tmp_path, candidate, clause, code_wanted, *families_and_batch):
-    code, s = _check(tmp_path, f"{ADV}:{candidate}", "aiter", "--families", *families_and_batch, rows=300)
+def _bounded_declaration_verdict(tmp_path, candidate, clause, code_wanted, *families_and_batch, rows=300):
+    code, s = _check(tmp_path, f"{ADV}:{candidate}", "aiter", "--families", *families_and_batch, rows=rows)
     assert code == code_wanted, (s["status"], s["clauses"])
     if code_wanted:
         assert s["status"] == "fail" and set(_undeclared(s)) == {clause}, s["clauses"]
@@ -120,7 +127,7 @@ def test_a_declared_group_clause_excuses_only_groups_near_the_contracts(tmp_path
     group clause now excuses groups within its bound of a choice by group score (here the torch routers' 2^-4 for
     bf16 group sums: the swap of the best group for the best dropped one stays within it in 7,864 rows, where random
     groups' sums lie that close, and fails in 3,739)."""
-    code, s = _check(tmp_path, f"{ADV}:{candidate}", "deepseek-v3", "--max-batch", "64", rows=300)
+    code, s = _check(tmp_path, f"{ADV}:{candidate}", "deepseek-v3", "--max-batch", "64", rows=QUICK)
     assert code == 1 and s["status"] == "fail", s["clauses"]
     broken = _undeclared(s)
     assert max(broken, key=broken.get) in ("group_selection", "group_mask"), broken
@@ -138,7 +145,7 @@ def test_a_declared_selection_never_excuses_a_number_given_up_for_an_expert_rank
     """Before (aa3f963): PASS, 34 rows of nan_neg_inf_bias excused under a declared selection bounded at 2^-4 (an
     expert ranked -inf counted 0 in the departure, and the number it replaced sat at the cutoff)."""
     _bounded_declaration_verdict(tmp_path, "cutoff_for_minus_inf_declared_selection", "selection", 1, "nan_neg_inf_bias,few_valid,random_fp32",
-                                 "--max-batch", "64")  # fmt: skip
+                                 "--max-batch", "64", rows=QUICK)  # fmt: skip
 
 
 def test_a_declared_bound_is_a_relative_error_of_a_bounded_clause():
@@ -158,7 +165,7 @@ def test_validity_cannot_be_declared():
 
 
 def test_a_router_returning_nothing_fails_whatever_it_declares(tmp_path):
-    code, s = _check(tmp_path, f"{ADV}:returns_nothing_all_declared", "aiter", "--families", "random_fp32", rows=200)
+    code, s = _check(tmp_path, f"{ADV}:returns_nothing_all_declared", "aiter", "--families", "random_fp32", rows=QUICK)
     assert code == 1 and s["status"] in ("fail", "error")
     assert s["mismatched_rows"] > 0 or s["status"] == "error"
 
@@ -191,11 +198,11 @@ def test_declared_validity_never_turns_a_whole_case_into_expected():
                                              ("deepseek_v3_reference_shuffled", "deepseek-v3-reference")])  # fmt: skip
 def test_a_correct_grouped_router_in_any_column_order_passes(tmp_path, route, contract):
     """Before: 120 of 3,000 rows failed (group_mask, nan_last) because the group aspect compared ids by column."""
-    code, s = _check(tmp_path, f"{ADV}:{route}", contract, rows=2000)
+    code, s = _check(tmp_path, f"{ADV}:{route}", contract, rows=QUICK)
     assert code == 0 and s["status"] == "pass" and s["mismatched_rows"] == 0, s["clauses"]
 
 
-def _blame_both_orders(tmp_path, base, contract, rows=1200):
+def _blame_both_orders(tmp_path, base, contract, rows=QUICK):
     # --max-batch 64: the blame does not depend on the batch size, and the pinned cases of the larger launch classes
     # (every family, call context and layout at each class's first batch) are most of a check's rows
     results = []
@@ -244,7 +251,7 @@ def test_a_minus_inf_mask_under_the_zero_mask_contract_is_group_mask(tmp_path):
 def test_each_weight_rule_is_recognised_by_name(tmp_path, route, contract, clauses):
     """Before: renormalization against the flag, a softmax over the wrong set and a 1/k factor were all
     weight_accuracy."""
-    code, s = _check(tmp_path, f"{ADV}:{route}", contract, "--families", "random_fp32,random_bf16", "--max-batch", "64", rows=400)
+    code, s = _check(tmp_path, f"{ADV}:{route}", contract, "--families", "random_fp32,random_bf16", "--max-batch", "64", rows=QUICK)
     assert code == 1 and s["status"] == "fail"
     found = {k: v for k, v in s["clauses_broken"].items() if v}  # a row with two causes counts under both
     assert clauses <= set(found) and "weight_accuracy" not in found, found
@@ -256,7 +263,7 @@ def test_each_weight_rule_is_recognised_by_name(tmp_path, route, contract, claus
 @pytest.mark.parametrize("route", ["gemma4_scale_ignored", "gemma4_scale_before_renorm", "gemma4_scale_by_slot", "gemma4_scale_twice"])
 def test_a_misapplied_per_expert_scale_fails_scaling(tmp_path, route):
     """Before: the cases passed no scale (the oracle's default, all ones), so a router that ignored it passed."""
-    code, s = _check(tmp_path, f"{ADV}:{route}", "gemma4", "--families", "random_fp32", rows=300)
+    code, s = _check(tmp_path, f"{ADV}:{route}", "gemma4", "--families", "random_fp32", rows=QUICK)
     assert code == 1 and s["status"] == "fail"
     found = _undeclared(s)
     assert set(found) == {"scaling"}, found
@@ -264,7 +271,7 @@ def test_a_misapplied_per_expert_scale_fails_scaling(tmp_path, route):
 
 
 def test_the_per_expert_scale_applied_last_passes(tmp_path):
-    code, s = _check(tmp_path, f"{ADV}:gemma4_scale_applied", "gemma4", "--families", "random_fp32,random_bf16,nan_sparse", rows=300)
+    code, s = _check(tmp_path, f"{ADV}:gemma4_scale_applied", "gemma4", "--families", "random_fp32,random_bf16,nan_sparse", rows=QUICK)
     assert code == 0 and s["status"] == "pass", s["clauses"]
 
 
@@ -280,7 +287,7 @@ def test_a_wrong_shared_expert_slot_fails(tmp_path, route, clause):
     """Before: the harness compared [M, topk] answers only, so nothing checked the slot's id or weight."""
     path = tmp_path / "kimi-k2-shared.toml"
     path.write_text('base = "kimi-k2"\nname = "kimi-k2-shared"\nshared_expert_slot = "last"\n')
-    code, s = _check(tmp_path, f"{ADV}:{route}", str(path), "--families", "random_fp32,random_bf16", rows=300)
+    code, s = _check(tmp_path, f"{ADV}:{route}", str(path), "--families", "random_fp32,random_bf16", rows=QUICK)
     assert code == 1 and s["status"] == "fail"
     found = _undeclared(s)
     assert max(found, key=found.get) == clause, found
@@ -289,6 +296,6 @@ def test_a_wrong_shared_expert_slot_fails(tmp_path, route, clause):
 def test_the_right_shared_expert_slot_passes(tmp_path):
     path = tmp_path / "kimi-k2-shared.toml"
     path.write_text('base = "kimi-k2"\nname = "kimi-k2-shared"\nshared_expert_slot = "last"\n')
-    code, s = _check(tmp_path, f"{ADV}:shared_slot_right", str(path), "--families", "random_fp32,random_bf16,nan_sparse,zero_sum", rows=300)
+    code, s = _check(tmp_path, f"{ADV}:shared_slot_right", str(path), "--families", "random_fp32,random_bf16,nan_sparse,zero_sum", rows=QUICK)
     assert code == 0 and s["status"] == "pass", s["clauses"]
 
