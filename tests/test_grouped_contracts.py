@@ -24,16 +24,24 @@ REPO = Path(__file__).resolve().parent.parent
 ROUTER = "tests.standins.grouped_router"
 
 
+# QUICK (``check --quick``) in place of ``rows``: every family and every pinned dtype pair, layout, call context and call
+# option once, at one launch class (a third of the cases of a --rows check of every family): for the tests whose
+# assertion is about a class of behaviour (a contract passes, a planted defect is blamed on its clause). A check of a
+# family or two keeps --rows: its few pinned cases cost less than the quick look's 4,096 rows.
+QUICK = None
+
+
 def _check(tmp_path, candidate, contract, *extra, rows=3000):
     out = tmp_path / "bundle"
-    code = main(["--candidate", candidate, "--contract", str(contract), "--rows", str(rows), "--no-isolate", "--out", str(out), "--quiet", *extra])
+    size = ["--quick"] if rows is QUICK else ["--rows", str(rows)]
+    code = main(["--candidate", candidate, "--contract", str(contract), *size, "--no-isolate", "--out", str(out), "--quiet", *extra])
     return code, json.loads((out / "summary.json").read_text())
 
 
 @pytest.mark.parametrize("contract", ["deepseek-v3", "deepseek-v3-reference", "qwen3-moe", "mixtral", "gpt-oss"])
 def test_the_oracle_passes_every_builtin_contract(tmp_path, contract):
-    code, s = _check(tmp_path, "oracle", contract, rows=4000)
-    # every row of the budget and of the pinned coverage cases checked, none skipped
+    code, s = _check(tmp_path, "oracle", contract, rows=QUICK)
+    # every row of the quick look's 4,096 and of its pinned coverage cases checked, none skipped
     assert code == 0 and s["status"] == "pass" and s["rows_checked"] > 4000 and s["rows_skipped"] == 0, s["clauses"]
     assert s["contract"] == contract
     c = oracle.get_contract(contract)
@@ -46,14 +54,14 @@ def test_the_oracle_passes_every_builtin_contract(tmp_path, contract):
 
 @pytest.mark.parametrize("path", sorted((REPO / "examples" / "contracts").glob("*.toml")), ids=lambda p: p.name)
 def test_every_example_contract_file_passes_with_the_oracle(tmp_path, path):
-    code, s = _check(tmp_path, "oracle", path, rows=2000)
+    code, s = _check(tmp_path, "oracle", path, rows=QUICK)
     assert code == 0 and s["status"] == "pass", s["clauses"]
     assert s["options"]["contract_source"] == str(path)
 
 
-@pytest.mark.slow  # a full check of 6,000 rows over every deepseek-v3 family (the grouped families need the rows)
+@pytest.mark.slow  # a quick look over every deepseek-v3 family (52,861 rows at the tests' max batch)
 def test_an_independent_grouped_router_passes_deepseek_v3(tmp_path):
-    code, s = _check(tmp_path, f"{ROUTER}:route", "deepseek-v3", rows=6000)
+    code, s = _check(tmp_path, f"{ROUTER}:route", "deepseek-v3", rows=QUICK)
     assert code == 0 and s["status"] == "pass" and s["mismatched_rows"] == 0
 
 
@@ -69,9 +77,9 @@ def test_a_router_that_ranks_nan_first_in_the_group_scores_passes_under_its_decl
     assert code == 1 and s["clauses"].get("selection", 0) > 0, s["clauses"]
 
 
-@pytest.mark.slow  # two checks (6,000 + 2,000 rows), the second failing: attribution and diagnosis run
+@pytest.mark.slow  # two checks (a quick look + 2,000 rows of one family), the second failing: attribution and diagnosis run
 def test_the_zero_mask_router_meets_the_reference_code_and_not_the_engines(tmp_path):
-    code, s = _check(tmp_path, f"{ROUTER}:route_mask_zero", "deepseek-v3-reference", rows=6000)
+    code, s = _check(tmp_path, f"{ROUTER}:route_mask_zero", "deepseek-v3-reference", rows=QUICK)
     assert code == 0 and s["status"] == "pass"
     code, s = _check(tmp_path, f"{ROUTER}:route_mask_zero", "deepseek-v3", "--families", "negative_bias_mask", "--force", rows=2000)
     assert code == 1 and s["families"]["negative_bias_mask"]["clauses"].get("group_mask", 0) == s["mismatched_rows"] > 0
@@ -80,7 +88,7 @@ def test_the_zero_mask_router_meets_the_reference_code_and_not_the_engines(tmp_p
     assert best["matched_rows"] == best["sampled_rows"]
 
 
-@pytest.mark.slow  # a failing check of 3,000 rows: every mismatch is attributed and the diagnosis re-routes its sample
+@pytest.mark.slow  # a failing quick look: every mismatch is attributed and the diagnosis re-routes its sample
 @pytest.mark.parametrize(
     "route, clause, field",
     [
@@ -90,7 +98,7 @@ def test_the_zero_mask_router_meets_the_reference_code_and_not_the_engines(tmp_p
     ],
 )
 def test_planted_defects_are_blamed_and_diagnosed(tmp_path, route, clause, field):
-    code, s = _check(tmp_path, f"{ROUTER}:{route}", "deepseek-v3", rows=3000)
+    code, s = _check(tmp_path, f"{ROUTER}:{route}", "deepseek-v3", rows=QUICK)
     assert code == 1 and s["status"] == "fail"
     if clause:
         assert max(s["clauses"], key=s["clauses"].get) == clause, s["clauses"]
@@ -98,7 +106,7 @@ def test_planted_defects_are_blamed_and_diagnosed(tmp_path, route, clause, field
 
 
 def test_a_family_that_does_not_apply_is_left_out_with_a_note(tmp_path):
-    code, s = _check(tmp_path, "oracle", "aiter", "--families", "random_bf16,group_score_ties", rows=500)
+    code, s = _check(tmp_path, "oracle", "aiter", "--families", "random_bf16,group_score_ties", rows=QUICK)
     assert code == 0 and list(s["families"]) == ["random_bf16"]
     assert any("group_score_ties" in n for n in s["notes"])
 
