@@ -36,11 +36,14 @@ def _megatron():
         pytest.skip(why)
 
 
-def _check(tmp_path, candidate, *extra):
+def _check(tmp_path, candidate, *extra, quick=False):
+    """``quick``: ``check --quick`` in place of ``--rows ROWS``: every pinned dtype pair, layout, call context and call
+    option of FAMILY_SET once, at one launch class (random_bf16's and random_fp32's pins are most of the cases)."""
     from contracts.check import main
 
     out = tmp_path / "bundle"
-    code = main(["--candidate", candidate, "--rows", str(ROWS), "--max-batch", "64", "--families", FAMILY_SET, "--no-isolate",
+    size = ["--quick"] if quick else ["--rows", str(ROWS)]
+    code = main(["--candidate", candidate, *size, "--max-batch", "64", "--families", FAMILY_SET, "--no-isolate",
                  "--out", str(out), "--quiet", "--force", *extra])  # fmt: skip
     return code, json.loads((out / "summary.json").read_text())
 
@@ -176,6 +179,9 @@ def test_each_mcore_candidate_passes_its_own_contract(tmp_path, family):
     from contracts.candidates import all_candidates
     from kernels.trainers import FAMILIES
 
+    # --rows, not --quick: the quick look's 4,096 rows reach nan_sparse:1740257324:338, where mcore-deepseek-v3 FAILs
+    # its own mcore-sigmoid on row 178 (selection, nan_last: a NaN expert over a number), a case --rows 200 never
+    # builds (found 2026-12-07, reported, not yet judged)
     code, s = _check(tmp_path, f"mcore-{family}")
     assert code == 0 and s["status"] == "pass", (s["status"], s["clauses"])
     assert s["contract"] == FAMILIES[family].contract and s["rows_checked"] > 0
@@ -192,7 +198,7 @@ def test_each_mcore_candidate_passes_its_own_contract(tmp_path, family):
 ])  # fmt: skip
 def test_each_mcore_candidate_fails_its_familys_inference_contract_where_its_arithmetic_differs(tmp_path, family, clauses):
     _megatron()
-    code, s = _check(tmp_path, f"mcore-{family}", "--contract", family)
+    code, s = _check(tmp_path, f"mcore-{family}", "--contract", family, quick=True)
     assert code == 1 and s["status"] == "fail"
     broken = {clause for clause, rows in s["clauses"].items() if rows}
     assert clauses <= broken, s["clauses"]
@@ -200,9 +206,9 @@ def test_each_mcore_candidate_fails_its_familys_inference_contract_where_its_ari
     # the diagnosis names the trainer's arithmetic (the fields of the candidate's own contract, as one combination)
     # and it explains at least 95 % of the sampled mismatched rows; the rows only torch.topk's tie and NaN order
     # keep apart count through what the candidate declares under its own contract (no field can say that order).
-    # Measured at these settings (2e85998): kimi-k2 1,671 of 1,671 (1,415 by the arithmetic alone; the greedy
-    # combination alone gave 85 %), deepseek-v3 1,671 of 1,671 (83 % before), qwen3-moe 1,460 of 1,463 (87 %),
-    # mixtral 785 of 785 (39 %). qwen3-moe's 3 left: fp16 weights on renormalize=True calls, which the combination
+    # Measured at --rows 200 (2e85998; the test now runs the quick look of the same families): kimi-k2 1,671 of
+    # 1,671 (1,415 by the arithmetic alone; the greedy combination alone gave 85 %), deepseek-v3 1,671 of 1,671
+    # (83 % before), qwen3-moe 1,460 of 1,463 (87 %), mixtral 785 of 785 (39 %). qwen3-moe's 3 left: fp16 weights on renormalize=True calls, which the combination
     # divides by their rounded sum and Megatron's post-softmax never divides (no field says "never")
     from kernels.trainers import FAMILIES
 
@@ -291,7 +297,7 @@ def test_hf_deepseek_v3_passes_deepseek_v3(tmp_path):
     from tests._requires import transformers_for_models
 
     transformers_for_models()
-    code, s = _check(tmp_path, "hf-deepseek-v3")
+    code, s = _check(tmp_path, "hf-deepseek-v3", quick=True)
     assert code == 0 and s["status"] == "pass" and s["contract"] == "deepseek-v3", (s["status"], s["clauses"])
     broken = {clause for clause, rows in s["clauses"].items() if rows}
     assert broken <= {"group_tie_order", "group_mask", "tie_order"}, s["clauses"]
