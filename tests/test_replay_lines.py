@@ -43,7 +43,8 @@ def _details(out):
 def test_a_candidate_objects_replay_line_names_its_module_attr_and_replays(tmp_path, capsys):
     out = tmp_path / "first"
     spec = "tests.adversarial.names:displayed"
-    assert main(["--candidate", spec, "--families", "random_fp32", "--rows", "70", "--no-isolate", "--out", str(out), "--quiet"]) == 1
+    # --quick: the quick look's cases are the full plan's own, with the same replay ids (a quarter of --rows 70's cases)
+    assert main(["--candidate", spec, "--families", "random_fp32", "--quick", "--no-isolate", "--out", str(out), "--quiet"]) == 1
     s = json.loads((out / "summary.json").read_text())
     assert s["candidate"] == "My Router (display name)"  # reports keep the display name
     assert s["replay_target"] == {"candidate": spec, "against": None, "pythonpath": None}
@@ -84,7 +85,7 @@ def test_a_module_from_outside_the_current_directory_gets_pythonpath_and_replays
     (src / "outside_router_mod.py").write_text(ROUTER)
     monkeypatch.syspath_prepend(str(src))
     out = tmp_path / "first"
-    assert main(["--candidate", "outside_router_mod:cand", "--families", "random_fp32", "--rows", "70", "--out", str(out), "--quiet"]) == 1
+    assert main(["--candidate", "outside_router_mod:cand", "--families", "random_fp32", "--quick", "--out", str(out), "--quiet"]) == 1
     line = _details(out)[0]["replay"]
     assert line.startswith(f"PYTHONPATH={shlex.quote(str(src))} python -m contracts.check --candidate outside_router_mod:cand ")
     elsewhere = tmp_path / "elsewhere"
