@@ -170,3 +170,20 @@ def test_the_plan_and_the_search_draw_the_oracles_scaling_factors():
 
     assert plan.SCALING_FACTORS == oracle.SCALING_FACTORS == strategies.SCALING
     assert not set(plan.UNUSUAL_SCALING_FACTORS) & set(oracle.SCALING_FACTORS)
+
+
+def test_a_replay_of_one_row_takes_the_contracts_admitted_options(capsys):
+    """``--replay ID --row N`` built the case without the contract's admitted options: under a contract that always
+    renormalizes (mixtral, mcore-sigmoid) a case that drew renormalize=False ended in "renormalize=False is not an
+    option of contract" and exit 2, so every such replay line of a report was dead (found replaying an mcore row)."""
+    from contracts.cases.build import build_case
+    from contracts.cases.plan import CaseSpec
+    from contracts.check import main
+
+    seeds = [s for s in range(40) if not build_case(CaseSpec("random_fp32", s, 4, 8, 2)).renormalize][:3]
+    assert seeds, "no draw of renormalize=False in 40 seeds"
+    for seed in seeds:
+        code = main(["--candidate", "oracle", "--contract", "mixtral", "--replay", f"random_fp32:{seed}:4", "--row", "1"])
+        out = capsys.readouterr()
+        assert code == 0, out.out + out.err
+        assert "row 1: " in out.out and "not an option" not in out.err

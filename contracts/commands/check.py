@@ -296,6 +296,7 @@ def _replay_one_row(args: argparse.Namespace, names: list[str]) -> int:
     from ..reports.markdown import side_by_side
     from ..reports.text import clean
     from ..run.checks import device_for
+    from ..cases.plan import admitted_fields
     from ..run.options import OptionError, parse_replay
     from ..run.replay import replay_row
 
@@ -313,7 +314,10 @@ def _replay_one_row(args: argparse.Namespace, names: list[str]) -> int:
     except OptionError as exc:
         raise UsageError(str(exc)) from None
     groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
-    spec = dataclasses.replace(spec, n_group=groups[0], topk_group=groups[1], bias=c.has_bias)
+    # the contract's admitted call options, as the check's own replay takes them (checks._Plan): without them a case of
+    # a contract that always renormalizes drew renormalize=False and the replay line ended in a usage error
+    spec = dataclasses.replace(spec, n_group=groups[0], topk_group=groups[1], bias=c.has_bias,
+                               **admitted_fields(c.admitted_options()))
     device = _check_device(args.device) or device_for(cand, None)
     try:
         done = replay_row(cand, contract, device, spec, args.row)
