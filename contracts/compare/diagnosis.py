@@ -378,10 +378,8 @@ def _own_declared(part: _Part, exp, contract, deviations: dict, broken: torch.Te
     ``broken``: what each row breaks there; the bound is measured only on rows that a bounded declaration could still
     excuse whole (the attribution of a row is the costly part)."""
     from . import attribution as A
-    from .dense import add_faults, dense_faults, for_comparison, order_free
-    from .shared import add_to_blame, split_shared
     from .tolerance import BOUNDED_CLAUSES, declared_bound
-    from .verdicts import UNDECLARABLE, _declared_per_row, _validity_masks, plain_output
+    from .verdicts import UNDECLARABLE, _declared_per_row, read_answer_for_blame
 
     rows = part.case.spec.rows
     declared = torch.tensor([n in deviations and n not in UNDECLARABLE for n in A.CLAUSE_ORDER], dtype=torch.bool)
@@ -391,26 +389,11 @@ def _own_declared(part: _Part, exp, contract, deviations: dict, broken: torch.Te
     need = (broken & bounded).any(1) & ~(broken & ~declared).any(1)
     if not bool(need.any()):
         return out
-    c, case, slot = contract, part.case, None
-    actual = (part.weights, part.ids)
-    if c.shared_expert_slot == "last":
-        split = split_shared(exp, actual, c, case)
-        if isinstance(split, tuple):
-            exp, actual, slot = split
-    actual, faults = for_comparison(actual, exp), dense_faults(actual)
-    if faults is not None:
-        c = order_free(c)
-    w_act, ids_act = plain_output(actual)
-    out_of_range, twice = _validity_masks(ids_act, case.scores.shape[1], c)
+    read = read_answer_for_blame(part.case, exp, (part.weights, part.ids), contract)
     at = need.nonzero().squeeze(1)
-    blame = A.attribute(case, exp, exp.values(at), w_act, ids_act, at, c, out_of_range=out_of_range, twice=twice,
-                        ids_equal=(ids_act == exp.ids).all(1))  # fmt: skip
-    if slot is not None:
-        add_to_blame(blame, slot, at)
-    if faults is not None:
-        add_faults(blame, faults, at)
+    blame = read.attribute(part.case, at)
     bounds = {clause: declared_bound(deviations, clause) for clause in BOUNDED_CLAUSES}
-    within = _declared_per_row(declared, blame, w_act.index_select(0, at), bounds)
+    within = _declared_per_row(declared, blame, read.w_act.index_select(0, at), bounds)
     out[at] = within if within.dim() == 2 else within.unsqueeze(0).expand(at.numel(), -1)
     return out
 

@@ -30,7 +30,7 @@ from .reasons import generic_reason, reason_text
 from .shared import add_to_blame, split_shared
 from .tolerance import BOUNDED_CLAUSES, declared_bound, plain_contract_tolerance, ulp_distance, weights_close, within_declared_accuracy
 
-__all__ = ["DETAILS_PER_CLAUSE", "UNDECLARABLE", "VERDICTS", "CaseOutcome", "RowVerdicts", "compare_case", "plain_output", "row_blame"]
+__all__ = ["DETAILS_PER_CLAUSE", "UNDECLARABLE", "VERDICTS", "CaseOutcome", "RowVerdicts", "ReadAnswer", "compare_case", "plain_output", "read_answer_for_blame", "row_blame"]
 
 VERDICTS = ("exact", "within_tolerance", "near_tie", "mismatch", "expected")
 # Clauses no declaration excuses: an id out of range, twice, or a fallback where eligible experts are left is
@@ -245,10 +245,36 @@ def _keep_mismatched(out: CaseOutcome, rows_b, blame, declared) -> None:
         out.mismatched_primary = torch.cat([out.mismatched_primary, prim])
 
 
-def row_blame(case, exp, actual, contract) -> torch.Tensor:
-    """bool ``[M, len(CLAUSE_ORDER)]``: every clause each row of ``case`` breaks (all False for a clean row)."""
-    c = contract
-    slot = None
+@dataclass
+class ReadAnswer:
+    """An answer as the attribution reads it, for ``row_blame`` and the diagnosis' per-row declarations: the shared
+    expert's column split off (``slot``), a dense answer's faults (``faults``; its contract then order-free), the
+    plain ``[M, k]`` weights and ids, and the validity masks."""
+
+    exp: object
+    contract: object
+    w_act: torch.Tensor
+    ids_act: torch.Tensor
+    slot: object
+    faults: torch.Tensor | None
+    out_of_range: torch.Tensor
+    twice: torch.Tensor
+    ids_equal: torch.Tensor
+
+    def attribute(self, case, rows: torch.Tensor):
+        """The blame of ``rows`` (indices into the case), the shared slot's and the dense faults' added."""
+        blame = A.attribute(case, self.exp, self.exp.values(rows), self.w_act, self.ids_act, rows, self.contract,
+                            out_of_range=self.out_of_range, twice=self.twice, ids_equal=self.ids_equal)  # fmt: skip
+        if self.slot is not None:
+            add_to_blame(blame, self.slot, rows)
+        if self.faults is not None:
+            add_faults(blame, self.faults, rows)
+        return blame
+
+
+def read_answer_for_blame(case, exp, actual, contract) -> ReadAnswer:
+    """``actual`` against ``exp`` under ``contract``, read as ``compare_case`` reads a valid answer (see ``ReadAnswer``)."""
+    c, slot = contract, None
     if c.shared_expert_slot == "last":
         split = split_shared(exp, actual, c, case)
         if isinstance(split, tuple):
@@ -257,23 +283,22 @@ def row_blame(case, exp, actual, contract) -> torch.Tensor:
     if faults is not None:
         c = order_free(c)
     w_act, ids_act = plain_output(actual)
-    experts = case.scores.shape[1]
-    out_of_range, twice = _validity_masks(ids_act, experts, c)
-    ids_equal = (ids_act == exp.ids).all(1)
-    good = ids_equal & weights_close(w_act, exp.weights, c).all(1) & ~out_of_range & ~twice
-    if slot is not None:
-        good &= ~slot.bad
-    if faults is not None:
-        good &= faults == 0
-    broken = torch.zeros((case.spec.rows, len(A.CLAUSE_ORDER)), dtype=torch.bool, device=ids_act.device)
+    out_of_range, twice = _validity_masks(ids_act, case.scores.shape[1], c)
+    return ReadAnswer(exp, c, w_act, ids_act, slot, faults, out_of_range, twice, (ids_act == exp.ids).all(1))
+
+
+def row_blame(case, exp, actual, contract) -> torch.Tensor:
+    """bool ``[M, len(CLAUSE_ORDER)]``: every clause each row of ``case`` breaks (all False for a clean row)."""
+    r = read_answer_for_blame(case, exp, actual, contract)
+    good = r.ids_equal & weights_close(r.w_act, r.exp.weights, r.contract).all(1) & ~r.out_of_range & ~r.twice
+    if r.slot is not None:
+        good &= ~r.slot.bad
+    if r.faults is not None:
+        good &= r.faults == 0
+    broken = torch.zeros((case.spec.rows, len(A.CLAUSE_ORDER)), dtype=torch.bool, device=r.ids_act.device)
     bad = (~good).nonzero().squeeze(1)
     if bad.numel():
-        blame = A.attribute(case, exp, exp.values(bad), w_act, ids_act, bad, c, out_of_range=out_of_range, twice=twice, ids_equal=ids_equal)
-        if slot is not None:
-            add_to_blame(blame, slot, bad)
-        if faults is not None:
-            add_faults(blame, faults, bad)
-        broken[bad] = blame.broken()
+        broken[bad] = r.attribute(case, bad).broken()
     return broken
 
 
