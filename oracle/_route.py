@@ -473,6 +473,17 @@ def _select(values: torch.Tensor, topk: int, priority: torch.Tensor, c: Contract
     return torch.cat((head, _fast_then_exact(rest, topk, priority, c)[0]))
 
 
+def renorm_denominator(total: torch.Tensor, c) -> torch.Tensor:
+    """What the weights' ``total`` is divided by under ``c.renormalize`` (not ``lp``): the total itself where positive
+    and 1 elsewhere (``guard``), the total plus ``renorm_eps`` (``eps``), or the bare total. Shared with
+    ``oracle.grad``'s differentiable weights, so the two read the rule from one place."""
+    if c.renormalize == "guard":
+        return torch.where(total > 0, total, torch.ones_like(total))
+    if c.renormalize == "eps":
+        return total + c.renorm_eps
+    return total
+
+
 def _sequential_sum(w: torch.Tensor) -> torch.Tensor:
     # fp32, in output order, one column at a time: the order a kernel's loop adds in.
     total = torch.zeros(w.shape[0], dtype=torch.float32, device=w.device)
@@ -496,13 +507,7 @@ def _weights(scores, ranking, ids, plan: _Plan, dtype: torch.dtype) -> torch.Ten
         return _scaled_per_expert(w * plan.rsf, ids, plan)
     if c.renormalize == "lp":
         return _scaled_per_expert(_lp_normalized(w, c.renorm_p) * plan.rsf, ids, plan)
-    total = _sequential_sum(w)
-    if c.renormalize == "guard":
-        denom = torch.where(total > 0, total, torch.ones_like(total))
-    elif c.renormalize == "eps":
-        denom = total + c.renorm_eps
-    else:
-        denom = total
+    denom = renorm_denominator(_sequential_sum(w), c)
     if c.scaling == "fused":
         return _scaled_per_expert(w * (torch.full_like(denom, plan.rsf) / denom).unsqueeze(1), ids, plan)
     return _scaled_per_expert((w / denom.unsqueeze(1)) * plan.rsf, ids, plan)

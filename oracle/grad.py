@@ -30,6 +30,7 @@ import torch
 
 from ._contracts import Contract
 from ._lookup import get_contract
+from ._route import renorm_denominator
 
 __all__ = ["GRAD_VARIANTS", "GradReference", "contract_weights", "differentiable_route", "reference_gradient"]
 
@@ -109,13 +110,7 @@ def contract_weights(logits: torch.Tensor, bias: torch.Tensor | None, ids: torch
         if c.renormalize == "lp":
             denom = w.abs().pow(c.renorm_p).sum(dim=1, keepdim=True).pow(1.0 / c.renorm_p)
         else:
-            total = w.sum(dim=1, keepdim=True)
-            if c.renormalize == "guard":
-                denom = torch.where(total > 0, total, torch.ones_like(total))
-            elif c.renormalize == "eps":
-                denom = total + c.renorm_eps
-            else:
-                denom = total
+            denom = renorm_denominator(w.sum(dim=1, keepdim=True), c)
         if variant == "renorm_detached":
             denom = denom.detach()
         w = w / denom
