@@ -181,3 +181,23 @@ def test_a_shim_failure_names_the_return_code_and_asks_the_shim_only_for_detaile
     assert str(err) == "rc_x_route returned 4 (kernel launch failed) an illegal memory access was encountered"
     assert str(shim_failure(Lib(), "rc_x", 3, {3: "bad argument"}, detailed=(4,))) == "rc_x_route returned 3 (bad argument)"
     assert str(shim_failure(Lib(), "rc_x", 9, {}, detailed=(4,))) == "rc_x_route returned 9 (unknown)" and len(asked) == 1
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_sglang_radix_operands_start_on_16_bytes(dtype, rows):
+    """The views the plan pins (logits and bias one element into their buffer, a bias of stride 2) reach the kernel
+    as fresh 16-byte-aligned copies with the same values. A contiguous view one element in is what ``contiguous()``
+    hands back unchanged: the H100 faulted on ``random_bf16:442551064:1:logits_offset-1`` before ``clone``."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    base = torch.randn(rows * 896 + 1, dtype=torch.float32).to(dt)
+    scores = base[1:].view(rows, 896)
+    assert scores.is_contiguous() and scores.data_ptr() % 16
+    bias_buffer = torch.randn(2 * 896 + 1)
+    for bias in (bias_buffer[1:897], bias_buffer[1::2][:896], bias_buffer[:896].to(torch.bfloat16), None):
+        got, row_stride, bias32 = sglang_radix.aligned_operands(scores, bias)
+        assert got.data_ptr() % 16 == 0 and row_stride % 4 == 0 and torch.equal(got, scores)
+        assert bias32.dtype == torch.float32 and bias32.stride(0) == 1 and bias32.data_ptr() % 16 == 0
+        assert torch.equal(bias32, torch.zeros(896) if bias is None else bias.float())

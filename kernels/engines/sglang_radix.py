@@ -125,6 +125,25 @@ def covered(*, rows: int, experts: int, topk: int, dtype, bias_dtype, num_expert
     )
 
 
+def aligned_operands(scores, bias):
+    """``(scores, row_stride, bias32)`` as the kernel can read them: rows that start on 16 bytes with a stride of a
+    multiple of 4 elements, and an fp32 bias that starts on 16 bytes (it is read as ``AlignedVector<fp32x2_t, 2>``).
+    Anything else is copied into a fresh allocation. ``clone``, not ``contiguous``: a contiguous view that starts one
+    element into its buffer is returned as it is by ``contiguous`` and faulted with "misaligned address" on an H100
+    (``random_bf16:442551064:1:logits_offset-1``). SGLang's own gate sends such rows to its Triton router, and its
+    bias is a parameter of its own allocation, so the copy reads the same values the engine would."""
+    import torch
+
+    M, E = scores.shape
+    row_stride = scores.stride(0) if M > 1 else E
+    if row_stride % 4 or scores.stride(1) != 1 or scores.data_ptr() % 16:
+        scores, row_stride = scores.clone(memory_format=torch.contiguous_format), E
+    bias32 = torch.zeros(E, dtype=torch.float32, device=scores.device) if bias is None else bias.float()
+    if bias32.stride(0) != 1 or bias32.data_ptr() % 16:
+        bias32 = bias32.clone(memory_format=torch.contiguous_format)
+    return scores, row_stride, bias32
+
+
 def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0, *, num_expert_group=None,
                  topk_group=None, pdl=None, sorted_output=True):  # fmt: skip
     """``route``'s kernel as a launch prepared once: the checks, then what SGLang does at load (the bias widened to
@@ -140,12 +159,7 @@ def bench_launch(scores, bias, topk, renormalize=True, routed_scaling_factor=1.0
                          f"E={EXPERTS}, topk={TOPK}, no groups; use sglang-triton for other shapes")  # fmt: skip
     if scores.device.type != "cuda":
         raise ValueError(f"scores.device={scores.device} is not a CUDA device; sglang-radix runs on an NVIDIA GPU")
-    row_stride = scores.stride(0) if M > 1 else E
-    if row_stride % 4 or scores.data_ptr() % 16:
-        scores, row_stride = scores.contiguous(), E
-    bias32 = torch.zeros(E, dtype=torch.float32, device=scores.device) if bias is None else bias.float().contiguous()
-    if bias32.data_ptr() % 16:  # the kernel reads the bias as 16-byte vectors (AlignedVector<fp32x2_t, 2>)
-        bias32 = bias32.clone()  # SGLang's bias is a parameter of its own allocation, so always aligned
+    scores, row_stride, bias32 = aligned_operands(scores, bias)
     weights = torch.empty((M, topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((M, topk), dtype=torch.int32, device=scores.device)
     if M == 0:
