@@ -223,8 +223,9 @@ MODEL_CONTRACTS: tuple[Contract, ...] = (
 # megatron-core 0.16.1 (the newest release: it supports Python 3.10-3.12, as this project does), the unfused torch
 # path a Megatron trainer runs: megatron/core/transformer/moe/moe_utils.py topk_routing_with_score_function and
 # group_limited_topk. Its probs stay in the logits' dtype (score_precision and weight_precision "input"): with fp32
-# logits (moe_router_dtype fp32) these contracts route as fp32 ones. Ties and NaN as every contract here (lowest,
-# last); Megatron ranks with torch.topk, which does neither: its candidates declare it (docs/training.md).
+# logits (moe_router_dtype fp32) these contracts route as fp32 ones. Megatron ranks with torch.topk: NaN above every
+# number (nan_rule "first", in the group scores too: a NaN among a group's top experts makes its group score NaN and
+# keeps it), exact ties in its own order, which no field can say: its candidates declare tie_order (docs/training.md).
 _MCORE = "megatron-core 0.16.1 megatron/core/transformer/moe/moe_utils.py"
 MCORE_SIGMOID = DEEPSEEK_V3.replace(
     name="mcore-sigmoid",
@@ -232,7 +233,7 @@ MCORE_SIGMOID = DEEPSEEK_V3.replace(
     source=f"{_MCORE}:717 topk_routing_with_score_function: scores = torch.sigmoid(logits.float()).type_as(logits) "
            f"(+ expert_bias, :719); :554 group_limited_topk: group score topk(topk // group_topk).sum, :567 mask -inf; "
            f":724 probs = scores / (scores.sum + 1e-20) if topk > 1, whatever norm_topk_prob; :729 probs * scaling_factor",
-    score_precision="input", weight_precision="input", group_score="topk_share_sum",
+    score_precision="input", weight_precision="input", group_score="topk_share_sum", nan_rule="first",
     renormalize_when="always", admitted_renormalize="default",
 )  # fmt: skip
 MCORE_SIGMOID_UNGROUPED = MCORE_SIGMOID.replace(
@@ -246,7 +247,7 @@ MCORE_SOFTMAX = Contract(
     source=f"{_MCORE}:714 topk_routing_with_score_function, use_pre_softmax=False: top-k of the logits, "
            f":715 probs = torch.softmax(scores, dim=-1, dtype=torch.float32).type_as(logits); :729 probs * scaling_factor",
     scoring="softmax_of_topk", score_precision="fp32", weight_precision="input", bias="none",
-    tie_rule="lowest", nan_rule="last", floor=None, renormalize="raw", output_order="any",
+    tie_rule="lowest", nan_rule="first", floor=None, renormalize="raw", output_order="any",
     weight_rtol=1e-5, weight_atol=1e-6, near_tie_ulp=0, near_tie_x_ulp=0.0,
     experts=128, topk=8, routed_scaling_factor=1.0, default_renormalize=False, admitted_renormalize="default",
 )  # fmt: skip

@@ -365,6 +365,16 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor, *, gr
     if grouped:
         _group_aspect(r, c, todo, assign, extra, first=True)
 
+    within, within_code = torch.full_like(clause, NONE), torch.zeros_like(code)
+    # Under nan_rule "first" NaN group scores tie one another at the top, and a router that keeps other NaN groups
+    # takes the numbers of those groups over the NaN experts of the contract's: the group tie is read before the
+    # NaN clause, which would otherwise blame those numbers (Megatron's group_limited_topk, nan_sparse rows with
+    # more NaN groups than it keeps; tests/test_trainers.py).
+    tie_read_first = grouped and c.nan_rule == "first"
+    if tie_read_first:
+        tied_groups, within, within_code = _within_tied_groups(r, c, todo, extra)
+        assign(tied_groups, "group_tie_order", R_GROUP_TIE)
+
     # special values
     if c.nan_rule == "last":
         minus_inf_e = _gather(r.ranking, r.e) == -math.inf
@@ -380,16 +390,18 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor, *, gr
             assign((extra & nan_a).any(1) & (missing & nan_e).any(1), "nan_last", R_NAN_ORDER)
     elif c.nan_rule == "never":
         assign((extra & nan_a).any(1), "nan_last", R_NAN_TAKEN)
-    else:  # "first"
-        assign((extra & ~nan_a).any(1) & (missing & nan_e).any(1), "nan_last", R_NUMBER_OVER_NAN)
+    else:  # "first": a number taken over a NaN expert; an extra NaN of a group the contract drops is no number
+        # (the selection keys mask it as -inf), it is the group clauses' (NaN group scores tie at the top)
+        number_a = ~torch.isnan(_gather(r.ranking, r.a))
+        assign((extra & ~nan_a & number_a).any(1) & (missing & nan_e).any(1), "nan_last", R_NUMBER_OVER_NAN)
     if c.has_fallback:
         assign((diff_slot & (slots >= r.valid.unsqueeze(1))).any(1), "sentinel_fallback", R_SENTINEL)
 
-    within, within_code = torch.full_like(clause, NONE), torch.zeros_like(code)
     if grouped:
-        # groups that tie the kept ones, kept in their place: the group tie rule's, and the experts are judged there
-        tied_groups, within, within_code = _within_tied_groups(r, c, todo, extra)
-        assign(tied_groups, "group_tie_order", R_GROUP_TIE)
+        if not tie_read_first:
+            # groups that tie the kept ones, kept in their place: the group tie rule's, and the experts judged there
+            tied_groups, within, within_code = _within_tied_groups(r, c, todo, extra)
+            assign(tied_groups, "group_tie_order", R_GROUP_TIE)
         _group_aspect(r, c, todo, assign, extra, first=False)
 
     # The row whole: every expert the candidate has over and every one it lacks must sit at the expected
@@ -478,7 +490,8 @@ def _within_tied_groups(r: _Rows, c, todo: torch.Tensor, extra: torch.Tensor) ->
     code = torch.zeros_like(clause)
     if not bool(todo.any()):
         return hit, clause, code
-    resolves, groups = tie_resolution(r.a, extra, r.ranking, r.kept, r.group_scores, c.topk_group, c.group_mask)
+    resolves, groups = tie_resolution(r.a, extra, r.ranking, r.kept, r.group_scores, c.topk_group, c.group_mask,
+                                      nan_first=c.nan_rule == "first")
     sub = (todo & resolves).nonzero().squeeze(1)
     if sub.numel() == 0:
         return hit, clause, code
@@ -567,14 +580,20 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, 
         numbered = _groups_of(r, torch.isfinite(_gather(r.ranking, r.a)))
         swapped = numbered ^ r.kept
         among_nan = (numbered & ~r.kept).any(1) & (torch.isnan(r.group_scores) | ~swapped).all(1)
-        assign(leaked & same_numbers & among_nan, "nan_last", R_NAN_GROUPS)
+        # Under nan_rule "first" NaN group scores tie one another at the top: which of them are kept is a group tie.
+        if c.nan_rule == "first":
+            assign(leaked & same_numbers & among_nan, "group_tie_order", R_GROUP_TIE)
+        else:
+            assign(leaked & same_numbers & among_nan, "nan_last", R_NAN_GROUPS)
         e_used = e_groups.sum(1)
         # more groups used than kept: a pick at or below a 0.0 mask uses no group (what the mask makes of any dropped
         # expert, tying the kept groups' zeros: the tie and mask clauses below judge it, the second pass's leak too)
         n_used = _groups_of(r, ~at_the_mask(r.a, r.ranking, c.group_mask)).sum(1)
         # Do the groups it used tie the kept ones exactly (group scores equal at the cutoff)?
-        cutoff = r.group_scores.masked_fill(~r.kept, math.inf).amin(1, keepdim=True)
-        tied = ((r.group_scores == cutoff) | ~(used & ~r.kept)).all(1)
+        # (under nan_rule "first" NaN group scores rank above every number and tie one another: +inf stands for them)
+        ranked_scores = r.group_scores.nan_to_num(nan=math.inf) if c.nan_rule == "first" else r.group_scores
+        cutoff = ranked_scores.masked_fill(~r.kept, math.inf).amin(1, keepdim=True)
+        tied = ((ranked_scores == cutoff) | ~(used & ~r.kept)).all(1)
         assign(leaked & (n_used > e_used.clamp(min=c.topk_group)), "group_mask", R_GROUP_MASK)
         assign(leaked & (consistent | same_numbers) & tied, "group_tie_order", R_GROUP_TIE)
         assign((leaked | replaced) & consistent, "group_selection", R_GROUP_SELECTION)
@@ -599,7 +618,9 @@ def _masked_by(r: _Rows, c, score: str, tie: str) -> torch.Tensor:
     if score == c.group_score:
         group_scores = r.group_scores
     else:
-        keys = oracle.rank_keys(per_group.contiguous())  # NaN lowest
+        keys = oracle.rank_keys(per_group.contiguous())  # NaN lowest, ...
+        if c.nan_rule == "first":  # ... or first, as the contract ranks it: a NaN among a group's top makes it NaN
+            keys = keys.long().masked_fill(torch.isnan(per_group), 1 << 40)
         top = per_group.gather(2, keys.topk(min(2, per_group.shape[2]), dim=2).indices)
         group_scores = top[..., 0] + top[..., -1] if score == "top2_sum" else top[..., 0]
     gkeys = oracle.rank_keys(group_scores.float().contiguous() + 0.0).long()

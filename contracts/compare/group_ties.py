@@ -50,7 +50,7 @@ def _fill_lowest_first(open_: torch.Tensor, best: torch.Tensor, room: torch.Tens
 
 
 def tie_resolution(ids: torch.Tensor, extra: torch.Tensor, ranking: torch.Tensor, kept: torch.Tensor, group_scores: torch.Tensor,
-                   topk_group: int, mask_value: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+                   topk_group: int, mask_value: float, nan_first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(resolves [B], groups [B, G])``: whether the groups of the router's experts ``ids`` [B, k] are another
     resolution of a group-score tie than the contract's ``kept`` [B, G], and the groups that resolution keeps.
 
@@ -58,10 +58,16 @@ def tie_resolution(ids: torch.Tensor, extra: torch.Tensor, ranking: torch.Tensor
     takes too, a NaN slot's fill or a 0.0 mask's tie, uses no group); ``ranking`` [B, E]: the values experts rank by
     before any group mask; ``group_scores`` [B, G]: the contract's; ``mask_value``: the contract's group mask (-inf,
     or 0.0: then a pick ranked at or below it keeps no group, for it may be what the mask makes of any dropped
-    expert, tying the kept groups' own zeros; the ids aspect judges it within the groups read as kept)."""
+    expert, tying the kept groups' own zeros; the ids aspect judges it within the groups read as kept).
+    ``nan_first``: the contract ranks NaN above every number (``nan_rule = "first"``, torch.topk's order): NaN group
+    scores then tie one another at the top, and which of them a router keeps is a group tie like any other
+    (Megatron's group_limited_topk in a nan_sparse row with more NaN groups than it keeps). Under the other rules a
+    row with a NaN group score is left to the NaN clauses."""
     n_group = kept.shape[1]
     size = ranking.shape[1] // n_group
     scores = group_scores.float()
+    if nan_first:  # +inf stands for NaN: above every number, equal to one another (a group score of +inf ties it)
+        scores = scores.nan_to_num(nan=math.inf, posinf=math.inf, neginf=-math.inf)
     cutoff = torch.where(kept, scores, torch.full_like(scores, math.inf)).amin(1, keepdim=True)
     above, tied = scores > cutoff, scores == cutoff
     in_kept = kept.gather(1, ids // size)

@@ -1,6 +1,8 @@
 """Where group ties are read as resolved another way (``contracts.compare.group_ties``) and where they are not."""
 
+import functools
 import json
+import math
 
 import torch
 
@@ -36,3 +38,67 @@ def test_a_zero_mask_leak_among_groups_tied_at_the_cutoff_stays_group_mask(tmp_p
     s = json.loads((out / "summary.json").read_text())
     assert code == 1 and s["clauses"].get("group_mask", 0) == s["mismatched_rows"] == 1, s["clauses"]
     assert not s["clauses"].get("selection") and not s["clauses"].get("group_tie_order"), s["clauses"]
+
+
+# ---------------------------------------------------------------- NaN group scores under nan_rule "first" (mcore-sigmoid)
+
+
+def _torch_topk_grouped(scores, bias, topk, renormalize, routed_scaling_factor, *, num_expert_group, topk_group,
+                        groups_from_the_top=False, numbers_over_nan=False, skip_best_number=False):  # fmt: skip
+    """Megatron-core's group_limited_topk written plainly: torch.topk ranks NaN first (group scores too). Planted
+    defects: ``groups_from_the_top`` keeps the highest-index groups among NaN group scores (a tie resolved another
+    way: no defect under nan_rule "first"), ``numbers_over_nan`` ranks NaN experts last within the kept groups,
+    ``skip_best_number`` drops each row's best number for the next one (a selection defect)."""
+    rows, experts = scores.shape
+    sig = scores.float().sigmoid().to(scores.dtype)
+    choice = sig.float() + bias[None].float()
+    grouped = choice.view(rows, num_expert_group, -1)
+    group_scores = grouped.topk(topk // topk_group, dim=-1).values.sum(-1)
+    if groups_from_the_top:
+        group_scores = torch.where(torch.isnan(group_scores), 1e3 + torch.arange(num_expert_group).float(), group_scores)
+    kept = group_scores.topk(topk_group, dim=-1).indices
+    keep = torch.zeros(rows, num_expert_group, dtype=torch.bool).scatter_(1, kept, True)
+    masked = grouped.masked_fill(~keep.unsqueeze(2), float("-inf")).view(rows, experts)
+    if numbers_over_nan:
+        masked = masked.nan_to_num(nan=-1e30)
+    if skip_best_number:
+        best = masked.nan_to_num(nan=-math.inf).argmax(1, keepdim=True)
+        masked = masked.scatter(1, best, -1e30)
+    ids = masked.topk(topk, dim=-1).indices
+    w = sig.float().gather(1, ids)
+    w = w / (w.sum(1, keepdim=True) + 1e-20)
+    return w * routed_scaling_factor, ids.to(torch.int32)
+
+
+groups_from_the_top = functools.partial(_torch_topk_grouped, groups_from_the_top=True)
+numbers_over_nan = functools.partial(_torch_topk_grouped, groups_from_the_top=True, numbers_over_nan=True)
+tied_groups_wrong_numbers = functools.partial(_torch_topk_grouped, groups_from_the_top=True, skip_best_number=True)
+
+
+def _nan_groups_replay(tmp_path, candidate):
+    # nan_sparse:1740257324:1024 under mcore-sigmoid (256 experts, 8 groups, 4 kept): rows with more NaN group scores
+    # than kept (row 8: six NaN groups), where torch.topk keeps NaN groups of its own choosing
+    out = tmp_path / "bundle"
+    code = main(["--candidate", f"tests.compare.test_group_ties:{candidate}", "--contract", "mcore-sigmoid",
+                 "--experts", "256", "--topk", "8", "--replay", "nan_sparse:1740257324:1024", "--no-isolate",
+                 "--device", "cpu", "--out", str(out), "--quiet"])  # fmt: skip
+    return code, json.loads((out / "summary.json").read_text())
+
+
+def test_nan_group_scores_kept_another_way_are_a_group_tie_under_nan_first(tmp_path):
+    # Before 2026-12-07 the mcore contracts ranked NaN last and Megatron's candidate declared nan_last and group_mask;
+    # its rows with more NaN groups than kept were blamed on selection (38 rows of 250,134 nan_sparse rows at the
+    # default plan). Under nan_rule "first" the NaN groups tie at the top: which are kept is group_tie_order alone.
+    code, s = _nan_groups_replay(tmp_path, "groups_from_the_top")
+    clauses = {k for k, v in s["clauses"].items() if v}
+    assert code == 1 and clauses == {"group_tie_order"}, s["clauses"]
+
+
+def test_numbers_over_nan_within_kept_groups_fail_nan_last(tmp_path):
+    code, s = _nan_groups_replay(tmp_path, "numbers_over_nan")
+    assert code == 1 and s["clauses"].get("nan_last", 0) > 0, s["clauses"]
+
+
+def test_a_nan_group_tie_does_not_excuse_the_wrong_numbers_within(tmp_path):
+    code, s = _nan_groups_replay(tmp_path, "tied_groups_wrong_numbers")
+    assert code == 1 and s["clauses"].get("selection", 0) > 0, s["clauses"]
