@@ -362,8 +362,9 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor, *, gr
     # groups: a choice the contract's own rule gives within other groups (group scores, group ties, the mask
     # value) before the special values, which would otherwise take the blame for an expert of another group
     grouped = r.kept is not None and not groups_settled
+    replaced = None
     if grouped:
-        _group_aspect(r, c, todo, assign, extra, first=True)
+        replaced = _group_aspect(r, c, todo, assign, extra, first=True)
 
     within, within_code = torch.full_like(clause, NONE), torch.zeros_like(code)
     # Under nan_rule "first" NaN group scores tie one another at the top, and a router that keeps other NaN groups
@@ -464,6 +465,19 @@ def _ids_aspect(r: _Rows, c, differs: torch.Tensor, invalid: torch.Tensor, *, gr
     assign(~same_set & set_near, NEAR_TIE, R_NEAR_SET)
     assign(same_set & order_matters & order_near, NEAR_TIE, R_NEAR_ULP)
 
+    # Another set, no tie nor near tie within the contract's groups and no expert of a group it drops: did the router
+    # keep a group that ties the kept ones exactly at the cutoff, in place of a tied one it then took no expert of?
+    # (torch.topk's own order among bf16 group sums that tie: Megatron's group_limited_topk in bf16_near_ties rows,
+    # e.g. bf16_near_ties:619007217:1024 row 955 under mcore-sigmoid.) The experts are then judged within the groups
+    # it kept; only here, after the ties within the contract's own groups, so a near tie stays a near tie.
+    if grouped and bool((todo & ~same_set).any()):
+        late, late_within, late_code = _within_tied_groups(r, c, todo & ~same_set, extra, unused=True)
+        within = torch.where(late & todo, late_within, within)
+        within_code = torch.where(late & todo, late_code, within_code)
+        assign(late, "group_tie_order", R_GROUP_TIE)
+    if grouped and replaced is not None:
+        assign(replaced, "group_selection", R_GROUP_SELECTION)
+
     ftz = _ftz_alternative(r, c, k) if bool(todo.any()) else None
     ftz_match = _same_ids(ftz, r.a, c) if ftz is not None else torch.zeros_like(todo)
     assign(~same_set & ftz_match, "selection", R_SELECTION_FTZ)
@@ -480,18 +494,20 @@ def _rows_at(r: _Rows, rows: torch.Tensor) -> _Rows:
                     for f in r.__dataclass_fields__})  # fmt: skip
 
 
-def _within_tied_groups(r: _Rows, c, todo: torch.Tensor, extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _within_tied_groups(r: _Rows, c, todo: torch.Tensor, extra: torch.Tensor,
+                        unused: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(rows [B], clause [B], code [B])``: the ``todo`` rows whose groups resolve a group-score tie another way than
     the contract (``group_ties.tie_resolution``), and the ids aspect of their experts against the contract's choice
     within the groups that resolution keeps (NONE where they are that choice, or a near tie of it); ``extra`` [B, k]:
-    the router's experts the contract does not choose."""
+    the router's experts the contract does not choose. ``unused``: the resolutions that keep another tied group in
+    place of a tied one the contract keeps and the router took no expert of (``tie_resolution``'s ``unused``)."""
     hit = torch.zeros_like(todo)
     clause = torch.full(todo.shape, NONE, dtype=torch.long, device=todo.device)
     code = torch.zeros_like(clause)
     if not bool(todo.any()):
         return hit, clause, code
     resolves, groups = tie_resolution(r.a, extra, r.ranking, r.kept, r.group_scores, c.topk_group, c.group_mask,
-                                      nan_first=c.nan_rule == "first")
+                                      nan_first=c.nan_rule == "first", unused=unused)
     sub = (todo & resolves).nonzero().squeeze(1)
     if sub.numel() == 0:
         return hit, clause, code
@@ -517,13 +533,15 @@ def _within_tied_groups(r: _Rows, c, todo: torch.Tensor, extra: torch.Tensor) ->
 _TIE_CLAUSES = torch.tensor([INDEX[name] for name in ("tie_order", "nan_last", "signed_zero")])
 
 
-def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, *, first: bool) -> None:
+def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, *, first: bool) -> torch.Tensor | None:
     """Experts chosen from groups the contract dropped (grouped contracts), compared as sets where the order is ``any``.
 
     ``first``: the explanations by the contract's own rule within other groups (more groups than kept, group
-    scores, group ties, the other mask value); else what is left of a leak (``group_mask``)."""
+    scores, group ties, the other mask value); else what is left of a leak (``group_mask``). Returns (``first``) the
+    rows whose router kept another group in place of one it took none of, its experts the top ones of the groups it
+    used (``group_selection`` unless a tie within the contract's own groups explains them; None: no such row)."""
     if not bool(todo.any()):
-        return
+        return None
     rows, k = r.a.shape
     n_group = r.kept.shape[1]
     size = r.x.shape[1] // n_group
@@ -532,7 +550,7 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, 
     leaked = (extra & ~r.kept.gather(1, r.a // size)).any(1)
     if not first:
         assign(leaked, "group_mask", R_GROUP_MASK)
-        return
+        return None
     ungrouped = c.replace(n_group=1, topk_group=1)
     # The right groups, masked with the other value (-inf where the contract says 0.0, or the reverse).
     other = 0.0 if math.isinf(c.group_mask) else -math.inf
@@ -544,11 +562,22 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, 
     # row is tried, not only those with an expert of a dropped group.
     other_tie = "highest" if c.group_tie_rule == "lowest" else "lowest"
     other_score = "max" if c.group_score == "top2_sum" else "top2_sum"
+    # (under nan_rule "first" NaN group scores rank above every number and tie one another: +inf stands for them)
+    ranked_scores = r.group_scores.nan_to_num(nan=math.inf) if c.nan_rule == "first" else r.group_scores
+    cutoff = ranked_scores.masked_fill(~r.kept, math.inf).amin(1, keepdim=True)
     for score, tie, name, why in ((c.group_score, other_tie, "group_tie_order", R_GROUP_TIE),
                                   (other_score, c.group_tie_rule, "group_selection", R_GROUP_SELECTION),
                                   (other_score, other_tie, "group_selection", R_GROUP_SELECTION)):  # fmt: skip
-        alt = _select_under(_masked_by(r, c, score, tie), k, ungrouped)
-        assign(_same_ids(alt, r.a, c) & ~_same_ids(alt, r.e, c), name, why)
+        masked, alt_kept = _masked_by(r, c, score, tie)
+        alt = _select_under(masked, k, ungrouped)
+        hit = _same_ids(alt, r.a, c) & ~_same_ids(alt, r.e, c)
+        if name == "group_selection":
+            # The other group score keeps other groups only among those the contract's scores tie exactly at its
+            # cutoff: the groups differ by a group tie, which the tie readings judge (the experts within them too).
+            # An unrounded top-2 sum of bf16 values can order groups whose bf16 sums tie as torch.topk happened to
+            # (Megatron's group_limited_topk: batch_sizes:1828424403:33 row 18 under mcore-sigmoid).
+            hit &= ~((ranked_scores == cutoff) | ~(alt_kept ^ r.kept)).all(1)
+        assign(hit, name, why)
     e_groups = torch.zeros_like(r.kept).scatter_(1, r.e // size, True)
     # No expert of a dropped group, but none of a group the contract took experts from either: the router kept another
     # group in its place, whose experts lost to those of the groups both kept (the mask 0.0, or tiny scores). Only
@@ -588,15 +617,19 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, 
         e_used = e_groups.sum(1)
         # more groups used than kept: a pick at or below a 0.0 mask uses no group (what the mask makes of any dropped
         # expert, tying the kept groups' zeros: the tie and mask clauses below judge it, the second pass's leak too)
-        n_used = _groups_of(r, ~at_the_mask(r.a, r.ranking, c.group_mask)).sum(1)
+        n_used = _groups_of(r, ~at_the_mask(r.a, r.ranking, c.group_mask, c.topk_group, n_group)).sum(1)
         # Do the groups it used tie the kept ones exactly (group scores equal at the cutoff)?
         # (under nan_rule "first" NaN group scores rank above every number and tie one another: +inf stands for them)
-        ranked_scores = r.group_scores.nan_to_num(nan=math.inf) if c.nan_rule == "first" else r.group_scores
-        cutoff = ranked_scores.masked_fill(~r.kept, math.inf).amin(1, keepdim=True)
         tied = ((ranked_scores == cutoff) | ~(used & ~r.kept)).all(1)
         assign(leaked & (n_used > e_used.clamp(min=c.topk_group)), "group_mask", R_GROUP_MASK)
         assign(leaked & (consistent | same_numbers) & tied, "group_tie_order", R_GROUP_TIE)
-        assign((leaked | replaced) & consistent, "group_selection", R_GROUP_SELECTION)
+        assign(leaked & consistent, "group_selection", R_GROUP_SELECTION)
+        # another group kept with none of its experts taken: read after the ties within the contract's own groups (the
+        # caller), for where those groups are the router's too an exact tie among their experts gives the same answer
+        # (batch_sizes:93963946:255 row 124 under mcore-sigmoid: Megatron kept the contract's groups and took expert 129
+        # over 48, tied at 0.98828125; the group it lost was read as replaced)
+        return replaced & consistent
+    return None
 
 
 def _groups_of(r: _Rows, picks: torch.Tensor) -> torch.Tensor:
@@ -610,8 +643,9 @@ def _numbers_among(r: _Rows, ids: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(r.ranking, dtype=torch.bool).scatter_(1, ids, torch.isfinite(_gather(r.ranking, ids)))
 
 
-def _masked_by(r: _Rows, c, score: str, tie: str) -> torch.Tensor:
-    """fp32 [B, E]: the ranking with the groups a group score rule ``score`` and group tie rule ``tie`` drop masked."""
+def _masked_by(r: _Rows, c, score: str, tie: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp32 [B, E], bool [B, G]): the ranking with the groups a group score rule ``score`` and group tie rule ``tie``
+    drop masked, and the groups they keep."""
     rows, experts = r.ranking.shape
     n_group = r.kept.shape[1]
     per_group = r.ranking.view(rows, n_group, experts // n_group)
@@ -627,7 +661,7 @@ def _masked_by(r: _Rows, c, score: str, tie: str) -> torch.Tensor:
     if c.nan_rule == "first":
         gkeys = gkeys.masked_fill(torch.isnan(group_scores), 1 << 40)
     kept = _top_groups(gkeys, tie, c.topk_group)
-    return per_group.masked_fill(~kept.unsqueeze(2), c.group_mask).view(rows, experts)
+    return per_group.masked_fill(~kept.unsqueeze(2), c.group_mask).view(rows, experts), kept
 
 
 def _top_groups(gkeys: torch.Tensor, tie: str, topk_group: int) -> torch.Tensor:

@@ -23,15 +23,29 @@ import torch
 __all__ = ["tie_resolution", "masked_outside", "at_the_mask"]
 
 
-def at_the_mask(ids: torch.Tensor, ranking: torch.Tensor, mask_value: float) -> torch.Tensor:
+def at_the_mask(ids: torch.Tensor, ranking: torch.Tensor, mask_value: float, topk_group: int | None = None,
+                n_group: int | None = None) -> torch.Tensor:  # fmt: skip
     """bool [B, k]: the router's experts ``ids`` [B, k] ranked (before any group mask, ``ranking`` [B, E]) at or below a
     finite group mask ``mask_value`` (0.0): what the mask makes of any dropped expert, so such a pick keeps no group. A
     router that masked right and took it in a tie with the kept groups' own zeros gives the same answer as one that
     never masked (below the mask it ranks no higher unmasked); which zero it took is the expert tie rule's, judged
-    within the groups read as kept. False everywhere under a -inf mask."""
-    if not math.isfinite(mask_value):
+    within the groups read as kept.
+
+    Under a -inf mask (given ``topk_group`` and ``n_group``): an expert ranked -inf itself, only in the rows whose other
+    picks already use ``topk_group`` groups. Those fix every group kept; any other group is dropped, masked to -inf,
+    and its -inf experts tie the kept groups' own -inf ones (Megatron's group_limited_topk fills its last slots of a
+    few_valid row from any of them: few_valid:1482888430:64 under mcore-sigmoid). Where the other picks use fewer
+    groups a -inf pick still keeps its group (a 0.0-mask router's dropped expert taken over the kept groups' -inf
+    ones: few_valid:877335192:1, tests/compare/test_group_ties.py). False everywhere otherwise."""
+    value = ranking.gather(1, ids)
+    if math.isfinite(mask_value):
+        return value <= mask_value
+    if topk_group is None or n_group is None:
         return torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
-    return ranking.gather(1, ids) <= mask_value
+    at = value == -math.inf
+    size = ranking.shape[1] // n_group
+    others = _groups_used(ids, ~at, n_group, size).sum(1, keepdim=True)
+    return at & (others >= topk_group)
 
 
 def _groups_used(ids: torch.Tensor, picks: torch.Tensor, n_group: int, size: int) -> torch.Tensor:
@@ -50,7 +64,8 @@ def _fill_lowest_first(open_: torch.Tensor, best: torch.Tensor, room: torch.Tens
 
 
 def tie_resolution(ids: torch.Tensor, extra: torch.Tensor, ranking: torch.Tensor, kept: torch.Tensor, group_scores: torch.Tensor,
-                   topk_group: int, mask_value: float, nan_first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+                   topk_group: int, mask_value: float, nan_first: bool = False,
+                   unused: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(resolves [B], groups [B, G])``: whether the groups of the router's experts ``ids`` [B, k] are another
     resolution of a group-score tie than the contract's ``kept`` [B, G], and the groups that resolution keeps.
 
@@ -62,7 +77,13 @@ def tie_resolution(ids: torch.Tensor, extra: torch.Tensor, ranking: torch.Tensor
     ``nan_first``: the contract ranks NaN above every number (``nan_rule = "first"``, torch.topk's order): NaN group
     scores then tie one another at the top, and which of them a router keeps is a group tie like any other
     (Megatron's group_limited_topk in a nan_sparse row with more NaN groups than it keeps). Under the other rules a
-    row with a NaN group score is left to the NaN clauses."""
+    row with a NaN group score is left to the NaN clauses.
+
+    ``unused``: the rows with no expert of a dropped group, where a group the contract keeps at the cutoff, none of
+    whose experts the router took, is read as dropped for another tied group (one whose best expert ranks lower): the
+    router kept that group and took none of its experts (Megatron's group_limited_topk with torch.topk's own order
+    among bf16 group sums that tie: bf16_near_ties, batch_sizes). Without it a resolution needs an expert of a dropped
+    group. Either way the groups read differ from the contract's only among groups tied exactly at its cutoff."""
     n_group = kept.shape[1]
     size = ranking.shape[1] // n_group
     scores = group_scores.float()
@@ -71,18 +92,21 @@ def tie_resolution(ids: torch.Tensor, extra: torch.Tensor, ranking: torch.Tensor
     cutoff = torch.where(kept, scores, torch.full_like(scores, math.inf)).amin(1, keepdim=True)
     above, tied = scores > cutoff, scores == cutoff
     in_kept = kept.gather(1, ids // size)
-    picks = (in_kept | extra) & ~at_the_mask(ids, ranking, mask_value)
+    picks = (in_kept | extra) & ~at_the_mask(ids, ranking, mask_value, topk_group, n_group)
     used = _groups_used(ids, picks, n_group, size)
     settled = above | used
-    resolves = (
-        ~torch.isnan(scores).any(1)
-        & (extra & ~in_kept).any(1)  # an expert of a dropped group the contract does not take: the groups differ
-        & (~used | above | tied).all(1)  # every group used scores at least the cutoff
-        & (settled.sum(1) <= topk_group)
-    )
+    leak = (extra & ~in_kept).any(1)  # an expert of a dropped group the contract does not take: the groups differ
     best = torch.nan_to_num(ranking.float(), nan=-math.inf).view(ranking.shape[0], n_group, size).amax(2)
     room = (topk_group - settled.sum(1, keepdim=True)).clamp(min=0)
     groups = settled | _fill_lowest_first(tied & ~settled, best, room)
+    # (unused: no leak, and the groups read keep another tied group in place of a tied one the contract keeps)
+    differ = (~leak & (groups != kept).any(1)) if unused else leak
+    resolves = (
+        ~torch.isnan(scores).any(1)
+        & differ
+        & (~used | above | tied).all(1)  # every group used scores at least the cutoff
+        & (settled.sum(1) <= topk_group)
+    )
     return resolves, groups
 
 

@@ -44,11 +44,14 @@ def test_a_zero_mask_leak_among_groups_tied_at_the_cutoff_stays_group_mask(tmp_p
 
 
 def _torch_topk_grouped(scores, bias, topk, renormalize, routed_scaling_factor, *, num_expert_group, topk_group,
-                        groups_from_the_top=False, numbers_over_nan=False, skip_best_number=False):  # fmt: skip
+                        groups_from_the_top=False, numbers_over_nan=False, skip_best_number=False,
+                        drop_weakest_kept=False, minus_inf_over_a_number=False, ungrouped=False):  # fmt: skip
     """Megatron-core's group_limited_topk written plainly: torch.topk ranks NaN first (group scores too). Planted
     defects: ``groups_from_the_top`` keeps the highest-index groups among NaN group scores (a tie resolved another
     way: no defect under nan_rule "first"), ``numbers_over_nan`` ranks NaN experts last within the kept groups,
-    ``skip_best_number`` drops each row's best number for the next one (a selection defect)."""
+    ``skip_best_number`` drops each row's best number for the next one (a selection defect), ``drop_weakest_kept``
+    masks the weakest kept group too (three groups of four), ``minus_inf_over_a_number`` puts a -inf expert of a
+    dropped group in place of the last number chosen, ``ungrouped`` ignores the groups."""
     rows, experts = scores.shape
     sig = scores.float().sigmoid().to(scores.dtype)
     choice = sig.float() + bias[None].float()
@@ -57,7 +60,11 @@ def _torch_topk_grouped(scores, bias, topk, renormalize, routed_scaling_factor, 
     if groups_from_the_top:
         group_scores = torch.where(torch.isnan(group_scores), 1e3 + torch.arange(num_expert_group).float(), group_scores)
     kept = group_scores.topk(topk_group, dim=-1).indices
+    if drop_weakest_kept:
+        kept = kept[:, : topk_group - 1]
     keep = torch.zeros(rows, num_expert_group, dtype=torch.bool).scatter_(1, kept, True)
+    if ungrouped:
+        keep.fill_(True)
     masked = grouped.masked_fill(~keep.unsqueeze(2), float("-inf")).view(rows, experts)
     if numbers_over_nan:
         masked = masked.nan_to_num(nan=-1e30)
@@ -65,6 +72,13 @@ def _torch_topk_grouped(scores, bias, topk, renormalize, routed_scaling_factor, 
         best = masked.nan_to_num(nan=-math.inf).argmax(1, keepdim=True)
         masked = masked.scatter(1, best, -1e30)
     ids = masked.topk(topk, dim=-1).indices
+    if minus_inf_over_a_number:  # the last finite pick swapped for a -inf expert of a dropped group
+        dropped = (~keep).unsqueeze(2).expand(rows, num_expert_group, experts // num_expert_group).reshape(rows, experts)
+        pick = (dropped & (choice == float("-inf"))).float().argmax(1)
+        has = (dropped & (choice == float("-inf"))).any(1)
+        last = torch.isfinite(masked.gather(1, ids)).sum(1) - 1
+        swap = has & (last >= 0)
+        ids[swap, last[swap]] = pick[swap]
     w = sig.float().gather(1, ids)
     w = w / (w.sum(1, keepdim=True) + 1e-20)
     return w * routed_scaling_factor, ids.to(torch.int32)
@@ -102,3 +116,69 @@ def test_numbers_over_nan_within_kept_groups_fail_nan_last(tmp_path):
 def test_a_nan_group_tie_does_not_excuse_the_wrong_numbers_within(tmp_path):
     code, s = _nan_groups_replay(tmp_path, "tied_groups_wrong_numbers")
     assert code == 1 and s["clauses"].get("selection", 0) > 0, s["clauses"]
+
+
+# ------------------------------------- group ties Megatron resolves by torch.topk's own order (mcore-sigmoid, bf16 sums)
+
+drops_weakest_kept_group = functools.partial(_torch_topk_grouped, drop_weakest_kept=True)
+minus_inf_over_a_number = functools.partial(_torch_topk_grouped, minus_inf_over_a_number=True)
+tied_groups_skip_best = functools.partial(_torch_topk_grouped, skip_best_number=True)
+ungrouped_topk = functools.partial(_torch_topk_grouped, ungrouped=True)
+
+
+def _replay(tmp_path, candidate, replay):
+    out = tmp_path / "bundle"
+    code = main(["--candidate", f"tests.compare.test_group_ties:{candidate}", "--contract", "mcore-sigmoid",
+                 "--experts", "256", "--topk", "8", "--replay", replay, "--no-isolate", "--device", "cpu",
+                 "--out", str(out), "--quiet"])  # fmt: skip
+    s = json.loads((out / "summary.json").read_text())
+    return code, {k: v for k, v in s["clauses"].items() if v}
+
+
+# bf16_near_ties:619007217:1024 (bf16 logits, fp32 bias) under mcore-sigmoid: in 260 of its rows torch.topk keeps
+# other groups than the contract among group sums tied exactly at the cutoff (the contract's sums are Megatron's bit
+# for bit); where it takes none of the tied group it kept (row 955: groups 5 and 6 both sum 1.84375, it keeps 6 and
+# takes nothing there, so expert 166 of group 5 is missing) the row read as selection before 2026-12-07: a group tie
+# resolution needed an expert of a dropped group.
+NEAR_TIES = "bf16_near_ties:619007217:1024"
+
+
+def test_a_tied_group_kept_with_none_of_its_experts_is_a_group_tie(tmp_path):
+    code, clauses = _replay(tmp_path, "_torch_topk_grouped", NEAR_TIES)
+    # (its weights are fp32, the contract's bf16: weight_accuracy, which says nothing of the experts)
+    ids_clauses = set(clauses) - {"weight_accuracy"}
+    assert code == 1 and ids_clauses <= {"group_tie_order", "tie_order"} and clauses.get("group_tie_order"), clauses
+
+
+def test_a_group_dropped_outright_is_no_group_tie(tmp_path):
+    # keeps three groups of four: where the fourth ties no other group exactly, no tie explains the missing experts
+    code, clauses = _replay(tmp_path, "drops_weakest_kept_group", NEAR_TIES)
+    assert code == 1 and clauses.get("selection", 0) + clauses.get("group_selection", 0) > 0, clauses
+
+
+def test_a_group_tie_does_not_excuse_skipping_the_best_expert(tmp_path):
+    code, clauses = _replay(tmp_path, "tied_groups_skip_best", NEAR_TIES)
+    assert code == 1 and clauses.get("selection", 0) > 0, clauses
+
+
+# few_valid:1482888430:64 (fp32, a -inf bias on all but 7 experts) under mcore-sigmoid: groups of fewer than two
+# finite experts all score -inf and tie; torch.topk keeps two of its own among them, and fills its last slots with
+# -inf experts of any group (a dropped group's, masked to -inf, ties a kept group's own -inf ones). Before 2026-12-07
+# those -inf picks counted as groups used: more groups than kept, group_mask (21 rows at the default plan).
+FEW_VALID = "few_valid:1482888430:64"
+
+
+def test_minus_inf_fills_of_a_dropped_group_are_ties_under_a_minus_inf_mask(tmp_path):
+    code, clauses = _replay(tmp_path, "_torch_topk_grouped", FEW_VALID)
+    assert code == 1 and set(clauses) <= {"group_tie_order", "tie_order"}, clauses
+
+
+def test_ignoring_the_groups_stays_group_mask(tmp_path):
+    code, clauses = _replay(tmp_path, "ungrouped_topk", FEW_VALID)
+    assert code == 1 and clauses.get("group_mask", 0) > 0, clauses
+
+
+def test_a_minus_inf_expert_over_a_number_of_a_kept_group_still_fails(tmp_path):
+    # a -inf expert of a dropped group taken where a number of a kept group is left: no tie, the mask let it through
+    code, clauses = _replay(tmp_path, "minus_inf_over_a_number", FEW_VALID)
+    assert code == 1 and clauses.get("group_mask", 0) + clauses.get("selection", 0) > 0, clauses
