@@ -61,6 +61,22 @@ def test_call_shape_tells_the_layouts_and_covers_passes_them_only_to_a_gate_that
         assert Candidate(name="wrapped", route=None, covered=wrapper).covers(**{**shape, "renormalize": renormalize}) is renormalize
 
 
+def test_call_shape_tells_autocast_only_under_it_and_a_gate_that_takes_it_can_decline_the_context():
+    plain = build_case(CaseSpec("random_fp32", 7, 4, 64, 4)).call_shape()
+    under = build_case(CaseSpec("random_fp32", 7, 4, 64, 4, autocast="bf16")).call_shape()
+    assert "autocast" not in plain and under["autocast"] == "bf16"
+
+    def no_autocast(*, autocast=None, **_call):
+        return autocast is None
+
+    def old_gate(*, rows, experts, topk, dtype, bias_dtype):  # asked as before: it serves the context
+        return True
+
+    assert Candidate(name="ctx", route=None, covered=no_autocast).covers(**under) is False
+    assert Candidate(name="ctx", route=None, covered=no_autocast).covers(**plain) is True
+    assert Candidate(name="old", route=None, covered=old_gate).covers(**under) is True
+
+
 def test_serves_layout_says_exactly_what_check_route_args_refuses():
     for rows, experts, (row_stride, col_stride), bias_stride, bias_contiguous in itertools.product(
             (1, 2, 5), (1, 6), ((6, 1), (12, 2), (1, 5), (3, 1), (13, 1)), (1, 2), (True, False)):  # fmt: skip

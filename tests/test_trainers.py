@@ -372,3 +372,16 @@ def test_the_mcore_candidates_say_why_when_megatron_is_missing(monkeypatch):
 
 
 warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+
+
+def test_megatrons_candidates_decline_autocast_and_the_grouped_one_the_empty_batch():
+    """Coverage, said with its reason: Megatron never autocasts its router (under CUDA autocast it raises), and its
+    group_limited_topk cannot view 0 tokens; nothing else is declined (every other shape is checked)."""
+    from contracts.candidates import all_candidates
+
+    base = dict(experts=256, topk=8, dtype=torch.bfloat16, bias_dtype=torch.float32)
+    for name in ("mcore-deepseek-v3", "mcore-kimi-k2", "mcore-qwen3-moe", "mcore-mixtral"):
+        cand = all_candidates()[name]
+        assert cand.covers(rows=3, **base) and not cand.covers(rows=3, autocast="bf16", **base), name
+        assert "autocast" in cand.coverage
+        assert cand.covers(rows=0, **base) is (name != "mcore-deepseek-v3"), name

@@ -12,10 +12,11 @@ Gates, in the order the runner asks them:
   it serves; rows outside are skipped and counted, not checked. A gate that
   also takes ``renormalize``, ``num_expert_group``, ``topk_group``,
   ``logits_strides`` (the logits' ``stride()``, (row, column) in elements) or
-  ``bias_stride`` (the bias's ``stride(0)``; not given without a bias) (by
-  name, or ``**kwargs``) is told them too (``Candidate.covers``); one that
-  does not take the strides is asked about every layout as if it served it,
-  so its router is checked on them all.
+  ``bias_stride`` (the bias's ``stride(0)``; not given without a bias) or
+  ``autocast`` (``"bf16"`` or ``"fp16"``: the call runs under
+  ``torch.autocast``; not given otherwise) (by name, or ``**kwargs``) is told
+  them too (``Candidate.covers``); one that does not take the strides is asked
+  about every layout as if it served it, so its router is checked on them all.
 
 Candidates come from three places: built-ins (``contracts.candidates.builtin``,
 registered when the package is imported, before anything else can claim

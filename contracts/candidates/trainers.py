@@ -39,6 +39,9 @@ _GROUP_TOPK = {
 _FP16_SOFTMAX = ("torch's fp32 softmax over the k chosen is an ULP from the contract's correctly rounded one, and "
                  "rounded to the logits' dtype a weight lands one ULP away (fp16: 1 row of 4,284 at --rows 400; bf16: "
                  "17 rows of 306,821 at the default plan, 2026-12-07)")
+_SIGNED_TOPK = ("the post-softmax router ranks the raw logits with torch.topk, which on CUDA ranks +0.0 above -0.0 (its "
+                "radix select orders bit patterns; the contract's zeros are unsigned): 5,610 signed_zero rows of 536,198 "
+                "at the default plan on an H100, none on the CPU")
 # family -> {clause: why} under its own mcore contract: what MEASURED_WITH (--families random_bf16,random_fp32,
 # all_equal,nan_sparse --max-batch 64, CPU, torch 2.13) saw broken
 MCORE_DEVIATIONS: dict[str, dict[str, str]] = {
@@ -46,18 +49,25 @@ MCORE_DEVIATIONS: dict[str, dict[str, str]] = {
                     "group_selection": "with a bf16 bias the ranking and the group sums are bf16: group scores tie, "
                                        "and torch.topk keeps its own among them (8 rows of 9,041: bias-bf16 cases)"},
     "kimi-k2": dict(_TOPK),
-    "qwen3-moe": {**_TOPK, "weight_accuracy": _FP16_SOFTMAX},
-    "mixtral": {**_TOPK, "weight_accuracy": _FP16_SOFTMAX},
+    "qwen3-moe": {**_TOPK, "weight_accuracy": _FP16_SOFTMAX, "signed_zero": _SIGNED_TOPK},
+    "mixtral": {**_TOPK, "weight_accuracy": _FP16_SOFTMAX, "signed_zero": _SIGNED_TOPK},
 }
 # one ULP of a weight in the logits' dtype: at most 2^-7 of it in bf16 (2^-10 in fp16); beyond it a row is a mismatch
 MCORE_BOUNDS: dict[str, dict[str, float]] = {"qwen3-moe": {"weight_accuracy": 2.0**-7}, "mixtral": {"weight_accuracy": 2.0**-7}}
 
-_EMPTY_BATCH = ("Megatron's group_limited_topk views the scores as [tokens, groups, -1], which torch cannot do for 0 "
-                "tokens (RuntimeError): the grouped router serves 1 token and more")
+_NO_AUTOCAST = ("no call under torch.autocast: Megatron's mixed precision casts the model (Float16Module), never "
+                "autocasts, and under CUDA autocast its router raises (scatter(): Expected self.dtype to be equal to "
+                "src.dtype; H100, 2026-12-07)")
+_EMPTY_BATCH = ("; 1 token and more: group_limited_topk views the scores as [tokens, groups, -1], which torch cannot do "
+                "for 0 tokens (RuntimeError)")
 
 
-def _grouped_serves_rows(*, rows: int, **_call) -> bool:
-    return rows > 0
+def _megatron_serves(*, autocast: str | None = None, **_call) -> bool:
+    return autocast is None
+
+
+def _megatron_grouped_serves(*, rows: int, autocast: str | None = None, **_call) -> bool:
+    return autocast is None and rows > 0
 
 
 def _gate(check):
@@ -95,8 +105,8 @@ def mcore_candidate(family: str) -> Candidate:
         supported_hardware=_gate(_mcore_available),
         expected_deviations={router.contract: dict(MCORE_DEVIATIONS[family])},
         declared_bounds={router.contract: dict(MCORE_BOUNDS[family])} if family in MCORE_BOUNDS else {},
-        covered=_grouped_serves_rows if grouped else Candidate.covered,
-        coverage=_EMPTY_BATCH if grouped else "",
+        covered=_megatron_grouped_serves if grouped else _megatron_serves,
+        coverage=_NO_AUTOCAST + (_EMPTY_BATCH if grouped else ""),
         third_party=True,
         origin="kernels.trainers",
         in_all=False,

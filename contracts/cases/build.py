@@ -67,12 +67,14 @@ class Case:
     def call_shape(self, rows: int | None = None) -> dict:
         """What a ``covered`` gate is asked about a call on this case (``rows``: of one call, default the case's): the
         basics, the call options, and the layouts as torch's ``stride()`` gives them: ``logits_strides`` (row, column)
-        and ``bias_stride`` (only with a bias). A bulk case's calls are row slices of it: the same strides."""
+        and ``bias_stride`` (only with a bias); ``autocast`` only for a call under ``torch.autocast``. A bulk case's calls are row slices of it: the same strides."""
         bias = {} if self.bias is None else {"bias_stride": self.bias.stride(0)}
+        # the call context a router may not serve: only under autocast, so that gates of before are asked as before
+        autocast = {"autocast": self.spec.autocast} if self.spec.autocast else {}
         return dict(rows=self.spec.rows if rows is None else rows, experts=self.spec.experts, topk=self.spec.topk,
                     dtype=self.scores.dtype, bias_dtype=self.scores.dtype if self.bias is None else self.bias.dtype,
                     renormalize=self.renormalize, logits_strides=tuple(self.scores.stride()),
-                    **bias, **self.group_args)  # fmt: skip
+                    **bias, **autocast, **self.group_args)  # fmt: skip
 
 
 def draw_expert_scale(experts: int, generator: torch.Generator) -> torch.Tensor:
