@@ -37,8 +37,9 @@ _GROUP_TOPK = {
 }  # fmt: skip
 
 _FP16_SOFTMAX = ("torch's fp32 softmax over the k chosen is an ULP from the contract's correctly rounded one, and "
-                 "rounded to the logits' dtype a weight lands one ULP away (fp16: 1 row of 4,284 at --rows 400; bf16: "
-                 "17 rows of 306,821 at the default plan, 2026-12-07)")
+                 "rounded to the logits' dtype a weight lands one ULP away, two once scaled in that dtype (fp16: 1 row "
+                 "of 4,284 at --rows 400; bf16: 17 rows of 306,821 at the default plan on the CPU, 20 of 534,992 on "
+                 "an H100, 2026-12-07)")
 _SIGNED_TOPK = ("the post-softmax router ranks the raw logits with torch.topk, which on CUDA ranks +0.0 above -0.0 (its "
                 "radix select orders bit patterns; the contract's zeros are unsigned): 5,610 signed_zero rows of 536,198 "
                 "at the default plan on an H100, none on the CPU")
@@ -52,8 +53,10 @@ MCORE_DEVIATIONS: dict[str, dict[str, str]] = {
     "qwen3-moe": {**_TOPK, "weight_accuracy": _FP16_SOFTMAX, "signed_zero": _SIGNED_TOPK},
     "mixtral": {**_TOPK, "weight_accuracy": _FP16_SOFTMAX, "signed_zero": _SIGNED_TOPK},
 }
-# one ULP of a weight in the logits' dtype: at most 2^-7 of it in bf16 (2^-10 in fp16); beyond it a row is a mismatch
-MCORE_BOUNDS: dict[str, dict[str, float]] = {"qwen3-moe": {"weight_accuracy": 2.0**-7}, "mixtral": {"weight_accuracy": 2.0**-7}}
+# One ULP of the softmax in the logits' dtype (at most 2^-7 of it in bf16), carried through Megatron's scaling in that
+# dtype (probs * scaling_factor, rounded again): up to two ULPs of the scaled weight, 2^-6 of it (H100, 2026-12-07:
+# random_bf16:1241212179:45185:bulk row 4658, rsf 2.5, 0.084960938 against 0.083984375). Beyond it a row is a mismatch.
+MCORE_BOUNDS: dict[str, dict[str, float]] = {"qwen3-moe": {"weight_accuracy": 2.0**-6}, "mixtral": {"weight_accuracy": 2.0**-6}}
 
 _NO_AUTOCAST = ("no call under torch.autocast: Megatron's mixed precision casts the model (Float16Module), never "
                 "autocasts, and under CUDA autocast its router raises (scatter(): Expected self.dtype to be equal to "
