@@ -379,6 +379,10 @@ def test_megatrons_candidates_decline_autocast_and_the_grouped_one_the_empty_bat
     group_limited_topk cannot view 0 tokens; nothing else is declined (every other shape is checked)."""
     from contracts.candidates import all_candidates
 
+    from contracts.candidates.trainers import GROUPED_MCORE_CONTRACTS
+    from kernels.trainers import FAMILIES
+
+    assert {r.contract for r in FAMILIES.values() if oracle.get_contract(r.contract).is_grouped} == set(GROUPED_MCORE_CONTRACTS)
     base = dict(experts=256, topk=8, dtype=torch.bfloat16, bias_dtype=torch.float32)
     for name in ("mcore-deepseek-v3", "mcore-kimi-k2", "mcore-qwen3-moe", "mcore-mixtral"):
         cand = all_candidates()[name]
