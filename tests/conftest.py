@@ -41,3 +41,24 @@ os.environ.setdefault(MAX_BATCH_ENV, TEST_MAX_BATCH)
 def default_sweep(monkeypatch):
     """The product's default ``--max-batch`` (16,385 on a CPU): for the tests of the batch-size sweep."""
     monkeypatch.delenv(MAX_BATCH_ENV, raising=False)
+
+
+# The longest tests start first. Under pytest-xdist's worksteal each worker runs its share of the collection from the
+# front and an idle worker steals from the back of another's; test_radix4_build.py sorts late, so its compiles (minutes
+# of one core each) started in the last third of the run and the suite ended on one busy core. Seconds: each test's
+# call on the 2-core host, .ci/run's --durations (2026-12-07, the heaviest under load: gfx942 322 s, sm_90 161 s).
+LONG_FIRST: dict[str, float] = {
+    "tests/test_radix4_build.py::test_hip_source_compiles_for_gfx942_with_clang19": 136.2,
+    "tests/test_radix4_build.py::test_cuda_source_builds_for_sm90_and_its_abi_checks_arguments": 113.9,
+    "tests/test_radix4_build.py::test_hip_source_compiles_with_dpp_prefix_sums_with_hipcc": 31.9,
+    "tests/test_radix4_build.py::test_every_entry_serves_the_shapes_its_python_gate_names": 28.8,
+    "tests/test_radix4_build.py::test_lab_build_exports_its_step_clocks": 20.0,
+    "tests/test_search.py::test_search_finds_a_router_wrong_only_on_a_layout": 20.0,
+}
+
+
+def pytest_collection_modifyitems(items):
+    def weight(item) -> float:
+        return LONG_FIRST.get(item.nodeid.split("[")[0], 0.0)
+
+    items.sort(key=lambda item: -weight(item))  # stable: the rest keep their order

@@ -29,6 +29,7 @@ def _check(name, tmp_path, family="random_fp32", **kw):
     return done.results[0].summary
 
 
+@pytest.mark.slow  # a check of a capped candidate over its bulk cases (5-9 s each)
 @pytest.mark.parametrize("isolate", [False, True])
 def test_a_capped_candidate_gets_bulk_cases_in_slices_and_every_row_is_checked(tmp_path, isolate):
     s = _check("capped", tmp_path, isolate=isolate)

@@ -61,6 +61,7 @@ def test_a_second_writer_into_an_out_in_use_is_refused(tmp_path, capsys):
     assert _check(out, "oracle", extra=["--force"]) == 0
 
 
+@pytest.mark.slow  # two checks through links (15-25 s)
 def test_a_symlinked_out_is_written_through_and_a_dangling_one_refused_before_the_run(tmp_path, capsys):
     real, link = tmp_path / "real", tmp_path / "link"
     real.mkdir()
@@ -125,6 +126,7 @@ def _refused_by_diff_and_junit(capsys, old, mixed, tmp_path):
     assert not (tmp_path / "junit.xml").exists()
 
 
+@pytest.mark.slow  # its fixture runs a two-candidate check (15-32 s)
 def test_a_single_bundle_beside_an_index_is_refused_by_diff_and_junit(multi, tmp_path, capsys):
     # what two checks into one --out at once left: the single run's files at the top, the multi run's index and folders
     mixed = tmp_path / "mixed"

@@ -117,6 +117,7 @@ def test_capture_records_every_moe_layer_with_names_ids_weights_and_bias(capture
         assert h.get_slice("ids").get_shape() == [2, q.tokens, 4]
 
 
+@pytest.mark.slow  # a captured file written and checked twice per family (5-13 s each)
 @pytest.mark.parametrize(("family", "contract", "good", "bad", "clause"), [
     ("deepseek", "deepseek-v3", "captured_routers:sigmoid_grouped", "captured_routers:sigmoid_no_groups", "group_mask"),
     ("qwen", "qwen3-moe", "captured_routers:softmax_topk", "captured_routers:softmax_topk_unnormalized", "renormalization"),

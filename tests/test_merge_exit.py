@@ -1,6 +1,8 @@
 """merge exits with the worst status it merged, as check does (issue 55: every command's exit code is the worst status
 it saw): a merged FAIL is never exit 0."""
 
+import pytest
+
 from contracts import check
 from contracts.commands import merge
 
@@ -10,6 +12,7 @@ def _shard(out, candidate, i, *extra):
                        "--no-isolate", "--shard", f"{i}/2", "--out", str(out), "--quiet", *extra])  # fmt: skip
 
 
+@pytest.mark.slow  # two sharded failing checks and their merge (15-34 s)
 def test_a_merged_fail_exits_1(tmp_path, capsys):
     shards = [tmp_path / f"s{i}" for i in (1, 2)]
     codes = [_shard(out, "tests.broken_candidates:scaled_twice", i) for i, out in zip((1, 2), shards)]

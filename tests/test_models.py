@@ -82,6 +82,7 @@ def test_each_router_agrees_with_its_contract_on_random_rows(family):
             torch.testing.assert_close(w, ew, rtol=c.weight_rtol, atol=c.weight_atol)
 
 
+@pytest.mark.slow  # a check per model family (19 families, 3-13 s each on the 2-core host)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_faithful_router_passes_its_contract_but_for_what_its_code_breaks(tmp_path, family):
     code, s = _check(tmp_path, f"hf-{family}", "--families", FAMILY_SET, rows=QUICK)

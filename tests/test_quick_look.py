@@ -88,6 +88,7 @@ def test_a_quick_check_is_marked_quick_in_summary_console_and_report(tmp_path, c
     assert (out / "report.md").read_text().startswith("# PASS (quick)")
 
 
+@pytest.mark.slow  # a quick check per planted router (2-4 s each)
 @pytest.mark.parametrize("router", ["wrong_tie_order", "nan_like_neg_inf", "other_tie_rule_above_1024_rows"])
 def test_a_broken_router_fails_a_quick_check(tmp_path, capsys, router, monkeypatch):
     """Each wrong in another clause (tie order, the NaN rule; the last only at more than 1,024 rows, a launch class

@@ -39,6 +39,7 @@ def test_correct_routers_pass_every_family(tmp_path, candidate):
     assert s["status"] == "pass" and s["mismatched_rows"] == 0 and s["rows_checked"] > 4096 and s["quick"]
 
 
+@pytest.mark.slow  # a failing check with its diagnosis per planted defect (4-6 s each)
 @pytest.mark.parametrize(
     "name, families, clause",
     [

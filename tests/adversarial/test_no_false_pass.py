@@ -112,6 +112,7 @@ def test_a_router_wrong_only_where_the_old_plan_never_looked_fails(router, tmp_p
     assert s.clauses_broken.get("output_order") or s.clauses.get("output_order"), s.clauses
 
 
+@pytest.mark.slow  # a check per dtype pair at the default sweep (6-21 s each)
 @pytest.mark.parametrize("router", ["wrong_on_fp16_logits", "wrong_on_fp16_bias", "reads_fp16_logits_as_bf16",
                                     "reads_a_misaligned_bias_from_below", "reads_a_misaligned_bf16_bias_from_below",
                                     "reads_misaligned_contiguous_logits_from_below"])  # fmt: skip
@@ -125,6 +126,7 @@ def test_a_router_wrong_only_on_a_dtype_pair_or_bias_layout_no_family_makes_fail
 
 
 # Each names the batch the plan must reach: 1,025 is the suite's sweep; the dense launches start at 1,585.
+@pytest.mark.slow  # a check per launch class at the default sweep (4-14 s each)
 @pytest.mark.parametrize("router, max_batch", [("wrong_on_fp16_logits_in_block_launches", 1025),
                                                ("wrong_on_fp16_logits_in_block_launches_of_2_rows_or_more", 1025),
                                                ("wrong_on_strided_offset_0_in_one_row_calls", 1025),
@@ -295,6 +297,7 @@ def test_the_pinned_call_options_are_only_those_the_contract_admits():
             sum((s.rows, s.renormalize, s.scaling) == (n, r, f) for s in specs) == 1 for n in classes for r, f in pairs)
 
 
+@pytest.mark.slow  # two checks at the default sweep (5-8 s each)
 @pytest.mark.parametrize("isolate", [False, True])
 def test_a_user_kernel_that_publishes_its_switch_points_gets_its_launch_classes_pinned(isolate, tmp_path):
     # tests/standins/published_points.py: BATCH_SWITCH_POINTS = (100,), wrong on fp16 logits from 100 rows only.
@@ -376,6 +379,7 @@ def test_a_gate_that_does_not_take_the_layouts_is_checked_on_them(tmp_path):
 CTX = "tests.adversarial.call_contexts"
 
 
+@pytest.mark.slow  # a check per call context at the default sweep (6-10 s each)
 @pytest.mark.parametrize("router, tags", [("wrong_under_inference_mode", {"grad-inference"}), ("wrong_under_no_grad", {"grad-off"}),
                                           ("wrong_when_the_bias_is_a_parameter", {"bias_parameter-frozen", "bias_parameter-trainable"}),
                                           ("wrong_when_the_bias_requires_grad", {"bias_parameter-trainable"}),
@@ -492,6 +496,7 @@ def test_a_router_that_reads_an_aligned_input_from_its_storage_start_fails(route
 
 
 # Each in process, and the first in a worker too (it reads the layout before the pipe makes the answer contiguous).
+@pytest.mark.slow  # a check per answer layout (3-6 s each)
 @pytest.mark.parametrize("router, name, isolate", [("returns_column_major_ids", "ids", False), ("returns_column_major_ids", "ids", True),
                                                    ("returns_column_major_weights", "weights", False),
                                                    ("returns_ids_sliced_from_a_wider_buffer", "ids", False)])  # fmt: skip
@@ -522,6 +527,7 @@ def test_an_unusable_against_answer_is_an_error_not_a_comparison_with_the_oracle
     assert "\n" not in s.error.message, s.error.message
 
 
+@pytest.mark.slow  # two checks, isolated and not (7-8 s each)
 @pytest.mark.parametrize("isolate", [False, True])
 def test_an_answer_is_read_from_its_memory_not_through_its_subclass(isolate, tmp_path):
     # A __torch_dispatch__ subclass answered the harness's clone() with the right ids while its memory held others:
