@@ -136,6 +136,7 @@ def test_a_single_bundle_beside_an_index_is_refused_by_diff_and_junit(multi, tmp
     _refused_by_diff_and_junit(capsys, multi / "single", mixed, tmp_path)
 
 
+@pytest.mark.slow  # its fixture runs a two-candidate check (10 s)
 def test_an_index_member_replaced_by_another_run_is_refused(multi, tmp_path, capsys):
     mixed = tmp_path / "mixed"
     shutil.copytree(multi / "multi", mixed)

@@ -371,6 +371,7 @@ def test_rows_the_candidate_raised_on_are_counted_not_hidden(tmp_path):
     assert "planted failure inside the candidate" in _section(page, "error")
 
 
+@pytest.mark.slow  # its module fixture checks two candidates (9-11 s)
 def test_skipped_rows_carry_their_reason_everywhere(real_bundles):
     bundle = real_bundles["aiter-model"]
     summary = json.loads((bundle / "summary.json").read_text())
@@ -393,6 +394,7 @@ def test_skipped_rows_carry_their_reason_everywhere(real_bundles):
             assert f"{rows:,} rows: {html.escape(reason)}" in title, (family, title)
 
 
+@pytest.mark.slow  # the same fixture as above
 def test_inexact_weight_accuracy_is_shown_not_zero_rows(real_bundles):
     bundle = real_bundles["aiter-model"]
     declared = json.loads((bundle / "summary.json").read_text())["expected_deviations"]["weight_accuracy"]
