@@ -34,6 +34,10 @@
 # The engine phases need the engines' files, which a GPU host without internet gets as the ignored
 # folder .engines/ (about 1 MB), written beforehand on a machine with the wheels and nvcc:
 #   bash scripts/engines.sh download && python -m kernels.engines.extract --to .engines
+# The device tool copies the working tree, and its .git may be an older copy (seen 2026-12-07): to run HEAD exactly,
+# not `git stash` there but an archive of it, carried in an ignored folder and extracted on the host:
+#   git archive HEAD | gzip > .gpu-wheels/head.tgz        (here; then, there:)
+#   mkdir -p /tmp/src && tar xzf .gpu-wheels/head.tgz -C /tmp/src && cd /tmp/src && ROUTER_ENGINE_PATH=$OLDPWD/.engines OUT=... bash benchmarks/gpu_all.sh main
 # Each step has its own time limit and its own log, so one slow or failing step does not take the
 # others down; the exit status is 1 when any step failed. Bundles (without their parquet files) are
 # tarred into $OUT/PHASE.tgz; the logs and tables land in $OUT/PHASE/.

@@ -47,9 +47,14 @@ def default_sweep(monkeypatch):
 # front and an idle worker steals from the back of another's; test_radix4_build.py sorts late, so its compiles (minutes
 # of one core each) started in the last third of the run and the suite ended on one busy core. Seconds: each test's
 # call on the 2-core host, .ci/run's --durations (2026-12-07, the heaviest under load: gfx942 322 s, sm_90 161 s).
+# The tests that read the one sm_90 build of a contract (tests/test_radix4_build.py's sm90_build) follow its builder
+# on the same worker: elsewhere they waited on the build's lock (46 s of one idle worker in 2026-12-07's run).
 LONG_FIRST: dict[str, float] = {
     "tests/test_radix4_build.py::test_hip_source_compiles_for_gfx942_with_clang19": 136.2,
     "tests/test_radix4_build.py::test_cuda_source_builds_for_sm90_and_its_abi_checks_arguments": 113.9,
+    "tests/test_radix4_build.py::test_cuda_build_spills_only_in_the_dense_kernel_and_within_budget": 113.8,
+    "tests/test_radix4_build.py::test_programmatic_launch_hooks_are_in_the_sm90_code_only": 113.7,
+    "tests/test_radix4_serial.py::test_serial_cuda_source_builds_for_sm90_and_its_abi_checks_arguments": 113.6,
     "tests/test_radix4_build.py::test_hip_source_compiles_with_dpp_prefix_sums_with_hipcc": 31.9,
     "tests/test_radix4_build.py::test_every_entry_serves_the_shapes_its_python_gate_names": 28.8,
     "tests/test_radix4_build.py::test_lab_build_exports_its_step_clocks": 20.0,

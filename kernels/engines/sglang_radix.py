@@ -10,6 +10,10 @@ What it computes (SGLang's kernel, one 224-thread block per row; see
     output: expert-id order (``route_unsorted``, what SGLang's dispatch uses)
             or (key desc, id asc) (``route``, SGLang's ``sorted=True``)
 
+Its sigmoid flushes to 0 where ``1 + __expf(-x)`` exceeds 2^126 (``__fdividef`` returns 0 there, as CUDA documents):
+logits of about -87.3 to -88.7, whose sigmoid the contract keeps near 1e-38. The harness reports that as a failure
+of family ``sigmoid_underflow`` (docs/engines.md), not declared.
+
 Shape: 896 experts, top-16 only (Kimi-K3), no groups; bf16 or fp32 logits
 with column stride 1; the bias is passed as fp32 (SGLang's caller does
 ``correction_bias.to(torch.float32)``; a bf16 bias widens exactly). Rows
