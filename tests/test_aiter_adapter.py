@@ -335,6 +335,7 @@ def _check(tmp_path, argv):
     return code, json.loads((out / "summary.json").read_text()), out
 
 
+@pytest.mark.slow  # a check of the adapter (4 s)
 def test_adapter_candidate_shows_the_declared_deviations(standin, tmp_path):
     fams = "random_fp32,zero_sum,few_valid,nan_neg_inf_bias"
     code, s, out = _check(tmp_path, ["--candidate", ON_CPU, "--families", fams, "--rows", "400"])
@@ -343,6 +344,7 @@ def test_adapter_candidate_shows_the_declared_deviations(standin, tmp_path):
     assert all(d["observed"] for d in s["expected_deviations"].values()), s["expected_deviations"]
 
 
+@pytest.mark.slow  # a check of the stand-in (5 s)
 def test_faithful_standin_matches_the_model_bit_for_bit(standin, tmp_path):
     code, s, out = _check(tmp_path, ["--candidate", ON_CPU, "--against", "aiter-model", "--exact", "--rows", "1000",
                                   "--allow-not-covered"])  # fmt: skip  # bit-identity of the rows checked; coverage is another test's
@@ -350,6 +352,7 @@ def test_faithful_standin_matches_the_model_bit_for_bit(standin, tmp_path):
     assert s["against"] == "aiter-model" and s["exact_rows"] == s["rows_checked"] > 500
 
 
+@pytest.mark.slow  # a failing check with its diagnosis (4 s)
 def test_model_drift_in_tie_order_is_reported_column_by_column(monkeypatch, tmp_path):
     monkeypatch.setenv(adapter.ENV_MODULE, DRIFTED)
     fams = "all_equal,tie_pool_straddle,tie_pool_above,random_fp32"

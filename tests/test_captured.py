@@ -133,6 +133,7 @@ def test_captured_logits_pass_a_correct_router_and_fail_a_broken_one(captures, c
     assert max(broken.clauses, key=broken.clauses.get) == clause, broken.clauses
 
 
+@pytest.mark.slow  # a captured file written and checked (5 s)
 def test_expert_load_is_the_oracles_histogram_and_the_candidates_difference(captures, checked):
     f = open_logits(str(captures["deepseek"]))
     ok, _ = checked("captured_routers:sigmoid_grouped", "deepseek-v3", "deepseek")

@@ -65,6 +65,7 @@ def test_an_independent_grouped_router_passes_deepseek_v3(tmp_path):
     assert code == 0 and s["status"] == "pass" and s["mismatched_rows"] == 0
 
 
+@pytest.mark.slow  # a grouped check (5 s)
 def test_a_router_that_ranks_nan_first_in_the_group_scores_passes_under_its_declarations(tmp_path):
     # torch.topk ranks NaN first: a group holding NaN scores NaN and is kept first, and the router's numbers come from
     # the groups it kept. On b540d84 the row-whole check beside nan_last read them against the contract's kept groups:

@@ -127,6 +127,7 @@ def test_skips_carry_their_reasons(tmp_path):
     assert "random_bf16: 6 rows skipped, not covered (6 rows: M > 4096)" in root.find("testsuite/system-out").text
 
 
+@pytest.mark.slow  # a check written as JUnit (5 s)
 def test_a_real_bundle_with_skips_and_declared_deviations(tmp_path):
     out = tmp_path / "aiter-model"
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):

@@ -92,6 +92,7 @@ def test_a_regression_against_the_previous_bundle_sets_the_exit_code(tmp_path):
     assert _run(out, "--compare-previous", "--fail-on", "never", candidates="oracle") == 0
 
 
+@pytest.mark.slow  # a nightly run (5 s)
 def test_missing_probe_and_bench_are_recorded(tmp_path, monkeypatch):
     monkeypatch.setattr(nightly_lib, "_tool", lambda module, attr: None)
     assert _run(tmp_path, "--bench", candidates="oracle") == 0
@@ -102,6 +103,7 @@ def test_missing_probe_and_bench_are_recorded(tmp_path, monkeypatch):
     assert [s.get("skipped") for s in root.findall("testsuite") if s.get("name") in ("contracts.probe", "contracts.bench")] == ["1", "1"]
 
 
+@pytest.mark.slow  # two nightly runs (5 s)
 def test_an_upload_that_would_overwrite_fails_with_exit_4(tmp_path, monkeypatch, capsys):
     from contracts.reports import upload
 

@@ -202,6 +202,7 @@ def test_a_signal_leaves_an_interrupted_bundle_with_what_ran(tmp_path, sig, code
     assert b"INTERRUPTED" in stdout
 
 
+@pytest.mark.slow  # waits out a hung worker (3-7 s)
 def test_interrupting_a_hung_isolated_candidate_kills_its_worker_and_keeps_the_rows(tmp_path):
     out, marker = tmp_path / "bundle", tmp_path / "hanging"
     proc = _start(

@@ -335,6 +335,7 @@ def test_a_router_wrong_only_on_a_column_strided_transposed_or_strided_bias_layo
     assert f"--replay {details[0].case}" in details[0].replay  # the replay line names the layout, and rebuilds it
 
 
+@pytest.mark.slow  # a check in a worker process (4 s)
 def test_a_router_wrong_only_on_transposed_logits_fails_in_a_worker(tmp_path):
     # The worker rebuilds each case from its spec: the layout must travel with it.
     run = run_checks([f"{ADV}:reads_dense_logits_as_row_major"], families=["random_fp32"], rows=50, out=tmp_path / "w",
@@ -354,6 +355,7 @@ def test_correct_routers_pass_on_every_layout(tmp_path):
         assert any(":grad-inference" in tag for tag in s.options["coverage"]["pinned_batch_sizes"])  # every call context ran
 
 
+@pytest.mark.slow  # two checks, isolated and not (3-5 s each)
 @pytest.mark.parametrize("isolate", [False, True])
 def test_a_gate_that_declines_column_strides_skips_them_and_counts_them(isolate, tmp_path):
     # Its route raises on logits of column stride != 1, as our kernels' do; its gate says so: never an error.
@@ -413,6 +415,7 @@ def test_weights_made_in_the_default_dtype_fail_validity_under_a_bf16_default(tm
     assert torch.get_default_dtype() == torch.float32  # restored after every call
 
 
+@pytest.mark.slow  # a check per context and dtype (3-5 s each)
 @pytest.mark.parametrize("router, family, tags", [
     ("wrong_under_inference_mode_on_bf16_logits", "random_bf16", {"grad-inference"}),
     ("wrong_under_no_grad_on_fp16_logits", "random_fp32", {"grad-off", "logits-fp16"}),
@@ -428,6 +431,7 @@ def test_a_router_wrong_only_in_a_context_on_one_logits_dtype_fails(router, fami
         assert all({"autocast", "autocast-fp16"} & set(d.case.split(":")[3:]) for d in details), {d.case for d in details}
 
 
+@pytest.mark.slow  # a check in a worker process (4-6 s)
 def test_a_router_wrong_only_under_inference_mode_fails_in_a_worker(tmp_path):
     # The worker rebuilds each case from its spec and calls it: the context must travel with it.
     run = run_checks([f"{CTX}:wrong_under_inference_mode"], families=["random_fp32"], rows=50, out=tmp_path / "w", progress=False)
