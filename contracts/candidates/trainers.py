@@ -11,8 +11,9 @@ plumbing is tested against a stand-in module). Both are third-party code: ``chec
 ``--candidate all`` leaves them out, ``--candidate all --contract X`` includes those that serve X.
 
 The declared deviations, under the mcore contracts, are Megatron's ``torch.topk``'s (measured with ``MEASURED_WITH``,
-docs/training.md): exact ties broken in its own order, and over group scores the same (NaN ranked above every number is the
-contracts' own ``nan_rule = "first"``) (exact group-score ties, NaN group scores among them, keep other groups: ``group_tie_order``).
+docs/training.md): exact ties broken in its own order, among experts (``tie_order``) and among group scores, NaN group
+scores included (``group_tie_order``). That torch.topk ranks NaN above every number is no deviation: the mcore
+contracts say so (``nan_rule = "first"``).
 """
 
 from __future__ import annotations

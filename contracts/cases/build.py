@@ -67,7 +67,8 @@ class Case:
     def call_shape(self, rows: int | None = None) -> dict:
         """What a ``covered`` gate is asked about a call on this case (``rows``: of one call, default the case's): the
         basics, the call options, and the layouts as torch's ``stride()`` gives them: ``logits_strides`` (row, column)
-        and ``bias_stride`` (only with a bias); ``autocast`` only for a call under ``torch.autocast``. A bulk case's calls are row slices of it: the same strides."""
+        and ``bias_stride`` (only with a bias); ``autocast`` only for a call under ``torch.autocast``. A bulk case's calls
+        are row slices of it: the same strides."""
         bias = {} if self.bias is None else {"bias_stride": self.bias.stride(0)}
         # the call context a router may not serve: only under autocast, so that gates of before are asked as before
         autocast = {"autocast": self.spec.autocast} if self.spec.autocast else {}

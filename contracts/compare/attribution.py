@@ -52,7 +52,7 @@ import torch
 
 import oracle
 
-from .group_ties import at_the_mask, masked_outside, tie_resolution
+from .group_ties import at_the_mask, masked_outside, ranked_group_scores, tie_resolution
 from .tolerance import broadcast_isclose, near_allowance, weights_close
 
 __all__ = ["CLAUSE_ORDER", "Blame", "NEAR_TIE", "attribute"]
@@ -562,8 +562,8 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, 
     # row is tried, not only those with an expert of a dropped group.
     other_tie = "highest" if c.group_tie_rule == "lowest" else "lowest"
     other_score = "max" if c.group_score == "top2_sum" else "top2_sum"
-    # (under nan_rule "first" NaN group scores rank above every number and tie one another: +inf stands for them)
-    ranked_scores = r.group_scores.nan_to_num(nan=math.inf) if c.nan_rule == "first" else r.group_scores
+    # the contract's group scores as it ranks them (under nan_rule "first" NaN ties at the top: group_ties)
+    ranked_scores = ranked_group_scores(r.group_scores, c.nan_rule == "first")
     cutoff = ranked_scores.masked_fill(~r.kept, math.inf).amin(1, keepdim=True)
     for score, tie, name, why in ((c.group_score, other_tie, "group_tie_order", R_GROUP_TIE),
                                   (other_score, c.group_tie_rule, "group_selection", R_GROUP_SELECTION),
@@ -618,8 +618,7 @@ def _group_aspect(r: _Rows, c, todo: torch.Tensor, assign, extra: torch.Tensor, 
         # more groups used than kept: a pick at or below a 0.0 mask uses no group (what the mask makes of any dropped
         # expert, tying the kept groups' zeros: the tie and mask clauses below judge it, the second pass's leak too)
         n_used = _groups_of(r, ~at_the_mask(r.a, r.ranking, c.group_mask, c.topk_group, n_group)).sum(1)
-        # Do the groups it used tie the kept ones exactly (group scores equal at the cutoff)?
-        # (under nan_rule "first" NaN group scores rank above every number and tie one another: +inf stands for them)
+        # Do the groups it used tie the kept ones exactly (group scores equal at the cutoff, as ranked above)?
         tied = ((ranked_scores == cutoff) | ~(used & ~r.kept)).all(1)
         assign(leaked & (n_used > e_used.clamp(min=c.topk_group)), "group_mask", R_GROUP_MASK)
         assign(leaked & (consistent | same_numbers) & tied, "group_tie_order", R_GROUP_TIE)

@@ -20,7 +20,15 @@ import math
 
 import torch
 
-__all__ = ["tie_resolution", "masked_outside", "at_the_mask"]
+__all__ = ["tie_resolution", "masked_outside", "at_the_mask", "ranked_group_scores"]
+
+
+def ranked_group_scores(group_scores: torch.Tensor, nan_first: bool) -> torch.Tensor:
+    """fp32 ``group_scores`` as a contract ranks them for ties and cutoffs: under ``nan_rule = "first"`` (``nan_first``)
+    NaN stands as +inf, above every number and equal to one another (a group score of +inf ties it); otherwise as
+    given, where NaN equals nothing."""
+    scores = group_scores.float()
+    return scores.nan_to_num(nan=math.inf, posinf=math.inf, neginf=-math.inf) if nan_first else scores
 
 
 def at_the_mask(ids: torch.Tensor, ranking: torch.Tensor, mask_value: float, topk_group: int | None = None,
@@ -86,9 +94,7 @@ def tie_resolution(ids: torch.Tensor, extra: torch.Tensor, ranking: torch.Tensor
     group. Either way the groups read differ from the contract's only among groups tied exactly at its cutoff."""
     n_group = kept.shape[1]
     size = ranking.shape[1] // n_group
-    scores = group_scores.float()
-    if nan_first:  # +inf stands for NaN: above every number, equal to one another (a group score of +inf ties it)
-        scores = scores.nan_to_num(nan=math.inf, posinf=math.inf, neginf=-math.inf)
+    scores = ranked_group_scores(group_scores, nan_first)
     cutoff = torch.where(kept, scores, torch.full_like(scores, math.inf)).amin(1, keepdim=True)
     above, tied = scores > cutoff, scores == cutoff
     in_kept = kept.gather(1, ids // size)
