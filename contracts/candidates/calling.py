@@ -142,13 +142,32 @@ def _default_dtype(dtype: torch.dtype):
 def _deterministic_algorithms():
     """``torch.use_deterministic_algorithms(True)`` for the call, the previous setting restored whatever the call does.
     warn_only: what a router sees is the flag (and torch.empty's NaN fill); an op with no deterministic form warns, as
-    it cannot be made to pass in a process whose cuBLAS started without CUBLAS_WORKSPACE_CONFIG."""
+    it cannot be made to pass in a process whose cuBLAS started without CUBLAS_WORKSPACE_CONFIG.
+
+    The same two settings torch's function makes, without its import of ``torch._inductor`` (1.5 s of CPU in every
+    process that meets the first such case, though most candidates never compile): inductor's ``deterministic`` is set
+    where inductor is loaded, and where it is not, ``TORCHINDUCTOR_DETERMINISTIC`` makes an import during the call
+    read it as set; after the call either is put back as it was."""
     previous, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    inductor = sys.modules.get("torch._inductor.config")
+    before = inductor.deterministic if inductor is not None else None
+    env_before = os.environ.get("TORCHINDUCTOR_DETERMINISTIC")
+    torch._C._set_deterministic_algorithms(True, warn_only=True)
+    if inductor is not None:
+        inductor.deterministic = True
+    else:
+        os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(previous, warn_only=warn_only)
+        torch._C._set_deterministic_algorithms(previous, warn_only=warn_only)
+        if env_before is None:
+            os.environ.pop("TORCHINDUCTOR_DETERMINISTIC", None)
+        else:
+            os.environ["TORCHINDUCTOR_DETERMINISTIC"] = env_before
+        loaded = sys.modules.get("torch._inductor.config")  # loaded before the call or during it
+        if loaded is not None:
+            loaded.deterministic = before if inductor is not None else env_before == "1"
 
 
 class _Inputs:
