@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import oracle
-from contracts.candidates.calling import CaseRunner
+from contracts.candidates.calling import Answer, CaseRunner, Malformed
 from contracts.cases.build import build_case
 from contracts.cases.plan import CaseSpec, admitted_fields
 from contracts.compare import compare_case, expected_for
@@ -44,8 +44,8 @@ def _checked(name: str, contract: str = D.CONTRACT, family: str = "random_fp32",
     """(the call's answer, the comparison) of router ``name`` on one small case, as check makes them."""
     c, case = _case(contract, family, rows)
     call = CaseRunner(D.make(name, c)).run(case)
-    assert call.traceback is None and call.fatal is None, (call.actual, call.traceback, call.fatal)
-    actual = call.actual
+    assert isinstance(call.result, (Answer, Malformed)), call.result  # neither raised nor fatal
+    actual = call.answer if call.answer is not None else call.result.message
     return actual, compare_case(case, expected_for(case, c), (actual,) if isinstance(actual, str) else actual, c, deviations={})
 
 
@@ -111,10 +111,10 @@ def test_row_blame_and_agrees_read_a_dense_answer_as_a_set():
     """The diagnosis (row_blame) and --against (agrees) compare a dense answer as the comparison does."""
     c, case = _case("aiter")
     exp = expected_for(case, c)
-    right = CaseRunner(D.make("right", c)).run(case).actual
+    right = CaseRunner(D.make("right", c)).run(case).answer
     assert not bool(row_blame(case, exp, right, c).any())
     assert bool(agrees(exp, right, c).all())
-    more = CaseRunner(D.make("one_more", c)).run(case).actual
+    more = CaseRunner(D.make("one_more", c)).run(case).answer
     broken = row_blame(case, exp, more, c)
     assert broken[:, A.INDEX["validity"]].nonzero().squeeze(1).tolist() == [1]
 
@@ -123,7 +123,7 @@ def test_a_dense_answer_crosses_the_workers_pipe_with_its_faults():
     from contracts.candidates.worker import _decode_answer, _encode_answer
 
     c, case = _case(D.CONTRACT)
-    actual = CaseRunner(D.make("one_fewer", c)).run(case).actual
+    actual = CaseRunner(D.make("one_fewer", c)).run(case).answer
     back = _decode_answer(pickle.loads(pickle.dumps(_encode_answer(actual, case.scores.device))), "cpu")
     assert isinstance(back, DenseAnswer) and torch.equal(back.faults, actual.faults)
     assert torch.equal(back[0], actual[0]) and torch.equal(back[1], actual[1])
@@ -133,7 +133,7 @@ def test_a_dense_answer_crosses_the_workers_pipe_with_its_faults():
 def test_repeated_calls_of_a_dense_router_agree():
     c, case = _case(D.CONTRACT)
     call = CaseRunner(D.make("right", c), repeat=2).run(case)
-    assert call.differing_rows == 0 and isinstance(call.actual, DenseAnswer)
+    assert call.differing_rows == 0 and isinstance(call.answer, DenseAnswer)
 
 
 def _library_check(name: str):
@@ -319,7 +319,7 @@ def test_the_mcore_candidates_answer_megatrons_dense_form(family):
 
     c, case = _case(family, "random_bf16", rows=16)
     call = CaseRunner(get_candidate(f"mcore-{family}").route).run(case)
-    assert isinstance(call.actual, DenseAnswer) and int(call.actual.faults.count_nonzero()) == 0, call.actual
+    assert isinstance(call.answer, DenseAnswer) and int(call.answer.faults.count_nonzero()) == 0, call.result
 
 
 @pytest.mark.slow  # a pytest run in a subprocess with its check: ~10 s on the 2-core CPU

@@ -65,8 +65,8 @@ def test_a_candidates_cuda_fault_is_its_error_not_the_harness_read_back(monkeypa
     else:
         route = sticky.route
     out = CaseRunner(route, repeat=repeat).run(case)  # raised in the read-back before the fix
-    assert out.fatal is not None and out.fatal["kind"] == "cuda_error", out.fatal
-    assert "misaligned address" in out.fatal["message"]
+    assert out.fatal is not None and out.fatal.kind == "cuda_error", out.result
+    assert "misaligned address" in out.fatal.message
     sticky.faulted = False
     value, exc, changed = call_once(sticky.route, case)
     assert value is None and "misaligned" in str(exc) and changed is False

@@ -291,3 +291,17 @@ def test_page_and_heatmap_in_headless_chromium(bundle, tmp_path):
         keep = os.environ.get("ROUTER_KEEP_SCREENSHOT")
         if keep:
             Path(keep).write_bytes(shot.read_bytes())
+
+
+def test_run_matrix_takes_the_checks_options_record_and_refuses_one_candidates_options(tmp_path):
+    from contracts.run.matrix import run_matrix
+    from contracts.run.options import CheckOptions, OptionError
+
+    options = CheckOptions(rows=20, families=("random_fp32",), max_batch=1, isolate=False, progress=False, out=tmp_path / "m")
+    done = run_matrix(["oracle", "torch-native"], options)
+    assert done.report.rows > 0 and {m.name for m in done.report.candidates} == {"oracle", "torch-native"}
+    for field, value in (("against", "oracle"), ("exact", True), ("repeat", 2), ("shard", (0, 2))):
+        with pytest.raises(OptionError, match=f"{field} belong to one candidate's check"):
+            run_matrix(["oracle", "torch-native"], options, **{field: value})
+    with pytest.raises(OptionError, match="run_matrix: .*fields of contracts.run.options.CheckOptions"):
+        run_matrix(["oracle", "torch-native"], options, no_such_option=1)

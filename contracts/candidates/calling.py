@@ -65,7 +65,7 @@ import torch
 from ..cases import Case
 from ..compare.dense import dense_faults, read_answer
 
-__all__ = ["DIFF_SAMPLE_ROWS", "CallOutcome", "CandidateExit", "CaseRunner", "call_once", "fatal_kind", "first_line", "raised_message"]
+__all__ = ["DIFF_SAMPLE_ROWS", "Answer", "CallOutcome", "CallResult", "Fatal", "Malformed", "Raised", "answered", "CandidateExit", "CaseRunner", "call_once", "fatal_kind", "first_line", "raised_message"]
 
 DIFF_SAMPLE_ROWS = 16
 
@@ -476,14 +476,51 @@ def _row_readable(value, rows: int) -> bool:
 
 
 @dataclass
-class CallOutcome:
-    """What calling a candidate on one case gave. Plain data: it crosses the worker pipe."""
+class Answer:
+    """The candidate answered: ``value`` is its (weights, ids) pair as the harness read it (or a ``DenseAnswer``)."""
 
-    actual: object = None  # (weights, ids) as returned, or a message ("raised ...", "outputs on meta ...")
-    traceback: str | None = None  # of the exception, when the candidate raised
+    value: object
+
+
+@dataclass
+class Raised:
+    """The candidate raised an exception (an error of the candidate's, on this case only)."""
+
+    message: str
+    traceback: str
+
+
+@dataclass
+class Malformed:
+    """The candidate returned something that is no answer (outputs on meta, not a pair of tensors...): a validity
+    finding of the case, ``message`` saying what came back."""
+
+    message: str
+
+
+@dataclass
+class Fatal:
+    """The candidate's run ends here (a process exit, a CUDA error, an unusable --against answer): ``kind`` names it for
+    the summary's error record (``fatal_kind``'s words, ``against_failed``)."""
+
+    kind: str
+    message: str
+    traceback: str = ""
+
+
+CallResult = Answer | Raised | Malformed | Fatal
+
+
+@dataclass
+class CallOutcome:
+    """What calling a candidate on one case gave. Plain data: it crosses the worker pipe.
+
+    ``result`` is one of ``Answer``, ``Raised``, ``Malformed`` or ``Fatal`` (a fatal end of a later call, the graph
+    replay or the --against candidate replaces the first call's result: the candidate's run ends either way)."""
+
+    result: CallResult | None = None
     changed: bool = False  # the candidate modified its inputs
     other: object = None  # the --against candidate's answer
-    fatal: dict | None = None  # {"kind", "message", "traceback"}: stop checking this candidate
     differing_rows: int = 0  # rows whose answers differ between repeated calls / the graph replay
     differing_sample: list[int] = field(default_factory=list)
     differing_calls: list[str] = field(default_factory=list)
@@ -493,13 +530,24 @@ class CallOutcome:
     # replaces the one before.
     summary_notes: list[str] = field(default_factory=list)
 
+    @property
+    def fatal(self) -> Fatal | None:
+        return self.result if isinstance(self.result, Fatal) else None
 
-def _fatal(exc: BaseException, kind: str, who: str = "") -> dict:
-    return {
-        "kind": kind,
-        "message": f"{who}{raised_message(exc)}",
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=4))[-2000:],
-    }
+    @property
+    def answer(self):
+        """The answer's value, or None where the call gave none (raised, malformed, fatal)."""
+        return self.result.value if isinstance(self.result, Answer) else None
+
+
+def _fatal(exc: BaseException, kind: str, who: str = "") -> Fatal:
+    return Fatal(kind, f"{who}{raised_message(exc)}",
+                 "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=4))[-2000:])  # fmt: skip
+
+
+def answered(value) -> Answer | Malformed:
+    """The harness's reading of a call's value (``_answer``: a message where it is no answer) as a result."""
+    return Malformed(value) if isinstance(value, str) else Answer(value)
 
 
 def _slice_problem(value, rows: int, first) -> str | None:
@@ -571,14 +619,13 @@ class CaseRunner:
         if exc is not None and fatal_kind(exc):
             # Before the inputs are read back: after a candidate's CUDA fault the context's sticky error raises again
             # in the next CUDA op, which would charge the harness with the candidate's fault.
-            out.fatal = _fatal(exc, fatal_kind(exc))
+            out.result = _fatal(exc, fatal_kind(exc))
             return out
         changed = inputs.changed()
         if exc is not None:
-            out.actual = raised_message(exc)
-            out.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=3))[-2000:]
+            out.result = Raised(raised_message(exc), "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=3))[-2000:])
         else:
-            out.actual = value
+            out.result = answered(value)
         rows = case.spec.rows
         mask = torch.zeros(rows, dtype=torch.bool)
         for n in range(2, self.repeat + 1):
@@ -586,7 +633,7 @@ class CaseRunner:
                 inputs = _Inputs(case)  # every call answers the case itself, not what an earlier call left behind
             again, exc = _call(self.route, inputs)
             if exc is not None and fatal_kind(exc):  # before the read-back, as for the first call
-                out.fatal = _fatal(exc, fatal_kind(exc), who=f"call {n}: ")
+                out.result = _fatal(exc, fatal_kind(exc), who=f"call {n}: ")
                 return out
             changed = inputs.changed() or changed
             self._note(out, mask, f"call {n}", value, again if exc is None else raised_message(exc), rows)
@@ -605,12 +652,12 @@ class CaseRunner:
             other, exc = _call(self.other, _Inputs(case))
             if exc is not None:
                 kind = fatal_kind(exc) or "against_failed"
-                out.fatal = _fatal(exc, kind, who=f"--against {self.other_name}: ")
+                out.result = _fatal(exc, kind, who=f"--against {self.other_name}: ")
             elif _unusable_reference(other, rows):
                 # the expected answer of every row: one that is missing or malformed ends the check (None passed
                 # for "no --against" and the rows were compared with the oracle instead)
                 message = f"--against {self.other_name} answer unusable: {_unusable_reference(other, rows)}"
-                out.fatal = {"kind": "against_failed", "message": message, "traceback": ""}
+                out.result = Fatal("against_failed", message)
             else:
                 out.other = other
         return out
@@ -650,7 +697,7 @@ class CaseRunner:
                 copied = _copied(static)
             del graph
         except SystemExit as exc:  # sys.exit / os._exit inside the replayed candidate ends its check
-            out.fatal = _fatal(exc, "exit", who="CUDA graph replay: ")
+            out.result = _fatal(exc, "exit", who="CUDA graph replay: ")
             return None
         except Exception as exc:  # noqa: BLE001 -- not capturable is a note, not a determinism finding
             self.graph = False

@@ -43,7 +43,7 @@ from ..cases import CaseSpec, build_case
 from ..cases.memory import reuse_freed_memory
 from ..cases.plan import bulk_rows_for, call_size, candidate_points
 from ..compare.dense import DenseAnswer, is_dense
-from .calling import CallOutcome, CaseRunner, first_line, raised_message
+from .calling import Answer, CallOutcome, CaseRunner, Fatal, Malformed, Raised, answered, first_line, raised_message
 from .registry import CandidateLoadError, UnknownCandidateError, get_candidate
 
 __all__ = ["Interrupted", "Worker", "WorkerFailure", "load_error_message"]
@@ -128,19 +128,21 @@ def _decode_answer(wire, device: str):
 
 def _outcome_to_wire(out: CallOutcome, device: torch.device) -> dict:
     wire = dict(out.__dict__)
-    wire["actual"] = _encode_answer(out.actual, device)
+    if isinstance(out.result, Answer):  # the tensors as the wire carries them; what no wire carries is a message
+        wire["result"] = _encode_answer(out.result.value, device)
     wire["other"] = _encode_answer(out.other, device)
     return wire
 
 
 def _outcome_from_wire(wire: dict, device: str) -> CallOutcome:
     out = CallOutcome(**wire)
-    out.actual = _decode_answer(out.actual, device)
+    if not isinstance(out.result, (Raised, Malformed, Fatal)) and out.result is not None:
+        out.result = answered(_decode_answer(out.result, device))
     if out.other is not None:
         other = _decode_answer(out.other, device)
         if isinstance(other, str):
             out.other = None
-            out.fatal = out.fatal or {"kind": "against_failed", "message": f"--against answer unusable: {other}", "traceback": ""}
+            out.result = out.fatal or Fatal("against_failed", f"--against answer unusable: {other}")
         else:
             out.other = other
     return out

@@ -119,16 +119,18 @@ def run(args: argparse.Namespace) -> int:
     from ..candidates.worker import Interrupted
     from ..reports.matrix import render_matrix_table
     from ..run.matrix import run_matrix
+    from ..run.options import CheckOptions
     from ..run.signals import StopSignals
 
     with StopSignals() as stop:
         try:
-            done = run_matrix(
-                names, contract=args.contract, split=split, rows=args.rows, seed=args.seed, families=families, device=device,
-                experts=args.experts, topk=args.topk, replay=args.replay, show_row=args.row, isolate=args.isolate, max_batch=args.max_batch,
-                timeout=args.timeout, out=args.out, force=args.force, progress=not args.quiet, command=args.command_line, stop=stop,
-                logits=args.logits, logits_bias=args.bias, logits_sha256=args.logits_sha256, quick=args.quick,
+            options = CheckOptions(
+                contract=args.contract, rows=args.rows, seed=args.seed, families=families, device=device, experts=args.experts,
+                topk=args.topk, replay=args.replay, isolate=args.isolate, max_batch=args.max_batch, timeout=args.timeout,
+                out=args.out, force=args.force, progress=not args.quiet, command=args.command_line, logits=args.logits,
+                logits_bias=args.bias, logits_sha256=args.logits_sha256, quick=args.quick,
             )  # fmt: skip
+            done = run_matrix(names, options, split=split, show_row=args.row, stop=stop)
         except OptionError as exc:
             raise UsageError(str(exc)) from None
         except (Interrupted, KeyboardInterrupt):

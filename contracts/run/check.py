@@ -23,7 +23,7 @@ import torch
 import oracle
 
 from ..candidates import Candidate
-from ..candidates.calling import CaseRunner
+from ..candidates.calling import CaseRunner, Fatal, Malformed, Raised
 from ..candidates.worker import Interrupted, Worker, WorkerFailure, cpu_thread_shares
 from ..cases import CaseSpec, build_case
 from ..cases.memory import reuse_freed_memory
@@ -179,13 +179,15 @@ class _Step:
             return
         if call.summary_notes:  # notes on the whole check (torch.compile recompiles): the latest count stands
             tally.run_notes[:] = call.summary_notes
-        if call.fatal:
-            tally.failed(call.fatal["kind"], spec, call.fatal["message"], call.fatal["traceback"], fatal=True)
+        if call.result is None:  # never set (a call that ended before its first result): no answer
+            call.result = Malformed("the call gave no result")
+        result = call.result
+        if isinstance(result, Fatal):
+            tally.failed(result.kind, spec, result.message, result.traceback, fatal=True)
             raise _Stop
         tally.note(call.notes)
-        actual = call.actual
-        if call.traceback is not None:  # it raised: an error of the candidate, with the first traceback and its replay line
-            tally.failed("exception", spec, actual, call.traceback or actual, fatal=False)
+        if isinstance(result, Raised):  # an error of the candidate, with the first traceback and its replay line
+            tally.failed("exception", spec, result.message, result.traceback or result.message, fatal=False)
             tally.raised(case)
             return
         doing("the oracle's expected answer", spec, case)
@@ -194,7 +196,8 @@ class _Step:
         doing("the comparison", spec, case)
         with tally.timed("comparison", spec.rows):
             oracle_side = None
-            malformed = isinstance(actual, str)  # it returned something that is not an answer: a validity finding
+            malformed = isinstance(result, Malformed)  # it returned something that is not an answer: a validity finding
+            actual = result.message if malformed else result.value
             if spec.source and not malformed and not spec.in_context:  # captured logits: the expert-load histograms, the
                 # oracle's and the candidate's, of the file's rows once (a call context's case repeats rows)
                 try:

@@ -48,6 +48,7 @@ from typing import Callable
 
 from ..candidates import Candidate
 from ..candidates.batched import AT_LEAST, BELOW, batched_name
+from ..candidates.calling import Fatal, Malformed, Raised
 from ..candidates.worker import Interrupted, Worker, WorkerFailure
 from ..cases import CaseSpec
 from ..cases.memory import reuse_freed_memory
@@ -56,13 +57,13 @@ from ..reports.bundle import prepare_out, write_matrix_bundle, write_matrix_json
 from ..reports.schema import AgainstSides, ErrorRecord, MatrixMember, MatrixPair, MatrixReport, PairExample, PairFamily, SplitView, Status
 from .containment import HarnessError, Handling, contained
 from .checks import DEFAULT_TIMEOUT_S, Target, _open_captured, _Plan, bundle_dirname, default_out, resolve, should_isolate
-from .options import OptionError, check_quick
+from .options import MATRIX_DEFAULT_ROWS, CheckOptions, OptionError
 from .progress import Progress
 from .replay import replay_command, replay_pythonpath
 
 __all__ = ["DEFAULT_ROWS", "EXAMPLES_PER_CAUSE", "EXAMPLES_PER_PAIR", "MatrixRun", "run_matrix"]
 
-DEFAULT_ROWS = 20_000
+DEFAULT_ROWS = MATRIX_DEFAULT_ROWS
 EXAMPLES_PER_PAIR = 8
 EXAMPLES_PER_CAUSE = 2
 
@@ -262,51 +263,44 @@ def _claimed_contract(members: list[_Member]) -> str:
 
 def run_matrix(
     names: list[str],
+    options: CheckOptions | None = None,
     *,
-    contract: str | None = None,
     split: tuple[str, str, int] | None = None,
-    rows: int = DEFAULT_ROWS,
-    seed: int = 0,
-    families: list[str] | None = None,
-    device: str | None = None,
-    experts: int | None = None,
-    topk: int | None = None,
-    replay: str | None = None,
     show_row: int | None = None,
-    isolate: bool | None = None,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    out: Path | None = None,
-    force: bool = False,
-    progress: bool = True,
-    command: str = "",
     stop: Callable[[], object] | None = None,
-    max_batch: int | None = None,
-    logits: str | Path | None = None,
-    logits_bias: str | Path | None = None,
-    logits_sha256: str | None = None,
-    quick: bool = False,
+    **fields,
 ) -> MatrixRun:
-    """Run ``names`` (and the two sides of ``split``) on the same cases and write the matrix bundle under ``out``.
+    """Run ``names`` (and the two sides of ``split``) on the same cases and write the matrix bundle under ``options.out``.
 
-    ``contract``: a name or a ``.toml`` path, default the one most of the
-    candidates claim; the cases take its shape (``experts``/``topk`` where
-    not given), groups, bias and families, as ``check`` does. ``device``: one
-    for all (default cuda when torch sees a GPU). ``replay``: ``FAMILY:SEED:ROWS``,
-    that one case only; ``show_row`` keeps every answer's row of it
-    (``MatrixRun.row_answers``). ``logits`` (``logits_bias``, ``logits_sha256``):
-    the rows of a captured logits file instead of the families, as ``check --logits``.
-    ``max_batch``: the pinned batch-size sweep's largest batch, as in ``check`` (default: the device's).
-    ``quick``: the quick look of ``check --quick`` (``QUICK_ROWS`` and a thin sample of the pinned cases; ``rows`` left
-    at its default), marked so in matrix.json and the table.
+    ``options``: the ``CheckOptions`` record a check takes (or its fields as keywords, which replace the record's),
+    read as ``check`` reads it: ``contract`` a name or a ``.toml`` path, default the one most of the candidates claim;
+    the cases take its shape (``experts``/``topk`` where not given), groups, bias and families. ``device``: one for all
+    (default cuda when torch sees a GPU). ``replay``: ``FAMILY:SEED:ROWS``, that one case only; ``show_row`` keeps
+    every answer's row of it (``MatrixRun.row_answers``). ``logits`` (``logits_bias``, ``logits_sha256``): the rows of
+    a captured logits file instead of the families. ``max_batch``: the pinned sweep's largest batch. ``quick``: the quick
+    look of ``check --quick``, marked so in matrix.json and the table. ``rows`` defaults to the matrix's ``DEFAULT_ROWS``.
+    The options of one candidate's check (``against``, ``exact``, ``repeat``, ``shard``, ``allow_not_covered``) are refused.
     """
+    quick = fields.get("quick", options.quick if options else False)
+    if options is None and "rows" not in fields:
+        fields["rows"] = QUICK_ROWS if quick else DEFAULT_ROWS
+    try:
+        o = dataclasses.replace(options or CheckOptions(), **fields)
+    except TypeError as exc:
+        raise OptionError(f"run_matrix: {exc}; the options are the fields of contracts.run.options.CheckOptions") from None
+    single = {name: value for name, value in (("against", o.against), ("exact", o.exact), ("repeat", o.repeat != 1),
+                                              ("shard", o.shard), ("allow_not_covered", o.allow_not_covered)) if value}  # fmt: skip
+    if single:
+        raise OptionError(f"run_matrix: {', '.join(single)} belong to one candidate's check, not to a matrix; drop them")
+    contract, rows, seed, device, experts, topk, replay = o.contract, o.rows, o.seed, o.device, o.experts, o.topk, o.replay
+    families = list(o.families) if o.families else None
+    isolate, timeout, out, force, progress, command = o.isolate, o.timeout, o.out, o.force, o.progress, o.command
+    max_batch, logits, logits_bias, logits_sha256 = o.max_batch, o.logits, o.logits_bias, o.logits_sha256
     import torch
 
     import oracle
 
     stop = stop or (lambda: None)
-    if quick:
-        check_quick(rows, replay, logits, defaults=(DEFAULT_ROWS, QUICK_ROWS))
-        rows = QUICK_ROWS
     if len(set(names)) != len(names):
         twice = sorted(n for n, k in Counter(names).items() if k > 1)
         raise OptionError(f"--candidate names {', '.join(twice)} more than once; name each candidate once")
@@ -440,25 +434,29 @@ class _Loop:
                 m.record.rows_skipped += spec.rows
                 missing[m.name] = f"{m.name} does not cover the case"
                 continue
-            if call.fatal:
-                m.fail(call.fatal["kind"], spec.replay_id, call.fatal["message"], replay=self._replay(m.name, spec))
+            if call.result is None:  # never set (a call that ended before its first result): no answer
+                call.result = Malformed("the call gave no result")
+            result = call.result
+            if isinstance(result, Fatal):
+                m.fail(result.kind, spec.replay_id, result.message, replay=self._replay(m.name, spec))
                 missing[m.name] = f"{m.name} stopped with an error"
                 continue
-            if call.traceback is not None:
+            if isinstance(result, Raised):
                 m.record.rows_raised += spec.rows
                 if m.record.error is None:
-                    m.record.error = ErrorRecord(kind="exception", case=spec.replay_id, message=call.actual,
-                                                 traceback=call.traceback, replay=self._replay(m.name, spec))  # fmt: skip
+                    m.record.error = ErrorRecord(kind="exception", case=spec.replay_id, message=result.message,
+                                                 traceback=result.traceback, replay=self._replay(m.name, spec))  # fmt: skip
                 missing[m.name] = f"{m.name} raised"
                 continue
             calls[m.name] = call
-            problem = "inputs were modified in place" if call.changed else (call.actual if isinstance(call.actual, str) else validity_failure(call.actual, case))
+            problem = ("inputs were modified in place" if call.changed else
+                       result.message if isinstance(result, Malformed) else validity_failure(result.value, case))  # fmt: skip
             if problem:
                 m.record.rows_invalid += spec.rows
                 missing[m.name] = f"{m.name} gave no valid answer"
             else:
                 m.record.rows_answered += spec.rows
-                answers[m.name] = call.actual
+                answers[m.name] = result.value
         if not calls:
             self._not_compared(spec.rows, missing)
             return
@@ -473,7 +471,7 @@ class _Loop:
                 tally.not_compared(spec.rows, missing[m.name])
                 continue
             call = calls[m.name]
-            actual = call.actual if not isinstance(call.actual, str) else (call.actual,)
+            actual = (call.result.message,) if isinstance(call.result, Malformed) else call.result.value
             handling = Handling(stage="the comparison with the oracle", spec=spec, case=case, case_replay=lambda s, m=m: self._replay(m.name, s))
             outcome = contained(lambda: compare_case(case, exp, actual, c, deviations=m.candidate.deviations(c.name),
                                                      inputs_changed=call.changed, per_row=True), handling)  # fmt: skip

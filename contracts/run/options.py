@@ -14,6 +14,7 @@ from ..cases.plan import QUICK_ROWS, env_max_batch
 __all__ = ["DEFAULT_ROWS", "DEFAULT_TIMEOUT_S", "MAX_REPLAY_ROWS", "CheckOptions", "OptionError", "check_quick", "parse_families", "parse_replay", "parse_shard", "parse_split"]
 
 DEFAULT_ROWS = 250_000
+MATRIX_DEFAULT_ROWS = 20_000  # a matrix's bulk rows (contracts.run.matrix): every candidate answers every case
 DEFAULT_TIMEOUT_S = 60.0
 MAX_REPLAY_ROWS = 1 << 20  # a replayed case is one case: the largest the plan makes is far below this
 
@@ -213,7 +214,7 @@ class CheckOptions:
             except ValueError as exc:
                 raise OptionError(str(exc)) from None
         if self.quick:
-            check_quick(self.rows, self.replay, self.logits)
+            check_quick(self.rows, self.replay, self.logits, defaults=(DEFAULT_ROWS, MATRIX_DEFAULT_ROWS, QUICK_ROWS))
             object.__setattr__(self, "rows", QUICK_ROWS)  # what the summary records and a shard's merge compares
         if self.max_batch is not None and not 1 <= self.max_batch <= MAX_REPLAY_ROWS:
             raise OptionError(f"--max-batch {self.max_batch:,} is out of range; choose 1..{MAX_REPLAY_ROWS:,} (default: 65,536 on a GPU, 16,385 on a CPU)")

@@ -157,8 +157,8 @@ def replay_row(candidate, contract: str, device: str, spec: CaseSpec, row: int) 
     if not 0 <= row < spec.rows:
         raise ValueError(f"--row {row} is outside the case {spec.replay_id} (rows 0..{spec.rows - 1})")
     call = CaseRunner(candidate.route_under(contract)).run(case)
-    if call.fatal or call.traceback is not None or isinstance(call.actual, str):
-        message = call.fatal["message"] if call.fatal else str(call.actual)
+    if call.answer is None:  # fatal, raised or no answer: the row's verdict is what the call gave
+        message = getattr(call.result, "message", "the call gave no result")
         return RowReplay(RowDetail(row=row, clause="validity", verdict="mismatch", reason=message, family=spec.family, case=spec.replay_id), True)
     one = [row]
     import torch
@@ -166,7 +166,7 @@ def replay_row(candidate, contract: str, device: str, spec: CaseSpec, row: int) 
     pick = torch.tensor(one, device=case.scores.device)
     sub_spec = spec.__class__(**{**spec.__dict__, "rows": 1})
     sub = case.sliced(sub_spec, pick)
-    actual = take_rows(call.actual, pick)  # a dense answer's faults kept with its row
+    actual = take_rows(call.answer, pick)  # a dense answer's faults kept with its row
     exp = expected_for(sub, c)
     outcome = compare_case(sub, exp, actual, c, deviations=candidate.deviations(contract))
     counts = outcome.verdict_counts
