@@ -26,7 +26,7 @@ import oracle
 from contracts.cases import Case, CaseSpec, build_case
 from contracts.cases import strategies as strat
 from contracts.compare.expected import expected_for
-from contracts.run.checks import _Plan
+from contracts.run.planning import RunPlan
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILTINS = sorted(oracle.BUILTIN_CONTRACTS)
@@ -40,11 +40,11 @@ def _drawn(spec_list) -> set[tuple[bool, float]]:
 def test_no_case_of_any_builtin_draws_an_option_it_does_not_admit(name):
     c = oracle.get_contract(name)
     # the runner's own plan: every family of the contract, the pinned cases of a small max batch, a replayed case
-    specs, _ = _Plan(None, 120, 3, 64 if c.experts > 64 and not c.is_grouped else None, None, None, None, max_batch=3).shaped(c).specs(None)
+    specs, _ = RunPlan(None, 120, 3, 64 if c.experts > 64 and not c.is_grouped else None, None, None, None, max_batch=3).shaped(c).specs(None)
     specs = list(specs)
     assert len({s.family for s in specs}) >= 10, name
     drawn = _drawn(specs)
-    replayed, _ = _Plan(None, 120, 3, None, None, None, f"random_fp32:{specs[0].case_seed}:2", max_batch=3).shaped(c).specs(None)
+    replayed, _ = RunPlan(None, 120, 3, None, None, None, f"random_fp32:{specs[0].case_seed}:2", max_batch=3).shaped(c).specs(None)
     drawn |= _drawn(replayed)
     refused = {(r, f) for r, f in drawn if c.admits(renormalize=r, routed_scaling_factor=f)}
     assert not refused, (name, refused)
@@ -112,7 +112,7 @@ def test_search_replay_of_an_input_saved_with_unadmitted_options_exits_2(tmp_pat
 
 def test_the_cases_of_a_per_expert_scale_contract_draw_the_scale():
     c = oracle.get_contract("gemma4")
-    specs, _ = _Plan(["random_fp32", "nan_sparse"], 200, 5, None, None, None, None, max_batch=2).shaped(c).specs(None)
+    specs, _ = RunPlan(["random_fp32", "nan_sparse"], 200, 5, None, None, None, None, max_batch=2).shaped(c).specs(None)
     cases = [build_case(s) for s in specs]
     for case in cases:
         s = case.expert_scale
@@ -125,7 +125,7 @@ def test_the_cases_of_a_per_expert_scale_contract_draw_the_scale():
     assert plain.expert_scale is None and torch.equal(plain.scores, cases[0].scores)
     assert (plain.renormalize, plain.routed_scaling_factor) == (cases[0].renormalize, cases[0].routed_scaling_factor)
     # contracts without a per-expert scale draw none, and the oracle's answer takes the case's scale
-    kimi, _ = _Plan(["random_fp32"], 20, 5, None, None, None, None).shaped(oracle.get_contract("kimi-k2")).specs(None)
+    kimi, _ = RunPlan(["random_fp32"], 20, 5, None, None, None, None).shaped(oracle.get_contract("kimi-k2")).specs(None)
     assert all(build_case(s).expert_scale is None for s in kimi)
     exp = expected_for(cases[0], c)
     plain_w, ids = oracle.route(cases[0].scores, None, c.topk, renormalize=cases[0].renormalize, contract=c)
@@ -149,9 +149,9 @@ def test_check_plan_plans_only_the_admitted_options(monkeypatch, capsys):
 
     real = plan_module.iter_plan_parts  # iter_plan's own source: --plan counts its bulk cases, never lists them
     monkeypatch.setattr(plan_module, "iter_plan_parts", recording)
-    import contracts.run.checks as checks_module  # --plan walks the run's own iterator (issue 55), imported there
+    import contracts.run.planning as planning  # --plan walks the run's own iterator (issue 55), imported there
 
-    monkeypatch.setattr(checks_module, "iter_plan_parts", recording)
+    monkeypatch.setattr(planning, "iter_plan_parts", recording)
     assert main(["--candidate", "oracle", "--contract", "mixtral", "--plan", "--rows", "200"]) == 0
     assert "plan: contract mixtral" in capsys.readouterr().out
     assert planned and {s.renormalize_options for s in planned} == {(True,)}  # Mixtral always renormalizes

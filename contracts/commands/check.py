@@ -314,7 +314,7 @@ def _replay_one_row(args: argparse.Namespace, names: list[str]) -> int:
     except OptionError as exc:
         raise UsageError(str(exc)) from None
     groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
-    # the contract's admitted call options, as the check's own replay takes them (checks._Plan): without them a case of
+    # the contract's admitted call options, as the check's own replay takes them (planning.RunPlan): without them a case of
     # a contract that always renormalizes drew renormalize=False and the replay line ended in a usage error
     spec = dataclasses.replace(spec, n_group=groups[0], topk_group=groups[1], bias=c.has_bias,
                                **admitted_fields(c.admitted_options()))
@@ -335,14 +335,14 @@ def _replay_one_row(args: argparse.Namespace, names: list[str]) -> int:
 def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     """``check --plan``: what the run would cover, per contract, without running a candidate.
 
-    The cases are the run's own (``contracts.run.checks._Plan.shaped(...).specs``, the iterator a check walks), and
+    The cases are the run's own (``contracts.run.planning.RunPlan.shaped(...).specs``, the iterator a check walks), and
     the batch sizes are those of the candidate's calls (``contracts.cases.plan.call_sizes``): a bulk case comes in
     calls of the candidate's largest batch (``bulk_rows_for``, asked of its ``covered`` gate as a check asks it)."""
     import oracle
 
     from ..cases.coverage import coverage_of
     from ..cases.plan import MAX_BATCH_ENV, bulk_rows_for, candidate_points, count_plan, env_max_batch, plan_bulk_rows, switch_points
-    from ..run.checks import _Plan, _quick_look
+    from ..run.planning import RunPlan, quick_look
     from ..run.options import OptionError
 
     device = _check_device(args.device) or "cpu"
@@ -351,7 +351,7 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     if contract is None:
         contract = cand.contract if cand is not None else "aiter"
     c = oracle.get_contract(contract)
-    plan = _Plan(list(families) if families else None, args.rows, args.seed, args.experts, args.topk, None, None, max_batch=args.max_batch,
+    plan = RunPlan(list(families) if families else None, args.rows, args.seed, args.experts, args.topk, None, None, max_batch=args.max_batch,
                  quick=args.quick)  # fmt: skip
     try:
         shape = plan.shaped(c)
@@ -390,7 +390,7 @@ def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
         print(f"pinned dtype pairs and layouts at batch sizes {', '.join(f'{n:,}' for n in classes)} "
               f"(1, 2, 64 and the first batch of each launch shape published for E={shape.experts}, k={shape.topk} under {c.name})")
     if args.quick:  # what the quick look leaves out of the full plan, in place of the warning below (the max-batch case is one)
-        for line in _quick_look(plan, c, bulk, device, extra, call_rows, counted).left_out():
+        for line in quick_look(plan, c, bulk, device, extra, call_rows, counted).left_out():
             print(line)
     elif beyond:
         print(f"warning: the launch class from {beyond[0]:,} rows up is never exercised: no call of this run has more than "

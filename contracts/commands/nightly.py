@@ -70,11 +70,11 @@ def run(args: argparse.Namespace) -> int:
     refuse_unknown_candidates(names or [], allow_all=False)  # a typo is one line naming the nearest, before torch loads
 
     if args.logits is not None or args.bias is not None:  # a bad file is one usage error now, not an error in every check
-        from ..run.checks import _open_captured
+        from ..run.planning import open_captured
         from ..run.options import OptionError
 
         try:
-            _open_captured(args.logits, args.bias, None, None)
+            open_captured(args.logits, args.bias, None, None)
         except OptionError as exc:
             raise UsageError(str(exc)) from None
 

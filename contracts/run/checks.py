@@ -18,18 +18,16 @@ from typing import Callable
 
 from ..candidates import Candidate, CandidateLoadError, all_candidates, get_candidate
 from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_message
-from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
-from ..cases.families import families_for
 from ..cases.coverage import coverage_of
-from ..cases.plan import (QuickLook, admitted_fields, bulk_rows_for, candidate_points, count_plan, default_max_batch, iter_plan_parts,
-                          launch_class_sizes, launch_points, plan_bulk_rows, quick_boundaries, shard_rows, switch_points)
+from ..cases.plan import bulk_rows_for, candidate_points, plan_bulk_rows
 from ..reports.bundle import prepare_out, write_check_bundle, write_index, write_plain_bundle
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
 from .check import check_candidate
 from .containment import HarnessError, Handling, contained, ended_by, write_contained
 from .distributed import ONE_PROCESS
-from .options import DEFAULT_ROWS, DEFAULT_TIMEOUT_S, CheckOptions, OptionError, parse_replay
+from .options import DEFAULT_ROWS, DEFAULT_TIMEOUT_S, CheckOptions, OptionError
+from .planning import RunPlan, open_captured, planned_line, quick_look
 from .progress import Progress
 from .replay import command_line, replay_pythonpath
 
@@ -151,156 +149,7 @@ def _not_run(candidate: Candidate, contract: str, device: str, *, seed: int, com
     return CheckResult(summary)
 
 
-@dataclass
-class _Plan:
-    """The options of the cases, before a candidate's contract fills in its shape and families."""
-
-    families: list[str] | None
-    rows: int
-    seed: int
-    experts: int | None
-    topk: int | None
-    shard: tuple[int, int] | None
-    replay: str | None
-    replay_here: bool = True  # under torchrun only rank 0 runs a replayed case
-    max_batch: int | None = None  # the pinned sweep's largest batch (None: the device's default)
-    captured: object = None  # a contracts.cases.captured.LogitsFile: its rows are the cases (--logits)
-    quick: bool = False  # a quick look: QUICK_ROWS and a thin sample of the pinned cases (contracts.cases.plan.quick_positions)
-
-    def shaped(self, c) -> "_Shape":
-        """The cases of this plan under contract ``c``: its default shape where none was given, its families."""
-        if self.captured is not None:
-            return self._captured_shape(c)
-        experts, topk = self.experts or c.experts, self.topk or c.topk
-        if topk > experts:
-            raise OptionError(f"--topk {topk} is larger than --experts {experts}; choose --topk <= {experts}")
-        if c.is_grouped and experts % c.n_group:
-            raise OptionError(f"--experts {experts} does not split into the {c.n_group} groups of contract {c.name}; use a multiple of {c.n_group}")
-        chosen = list(self.families or families_for(c))
-        applied = [f for f in chosen if FAMILIES[f].applies_to(c)]
-        dropped = [f for f in chosen if f not in applied]
-        groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
-        return _Shape(self, experts, topk, groups, c.has_bias, applied, dropped, c.admitted_options(), contract_name=c.name)
-
-    def _captured_shape(self, c) -> "_Shape":
-        f = self.captured
-        experts, topk = f.experts, self.topk or f.topk or c.topk  # a capture's own k before the contract's
-        if self.experts and self.experts != experts:
-            raise OptionError(f"--experts {self.experts}: the logits in {f.path} have {experts} experts; drop --experts")
-        if topk > experts:
-            raise OptionError(f"--topk {topk} is larger than the {experts} experts of {f.path}; pass --topk <= {experts}")
-        if c.is_grouped and experts % c.n_group:
-            raise OptionError(f"--logits {f.path}: its {experts} experts do not split into the {c.n_group} groups of contract {c.name}; choose another --contract")
-        if f.has_bias and not c.has_bias:
-            where = f"--bias {f.bias_path}: a correction bias was given" if f.bias_path else f"--logits {f.path}: it carries a correction bias"
-            raise OptionError(f"{where}, but contract {c.name} has none; check it against a contract with a bias, or drop the bias")
-        groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
-        families = [f.family(layer) for layer in range(f.layer_count)]
-        return _Shape(self, experts, topk, groups, c.has_bias, families, [], contract=c)
-
-
-@dataclass
-class _Shape:
-    plan: _Plan
-    experts: int
-    topk: int
-    groups: tuple[int, int]
-    bias: bool
-    families: list[str]
-    dropped: list[str]
-    admitted: dict | None = None  # the contract's admitted call options: the only ones cases draw
-    contract: object = None  # captured logits: the contract whose call options (renormalize, scaling) the cases use
-    contract_name: str | None = None  # the contract checked: its kernels' launch classes get the pinned dtype cases
-
-    def max_batch(self, device: str) -> int:
-        return self.plan.max_batch or default_max_batch(device, switch_points())
-
-    def specs(self, bulk_rows: int | None, device: str = "cpu", extra_points: tuple[int, ...] = ()):
-        """The cases and their rows; ``extra_points``: the switch points the candidate's own module publishes."""
-        p = self.plan
-        max_batch = self.max_batch(device)
-        if p.captured is not None:
-            points = launch_points(self.experts, self.topk, self.contract.name) + tuple(extra_points)
-            return self._captured_specs(bulk_rows, launch_class_sizes(max_batch, points))
-        if p.replay is not None:
-            spec = parse_replay(p.replay, self.experts, self.topk)
-            spec = dataclasses.replace(spec, n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias,
-                                       **admitted_fields(self.admitted))
-            return ([spec], spec.rows) if p.replay_here else ([], 0)
-
-        def full():
-            return iter_plan(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows, **self._options(device, extra_points))
-
-        if p.shard is None:
-            return full(), planned_rows(self.families, p.rows, max_batch=max_batch, bias=self.bias, experts=self.experts,
-                                        topk=self.topk, contract=self.contract_name, admitted=self.admitted,
-                                        extra_points=extra_points, quick=p.quick)  # fmt: skip
-        # the shard's rows counted, not walked: its bulk cases are a count per family (a 1e12-row run has ~10^8)
-        return shard_of(full(), *p.shard), shard_rows(self.parts(bulk_rows, device, extra_points), *p.shard)
-
-    def counted(self, bulk_rows: int | None, device: str, extra_points: tuple[int, ...], call_rows: int | None):
-        """The whole synthetic plan counted (``contracts.cases.plan.count_plan``), its bulk cases never walked; None
-        for a shard, a replayed case or a captured file (their specs are what they are)."""
-        p = self.plan
-        if p.captured is not None or p.replay is not None or p.shard is not None:
-            return None
-        return count_plan(self.parts(bulk_rows, device, extra_points), call_rows)
-
-    def _options(self, device: str, extra_points: tuple[int, ...]) -> dict:
-        return dict(n_group=self.groups[0], topk_group=self.groups[1], bias=self.bias, admitted=self.admitted,
-                    max_batch=self.max_batch(device), contract=self.contract_name, extra_points=extra_points, quick=self.plan.quick)  # fmt: skip
-
-    def parts(self, bulk_rows: int | None, device: str = "cpu", extra_points: tuple[int, ...] = ()):
-        """The whole synthetic plan (no shard, no replay) as ``iter_plan_parts`` gives it: each family's bulk cases as
-        one count (``contracts.cases.plan.BulkTail``), for ``check --plan`` and the line a check prints first."""
-        p = self.plan
-        return iter_plan_parts(self.families, p.rows, p.seed, self.experts, self.topk, bulk_rows=bulk_rows, **self._options(device, extra_points))
-
-    def _captured_specs(self, bulk_rows: int | None, context_sizes: tuple[int, ...]):
-        """The captured file's cases; ``context_sizes``: the launch classes each call context meets its first rows at."""
-        from ..cases.captured import CapturedError, captured_rows, captured_spec, iter_captured_plan
-        from ..cases.exercised import option_pairs
-
-        p, c, f = self.plan, self.contract, self.plan.captured
-        call = dict(renormalize=c.default_renormalize, routed_scaling_factor=c.routed_scaling_factor, contract_bias=c.has_bias,
-                    n_group=self.groups[0], topk_group=self.groups[1])  # fmt: skip
-        if p.replay is not None:
-            try:
-                spec = captured_spec(f, p.replay, self.topk, **call)
-            except CapturedError as exc:
-                raise OptionError(str(exc)) from None
-            return ([spec], spec.rows) if p.replay_here else ([], 0)
-
-        options = option_pairs(c)  # the call options beside the model's own, once each (contracts.cases.exercised)
-
-        def full():
-            return iter_captured_plan(f, self.topk, bulk_rows=bulk_rows, context_sizes=context_sizes, options=options, **call)
-
-        if p.shard is None:
-            return full(), captured_rows(f, c.has_bias, context_sizes, options)
-        return shard_of(full(), *p.shard), sum(s.rows for s in shard_of(full(), *p.shard))
-
-
-def _open_captured(logits, bias, sha256: str | None, families):
-    """The opened ``--logits`` file (None without one); ``OptionError`` naming the file and the fix."""
-    if logits is None:
-        if bias is not None or sha256:
-            raise OptionError(f"{'--bias' if bias is not None else '--logits-sha256'} needs --logits FILE (the captured logits it belongs to)")
-        return None
-    from ..cases.captured import CapturedError, check_digest, open_logits
-
-    if families:
-        raise OptionError("--families does not apply to --logits (its layers are the families); drop --families")
-    try:
-        opened = open_logits(str(logits), str(bias) if bias is not None else None)
-        if sha256:
-            check_digest(opened, sha256)  # the pinned digest: the bytes this check reads
-    except (CapturedError, OSError) as exc:
-        raise OptionError(f"--logits: {exc}") from None
-    return opened
-
-
-def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan: _Plan, stop,
+def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan: RunPlan, stop,
                handling: Handling) -> tuple[CheckResult, str | None]:  # fmt: skip
     """Check one candidate; ``(result, unavailable reason or None)``. ``handling``: see ``contracts.run.containment``."""
     import torch
@@ -366,13 +215,13 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
     # a second, lazy pass over the specs (no tensors); a captured file's rows are what they are
     covers = (coverage_of(counted.representatives if counted else shape.specs(bulk, device, points)[0], call_rows)
               if plan.captured is None else None)  # the calls' sizes
-    quick = _quick_look(plan, c, bulk, device, points, call_rows, counted) if plan.quick else None
+    quick = quick_look(plan, c, bulk, device, points, call_rows, counted) if plan.quick else None
     options = {**o.recorded, "bulk_rows": bulk, "max_batch": shape.max_batch(device), "call_rows": call_rows, "families": shape.families, "experts": shape.experts, "topk": shape.topk,
                "groups": list(shape.groups), "contract_source": contract if str(contract).endswith(".toml") else None, "coverage": covers,
                "candidate_switch_points": list(points)}  # fmt: skip
     label = cand.name + (f" vs {against_c.name}" if against_c else "")
     with Progress(f"{label} [contract {oracle.contract_label(c)}]", total, enabled=o.progress) as bar:  # every line names the contract
-        bar.say(f"{bar.label}: {_planned_line(plan, counted, total)}")  # before the run: what --rows and the pins make
+        bar.say(f"{bar.label}: {planned_line(plan, counted, total)}")  # before the run: what --rows and the pins make
         for line in quick.left_out() if quick else ():
             bar.say(f"{bar.label}: {line}")
         result = check_candidate(
@@ -400,32 +249,7 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
     return result, None
 
 
-def _planned_line(plan: _Plan, counted, total: int) -> str:
-    """What the check will run, before it runs: the cases and rows in all, and how many of those --rows asked for
-    (the pinned cases come on top of them, at every --rows)."""
-    if counted is None:  # a shard, a replayed case, a captured file: its rows (a shard's counted, not walked)
-        what = (f"shard {plan.shard[0]}/{plan.shard[1]} of the plan" if plan.shard else "the replayed case" if plan.replay
-                else "every row of the captured file")  # fmt: skip
-        return f"planned {total:,} rows ({what})"
-    if plan.quick:
-        return f"planned {counted.cases:,} cases, {counted.rows:,} rows (a quick look: {plan.rows:,} rows over the families and a thin sample of the pinned cases)"
-    return (f"planned {counted.cases:,} cases, {counted.rows:,} rows (--rows {plan.rows:,} over the families, and "
-            f"{max(counted.rows - plan.rows, 0):,} rows of pinned cases on top: every dtype pair, layout, call context and batch-size class)")
-
-
-def _quick_look(plan: _Plan, c, bulk: int, device: str, points: tuple[int, ...], call_rows: int | None, counted) -> QuickLook:
-    """The quick look beside the full plan it thins (the default --rows, the same families and shape)."""
-    full_plan = dataclasses.replace(plan, quick=False, rows=DEFAULT_ROWS, shard=None, replay=None)
-    full_shape = full_plan.shaped(c)
-    full = full_shape.counted(bulk, device, points, call_rows)
-    max_batch = full_shape.max_batch(device)
-    class_points = tuple(launch_points(full_shape.experts, full_shape.topk, full_shape.contract_name)) + tuple(points)
-    return QuickLook(cases=counted.cases, rows=counted.rows, full_cases=full.cases, full_rows=full.rows, full_rows_option=DEFAULT_ROWS,
-                     max_batch=max_batch, classes=launch_class_sizes(max_batch, class_points),
-                     boundaries=quick_boundaries(max_batch, class_points))  # fmt: skip
-
-
-def _faulted(target: Target, o: CheckOptions, plan: _Plan) -> Summary:
+def _faulted(target: Target, o: CheckOptions, plan: RunPlan) -> Summary:
     """The summary of a check the harness failed before it had counts to keep (``contracts.run.containment``)."""
     cand = target.candidate
     device = o.device or (cand.devices[0] if cand.devices else "cpu")
@@ -433,7 +257,7 @@ def _faulted(target: Target, o: CheckOptions, plan: _Plan) -> Summary:
                    seed=plan.seed, command=o.command)  # fmt: skip
 
 
-def _check_line(target: Target, against: Target | None, o: CheckOptions, plan: _Plan) -> str:
+def _check_line(target: Target, against: Target | None, o: CheckOptions, plan: RunPlan) -> str:
     """The command that reruns the check of ``target`` alone (its options as given), for a fault of the harness
     outside a case (``contracts.run.containment``)."""
     parts = ["python", "-m", "contracts", "check", "--candidate", target.lookup]
@@ -492,8 +316,8 @@ def run_checks(
         raise OptionError("--candidate all cannot be combined with other names")
     if o.topk and o.experts and o.topk > o.experts:
         raise OptionError(f"--topk {o.topk} is larger than --experts {o.experts}; choose --topk <= {o.experts}")
-    plan = _Plan(list(o.families) if o.families else None, o.rows, o.seed, o.experts, o.topk, world.shard(o.shard), o.replay,
-                 world.runs_replay(), o.max_batch, captured=_open_captured(o.logits, o.logits_bias, o.logits_sha256, o.families),
+    plan = RunPlan(list(o.families) if o.families else None, o.rows, o.seed, o.experts, o.topk, world.shard(o.shard), o.replay,
+                 world.runs_replay(), o.max_batch, captured=open_captured(o.logits, o.logits_bias, o.logits_sha256, o.families),
                  quick=o.quick)  # fmt: skip
     targets: list[Target] = []
     against_t: Target | None = None
@@ -520,7 +344,7 @@ def run_checks(
                 t.worker.close()
 
 
-def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, o: CheckOptions, *, everything: bool, plan: _Plan,
+def _run_targets(run: CheckRun, targets: list[Target], against: Target | None, o: CheckOptions, *, everything: bool, plan: RunPlan,
                  on_result, stop, world) -> None:  # fmt: skip
     taken: set[str] = set()
     for position, target in enumerate(targets):

@@ -56,7 +56,8 @@ from ..cases.plan import QUICK_ROWS, plan_bulk_rows
 from ..reports.bundle import prepare_out, write_matrix_bundle, write_matrix_json
 from ..reports.schema import AgainstSides, ErrorRecord, MatrixMember, MatrixPair, MatrixReport, PairExample, PairFamily, SplitView, Status
 from .containment import HarnessError, Handling, contained
-from .checks import DEFAULT_TIMEOUT_S, Target, _open_captured, _Plan, bundle_dirname, default_out, resolve, should_isolate
+from .checks import Target, bundle_dirname, default_out, resolve, should_isolate
+from .planning import RunPlan, open_captured
 from .options import MATRIX_DEFAULT_ROWS, CheckOptions, OptionError
 from .progress import Progress
 from .replay import replay_command, replay_pythonpath
@@ -322,8 +323,8 @@ def run_matrix(
             c = oracle.get_contract(contract)
         except (ValueError, OSError) as exc:
             raise OptionError(f"--contract {contract}: {exc}") from None
-        shape = _Plan(families, rows, seed, experts, topk, None, replay, max_batch=max_batch,
-                      captured=_open_captured(logits, logits_bias, logits_sha256, families), quick=quick).shaped(c)
+        shape = RunPlan(families, rows, seed, experts, topk, None, replay, max_batch=max_batch,
+                      captured=open_captured(logits, logits_bias, logits_sha256, families), quick=quick).shaped(c)
         if not shape.families:
             raise OptionError(f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}; choose others with --families")
         label = "matrix-" + ("+".join(m.name for m in members) if members else f"split-{split[0]}-{split[1]}-{split[2]}")
