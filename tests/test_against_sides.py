@@ -8,7 +8,7 @@ import oracle
 from contracts.candidates import Candidate
 from contracts.candidates.registry import get_candidate
 from contracts.cases.plan import plan
-from contracts.run.check import check_candidate
+from contracts.run.candidate_check import check_candidate
 
 
 def _reversing(scores, bias, topk, renormalize, rsf):

@@ -5,7 +5,7 @@ import torch
 import oracle
 from contracts.candidates import Candidate
 from contracts.cases import iter_plan
-from contracts.run.check import check_candidate
+from contracts.run.candidate_check import check_candidate
 
 
 def _last_expert_replaced(scores, bias, topk, renormalize, routed_scaling_factor):

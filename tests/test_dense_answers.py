@@ -137,10 +137,10 @@ def test_repeated_calls_of_a_dense_router_agree():
 
 
 def _library_check(name: str):
-    """``check_candidate`` (run/check.py: the call, the comparison, the tally and the diagnosis) on two small cases."""
+    """``check_candidate`` (run/candidate_check.py: the call, the comparison, the tally and the diagnosis) on two small cases."""
     from contracts.candidates import Candidate
     from contracts.cases import iter_plan
-    from contracts.run.check import check_candidate
+    from contracts.run.candidate_check import check_candidate
 
     c = oracle.get_contract(D.CONTRACT)
     specs = list(iter_plan(["random_fp32"], 32, 0, c.experts, c.topk))
@@ -349,7 +349,7 @@ def test_against_a_dense_reference():
     contract's order agrees on every row); a malformed one is no reference (the check ends, against_failed)."""
     from contracts.candidates import Candidate
     from contracts.cases import iter_plan
-    from contracts.run.check import check_candidate
+    from contracts.run.candidate_check import check_candidate
 
     c = oracle.get_contract(D.CONTRACT)
     specs = list(iter_plan(["random_fp32"], 32, 0, c.experts, c.topk))

@@ -17,7 +17,7 @@ from contracts.cases.plan import iter_plan
 from contracts.candidates.registry import get_candidate
 from contracts.check import main as check_main
 from contracts.compare.diagnosis import MAX_SAMPLE_PARTS, MAX_SAMPLE_ROWS, DiagnosisSample, _offered
-from contracts.run.check import check_candidate
+from contracts.run.candidate_check import check_candidate
 
 
 def renormalizes_always(scores, bias, topk, renormalize, routed_scaling_factor):

@@ -18,7 +18,7 @@ from contracts.candidates.calling import CaseRunner
 from contracts.cases import build_case, iter_plan
 from contracts.check import main
 from contracts.reports.schema import Status
-from contracts.run.check import check_candidate
+from contracts.run.candidate_check import check_candidate
 from contracts.cases.plan import pinned_rows
 
 import tests.adversarial.process as process

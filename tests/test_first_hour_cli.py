@@ -299,7 +299,7 @@ def routes_ties_in_aiter_lane_order(scores, bias, topk, renormalize, rsf):
 def test_a_cpu_router_is_not_offered_a_gpu_lane_order():
     from contracts.cases.plan import iter_plan
     from contracts.candidates.registry import get_candidate
-    from contracts.run.check import check_candidate
+    from contracts.run.candidate_check import check_candidate
 
     c = oracle.get_contract("serial")
     specs = list(iter_plan(["all_equal"], 100, 0, c.experts, c.topk, bias=c.bias != "none", admitted=c.admitted_options()))

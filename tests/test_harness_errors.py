@@ -48,7 +48,7 @@ def _plant(monkeypatch, stage: str, fault=_raising_once) -> None:
     import contracts.compare.attribution as attribution
     import contracts.compare.diagnosis as diagnosis
     import contracts.reports.markdown as markdown
-    import contracts.run.check as check
+    import contracts.run.candidate_check as check
     from contracts.run.tally import Tally
 
     where = {
@@ -90,7 +90,7 @@ def test_a_fault_of_the_harness_ends_that_candidate_as_error_and_the_run_goes_on
 
 
 def test_a_fault_keeps_the_rows_checked_before_it(monkeypatch, tmp_path):
-    import contracts.run.check as check
+    import contracts.run.candidate_check as check
 
     original, calls = check.compare_case, []
 
@@ -160,7 +160,7 @@ def test_a_fault_writing_the_index_is_said_and_fails_the_run(monkeypatch, tmp_pa
 @pytest.mark.slow  # a command in a subprocess with two worker processes: ~15 s on the 2-core machine
 def test_the_command_in_a_subprocess_survives_a_fault_of_the_comparison(tmp_path):
     """The default (isolated) command, as a user runs it: the fault is planted in the parent before ``main`` runs."""
-    plant = ("import sys, contracts.run.check as c\n"
+    plant = ("import sys, contracts.run.candidate_check as c\n"
              "def boom(*a, **k):\n    raise RuntimeError('planted: compare_case raised')\n"
              "c.compare_case = boom\n"
              "from contracts.commands import main\nsys.exit(main(sys.argv[1:]))\n")  # fmt: skip

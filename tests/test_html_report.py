@@ -410,7 +410,7 @@ def test_capped_cells_do_not_change_the_counts(tmp_path):
     from contracts.cases import iter_plan
     from contracts.candidates import get_candidate
     from contracts.reports.bundle import write_check_bundle
-    from contracts.run.check import check_candidate
+    from contracts.run.candidate_check import check_candidate
 
     specs = list(iter_plan(["all_equal", "nan_sparse", "zero_sum"], 300, 0, 896, 16))
     result = check_candidate(get_candidate("torch-native"), iter(specs), contract="aiter", device="cpu", max_cells=40)

@@ -10,7 +10,7 @@ from contracts.cases.plan import iter_plan
 from contracts.candidates.registry import get_candidate
 from contracts.reports.markdown import render_markdown
 from contracts.reports.html import render_html
-from contracts.run.check import check_candidate
+from contracts.run.candidate_check import check_candidate
 from contracts.run.tally import batch_size_class, call_options
 from tests.broken_candidates import _route
 

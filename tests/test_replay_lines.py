@@ -17,7 +17,7 @@ from contracts.candidates import Candidate
 from contracts.cases import iter_plan
 from contracts.check import main
 from contracts.reports.junit import _fallback_replay
-from contracts.run.check import check_candidate
+from contracts.run.candidate_check import check_candidate
 from contracts.run.replay import candidate_lookup, module_root
 
 import tests.adversarial.names as names

@@ -18,7 +18,7 @@ from contracts.check import main
 from contracts.candidates import Candidate, get_candidate
 from contracts.candidates.worker import Worker
 from contracts.cases import iter_plan, planned_rows
-from contracts.run.check import check_candidate
+from contracts.run.candidate_check import check_candidate
 from contracts.run.checks import bundle_dirname
 from contracts.run.tally import DETAILS_PER_CLAUSE
 from contracts.reports.schema import to_json

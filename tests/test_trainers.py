@@ -227,7 +227,7 @@ def _planted_diagnosis(route, own: str, deviations: dict, contract: str = "kimi-
     plan at the contract's shape: a few seconds)."""
     from contracts.candidates.registry import Candidate
     from contracts.cases.plan import iter_plan
-    from contracts.run.check import check_candidate
+    from contracts.run.candidate_check import check_candidate
 
     c = oracle.get_contract(contract)
     cand = Candidate(name="planted", route=route, contract=own, expected_deviations={own: deviations} if deviations else {})

@@ -23,7 +23,7 @@ from ..cases.plan import bulk_rows_for, candidate_points, plan_bulk_rows
 from ..reports.bundle import prepare_out, write_check_bundle, write_index, write_plain_bundle
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
-from .check import check_candidate
+from .candidate_check import check_candidate
 from .containment import HarnessError, Handling, contained, ended_by, write_contained
 from .distributed import ONE_PROCESS
 from .options import DEFAULT_ROWS, DEFAULT_TIMEOUT_S, CheckOptions, OptionError
