@@ -17,6 +17,7 @@ from contracts.candidates import Candidate
 from contracts.cases import iter_plan
 from contracts.check import main
 from contracts.reports.junit import _fallback_replay
+from contracts.reports.schema import Summary, from_json
 from contracts.run.candidate_check import check_candidate
 from contracts.run.replay import candidate_lookup, module_root
 
@@ -99,15 +100,19 @@ def test_a_module_from_outside_the_current_directory_gets_pythonpath_and_replays
 
 
 def test_junit_builds_replay_lines_from_the_summary_replay_target():
-    summary = {"candidate": "Shown", "contract": "aiter", "device": "cpu", "against": None, "command": "python -m contracts check",
-               "options": {"experts": 64, "topk": 4, "repeat": 2},
+    summary = {"candidate": "Shown", "status": "fail", "contract": "aiter", "device": "cpu", "against": None,
+               "command": "python -m contracts check", "options": {"experts": 64, "topk": 4, "repeat": 2},
                "replay_target": {"candidate": "pkg.mod:cand", "against": None, "pythonpath": "/opt/my routers"}}  # fmt: skip
-    line = _fallback_replay(summary, "random_fp32:7:64", 3)
+    line = _fallback_replay(from_json(Summary, summary, "summary"), "random_fp32:7:64", 3)
     assert line == ("PYTHONPATH='/opt/my routers' python -m contracts.check --candidate pkg.mod:cand --contract aiter --device cpu "
                     "--experts 64 --topk 4 --repeat 2 --replay random_fp32:7:64 --row 3")  # fmt: skip
+    # an older bundle: no replay target, no shape in its options; reading it takes the shape from its command line
     old = {k: v for k, v in summary.items() if k not in ("replay_target", "options")}
     old["command"] = "python -m contracts.check --candidate x --experts 64 --topk 4"
-    assert _fallback_replay(old, "random_fp32:7:64", 3).startswith("python -m contracts.check --candidate Shown --contract aiter")
+    line = _fallback_replay(from_json(Summary, old, "summary"), "random_fp32:7:64", 3)
+    assert line.startswith("python -m contracts.check --candidate Shown --contract aiter") and "--experts 64 --topk 4" in line, line
+    old["command"] = "python -m contracts.check --candidate x"  # nor on its command line: the first contract's shape
+    assert "--experts 64" not in _fallback_replay(from_json(Summary, old, "summary"), "random_fp32:7:64", 3)
 
 
 def test_search_replay_lines_keep_the_pythonpath_as_check_lines_do(tmp_path, monkeypatch):

@@ -30,7 +30,6 @@ records (``Summary``, ``RowDetail``).
 from __future__ import annotations
 
 import re
-import shlex
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,35 +118,17 @@ def _broken(fam: FamilyCounts, clause: str) -> int:
 # ---------------------------------------------------------------- the first mismatch as text
 
 
-def _fallback_replay(s: Summary | dict, case: str, row) -> str:
-    """The replay line of a case the bundle recorded only as mismatch cells, built from the summary."""
+def _fallback_replay(s: Summary, case: str, row) -> str:
+    """The replay line of a case the bundle recorded only as mismatch cells, built from the summary's fields (a summary
+    of an older bundle gets its case shape when it is read: ``schema.from_json``)."""
     from types import SimpleNamespace
 
+    from ..cases.captured import source_from_record
     from ..run.replay import replay_command
 
-    if isinstance(s, dict):  # a summary as plain JSON, maybe partial: take what the replay line needs
-        from .schema import ReplayTarget
-
-        t = s.get("replay_target") or {}
-        s = SimpleNamespace(candidate=s.get("candidate", ""), contract=s.get("contract", ""), device=s.get("device", "cpu"),
-                            against=s.get("against"), bit_exact=bool(s.get("bit_exact")), command=s.get("command") or "",
-                            options=s.get("options"), replay_target=ReplayTarget(**t) if t else None)  # fmt: skip
     target = s.replay_target  # None in older bundles: the display names, as they were
     options = s.options or {}
-    experts, topk = options.get("experts"), options.get("topk")
-    if experts is None or topk is None:
-        try:
-            words = shlex.split(s.command)
-        except ValueError:
-            words = []
-        given = {flag: words[words.index(flag) + 1] for flag in ("--experts", "--topk") if flag in words and words.index(flag) + 1 < len(words)}
-        try:
-            experts, topk = int(given.get("--experts", 896)), int(given.get("--topk", 16))
-        except ValueError:
-            experts, topk = 896, 16
-    from ..cases.captured import source_from_record
-
-    spec = SimpleNamespace(replay_id=str(case), experts=int(experts), topk=int(topk),
+    spec = SimpleNamespace(replay_id=str(case), experts=int(options.get("experts") or 896), topk=int(options.get("topk") or 16),
                            source=source_from_record(options.get("logits"), str(case)))  # what a replay line takes of a CaseSpec
     return replay_command(
         (target.candidate if target else None) or s.candidate, options.get("contract_source") or s.contract, s.device, spec, int(row),
