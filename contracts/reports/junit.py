@@ -119,8 +119,8 @@ def _broken(fam: FamilyCounts, clause: str) -> int:
 
 
 def _fallback_replay(s: Summary, case: str, row) -> str:
-    """The replay line of a case the bundle recorded only as mismatch cells, built from the summary's fields (a summary
-    of an older bundle gets its case shape when it is read: ``schema.from_json``)."""
+    """The replay line of a case the bundle recorded only as mismatch cells, built from the summary's fields (an older
+    bundle's case shape: ``Summary.case_shape``)."""
     from types import SimpleNamespace
 
     from ..cases.captured import source_from_record
@@ -128,7 +128,8 @@ def _fallback_replay(s: Summary, case: str, row) -> str:
 
     target = s.replay_target  # None in older bundles: the display names, as they were
     options = s.options or {}
-    spec = SimpleNamespace(replay_id=str(case), experts=int(options.get("experts") or 896), topk=int(options.get("topk") or 16),
+    experts, topk = s.case_shape()
+    spec = SimpleNamespace(replay_id=str(case), experts=experts, topk=topk,
                            source=source_from_record(options.get("logits"), str(case)))  # what a replay line takes of a CaseSpec
     return replay_command(
         (target.candidate if target else None) or s.candidate, options.get("contract_source") or s.contract, s.device, spec, int(row),

@@ -292,6 +292,25 @@ class Summary:
         """Rows the candidate answered: those checked less those of calls that raised."""
         return max(self.rows_checked - self.raised_rows, 0)
 
+    def case_shape(self) -> tuple[int, int]:
+        """``(experts, topk)`` of the check's cases: from ``options``, or for a bundle written before the options held
+        them, from its recorded command line (else the first contract's 896/16, as those checks took it). The one
+        reading of a command line back, for readers that rebuild a replay line (JUnit)."""
+        options = self.options or {}
+        if options.get("experts") is not None and options.get("topk") is not None:
+            return int(options["experts"]), int(options["topk"])
+        import shlex
+
+        try:
+            words = shlex.split(self.command or "")
+        except ValueError:
+            words = []
+        given = {flag: words[words.index(flag) + 1] for flag in ("--experts", "--topk") if flag in words and words.index(flag) + 1 < len(words)}
+        try:
+            return int(given.get("--experts", 896)), int(given.get("--topk", 16))
+        except ValueError:
+            return 896, 16
+
     def validate(self, source: str = "summary") -> "Summary":
         """The fields each status must carry; ``RecordError`` naming the first that is missing."""
         need = {
@@ -698,43 +717,11 @@ def from_json(cls, data, source: str):
     if "schema_version" in {f.name for f in dataclasses.fields(cls)} and version not in READABLE_SCHEMA_VERSIONS:
         if not (cls is NightlyEnvelope and isinstance(version, int)):
             raise RecordError(f"{source}: schema_version {version!r} is not one this harness reads ({READABLE_SCHEMA_VERSIONS})")
-    if cls is Summary:
-        data = _summary_shape(data)
     try:
         record = _record(cls, data, "")
     except RecordError as exc:
         raise RecordError(f"{source}: {exc}") from None
     return record.validate(source) if hasattr(record, "validate") else record
-
-
-def _summary_shape(data: dict) -> dict:
-    """A summary whose ``options`` lack the case shape (``experts``, ``topk``: bundles written before the options
-    recorded it) with the shape its recorded command line gave, else the first contract's 896/16, as those bundles'
-    checks took it: the one place that reads a command line back, so that readers (replay lines, JUnit) read fields."""
-    options = data.get("options")
-    if isinstance(options, dict) and options.get("experts") is not None and options.get("topk") is not None:
-        return data
-    if not isinstance(options, (dict, type(None))):
-        return data  # the field's type is wrong: _record names it
-    if options is None and data.get("schema_version", 1) != 1:
-        return data  # a check that never ran (unavailable, failed to load) records no options, and needs no shape
-    import shlex
-
-    try:
-        words = shlex.split(data.get("command") or "") if isinstance(data.get("command"), str) else []
-    except ValueError:
-        words = []
-    given = {flag: words[words.index(flag) + 1] for flag in ("--experts", "--topk") if flag in words and words.index(flag) + 1 < len(words)}
-    try:
-        experts, topk = int(given.get("--experts", 896)), int(given.get("--topk", 16))
-    except ValueError:
-        experts, topk = 896, 16
-    shaped = dict(options or {})
-    if shaped.get("experts") is None:
-        shaped["experts"] = experts
-    if shaped.get("topk") is None:
-        shaped["topk"] = topk
-    return {**data, "options": shaped}
 
 
 def _plain(value):
