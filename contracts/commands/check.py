@@ -221,7 +221,6 @@ def _print_row(results, row: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..run.options import OptionError, parse_case_choice, parse_families, parse_shard
     from ..run.supervisor import mark_completed, run_supervised, supervising
 
     in_process = args.isolate is False or getattr(args, "backward", False)  # the backward check runs its candidates here

@@ -117,7 +117,7 @@ def read_json(path: Path):
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise BundleError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}): a corrupt or truncated file") from None
-    except ValueError as exc:  # an integer of more digits than Python converts (over 4,300)
+    except ValueError:  # an integer of more digits than Python converts (over 4,300)
         raise BundleError(f"{path} holds an integer of over 4,300 digits; counts must be integers from 0 to {INT64_MAX:,}") from None
 
 

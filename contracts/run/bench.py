@@ -534,14 +534,14 @@ def curve(entry: dict, floor: float | None, floors_by_m: dict[str, float] | None
     timed = _timed(entry["results"])
     if not timed:
         return None
-    fall, at, peak_m, peak = 0.0, None, None, None
+    fall, at, peak_m = 0.0, None, None
     best = (None, 0.0)  # the slowest point so far: (M, us)
     for m in sorted(timed):
         us = timed[m]
         if best[0] is not None and us < best[1]:
             drop = 100.0 * (best[1] - us) / best[1]
             if drop > fall:
-                fall, at, peak_m, peak = drop, m, best[0], best[1]
+                fall, at, peak_m = drop, m, best[0]
         if us >= best[1]:
             best = (m, us)
     out = {"candidate": entry["name"], "largest_fall_pct": round(fall, 2), "at_m": at, "below_m": peak_m}

@@ -146,7 +146,7 @@ def replay_row(candidate, contract: str, device: str, spec: CaseSpec, row: int) 
     import oracle
 
     from ..candidates.calling import CaseRunner
-    from ..cases.build import Case, build_case
+    from ..cases.build import build_case
     from ..compare.dense import take_rows
     from ..compare.expected import expected_for
     from ..compare.verdicts import compare_case

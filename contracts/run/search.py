@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -294,8 +294,14 @@ def merge_searches(parts) -> tuple[SearchResult, list[dict]]:
     return merged, ranks
 
 
+if sys.version_info >= (3, 11):
+    _ExceptionGroup = BaseExceptionGroup  # noqa: F821 -- a builtin from Python 3.11
+else:  # Python 3.10: Hypothesis raises the backport's groups (exceptiongroup, one of its dependencies there)
+    from exceptiongroup import BaseExceptionGroup as _ExceptionGroup
+
+
 def _flatten(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
+    if isinstance(exc, _ExceptionGroup):
         return [e for sub in exc.exceptions for e in _flatten(sub)]
     return [exc]
 

@@ -87,7 +87,7 @@ def sweep(out: Path, *, max_m: int, contracts: list[str], launches: int, replays
                         rows_written += 1
                 log(f"{contract} {experts}/{topk} seed {draw}: M 1..{max_m} in {time.time() - start_t:.0f} s")
                 f.flush()
-                del scores, bias, weights, ids
+                scores = bias = weights = ids = None  # the device memory freed before the next shape's
     log(f"{rows_written} points in {path}")
     return path
 
