@@ -59,7 +59,7 @@ from ._contracts import FIELD_NAMES, FIELD_VALUES, SCALING_FACTORS, Contract, Co
 from ._lookup import contract_label, get_contract, is_builtin
 from ._keys import NAN_KEY, rank_keys
 from ._parts import select_ids, weights_from
-from ._route import RouteTrace, ranking_values, route, route_trace, route_with_values, sigmoid
+from ._route import RouteTrace, ranking_values, renormalizes, route, route_trace, route_with_values, sigmoid
 from ._tie_priority import GROUP_TIE_RULES, LANE_RANK, TIE_RULES, group_tie_priority, tie_order, tie_priority
 from ._toml import contract_from_mapping, load_contract
 from ._validate import LOGIT_DTYPES, RoutingArgumentError
@@ -95,6 +95,7 @@ __all__ = [
     "load_contract",
     "rank_keys",
     "ranking_values",
+    "renormalizes",
     "route",
     "route_trace",
     "route_with_values",

@@ -250,6 +250,7 @@ MCORE_SOFTMAX = Contract(
     tie_rule="lowest", nan_rule="first", floor=None, renormalize="raw", output_order="any",
     weight_rtol=1e-5, weight_atol=1e-6, near_tie_ulp=0, near_tie_x_ulp=0.0,
     experts=128, topk=8, routed_scaling_factor=1.0, default_renormalize=False, admitted_renormalize="default",
+    renormalize_when="never",  # no norm_topk_prob reaches topk_routing_with_score_function: a renormalize=True call is not divided
 )  # fmt: skip
 MCORE_SOFTMAX_PRE = MCORE_SOFTMAX.replace(
     name="mcore-softmax-pre",

@@ -33,7 +33,7 @@ FIELD_VALUES: dict[str, tuple] = {
     "tie_rule": ("aiter", "lowest"),
     "nan_rule": ("last", "never", "first"),
     "renormalize": ("guard", "eps", "raw", "lp"),
-    "renormalize_when": ("call", "always"),
+    "renormalize_when": ("call", "always", "never"),
     "sum_order": ("sequential",),
     "scaling": ("after", "fused"),
     "output_order": ("rank", "selection", "any"),

@@ -514,10 +514,18 @@ def _weights(scores, ranking, ids, plan: _Plan, dtype: torch.dtype) -> torch.Ten
 
 
 def _renormalizes(plan: _Plan) -> bool:
-    """renormalize_when="always": whatever the call says, when topk > 1 (Megatron-core: ``if topk > 1``)."""
-    if plan.c.renormalize_when == "always":
-        return plan.topk > 1
-    return plan.renormalize
+    return renormalizes(plan.c, plan.renormalize, plan.topk)
+
+
+def renormalizes(c: Contract, renormalize: bool, topk: int) -> bool:
+    """Whether a call's weights are divided by their sum: as the call says (``renormalize_when="call"``); whatever it
+    says when topk > 1 (``"always"``, Megatron-core's sigmoid: ``if topk > 1``); or never (``"never"``, Megatron-core's
+    post-softmax: the softmax over the k chosen is the weights, and no flag reaches it)."""
+    if c.renormalize_when == "always":
+        return topk > 1
+    if c.renormalize_when == "never":
+        return False
+    return bool(renormalize)
 
 
 def weight_dtype(c: Contract, logits: torch.dtype) -> torch.dtype | None:

@@ -30,7 +30,7 @@ import torch
 
 from ._contracts import Contract
 from ._lookup import get_contract
-from ._route import renorm_denominator
+from ._route import renorm_denominator, renormalizes
 
 __all__ = ["GRAD_VARIANTS", "GradReference", "contract_weights", "differentiable_route", "reference_gradient"]
 
@@ -84,8 +84,7 @@ def _scores(x: torch.Tensor, c: Contract, variant: str) -> torch.Tensor:
 
 
 def _renormalizes(c: Contract, renormalize: bool, topk: int) -> bool:
-    # renormalize_when="always": whatever the call says, when topk > 1 (Megatron-core's sigmoid), as the route
-    return topk > 1 if c.renormalize_when == "always" else bool(renormalize)
+    return renormalizes(c, renormalize, topk)  # renormalize_when, as the route reads it
 
 
 def contract_weights(logits: torch.Tensor, bias: torch.Tensor | None, ids: torch.Tensor, *, contract: str | Contract,

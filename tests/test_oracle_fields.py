@@ -149,8 +149,10 @@ def _reference_row(c, x, bias, topk, n_group, topk_group, renormalize, rsf, bf16
             w = [_bf16(v) for v in w]
     elif c.scoring == "sigmoid_of_topk":
         w = [_sigmoid(float(v), c.sigmoid_formula) for v in w]
-    if c.renormalize_when == "always":  # Megatron: whatever the call says, when topk > 1
+    if c.renormalize_when == "always":  # Megatron's sigmoid: whatever the call says, when topk > 1
         renormalize = topk > 1
+    elif c.renormalize_when == "never":  # Megatron's post-softmax: whatever the call says
+        renormalize = False
     if c.weight_precision == "input" and bf16_logits:  # every step of the weights rounded to bf16
         w, ids = _reference_weights_bf16(c, [_bf16(v) for v in w], ids, renormalize, rsf)
     else:

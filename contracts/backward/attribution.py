@@ -78,7 +78,7 @@ def _reference(case, ids, c, variant) -> torch.Tensor:
 
 
 def _renormalizes(c: oracle.Contract, case: BackwardCase) -> bool:
-    return case.topk > 1 if c.renormalize_when == "always" else case.renormalize
+    return oracle.renormalizes(c, case.renormalize, case.topk)
 
 
 def blame_rows(case: BackwardCase, c: oracle.Contract, ids: torch.Tensor, grad: torch.Tensor, reference: torch.Tensor,

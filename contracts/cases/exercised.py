@@ -155,7 +155,7 @@ def regimes(c) -> list[Regime]:
         add("default_renormalize", value, f"renormalize={value} always: the model's router "
             f"{'leaves the weights unnormalized' if value else 'renormalizes'}",
             _renormalizing(c) if value else _route(_honouring_the_flag(c), renormalize=False))  # fmt: skip
-    flag_ignored = equivalent(c, "default_renormalize", True) or getattr(c, "renormalize_when", None) == "always"
+    flag_ignored = equivalent(c, "default_renormalize", True) or getattr(c, "renormalize_when", None) in ("always", "never")
     for value in admitted if not flag_ignored else ():  # wrong only on calls with one admitted value of the option (a
         # contract that renormalizes whatever the flag says, renormalize_when="always", gives both calls one answer)
         add("renormalize", value, f"wrong only at renormalize={value} (it takes the other path there)",

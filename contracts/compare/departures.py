@@ -85,6 +85,7 @@ FIELD_WORDS = {
     ("weight_precision", "input"): "the trainer's {dt} weights",
     ("weight_precision", "fp32"): "weights computed in fp32",
     ("renormalize_when", "always"): "renormalized although renormalize=False (the trainer always divides)",
+    ("renormalize_when", "never"): "not renormalized although renormalize=True (the trainer's softmax over the k chosen is its weights)",
     ("renormalize", "eps"): "renormalization epsilon (sum + 1e-20)",
     ("renormalize", "raw"): "renormalization without a zero-sum guard (raw sum)",
     ("renormalize", "guard"): "renormalization only where the sum > 0 (no epsilon)",
