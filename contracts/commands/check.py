@@ -332,68 +332,38 @@ def _replay_one_row(args: argparse.Namespace, names: list[str]) -> int:
 
 
 def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
-    """``check --plan``: what the run would cover, per contract, without running a candidate.
-
-    The cases are the run's own (``contracts.run.planning.RunPlan.shaped(...).specs``, the iterator a check walks), and
-    the batch sizes are those of the candidate's calls (``contracts.cases.plan.call_sizes``): a bulk case comes in
-    calls of the candidate's largest batch (``bulk_rows_for``, asked of its ``covered`` gate as a check asks it)."""
-    import oracle
-
-    from ..cases.coverage import coverage_of
-    from ..cases.plan import MAX_BATCH_ENV, bulk_rows_for, candidate_points, count_plan, env_max_batch, plan_bulk_rows, switch_points
-    from ..run.planning import RunPlan, quick_look
+    """``check --plan``: what the run would cover, per contract, without running a candidate
+    (``contracts.run.planning.describe_plan``)."""
+    from ..cases.plan import MAX_BATCH_ENV
     from ..run.options import OptionError
+    from ..run.planning import describe_plan
 
     device = _check_device(args.device) or "cpu"
-    contract = args.contract
-    cand = _plan_candidate(names[0])
-    if contract is None:
-        contract = cand.contract if cand is not None else "aiter"
-    c = oracle.get_contract(contract)
-    plan = RunPlan(list(families) if families else None, args.rows, args.seed, args.experts, args.topk, None, None, max_batch=args.max_batch,
-                 quick=args.quick)  # fmt: skip
     try:
-        shape = plan.shaped(c)
+        p = describe_plan(_plan_candidate(names[0]), args.contract, device=device, rows=args.rows, seed=args.seed, families=families,
+                          experts=args.experts, topk=args.topk, max_batch=args.max_batch, quick=args.quick)  # fmt: skip
     except OptionError as exc:
         raise UsageError(str(exc)) from None
-    extra, call_rows = (), None
-    if cand is not None:  # the candidate's own switch points and its largest call, as an in-process check takes them
-        extra = candidate_points([cand.origin], shape.experts, shape.topk, contract)
-
-        def covered(**s):
-            return cand.covers(contract=contract, **s)
-
-        call_rows = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=cand.max_rows)
-    bulk = plan_bulk_rows(device)
-    # counted, not listed: each family's bulk cases are one count (a --rows 1e12 plan has ~10^8 of them)
-    counted = count_plan(shape.parts(bulk, device, extra), call_rows)
-    covers = coverage_of(counted.representatives, call_rows)
-    max_batch = shape.max_batch(device)
-    points = switch_points()
-    what = (f"a quick look ({args.rows:,} rows and a thin sample of the pinned cases)" if args.quick else
-            f"{args.rows:,} rows and the pinned cases")  # fmt: skip
-    print(f"plan: contract {c.name}, E={shape.experts}, k={shape.topk}, device {device}, {what}: "
-          f"{counted.cases:,} cases, {counted.rows:,} rows, {counted.calls:,} calls of the candidate")  # fmt: skip
-    print(f"families: {', '.join(shape.families)}")
-    source = f", from {MAX_BATCH_ENV}" if not args.max_batch and env_max_batch() is not None else ""
-    largest = f"; bulk cases in calls of at most {call_rows:,} rows" if call_rows else ""
-    largest_call = max(covers["batch_sizes"], default=0)  # bulk calls may pass --max-batch at a large --rows
-    beyond = sorted(p for p in {*points, *extra} if p > largest_call)  # a launch class that starts above every call
-    unreached = f" ({', '.join(f'{p:,}' for p in beyond)} beyond the largest call, {largest_call:,} rows: not reached)" if beyond else ""
-    print(f"batch sizes of the calls (max batch {max_batch:,}{source}; switch points {', '.join(map(str, points)) or 'none published'}"
-          f"{unreached}{largest}): " + ", ".join(f"{n:,}" for n in covers["batch_sizes"]))
-    print(f"dtype pairs (logits/bias): {', '.join(covers['dtype_pairs'])}")
-    print(f"layouts: {', '.join(covers['layouts'])}")
-    classes = sorted({n for rows in covers["pinned_batch_sizes"].values() for n in rows})
-    if classes:  # every pinned dtype pair and layout runs at each: one batch of every launch class at this shape
-        print(f"pinned dtype pairs and layouts at batch sizes {', '.join(f'{n:,}' for n in classes)} "
-              f"(1, 2, 64 and the first batch of each launch shape published for E={shape.experts}, k={shape.topk} under {c.name})")
-    if args.quick:  # what the quick look leaves out of the full plan, in place of the warning below (the max-batch case is one)
-        for line in quick_look(plan, c, bulk, device, extra, call_rows, counted).left_out():
+    what = f"a quick look ({p.rows:,} rows and a thin sample of the pinned cases)" if p.quick else f"{p.rows:,} rows and the pinned cases"
+    print(f"plan: contract {p.contract}, E={p.experts}, k={p.topk}, device {p.device}, {what}: "
+          f"{p.cases:,} cases, {p.planned_rows:,} rows, {p.calls:,} calls of the candidate")  # fmt: skip
+    print(f"families: {', '.join(p.families)}")
+    source = f", from {MAX_BATCH_ENV}" if p.max_batch_from_env else ""
+    largest = f"; bulk cases in calls of at most {p.call_rows:,} rows" if p.call_rows else ""
+    unreached = f" ({', '.join(f'{n:,}' for n in p.beyond)} beyond the largest call, {p.largest_call:,} rows: not reached)" if p.beyond else ""
+    print(f"batch sizes of the calls (max batch {p.max_batch:,}{source}; switch points {', '.join(map(str, p.switch_points)) or 'none published'}"
+          f"{unreached}{largest}): " + ", ".join(f"{n:,}" for n in p.batch_sizes))
+    print(f"dtype pairs (logits/bias): {', '.join(p.dtype_pairs)}")
+    print(f"layouts: {', '.join(p.layouts)}")
+    if p.pinned_classes:  # every pinned dtype pair and layout runs at each: one batch of every launch class at this shape
+        print(f"pinned dtype pairs and layouts at batch sizes {', '.join(f'{n:,}' for n in p.pinned_classes)} "
+              f"(1, 2, 64 and the first batch of each launch shape published for E={p.experts}, k={p.topk} under {p.contract})")
+    if p.quick:  # what the quick look leaves out of the full plan, in place of the warning below (the max-batch case is one)
+        for line in p.left_out:
             print(line)
-    elif beyond:
-        print(f"warning: the launch class from {beyond[0]:,} rows up is never exercised: no call of this run has more than "
-              f"{largest_call:,} rows (max batch {max_batch:,}); raise --max-batch to at least {beyond[-1]:,} to reach every switch point",
+    elif p.beyond:
+        print(f"warning: the launch class from {p.beyond[0]:,} rows up is never exercised: no call of this run has more than "
+              f"{p.largest_call:,} rows (max batch {p.max_batch:,}); raise --max-batch to at least {p.beyond[-1]:,} to reach every switch point",
               file=sys.stderr)  # fmt: skip
     return ExitCode.OK
 

@@ -17,7 +17,7 @@ from ..cases.plan import (QuickLook, admitted_fields, count_plan, default_max_ba
                           quick_boundaries, shard_rows, switch_points)
 from .options import DEFAULT_ROWS, OptionError, parse_replay
 
-__all__ = ["PlannedShape", "RunPlan", "open_captured", "planned_line", "quick_look"]
+__all__ = ["PlanDescription", "PlannedShape", "RunPlan", "describe_plan", "open_captured", "planned_line", "quick_look"]
 
 
 @dataclass
@@ -192,3 +192,75 @@ def quick_look(plan: RunPlan, c, bulk: int, device: str, points: tuple[int, ...]
     return QuickLook(cases=counted.cases, rows=counted.rows, full_cases=full.cases, full_rows=full.rows, full_rows_option=DEFAULT_ROWS,
                      max_batch=max_batch, classes=launch_class_sizes(max_batch, class_points),
                      boundaries=quick_boundaries(max_batch, class_points))  # fmt: skip
+
+
+@dataclass
+class PlanDescription:
+    """What ``check --plan`` prints: the cases a check of ``candidate`` would run, counted, not run."""
+
+    contract: str
+    experts: int
+    topk: int
+    device: str
+    rows: int
+    quick: bool
+    cases: int
+    planned_rows: int
+    calls: int
+    families: list[str]
+    batch_sizes: list[int]  # of the candidate's calls
+    max_batch: int
+    max_batch_from_env: bool
+    switch_points: tuple[int, ...]  # the known kernels' (the sweep's boundaries)
+    candidate_points: tuple[int, ...]  # the candidate's own module's
+    call_rows: int | None  # the candidate's largest call of a bulk case
+    dtype_pairs: list[str]
+    layouts: list[str]
+    pinned_classes: list[int]  # the batch sizes every pinned dtype pair and layout runs at
+    left_out: list[str]  # a quick look's: what it leaves out of the full plan
+    beyond: list[int]  # switch points above every call of the run: launch classes never reached
+
+    @property
+    def largest_call(self) -> int:
+        return max(self.batch_sizes, default=0)
+
+
+def describe_plan(candidate, contract: str | None, *, device: str, rows: int, seed: int, families, experts: int | None,
+                  topk: int | None, max_batch: int | None, quick: bool) -> PlanDescription:  # fmt: skip
+    """The plan a check of ``candidate`` (a ``Candidate``, or None for ``all`` or one that does not load here) would run
+    under ``contract`` (default: the candidate's, else aiter): the run's own cases (``RunPlan.shaped(...).parts``, the
+    iterator a check walks), each bulk case counted, and the batch sizes of the candidate's calls (a bulk case comes in
+    calls of its largest batch, ``bulk_rows_for``, asked of its ``covered`` gate as a check asks it). ``OptionError``
+    for options the contract cannot take."""
+    import oracle
+
+    from ..cases.coverage import coverage_of
+    from ..cases.plan import bulk_rows_for, candidate_points, env_max_batch, plan_bulk_rows
+
+    contract = contract or (candidate.contract if candidate is not None else "aiter")
+    c = oracle.get_contract(contract)
+    plan = RunPlan(list(families) if families else None, rows, seed, experts, topk, None, None, max_batch=max_batch, quick=quick)
+    shape = plan.shaped(c)
+    extra, call_rows = (), None
+    if candidate is not None:  # the candidate's own switch points and its largest call, as an in-process check takes them
+        extra = candidate_points([candidate.origin], shape.experts, shape.topk, contract)
+
+        def covered(**s):
+            return candidate.covers(contract=contract, **s)
+
+        call_rows = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=candidate.max_rows)
+    bulk = plan_bulk_rows(device)
+    counted = count_plan(shape.parts(bulk, device, extra), call_rows)  # counted, not listed: a --rows 1e12 plan has ~10^8 bulk cases
+    covers = coverage_of(counted.representatives, call_rows)
+    points = switch_points()
+    largest_call = max(covers["batch_sizes"], default=0)  # bulk calls may pass --max-batch at a large --rows
+    return PlanDescription(
+        contract=c.name, experts=shape.experts, topk=shape.topk, device=device, rows=rows, quick=quick, cases=counted.cases,
+        planned_rows=counted.rows, calls=counted.calls, families=list(shape.families), batch_sizes=list(covers["batch_sizes"]),
+        max_batch=shape.max_batch(device), max_batch_from_env=not max_batch and env_max_batch() is not None,
+        switch_points=tuple(points), candidate_points=tuple(extra), call_rows=call_rows, dtype_pairs=list(covers["dtype_pairs"]),
+        layouts=list(covers["layouts"]), pinned_classes=sorted({n for r in covers["pinned_batch_sizes"].values() for n in r}),
+        left_out=quick_look(plan, c, bulk, device, extra, call_rows, counted).left_out() if quick else [],
+        beyond=sorted(p for p in {*points, *extra} if p > largest_call),
+    )  # fmt: skip
+
