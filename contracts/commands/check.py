@@ -286,45 +286,24 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _replay_one_row(args: argparse.Namespace, names: list[str]) -> int:
-    """``--replay ID --row N``: route the case once, compare only row N, print it side by side; no bundle."""
-    import dataclasses
-
-    import oracle
-
-    from ..candidates.registry import CandidateLoadError, get_candidate
+    """``--replay ID --row N``: route the case once, compare only row N, print it side by side; no bundle
+    (``contracts.run.replay.replay_one_row``)."""
+    from ..candidates.registry import CandidateLoadError
     from ..reports.markdown import side_by_side
     from ..reports.text import clean
-    from ..run.checks import device_for
-    from ..cases.plan import admitted_fields
-    from ..run.options import OptionError, parse_replay
-    from ..run.replay import replay_row
+    from ..run.options import OptionError
+    from ..run.replay import replay_one_row
 
     if len(names) != 1:
         raise UsageError(f"--row replays one row of one candidate; give one --candidate, not {len(names)}")
     try:
-        cand = get_candidate(names[0])
-    except CandidateLoadError as exc:
-        raise UsageError(str(exc)) from None
-    contract = args.contract or cand.contract
-    c = oracle.get_contract(contract)
-    experts, topk = args.experts or c.experts, args.topk or c.topk
-    try:
-        spec = parse_replay(args.replay, experts, topk)
-    except OptionError as exc:
-        raise UsageError(str(exc)) from None
-    groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
-    # the contract's admitted call options, as the check's own replay takes them (planning.RunPlan): without them a case of
-    # a contract that always renormalizes drew renormalize=False and the replay line ended in a usage error
-    spec = dataclasses.replace(spec, n_group=groups[0], topk_group=groups[1], bias=c.has_bias,
-                               **admitted_fields(c.admitted_options()))
-    device = _check_device(args.device) or device_for(cand, None)
-    try:
-        done = replay_row(cand, contract, device, spec, args.row)
-    except ValueError as exc:
+        done = replay_one_row(names[0], contract=args.contract, device=_check_device(args.device), replay=args.replay, row=args.row,
+                              experts=args.experts, topk=args.topk)  # fmt: skip
+    except (CandidateLoadError, OptionError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     d = done.detail
     what = f"{d.clause} ({d.verdict})" if d.clause else d.verdict
-    print(f"row {args.row}: {what}: {clean(d.reason)}  [{clean(cand.name)}, contract {c.name}, case {spec.replay_id}]")
+    print(f"row {args.row}: {what}: {clean(d.reason)}  [{clean(done.candidate)}, contract {done.contract}, case {done.case}]")
     if d.expected_ids is not None:
         print(side_by_side(d).strip("`\n"))
     print("(the case was routed as the check routed it, in one call of its rows; only this row was compared; no bundle written)")

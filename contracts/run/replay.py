@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..cases import CaseSpec
 
-__all__ = ["RowReplay", "candidate_lookup", "command_line", "module_root", "replay_command", "replay_pythonpath", "replay_row"]
+__all__ = ["RowReplay", "candidate_lookup", "command_line", "module_root", "replay_command", "replay_one_row", "replay_pythonpath", "replay_row"]
 
 
 def candidate_lookup(candidate) -> str:
@@ -135,6 +135,9 @@ class RowReplay:
 
     detail: object  # a RowDetail: expected and actual side by side, the clause and verdict
     failed: bool  # an unexpected mismatch (not a near tie or a declared deviation)
+    candidate: str = ""  # the candidate's name, the contract's and the case's id, as the replay took them
+    contract: str = ""
+    case: str = ""
 
 
 def replay_row(candidate, contract: str, device: str, spec: CaseSpec, row: int) -> RowReplay:
@@ -182,3 +185,30 @@ def replay_row(candidate, contract: str, device: str, spec: CaseSpec, row: int) 
                            expected_ids=exp.ids[0].tolist(), actual_ids=actual[1][0].tolist(),
                            expected_weights=exp.weights[0].tolist(), actual_weights=actual[0][0].tolist())  # fmt: skip
     return RowReplay(detail, bool(counts.get("mismatch")))
+
+
+def replay_one_row(name: str, *, contract: str | None, device: str | None, replay: str, row: int, experts: int | None = None,
+                   topk: int | None = None) -> RowReplay:  # fmt: skip
+    """``check --replay ID --row N``: candidate ``name`` (a registered name or ``module:attr``) on the generated case
+    ``replay`` under ``contract`` (default: the candidate's), shaped as the check shaped it (the contract's groups, bias
+    and admitted call options: without them a case of a contract that always renormalizes drew renormalize=False), on
+    ``device`` (default: where the candidate runs); only ``row`` compared (``replay_row``). ``CandidateLoadError``,
+    ``OptionError`` or ``ValueError`` with one line for what cannot be replayed."""
+    import dataclasses
+
+    import oracle
+
+    from ..candidates.registry import get_candidate
+    from ..cases.plan import admitted_fields
+    from .checks import device_for
+    from .options import parse_replay
+
+    cand = get_candidate(name)
+    contract = contract or cand.contract
+    c = oracle.get_contract(contract)
+    spec = parse_replay(replay, experts or c.experts, topk or c.topk)
+    groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
+    spec = dataclasses.replace(spec, n_group=groups[0], topk_group=groups[1], bias=c.has_bias, **admitted_fields(c.admitted_options()))
+    done = replay_row(cand, contract, device or device_for(cand, None), spec, row)
+    return dataclasses.replace(done, candidate=cand.name, contract=c.name, case=spec.replay_id)
+
