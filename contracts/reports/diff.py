@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .bundle import BundleError, CheckBundle, find_checks, read_json
-from .schema import to_json
+from .schema import Summary
 
 __all__ = ["STATUS_RANK", "Bundle", "BundleError", "DiffResult", "check_key", "diff_bundles", "load_bundle", "status_regressed"]
 
@@ -70,27 +70,29 @@ def status_regressed(old: str | None, new: str | None) -> bool:
     return STATUS_RANK.get(str(new), _WORST) > STATUS_RANK.get(str(old), _WORST)
 
 
-def check_key(summary: dict) -> tuple | None:
+def check_key(summary: Summary) -> tuple | None:
     """What a check checked, for pairing: (candidate, against, contract, E, k, inputs), the inputs being the captured
     file's sha256 or the synthetic (seed, families, rows). None for a check that records no inputs (it did not run)."""
-    options = summary.get("options")
+    # options is the one part of a summary that stays a plain dict (the record leaves its keys to the writer, and an
+    # older bundle holds fewer of them): hence .get here, and attributes for the rest
+    options = summary.options
     if not options:
         return None
     logits = (options.get("logits") or {}).get("sha256") if isinstance(options.get("logits"), dict) else None
     families = options.get("families")
-    inputs = ("logits", logits) if logits else ("synthetic", summary.get("seed"), tuple(sorted(families)) if families else None, options.get("rows"))
+    inputs = ("logits", logits) if logits else ("synthetic", summary.seed, tuple(sorted(families)) if families else None, options.get("rows"))
     if logits:
         inputs += ((options.get("logits") or {}).get("bias_sha256"),)
     # how it was checked: a contract file's digest (two files of one name are two contracts), --exact, --max-batch
     how = tuple(options.get(k) for k in ("contract_sha256", "exact", "max_batch"))
-    return (summary.get("candidate"), summary.get("against"), summary.get("contract"), options.get("experts"), options.get("topk"), inputs, how)
+    return (summary.candidate, summary.against, summary.contract, options.get("experts"), options.get("topk"), inputs, how)
 
 
-def _inputs_text(summary: dict) -> str:
+def _inputs_text(summary: Summary) -> str:
     """The pairing key of a check in words: ``contract aiter, E=896 k=16, seed 0, 12 families, 50,000 rows``."""
     key = check_key(summary)
     if key is None:
-        return f"contract {summary.get('contract') or '?'}, no inputs recorded"
+        return f"contract {summary.contract or '?'}, no inputs recorded"
     _, _, contract, experts, topk, inputs, _how = key
     head = f"contract {contract}, E={experts} k={topk}"
     if inputs[0] == "logits":
@@ -100,7 +102,7 @@ def _inputs_text(summary: dict) -> str:
     return f"{head}, seed {seed}, {fams}, {rows:,} rows" if isinstance(rows, int) else f"{head}, seed {seed}, {fams}"
 
 
-def _key_difference(old: dict, new: dict) -> str:
+def _key_difference(old: Summary, new: Summary) -> str:
     """How two same-named checks' pairing keys differ, field by field."""
     a, b = check_key(old), check_key(new)
     if a is None or b is None:
@@ -132,7 +134,9 @@ def _key_difference(old: dict, new: dict) -> str:
 @dataclass
 class Bundle:
     source: str
-    checks: dict[str, dict] = field(default_factory=dict)  # label -> summary
+    # label -> its summary.json as a record: an older bundle's reads with the defaults of the fields it lacks
+    # (schema.from_json), so every field is there to read, with its type
+    checks: dict[str, Summary] = field(default_factory=dict)
     probes: dict[str, object] = field(default_factory=dict)  # relative path -> probe.json content
     benches: dict[str, object] = field(default_factory=dict)  # relative path -> bench.json content
     nightly: dict | None = None
@@ -181,7 +185,7 @@ def _every_bundle_below(root: Path, bundle: Bundle) -> None:
     for path in sorted(root.rglob("summary.json")):
         found = open_check(path.parent)
         label = found.label if found.label not in bundle.checks else f"{found.label} [{path.parent.relative_to(root).as_posix()}]"
-        bundle.checks[label] = to_json(found.summary)
+        bundle.checks[label] = found.summary
 
 
 def _load_local(root: Path, source: str) -> Bundle:
@@ -193,8 +197,7 @@ def _load_local(root: Path, source: str) -> Bundle:
     except BundleError:
         raise
     for label, found in checks.items():
-        summary = found.summary if isinstance(found, CheckBundle) else found
-        bundle.checks[label] = to_json(summary)
+        bundle.checks[label] = found.summary if isinstance(found, CheckBundle) else found
     if not (root / "nightly.json").exists() and not (root / "summary.json").exists():
         _every_bundle_below(root, bundle)
     if (root / "nightly.json").exists():
@@ -229,48 +232,48 @@ def load_bundle(where: str | Path, *, storage_options: dict | None = None) -> Bu
         return _load_local(Path(tmp), text)
 
 
-def _diff_check(label: str, old: dict, new: dict, result: DiffResult) -> None:
-    o_status, n_status = old.get("status"), new.get("status")
+def _diff_check(label: str, old: Summary, new: Summary, result: DiffResult) -> None:
+    # the status words, not the enum: STATUS_RANK and the lines below are in words
+    o_status, n_status = old.status.value, new.status.value
     if o_status == n_status == "unavailable":
         return
     if status_regressed(o_status, n_status):
         if n_status == "unavailable":
-            why = f"was checked ({o_status}), now unavailable: {new.get('reason', '')}"
+            why = f"was checked ({o_status}), now unavailable: {new.reason}"
         elif n_status == "interrupted":  # a stopped check proves nothing: never "no regression"
-            why = f"status {o_status} -> interrupted (stopped by {new.get('interrupted') or 'a signal'})"
+            why = f"status {o_status} -> interrupted (stopped by {new.interrupted or 'a signal'})"
         elif n_status == "error":
-            error = new.get("error") or {}
-            why = f"status {o_status} -> error (the candidate raised in case {error.get('case')}: {error.get('message', '')})" if error \
-                else f"status {o_status} -> error ({new.get('reason') or 'no error recorded'})"
+            error = new.error
+            why = f"status {o_status} -> error (the candidate raised in case {error.case}: {error.message})" if error is not None \
+                else f"status {o_status} -> error ({new.reason or 'no error recorded'})"
         elif n_status == "not_covered":
-            why = f"status {o_status} -> not_covered ({new.get('reason') or 'no row checked'}): no evidence where there was"
+            why = f"status {o_status} -> not_covered ({new.reason or 'no row checked'}): no evidence where there was"
         else:
-            why = f"status {o_status} -> {n_status} ({new.get('mismatched_rows', 0):,} unexpected mismatched rows)"
+            why = f"status {o_status} -> {n_status} ({new.mismatched_rows:,} unexpected mismatched rows)"
         result.regressions.append(f"{label}: {why}")
     elif o_status in ("error", "interrupted") and n_status == o_status:
-        result.changes.append(f"{label}: still {n_status}: {(new.get('error') or {}).get('message') or new.get('reason') or new.get('interrupted') or ''}")
+        result.changes.append(f"{label}: still {n_status}: {(new.error.message if new.error is not None else None) or new.reason or new.interrupted or ''}")
     elif o_status != n_status:
-        result.changes.append(f"{label}: status {o_status} -> {n_status}" + (f" (was unavailable: {old.get('reason', '')})" if o_status == "unavailable" else ""))
+        result.changes.append(f"{label}: status {o_status} -> {n_status}" + (f" (was unavailable: {old.reason})" if o_status == "unavailable" else ""))
     if "unavailable" in (o_status, n_status):
         return
 
-    o_rows, n_rows = old.get("rows_checked"), new.get("rows_checked")
-    if o_rows != n_rows:
-        result.changes.append(f"{label}: rows checked {o_rows} -> {n_rows} (counts compare less directly)")
+    if old.rows_checked != new.rows_checked:
+        result.changes.append(f"{label}: rows checked {old.rows_checked} -> {new.rows_checked} (counts compare less directly)")
 
-    o_fams, n_fams = old.get("families") or {}, new.get("families") or {}
+    o_fams, n_fams = old.families, new.families
     for family, of in o_fams.items():  # evidence that was drawn and is not any more: not covered is no pass
-        if of.get("rows") and not (n_fams.get(family) or {}).get("rows"):
-            result.regressions.append(f"{label}: family {family} had {of['rows']:,} rows checked, now none (not covered)")
+        if of.rows and not (family in n_fams and n_fams[family].rows):
+            result.regressions.append(f"{label}: family {family} had {of.rows:,} rows checked, now none (not covered)")
     for family, nf in n_fams.items():
         of = o_fams.get(family)
-        if of is None or not of.get("rows"):
+        if of is None or not of.rows:
             continue
-        n_clauses = {c: n for c, n in (nf.get("clauses") or {}).items() if n}
-        o_clauses = {c: n for c, n in (of.get("clauses") or {}).items() if n}
-        if nf.get("mismatched_rows", 0) and not of.get("mismatched_rows", 0):
+        n_clauses = {c: n for c, n in nf.clauses.items() if n}
+        o_clauses = {c: n for c, n in of.clauses.items() if n}
+        if nf.mismatched_rows and not of.mismatched_rows:
             listed = ", ".join(f"{c} {n:,} rows" for c, n in n_clauses.items())
-            result.regressions.append(f"{label}: family {family} turned red: {listed or str(nf['mismatched_rows']) + ' rows'}")
+            result.regressions.append(f"{label}: family {family} turned red: {listed or str(nf.mismatched_rows) + ' rows'}")
             continue
         for clause, n in n_clauses.items():
             if not o_clauses.get(clause):
@@ -278,15 +281,15 @@ def _diff_check(label: str, old: dict, new: dict, result: DiffResult) -> None:
             elif n != o_clauses[clause]:
                 result.changes.append(f"{label}: clause {clause} in family {family}: {o_clauses[clause]:,} -> {n:,} rows")
         for clause in o_clauses:
-            if clause not in n_clauses and nf.get("rows"):
+            if clause not in n_clauses and nf.rows:
                 result.changes.append(f"{label}: clause {clause} in family {family} no longer violated (was {o_clauses[clause]:,} rows)")
 
-    o_dev, n_dev = old.get("expected_deviations") or {}, new.get("expected_deviations") or {}
+    o_dev, n_dev = old.expected_deviations, new.expected_deviations
     for clause in sorted(set(o_dev) | set(n_dev)):
-        was = bool((o_dev.get(clause) or {}).get("observed"))
-        now = bool((n_dev.get(clause) or {}).get("observed"))
+        was = clause in o_dev and o_dev[clause].observed
+        now = clause in n_dev and n_dev[clause].observed
         if now and not was:
-            result.changes.append(f"{label}: declared deviation {clause} appeared ({(n_dev[clause] or {}).get('rows', 0):,} rows)")
+            result.changes.append(f"{label}: declared deviation {clause} appeared ({n_dev[clause].rows:,} rows)")
         elif was and not now:
             result.changes.append(f"{label}: declared deviation {clause} vanished (is the declaration still needed?)")
 
@@ -450,7 +453,7 @@ def _diff_benches(old: dict, new: dict, threshold: float, result: DiffResult) ->
         result.changes.append(f"bench {rel}: only in the new bundle")
 
 
-def _pair_checks(old: dict[str, dict], new: dict[str, dict]) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+def _pair_checks(old: dict[str, Summary], new: dict[str, Summary]) -> tuple[list[tuple[str, str]], list[str], list[str]]:
     """(old label, new label) pairs by ``check_key``; then, by label, checks that record no inputs; and the leftovers."""
     by_key: dict[tuple, str] = {}
     for label, summary in new.items():
@@ -476,7 +479,7 @@ def _pair_checks(old: dict[str, dict], new: dict[str, dict]) -> tuple[list[tuple
     return pairs, left_old, left_new
 
 
-def _shown(label: str, summary: dict) -> str:
+def _shown(label: str, summary: Summary) -> str:
     return f"{label} [{_inputs_text(summary)}]"
 
 
@@ -489,17 +492,17 @@ def diff_bundles(old: Bundle, new: Bundle, *, latency_threshold: float = DEFAULT
         _diff_check(label, old.checks[o_label], new.checks[n_label], result)
     for label in left_old:
         summary = old.checks[label]
-        status = summary.get("status")
+        status = summary.status.value
         same_name = new.checks.get(label)
         where = (f"; the new bundle checked {label} with other inputs ({_key_difference(summary, same_name)}), status "
-                 f"{same_name.get('status')}" if same_name else "; no check of that name either")  # fmt: skip
+                 f"{same_name.status.value}" if same_name is not None else "; no check of that name either")  # fmt: skip
         line = f"{_shown(label, summary)}: unpaired: only in the old bundle ({status}){where}"
         result.unpaired.append(line)
         (result.regressions if status_regressed(status, "missing") else result.changes).append(
             f"{_shown(label, summary)}: status {status} -> missing: unpaired, no check of the same candidate, contract and inputs in the new bundle{where}")  # fmt: skip
     for label in left_new:
         summary = new.checks[label]
-        status = summary.get("status")
+        status = summary.status.value
         line = f"{_shown(label, summary)}: unpaired: only in the new bundle ({status})"
         result.unpaired.append(line)
         if STATUS_RANK.get(str(status), _WORST) > STATUS_RANK["pass"] and status != "unavailable":
