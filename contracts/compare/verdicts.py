@@ -131,7 +131,8 @@ def compare_case(case, exp, actual, contract, *, deviations: dict, inputs_change
 
     ``per_row``: keep every row's verdict in ``CaseOutcome.per_row`` (an answer that is no answer at all keeps none).
 
-    ``quiet``: kinds of row (``"near_tie"``, ``"expected"``) that are counted but not recorded as examples
+    ``quiet``: kinds of row (``"near_tie"``, ``"expected"``, or ``"expected:CLAUSE"``: declared rows of that primary
+    clause) that are counted but not recorded as examples
     or cells (the run already has its sample of them); a mismatched row is always recorded.
     """
     c = plain_contract_tolerance(contract, exact)  # --exact: bit identity, weights to 0 ULP, no near ties
@@ -388,6 +389,9 @@ def _record(out: CaseOutcome, case, exp, values, w_act, ids_act, rows_b, blame, 
         keep &= ~near
     if "expected" in quiet:
         keep &= ~expected
+    clauses = [A.INDEX[k[len("expected:"):]] for k in quiet if k.startswith("expected:") and k[len("expected:"):] in A.INDEX]
+    if clauses:  # declared rows whose primary clause has its examples already ("expected:CLAUSE")
+        keep &= ~(expected & torch.isin(primary, torch.tensor(clauses, device=primary.device)))
     if not bool(keep.any()):  # nothing here the report still needs: the counts are already in ``out``
         return
     e_b, a_b = exp.ids.index_select(0, rows_b), ids_act.index_select(0, rows_b)

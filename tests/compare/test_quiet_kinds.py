@@ -60,3 +60,30 @@ def test_a_long_run_keeps_its_sample_and_exact_counts_once_the_kind_goes_quiet(m
     assert len(result.details) == 5
     # once the sample was full the later cases recorded nothing (they were counted above)
     assert 0 < len(recorded) < len(specs)
+
+
+def _reversing_and_dropping_nan(scores, bias, topk, renormalize, rsf):
+    """Declares output_order (every row) and nan_last, which only rows with NaN logits meet: a rare clause."""
+    return _reversing(scores, bias, topk, renormalize, rsf)
+
+
+def test_a_clause_with_its_examples_goes_quiet_alone_and_the_examples_kept_are_the_same(monkeypatch):
+    # A router declaring a clause it rarely meets kept every declared row of every case recorded, until that clause had
+    # its examples. Now each declared clause whose examples no later row can replace goes quiet on its own: the run's
+    # details, cells and counts are those of a run with no quieting at all.
+    from contracts.candidates import Candidate
+    from contracts.run import tally as tally_module
+
+    cand = Candidate("reverser", _reversing_and_dropping_nan,
+                     expected_deviations={"aiter": {"output_order": "reverses", "nan_last": "never met here"}})  # fmt: skip
+    specs = plan(["random_fp32", "tie_pool_straddle"], 6000, 0, 64, 8)
+    seen = []
+    quiet_kinds = tally_module.Tally.quiet_kinds
+    monkeypatch.setattr(tally_module.Tally, "quiet_kinds", lambda self, spec: seen.append(q := quiet_kinds(self, spec)) or q)
+    quieted = check_candidate(cand, specs, contract="aiter", device="cpu")
+    assert any(k.startswith("expected:") for q in seen for k in q), seen[-3:]  # the per-clause quiet was taken
+    monkeypatch.setattr(tally_module.Tally, "quiet_kinds", lambda self, spec: frozenset())
+    loud = check_candidate(cand, specs, contract="aiter", device="cpu")
+    assert to_json(quieted.summary)["expected_deviations"] == to_json(loud.summary)["expected_deviations"]
+    assert [to_json(d) for d in quieted.details] == [to_json(d) for d in loud.details]
+    assert quieted.cells.equals(loud.cells) and quieted.summary.cells_total == loud.summary.cells_total
