@@ -42,6 +42,7 @@ from typing import Callable
 
 __all__ = [
     "BOUNDED_CLAUSES_NAMED",
+    "device_for",
     "Candidate",
     "CandidateLoadError",
     "DuplicateCandidateError",
@@ -347,3 +348,14 @@ def get_candidate(name: str) -> Candidate:
     raise UnknownCandidateError(
         f"unknown candidate {name!r}; known: {', '.join(sorted(known))} (or give package.module:attr)"
     )
+
+
+def device_for(candidate: Candidate, requested: str | None) -> str:
+    """The device to run ``candidate`` on: the one asked for, else cuda when it runs there and a GPU is present."""
+    import torch
+
+    if requested:
+        return requested
+    if "cuda" in candidate.devices and torch.cuda.is_available():
+        return "cuda"
+    return "cpu" if "cpu" in candidate.devices else candidate.devices[0]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..candidates import Candidate, CandidateLoadError, all_candidates, get_candidate
+from ..candidates.registry import device_for
 from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_message
 from ..cases.coverage import coverage_of
 from ..cases.plan import bulk_rows_for, candidate_points, plan_bulk_rows
@@ -83,17 +84,6 @@ def bundle_dirname(name: str) -> str:
 def default_out(label: str) -> Path:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path("reports") / f"{stamp}-{bundle_dirname(label)}"
-
-
-def device_for(candidate: Candidate, requested: str | None) -> str:
-    """The device to run ``candidate`` on: the one asked for, else cuda when it runs there and a GPU is present."""
-    import torch
-
-    if requested:
-        return requested
-    if "cuda" in candidate.devices and torch.cuda.is_available():
-        return "cuda"
-    return "cpu" if "cpu" in candidate.devices else candidate.devices[0]
 
 
 def should_isolate(isolate: bool | None, candidate: Candidate, device: str, against: Candidate | None) -> bool:

@@ -200,7 +200,7 @@ def replay_one_row(name: str, *, contract: str | None, device: str | None, repla
 
     from ..candidates.registry import get_candidate
     from ..cases.plan import admitted_fields
-    from .checks import device_for
+    from ..candidates.registry import device_for
     from .options import parse_replay
 
     cand = get_candidate(name)
