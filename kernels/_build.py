@@ -20,7 +20,9 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 __all__ = ["BuildError", "cache_dir", "compile_shared", "compile_to_assembly", "compiler_version", "load_library"]
@@ -57,11 +59,47 @@ def _digest(sources: list[Path], extra: list[str]) -> str:
     return h.hexdigest()[:20]
 
 
-def _run_compiler(cmd: list[str], env: dict[str, str] | None = None) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr).strip()[-4000:]
-        raise BuildError(f"compile failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
+def _run_compiler(cmd: list[str], env: dict[str, str] | None = None, *, say=None) -> None:
+    """Run the compiler; ``say(seconds)``, where given, every ``PROGRESS_EVERY_S`` while it runs (a whole kernel unit
+    takes minutes of one core: a run that prints nothing meanwhile looks hung)."""
+    with tempfile.TemporaryFile("w+") as output:
+        proc = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT, text=True, env=env)
+        started = time.monotonic()
+        while True:
+            try:
+                proc.wait(timeout=PROGRESS_EVERY_S)
+                break
+            except subprocess.TimeoutExpired:
+                if say is not None:
+                    say(time.monotonic() - started)
+            except BaseException:  # interrupted: the compiler goes with us
+                proc.kill()
+                proc.wait()
+                raise
+        if proc.returncode != 0:
+            output.seek(0)
+            tail = output.read().strip()[-4000:]
+            raise BuildError(f"compile failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
+
+
+PROGRESS_EVERY_S = 30.0
+
+
+def _notice(line: str) -> None:
+    """One line on stderr about a build (stdout is the commands' reports)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _timing_file(main_source: Path, compiler: str) -> Path:
+    """Where the last build of ``main_source`` with ``compiler`` on this machine (any flags) left its duration."""
+    return cache_dir() / f"{Path(main_source).stem}.{Path(compiler).name}.seconds"
+
+
+def _last_seconds(main_source: Path, compiler: str) -> float | None:
+    try:
+        return float(_timing_file(main_source, compiler).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def compile_shared(
@@ -90,11 +128,22 @@ def compile_shared(
         if target.exists():
             return target
         # Build into a temporary name and rename: a process that does not
-        # take the lock must never load a half-written library.
+        # take the lock must never load a half-written library. The build says
+        # what it is before it starts and how far it is while it runs.
+        name = f"{Path(main_source).name} with {compiler} ({' '.join(f for f in flags if 'arch' in f) or 'host'})"
+        last = _last_seconds(main_source, compiler)
+        _notice(f"building {name} (first use of this source and these flags{f'; the last build took {last:.0f} s' if last else ''}); "
+                f"cached in {cache_dir()}")
+        started = time.monotonic()
         with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
             partial = Path(tmp) / target.name
-            _run_compiler([compiler, *flags, "-o", str(partial), str(main_source)], env=env)
+            _run_compiler([compiler, *flags, "-o", str(partial), str(main_source)], env=env,
+                          say=lambda s: _notice(f"still building {name}: {s:.0f} s"))  # fmt: skip
             os.replace(partial, target)
+        took = time.monotonic() - started
+        with contextlib.suppress(OSError):  # the next build of this source says how long this one took
+            _timing_file(main_source, compiler).write_text(f"{took:.1f}\n")
+        _notice(f"built {name} in {took:.0f} s")
     return target
 
 

@@ -7,6 +7,7 @@ stand-in compiler counts its runs.
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -43,3 +44,51 @@ def test_two_builds_of_one_source_at_once_compile_once(tmp_path, monkeypatch):
     _build.compiler_version.cache_clear()
     assert len(results) == 2 and results[0] == results[1] and results[0].read_text() == "lib"
     assert log.read_text().splitlines() == ["run"], "the second caller compiled again instead of waiting for the first"
+
+
+def test_a_build_says_what_it_builds_before_it_starts_how_far_it_is_and_how_long_it_took(tmp_path, monkeypatch, capsys):
+    # A whole kernel unit is minutes of one core on first use; it printed nothing meanwhile, and a user thought the
+    # check hung (issue 60). Now: a line before the build, one every PROGRESS_EVERY_S while it runs, one when it is
+    # done; the next build of the source says how long the last one took; a cached library prints nothing.
+    log = tmp_path / "runs.log"
+    compiler = tmp_path / "fakecc"
+    compiler.write_text(FAKE_COMPILER.format(log=log))
+    compiler.chmod(0o755)
+    monkeypatch.setenv("ROUTER_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setattr(_build, "PROGRESS_EVERY_S", 0.3)
+    _build.compiler_version.cache_clear()
+    src = tmp_path / "k.cpp"
+    src.write_text("int k() { return 1; }\n")
+    try:
+        _build.compile_shared(src, compiler="fakecc", flags=["-O2", "-arch=sm_90"])
+        first = capsys.readouterr().err.splitlines()
+        _build.compile_shared(src, compiler="fakecc", flags=["-O2", "-arch=sm_90"])
+        cached = capsys.readouterr().err
+        _build.compile_shared(src, compiler="fakecc", flags=["-O3", "-arch=sm_90"])  # other flags: another library
+        second = capsys.readouterr().err.splitlines()
+    finally:
+        _build.compiler_version.cache_clear()
+    assert first[0].startswith("building k.cpp with fakecc (-arch=sm_90) (first use") and f"cached in {tmp_path / 'cache'}" in first[0]
+    assert any(line.startswith("still building k.cpp with fakecc (-arch=sm_90): ") for line in first[1:-1]), first
+    assert first[-1].startswith("built k.cpp with fakecc (-arch=sm_90) in ")
+    assert cached == ""
+    assert re.search(r"the last build took \d+ s", second[0]), second
+
+
+def test_a_failed_build_still_raises_with_the_compilers_output(tmp_path, monkeypatch):
+    import pytest
+
+    compiler = tmp_path / "badcc"
+    compiler.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "bad 1.0"; exit 0; fi\necho "k.cpp:1: error: no"; exit 3\n')
+    compiler.chmod(0o755)
+    monkeypatch.setenv("ROUTER_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    _build.compiler_version.cache_clear()
+    src = tmp_path / "k.cpp"
+    src.write_text("int k() { return 1; }\n")
+    try:
+        with pytest.raises(_build.BuildError, match=r"(?s)compile failed \(exit 3\).*k.cpp:1: error: no"):
+            _build.compile_shared(src, compiler="badcc", flags=["-O2"])
+    finally:
+        _build.compiler_version.cache_clear()
