@@ -503,7 +503,7 @@ def _weights(scores, ranking, ids, plan: _Plan, dtype: torch.dtype) -> torch.Ten
             w = w.to(dtype).float()
     elif c.scoring == "sigmoid_of_topk":
         w = sigmoid_of(w, c.sigmoid_formula)  # the chosen logits, exactly as given (fp32)
-    if not _renormalizes(plan):
+    if not renormalizes(plan.c, plan.renormalize, plan.topk):
         return _scaled_per_expert(w * plan.rsf, ids, plan)
     if c.renormalize == "lp":
         return _scaled_per_expert(_lp_normalized(w, c.renorm_p) * plan.rsf, ids, plan)
@@ -511,10 +511,6 @@ def _weights(scores, ranking, ids, plan: _Plan, dtype: torch.dtype) -> torch.Ten
     if c.scaling == "fused":
         return _scaled_per_expert(w * (torch.full_like(denom, plan.rsf) / denom).unsqueeze(1), ids, plan)
     return _scaled_per_expert((w / denom.unsqueeze(1)) * plan.rsf, ids, plan)
-
-
-def _renormalizes(plan: _Plan) -> bool:
-    return renormalizes(plan.c, plan.renormalize, plan.topk)
 
 
 def renormalizes(c: Contract, renormalize: bool, topk: int) -> bool:
@@ -552,7 +548,7 @@ def _weights_in(scores, ranking, ids, plan: _Plan, low: torch.dtype) -> torch.Te
     elif c.scoring == "sigmoid_of_topk":
         w = sigmoid_of(w, c.sigmoid_formula)
     w = r(w)
-    if not _renormalizes(plan):
+    if not renormalizes(plan.c, plan.renormalize, plan.topk):
         return _scaled_per_expert(r(w * plan.rsf), ids, plan)
     if c.renormalize == "lp":
         return _scaled_per_expert(r(r(_lp_normalized(w, c.renorm_p)) * plan.rsf), ids, plan)

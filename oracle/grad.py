@@ -83,10 +83,6 @@ def _scores(x: torch.Tensor, c: Contract, variant: str) -> torch.Tensor:
     return x
 
 
-def _renormalizes(c: Contract, renormalize: bool, topk: int) -> bool:
-    return renormalizes(c, renormalize, topk)  # renormalize_when, as the route reads it
-
-
 def contract_weights(logits: torch.Tensor, bias: torch.Tensor | None, ids: torch.Tensor, *, contract: str | Contract,
                      renormalize: bool, routed_scaling_factor: float, variant: str = "contract") -> torch.Tensor:  # fmt: skip
     """``[M, k]`` (``k + 1`` with a shared-expert slot): the contract's weights of experts ``ids`` ``[M, k]`` (in that
@@ -105,7 +101,7 @@ def contract_weights(logits: torch.Tensor, bias: torch.Tensor | None, ids: torch
     elif c.scoring == "sigmoid_of_topk":
         w = _sigmoid(w, variant)
     rsf = float(routed_scaling_factor)
-    if _renormalizes(c, renormalize, ids.shape[1]):
+    if renormalizes(c, renormalize, ids.shape[1]):  # renormalize_when, as the route reads it
         if c.renormalize == "lp":
             denom = w.abs().pow(c.renorm_p).sum(dim=1, keepdim=True).pow(1.0 / c.renorm_p)
         else:

@@ -77,10 +77,6 @@ def _reference(case, ids, c, variant) -> torch.Tensor:
                               routed_scaling_factor=case.routed_scaling_factor, variant=variant).logits  # fmt: skip
 
 
-def _renormalizes(c: oracle.Contract, case: BackwardCase) -> bool:
-    return oracle.renormalizes(c, case.renormalize, case.topk)
-
-
 def blame_rows(case: BackwardCase, c: oracle.Contract, ids: torch.Tensor, grad: torch.Tensor, reference: torch.Tensor,
                rows: torch.Tensor, tol: GradTolerance, *, bias_bad: dict[int, RowBlame] | None = None) -> list[RowBlame]:  # fmt: skip
     """The mismatched rows among ``rows`` (bool ``[M]``: those checked), each with its clause.
@@ -132,7 +128,7 @@ def _logits_clause(c, case, g, e, scale, tol, matches) -> str:
         alpha = float((g * e).sum()) / norm
         if abs(alpha - 1) > _SCALAR_FREE and bool(close(g, alpha * e, scale * abs(alpha), tol).all()):
             return "grad_scaling"
-    if _renormalizes(c, case) and matches("renorm_detached"):
+    if oracle.renormalizes(c, case.renormalize, case.topk) and matches("renorm_detached"):
         return "grad_renormalization"
     if any(matches(v) for v in _SCORE_VARIANTS.get(c.scoring, ())):
         return "grad_score_function"

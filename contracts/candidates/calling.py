@@ -518,7 +518,7 @@ class CallOutcome:
     ``result`` is one of ``Answer``, ``Raised``, ``Malformed`` or ``Fatal`` (a fatal end of a later call, the graph
     replay or the --against candidate replaces the first call's result: the candidate's run ends either way)."""
 
-    result: CallResult | None = None
+    result: CallResult = field(default_factory=lambda: Malformed("the call gave no result"))  # until a call sets it
     changed: bool = False  # the candidate modified its inputs
     other: object = None  # the --against candidate's answer
     differing_rows: int = 0  # rows whose answers differ between repeated calls / the graph replay

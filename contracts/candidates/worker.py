@@ -136,7 +136,7 @@ def _outcome_to_wire(out: CallOutcome, device: torch.device) -> dict:
 
 def _outcome_from_wire(wire: dict, device: str) -> CallOutcome:
     out = CallOutcome(**wire)
-    if not isinstance(out.result, (Raised, Malformed, Fatal)) and out.result is not None:
+    if not isinstance(out.result, (Raised, Malformed, Fatal)):  # an answer, as _outcome_to_wire encoded it
         out.result = answered(_decode_answer(out.result, device))
     if out.other is not None:
         other = _decode_answer(out.other, device)

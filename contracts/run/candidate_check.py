@@ -179,8 +179,6 @@ class _Step:
             return
         if call.summary_notes:  # notes on the whole check (torch.compile recompiles): the latest count stands
             tally.run_notes[:] = call.summary_notes
-        if call.result is None:  # never set (a call that ended before its first result): no answer
-            call.result = Malformed("the call gave no result")
         result = call.result
         if isinstance(result, Fatal):
             tally.failed(result.kind, spec, result.message, result.traceback, fatal=True)

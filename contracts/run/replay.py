@@ -161,7 +161,7 @@ def replay_row(candidate, contract: str, device: str, spec: CaseSpec, row: int) 
         raise ValueError(f"--row {row} is outside the case {spec.replay_id} (rows 0..{spec.rows - 1})")
     call = CaseRunner(candidate.route_under(contract)).run(case)
     if call.answer is None:  # fatal, raised or no answer: the row's verdict is what the call gave
-        message = getattr(call.result, "message", "the call gave no result")
+        message = call.result.message
         return RowReplay(RowDetail(row=row, clause="validity", verdict="mismatch", reason=message, family=spec.family, case=spec.replay_id), True)
     one = [row]
     import torch
@@ -198,17 +198,14 @@ def replay_one_row(name: str, *, contract: str | None, device: str | None, repla
 
     import oracle
 
-    from ..candidates.registry import get_candidate
-    from ..cases.plan import admitted_fields
-    from ..candidates.registry import device_for
-    from .options import parse_replay
+    from ..candidates.registry import device_for, get_candidate
+    from .planning import RunPlan
 
     cand = get_candidate(name)
     contract = contract or cand.contract
     c = oracle.get_contract(contract)
-    spec = parse_replay(replay, experts or c.experts, topk or c.topk)
-    groups = (c.n_group, c.topk_group) if c.is_grouped else (1, 1)
-    spec = dataclasses.replace(spec, n_group=groups[0], topk_group=groups[1], bias=c.has_bias, **admitted_fields(c.admitted_options()))
+    # the check's own replayed case (RunPlan's replay branch): the same shaping, the same refusals
+    (spec,), _ = RunPlan(None, 0, 0, experts, topk, None, replay).shaped(c).specs(None)
     done = replay_row(cand, contract, device or device_for(cand, None), spec, row)
     return dataclasses.replace(done, candidate=cand.name, contract=c.name, case=spec.replay_id)
 
