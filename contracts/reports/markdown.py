@@ -7,7 +7,7 @@ nowhere else.
 from __future__ import annotations
 
 from .expert_load import load_rows
-from .schema import CheckResult, RowDetail, Status
+from .schema import CheckResult, RowDetail, Status, Summary
 from .sets import expert_sets, shown_as_sets
 from .text import CELLS_NOTE, clean, tie_group_matters, ulp_meaning
 
@@ -112,6 +112,16 @@ def render_markdown(result: CheckResult) -> str:
         out.append(f"Not run on this host: {clean(s.reason)}\n")
         out.append(f"\nCommand: `{clean(s.command)}`\n")
         return "".join(x if x.endswith("\n") else x + "\n" for x in out)
+    out += _counts(s)
+    out += _sections(s)
+    out += _examples(result.details)
+    out.append(f"\nCommand: `{clean(s.command)}`\n")
+    return "".join(x if x.endswith("\n") else x + "\n" for x in out)
+
+
+def _counts(s: Summary) -> list[str]:
+    """The counts and facts above the sections: rows, mismatches, weights, skips, notes and the first error."""
+    out: list[str] = []
     rate = f"{s.rows_per_s:,.0f} rows/s" if s.rows_per_s else ""
     out.append(
         f"- rows checked: {s.rows_checked:,}; skipped (not covered): {s.rows_skipped:,}; {rate}\n"
@@ -149,6 +159,12 @@ def render_markdown(result: CheckResult) -> str:
         out.append(f"\nFirst error ({s.error.kind}){where}:\n\n{clean(s.error.message)}\n\n```\n{clean(s.error.traceback or s.error.message, keep_newlines=True)}\n```\n")
         if s.error.replay:
             out.append(f"\nReplay: `{clean(s.error.replay)}`\n")
+    return out
+
+
+def _sections(s: Summary) -> list[str]:
+    """The sections of the counts: diagnosis, ranks, clauses, declared deviations, call options, expert load, families."""
+    out: list[str] = []
     if s.diagnosis:
         out.append("\n## Diagnosis\n")
         for d in s.diagnosis:
@@ -185,13 +201,18 @@ def render_markdown(result: CheckResult) -> str:
         }
         for name, f in s.families.items()
     ]))  # fmt: skip
-    if result.details:
+    return out
+
+
+def _examples(details: list[RowDetail]) -> list[str]:
+    """The first mismatched rows per clause, side by side, each with its replay line."""
+    out: list[str] = []
+    if details:
         out.append("\n## First mismatches per clause (tie-straddling cases first)\n")
-        for d in result.details:
+        for d in details:
             out.append(f"\n### `{d.clause}` ({d.verdict}): family `{d.family}`, case `{d.case}`, row {d.row}\n\n{_detail_line(d)}\n\n")
             if d.expected_ids is not None:
                 out.append(side_by_side(d))
             if d.replay:
                 out.append(f"\nReplay: `{clean(d.replay)}`\n")
-    out.append(f"\nCommand: `{clean(s.command)}`\n")
-    return "".join(x if x.endswith("\n") else x + "\n" for x in out)
+    return out

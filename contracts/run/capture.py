@@ -41,6 +41,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -232,7 +233,27 @@ def capture(model, tokens: torch.Tensor, *, seq_len: int = 512, progress: bool =
     rec = Captured([name for name, _ in routers], routers=[parents.get(i, m) for i, (_, m) in enumerate(routers)])
     rec.logits, rec.weights, rec.ids = ([[] for _ in routers] for _ in range(3))
     rec.bias = [_bias_of(m) for _, m in routers]
+    detach = _attach(rec, routers, parents)
+    try:
+        with torch.no_grad():
+            for start in tqdm(range(0, tokens.numel(), seq_len), desc="capture", unit="seq", disable=not progress):
+                model(input_ids=tokens[start : start + seq_len].unsqueeze(0), use_cache=False)
+    except CaptureError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- the model's own forward failing (its config's shapes, memory) is one line
+        raise CaptureError(f"{type(model).__name__}: the model's forward pass raised {type(exc).__name__}: {_first_line(exc)}; "
+                           "check the config (--model) and --seq-len") from None  # fmt: skip
+    finally:
+        detach()
+    if any(len(w) != len(x) for w, x in zip(rec.weights, rec.logits)):
+        raise CaptureError(f"{type(model).__name__}: a router's logits and its choice were not recorded call for call; capture cannot read this model")
+    return rec
 
+
+def _attach(rec: Captured, routers: list, parents: dict) -> Callable[[], None]:
+    """Hook every router (and, where its routing is elsewhere, its parent's routing method or its logits submodule) so
+    that each forward appends to ``rec``; the function that takes every hook off again. A router that cannot be hooked
+    raises ``CaptureError`` here, before the model runs."""
     inner: dict[int, torch.Tensor] = {}  # router index -> the logits its LOGITS_FROM submodule computed in this call
 
     def inner_hook(index):
@@ -287,23 +308,14 @@ def capture(model, tokens: torch.Tensor, *, seq_len: int = 512, progress: bool =
             if not isinstance(getattr(m, sub, None), torch.nn.Module):
                 raise CaptureError(f"router {name} ({type(m).__name__}) has no {sub} submodule to read its logits from")
             handles.append(getattr(m, sub).register_forward_hook(inner_hook(i)))
-    try:
-        with torch.no_grad():
-            for start in tqdm(range(0, tokens.numel(), seq_len), desc="capture", unit="seq", disable=not progress):
-                model(input_ids=tokens[start : start + seq_len].unsqueeze(0), use_cache=False)
-    except CaptureError:
-        raise
-    except Exception as exc:  # noqa: BLE001 -- the model's own forward failing (its config's shapes, memory) is one line
-        raise CaptureError(f"{type(model).__name__}: the model's forward pass raised {type(exc).__name__}: {_first_line(exc)}; "
-                           "check the config (--model) and --seq-len") from None  # fmt: skip
-    finally:
+
+    def detach() -> None:
         for h in handles:
             h.remove()
         for parent, method in wrapped_methods:
             delattr(parent, method)
-    if any(len(w) != len(x) for w, x in zip(rec.weights, rec.logits)):
-        raise CaptureError(f"{type(model).__name__}: a router's logits and its choice were not recorded call for call; capture cannot read this model")
-    return rec
+
+    return detach
 
 
 # ---------------------------------------------------------------- the contract the model's routing follows

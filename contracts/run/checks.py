@@ -139,15 +139,30 @@ def _not_run(candidate: Candidate, contract: str, device: str, *, seed: int, com
     return CheckResult(summary)
 
 
+@dataclass(frozen=True)
+class _NotRun:
+    """A check that ends before its first case: its record, and why it is unavailable (None: it failed to load)."""
+
+    result: CheckResult
+    why: str | None
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """A candidate ready for its check: its worker (None: it runs in this process), the most rows one of its calls gets
+    in a bulk case (its gates'), and the switch points its own modules publish."""
+
+    worker: Worker | None
+    call_rows: int | None
+    points: tuple[int, ...]
+
+
 def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan: RunPlan, stop,
                handling: Handling) -> tuple[CheckResult, str | None]:  # fmt: skip
     """Check one candidate; ``(result, unavailable reason or None)``. ``handling``: see ``contracts.run.containment``."""
-    import torch
-
     import oracle
 
-    contract, device, exact, isolate, timeout, repeat, command = o.contract, o.device, o.exact, o.isolate, o.timeout, o.repeat, o.command
-
+    contract, exact, repeat, command = o.contract, o.exact, o.repeat, o.command
     cand = target.candidate
     try:
         c = oracle.get_contract(contract or cand.contract)
@@ -159,43 +174,12 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
                                      if cand.description == f"user callable {cand.origin}" else None)  # fmt: skip
     contract = contract or cand.contract  # the name, or the .toml path a worker loads again
     shape = plan.shaped(c)
-    device = device_for(cand, device)
-    kind = device.split(":")[0]
+    device = device_for(cand, o.device)
     against_c = against.candidate if against else None
-    if kind not in cand.devices:
-        why = f"{cand.name} runs on {'/'.join(cand.devices)}, not on {kind}"
-        return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
-    worker = None
-    if should_isolate(isolate, cand, device, against_c):
-        if kind == "cuda" and not torch.cuda.is_available():
-            why = f"{cand.name} runs on {'/'.join(cand.devices)}, and torch {torch.__version__} sees no GPU on this host"
-            return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
-        worker = target.worker or Worker(target.lookup, timeout=timeout, should_stop=stop)
-        target.worker = worker
-        try:
-            ok, why = worker.load(contract=contract, device=device, against=against.lookup if against else None, repeat=repeat,
-                                  origin=cand.origin, experts=shape.experts, topk=shape.topk)  # fmt: skip
-            call_rows, points = worker.call_rows, worker.switch_points
-        except WorkerFailure as failure:
-            detail = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
-            error = ErrorRecord(kind=failure.kind, case=f"loading {target.lookup}", message=failure.message, traceback=detail)
-            return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, error=error), None
-    else:
-        ok, why = cand.available(device)
-        if ok and against_c is not None:
-            ok, why2 = against_c.available(device)
-            why = why if ok else f"--against {against_c.name}: {why2}"
-        call_rows, points = None, ()
-        if ok:
-            points = candidate_points([c_.origin for c_ in (cand, against_c) if c_ is not None], shape.experts, shape.topk, contract)
-
-            def covered(**shape):
-                return cand.covers(contract=contract, **shape) and (against_c is None or against_c.covers(contract=contract, **shape))
-
-            caps = [m for m in (cand.max_rows, getattr(against_c, "max_rows", None)) if m]
-            call_rows = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=min(caps) if caps else None)
-    if not ok:
-        return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
+    loaded = _load(target, against, o, c, contract=contract, shape=shape, device=device, plan=plan, stop=stop)
+    if isinstance(loaded, _NotRun):
+        return loaded.result, loaded.why
+    worker, call_rows, points = loaded.worker, loaded.call_rows, loaded.points
     if not shape.families:
         why = f"none of the families {', '.join(shape.dropped)} applies to contract {c.name}"
         return _not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=command, reason=why), why
@@ -220,23 +204,77 @@ def _check_one(target: Target, against: Target | None, o: CheckOptions, *, plan:
             lookup=target.lookup, against_lookup=against.lookup if against else None, handling=handling,
         )  # fmt: skip
         bar.close(result.summary.status.word, summary=result.summary)
+    _add_notes(result.summary, c, shape, plan, quick=quick, assumed=assumed, bulk=bulk, device=device, points=points)
+    return result, None
+
+
+def _load(target: Target, against: Target | None, o: CheckOptions, c, *, contract: str, shape, device: str, plan: RunPlan,
+          stop) -> _Loaded | _NotRun:  # fmt: skip
+    """Start ``target`` where it runs (a worker, or this process) and ask its gates, as its check needs them; a
+    ``_NotRun`` where it does not run on this device or host, or fails to load."""
+    import torch
+
+    import oracle
+
+    cand, kind = target.candidate, device.split(":")[0]
+    against_c = against.candidate if against else None
+
+    def not_run(why: str | None = None, error: ErrorRecord | None = None) -> _NotRun:
+        return _NotRun(_not_run(cand, oracle.contract_label(c), device, seed=plan.seed, command=o.command, reason=why, error=error), why)
+
+    if kind not in cand.devices:
+        return not_run(f"{cand.name} runs on {'/'.join(cand.devices)}, not on {kind}")
+    worker = None
+    if should_isolate(o.isolate, cand, device, against_c):
+        if kind == "cuda" and not torch.cuda.is_available():
+            return not_run(f"{cand.name} runs on {'/'.join(cand.devices)}, and torch {torch.__version__} sees no GPU on this host")
+        worker = target.worker or Worker(target.lookup, timeout=o.timeout, should_stop=stop)
+        target.worker = worker
+        try:
+            ok, why = worker.load(contract=contract, device=device, against=against.lookup if against else None, repeat=o.repeat,
+                                  origin=cand.origin, experts=shape.experts, topk=shape.topk)  # fmt: skip
+            call_rows, points = worker.call_rows, worker.switch_points
+        except WorkerFailure as failure:
+            detail = failure.message + (f"\n\nworker stderr (tail):\n{failure.stderr_tail}" if failure.stderr_tail else "")
+            return not_run(error=ErrorRecord(kind=failure.kind, case=f"loading {target.lookup}", message=failure.message, traceback=detail))
+    else:
+        ok, why = cand.available(device)
+        if ok and against_c is not None:
+            ok, why2 = against_c.available(device)
+            why = why if ok else f"--against {against_c.name}: {why2}"
+        call_rows, points = None, ()
+        if ok:
+            points = candidate_points([c_.origin for c_ in (cand, against_c) if c_ is not None], shape.experts, shape.topk, contract)
+
+            def covered(**shape):
+                return cand.covers(contract=contract, **shape) and (against_c is None or against_c.covers(contract=contract, **shape))
+
+            caps = [m for m in (cand.max_rows, getattr(against_c, "max_rows", None)) if m]
+            call_rows = bulk_rows_for(covered, experts=shape.experts, topk=shape.topk, device=device, max_rows=min(caps) if caps else None)
+    if not ok:
+        return not_run(why)
+    return _Loaded(worker, call_rows, points)
+
+
+def _add_notes(summary: Summary, c, shape, plan: RunPlan, *, quick, assumed: str | None, bulk: int, device: str, points) -> None:
+    """What a reader of the summary must see besides the counts: families left out, a quick look, the contract assumed
+    for a plain callable, and for captured logits the file and the fields no case drew."""
     if shape.dropped:
-        result.summary.notes.append(f"families that do not apply to contract {c.name} were left out: {', '.join(shape.dropped)}")
+        summary.notes.append(f"families that do not apply to contract {c.name} were left out: {', '.join(shape.dropped)}")
     if quick is not None:  # first: whoever reads the summary or report.md reads that this was no full check
-        result.summary.quick = True
-        result.summary.notes[:0] = quick.left_out()
+        summary.quick = True
+        summary.notes[:0] = quick.left_out()
     if assumed:
-        result.summary.notes.insert(0, assumed)
+        summary.notes.insert(0, assumed)
     if plan.captured is not None:
         from ..cases.captured import describe
         from ..cases.exercised import not_exercised
 
         described, notes = describe(plan.captured, c)
-        result.summary.options = {**(result.summary.options or {}), "logits": described}
-        result.summary.notes += notes
+        summary.options = {**(summary.options or {}), "logits": described}
+        summary.notes += notes
         whole = dataclasses.replace(plan, shard=None, replay=None).shaped(c)  # the file's whole plan, whatever this shard runs
-        not_exercised(result.summary, c, whole.specs(bulk, device, points)[0])  # no PASS on a field no case drew
-    return result, None
+        not_exercised(summary, c, whole.specs(bulk, device, points)[0])  # no PASS on a field no case drew
 
 
 def _faulted(target: Target, o: CheckOptions, plan: RunPlan) -> Summary:

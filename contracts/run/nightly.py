@@ -447,33 +447,8 @@ def run_nightly(
         bundle = out / f"rank-{world.rank}"  # never made: only names the checks' folders, which rank 0 writes
     common = dict(rows=rows, seed=seed, device=device, progress=progress and world.writer, stop=stop, world=world, logits=logits,
                   logits_bias=logits_bias, contract=contract)  # fmt: skip
-    captured = (f" --logits {logits}" if logits else "") + (f" --bias {logits_bias}" if logits_bias else "") + (f" --contract {contract}" if contract else "")
-
-    checked = {}
-    for name in names:
-        folder = bundle / "candidates" / bundle_dirname(name)
-        line = f"python -m contracts check --candidate {name} --rows {rows} --seed {seed} --out {folder}" + (f" --device {device}" if device else "") + captured
-        checked[name] = _check_record(name, folder, bundle, line, lambda name=name, folder=folder, line=line: run_checks([name], out=folder, command=line, **common),
-                                      _contract_words(contract, name))  # fmt: skip
-
-    pairs = {}
-    for pair in PAIRS:
-        base = {"candidate": pair.candidate, "against": pair.against, "exact": pair.exact, "why": pair.why}
-        skip = _pair_skip(pair, target["backend"], known, names, bool(candidates), checked)
-        if skip:
-            pairs[pair.label] = {**base, "status": "skipped", "reason": skip}
-            continue
-        folder = bundle / "pairs" / f"{bundle_dirname(pair.candidate)}--vs--{bundle_dirname(pair.against)}"
-        pair_device = device or ("cuda" if gpu else "cpu")
-        line = (f"python -m contracts check --candidate {pair.candidate} --against {pair.against} --rows {rows} --seed {seed} "
-                f"--device {pair_device} --out {folder}" + (" --exact" if pair.exact else "") + captured)  # fmt: skip
-        record = _check_record(pair.label, folder, bundle, line, lambda pair=pair, folder=folder, line=line: run_checks(
-            [pair.candidate], against=pair.against, exact=pair.exact, out=folder, command=line, **{**common, "device": pair_device}),
-            _contract_words(contract, pair.candidate))  # fmt: skip
-        if record.get("status") == "unavailable":
-            record = {**record, "status": "skipped"}
-        pairs[pair.label] = {**base, **record}
-
+    checked = _candidate_checks(names, bundle, common)
+    pairs = _pair_checks(bundle, common, backend=target["backend"], known=known, names=names, chosen=bool(candidates), checked=checked, gpu=gpu)
     if not world.writer:
         envelope = NightlyEnvelope(name=bundle.name, candidates=checked, pairs=pairs)
         return NightlyRun(bundle, envelope, regressed=False, failed=False, interrupted=str(stop()) if stop() else None)
@@ -490,6 +465,48 @@ def run_nightly(
     )  # fmt: skip
     return _finish(envelope, bundle, clock, stop, upload=upload, compare_previous=compare_previous, latency_threshold=latency_threshold,
                    contract=contract)  # fmt: skip
+
+
+def _reran(common: dict) -> str:
+    """The options every check of the nightly shares that its command lines must repeat (the file, the contract)."""
+    logits, logits_bias, contract = common["logits"], common["logits_bias"], common["contract"]
+    return (f" --logits {logits}" if logits else "") + (f" --bias {logits_bias}" if logits_bias else "") + (f" --contract {contract}" if contract else "")
+
+
+def _candidate_checks(names: list[str], bundle: Path, common: dict) -> dict[str, dict]:
+    """Each candidate's check, a bundle under ``candidates/``: its record by name."""
+    rows, seed, device, contract = common["rows"], common["seed"], common["device"], common["contract"]
+    checked = {}
+    for name in names:
+        folder = bundle / "candidates" / bundle_dirname(name)
+        line = f"python -m contracts check --candidate {name} --rows {rows} --seed {seed} --out {folder}" + (f" --device {device}" if device else "") + _reran(common)
+        checked[name] = _check_record(name, folder, bundle, line, lambda name=name, folder=folder, line=line: run_checks([name], out=folder, command=line, **common),
+                                      _contract_words(contract, name))  # fmt: skip
+    return checked
+
+
+def _pair_checks(bundle: Path, common: dict, *, backend: str, known: dict, names: list[str], chosen: bool, checked: dict,
+                 gpu: bool) -> dict[str, dict]:  # fmt: skip
+    """Each of ``PAIRS`` checked against each other (``--against``), a bundle under ``pairs/``, or skipped with why."""
+    rows, seed, device, contract = common["rows"], common["seed"], common["device"], common["contract"]
+    pairs = {}
+    for pair in PAIRS:
+        base = {"candidate": pair.candidate, "against": pair.against, "exact": pair.exact, "why": pair.why}
+        skip = _pair_skip(pair, backend, known, names, chosen, checked)
+        if skip:
+            pairs[pair.label] = {**base, "status": "skipped", "reason": skip}
+            continue
+        folder = bundle / "pairs" / f"{bundle_dirname(pair.candidate)}--vs--{bundle_dirname(pair.against)}"
+        pair_device = device or ("cuda" if gpu else "cpu")
+        line = (f"python -m contracts check --candidate {pair.candidate} --against {pair.against} --rows {rows} --seed {seed} "
+                f"--device {pair_device} --out {folder}" + (" --exact" if pair.exact else "") + _reran(common))  # fmt: skip
+        record = _check_record(pair.label, folder, bundle, line, lambda pair=pair, folder=folder, line=line: run_checks(
+            [pair.candidate], against=pair.against, exact=pair.exact, out=folder, command=line, **{**common, "device": pair_device}),
+            _contract_words(contract, pair.candidate))  # fmt: skip
+        if record.get("status") == "unavailable":
+            record = {**record, "status": "skipped"}
+        pairs[pair.label] = {**base, **record}
+    return pairs
 
 
 def _finish(envelope: NightlyEnvelope, bundle: Path, clock: float, stop, *, upload, compare_previous, latency_threshold,
