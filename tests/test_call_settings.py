@@ -12,7 +12,7 @@ def test_deterministic_algorithms_are_torchs_two_settings_and_are_restored():
     # of inductor during the call must read its setting as torch.use_deterministic_algorithms(True) leaves it.
     program = textwrap.dedent("""
         import os, sys, torch
-        from contracts.candidates.calling import _deterministic_algorithms
+        from contracts.candidates.fenced_call import _deterministic_algorithms
         seen = {}
         with _deterministic_algorithms():
             seen["flag"] = torch.are_deterministic_algorithms_enabled()

@@ -337,7 +337,7 @@ def test_the_pytest_plugin_fails_only_the_validity_tests_of_a_malformed_dense_ro
 
 def test_search_reads_a_dense_answer_through_call_once():
     """``search`` makes its own calls (``call_once``): the same reading."""
-    from contracts.candidates.calling import call_once
+    from contracts.candidates.fenced_call import call_once
 
     c, case = _case(D.CONTRACT)
     answer, exc, changed = call_once(D.make("one_fewer", c), case)

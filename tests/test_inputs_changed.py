@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from contracts.candidates.calling import _Inputs
+from contracts.candidates.fenced_call import CallInputs
 from contracts.cases.build import build_case
 from contracts.cases.plan import CaseSpec
 
@@ -14,7 +14,7 @@ from contracts.cases.plan import CaseSpec
 def test_one_changed_byte_anywhere_in_the_storage_is_seen(family, rows):
     case = build_case(CaseSpec(family, 11, rows, 896, 16))
     for where in (0, -1, case.scores.untyped_storage().nbytes() // 2):
-        inputs = _Inputs(case)
+        inputs = CallInputs(case)
         assert not inputs.changed()
         raw = torch.empty(0, dtype=torch.uint8).set_(inputs.scores.untyped_storage())
         raw[where] ^= 1  # one bit of one byte
@@ -23,7 +23,7 @@ def test_one_changed_byte_anywhere_in_the_storage_is_seen(family, rows):
 
 def test_a_sign_flip_of_a_zero_is_a_change():
     case = build_case(CaseSpec("all_zero", 3, 4, 896, 16))
-    inputs = _Inputs(case)
+    inputs = CallInputs(case)
     inputs.scores.view(-1)[5] = -0.0 if not torch.signbit(inputs.scores.view(-1)[5]) else 0.0
     assert inputs.changed()
 
@@ -35,17 +35,17 @@ class _StickyContext:
     error = "CUDA error: misaligned address"
 
     def __init__(self, monkeypatch):
-        import contracts.candidates.calling as calling
+        import contracts.candidates.fenced_call as fenced_call
 
         self.faulted = False
-        real = calling._same_bytes
+        real = fenced_call._same_bytes
 
         def same_bytes(a, b):
             if self.faulted:
                 raise torch.AcceleratorError(self.error) if hasattr(torch, "AcceleratorError") else RuntimeError(self.error)
             return real(a, b)
 
-        monkeypatch.setattr(calling, "_same_bytes", same_bytes)
+        monkeypatch.setattr(fenced_call, "_same_bytes", same_bytes)
 
     def route(self, scores, bias, topk, *args, **kwargs):
         self.faulted = True
@@ -54,7 +54,8 @@ class _StickyContext:
 
 @pytest.mark.parametrize("repeat", [1, 3])
 def test_a_candidates_cuda_fault_is_its_error_not_the_harness_read_back(monkeypatch, repeat):
-    from contracts.candidates.calling import CaseRunner, call_once
+    from contracts.candidates.calling import CaseRunner
+    from contracts.candidates.fenced_call import call_once
 
     sticky = _StickyContext(monkeypatch)
     case = build_case(CaseSpec("random_fp32", 5, 4, 896, 16))

@@ -13,7 +13,7 @@ import torch
 
 from contracts.check import main
 from contracts.run.checks import should_isolate
-from contracts.candidates.calling import fatal_kind
+from contracts.candidates.fenced_call import fatal_kind
 from contracts.candidates.worker import _decode_tensor, _encode_tensor
 from contracts.candidates import Candidate, get_candidate
 from contracts.cases.plan import pinned_rows

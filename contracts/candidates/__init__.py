@@ -12,8 +12,11 @@
   ``mcore-<family>`` and ``te-fused``, loaded on first use;
 - ``batched``: ``A@M<M0`` / ``B@M>=M0``, a candidate routed only in batches
   below or at least M0 rows (the prefill/decode view);
-- ``calling``: one call of a candidate on a case (repeats, graph replay,
-  input-change check), the same in every process;
+- ``calling``: a candidate's calls on a case (repeats, graph replay, slices,
+  the ``--against`` candidate) and their result records, the same in every
+  process; ``fenced_call``: one call, on private inputs in the case's context,
+  behind a fence against ``os._exit``; ``compile_watch``: torch.compile's
+  recompiles across a check;
 - ``worker``: the candidate in a worker process, where a crash or hang is a
   report, not the end of the run.
 """

@@ -43,7 +43,8 @@ from ..cases import CaseSpec, build_case
 from ..cases.memory import reuse_freed_memory
 from ..cases.plan import bulk_rows_for, call_size, candidate_points
 from ..compare.dense import DenseAnswer, is_dense
-from .calling import Answer, CallOutcome, CaseRunner, Fatal, Malformed, Raised, answered, first_line, raised_message
+from .calling import Answer, CallOutcome, CaseRunner, Fatal, Malformed, Raised, answered
+from .fenced_call import first_line, raised_message
 from .registry import CandidateLoadError, UnknownCandidateError, get_candidate
 
 __all__ = ["Interrupted", "Worker", "WorkerFailure", "load_error_message"]

@@ -84,7 +84,7 @@ import torch
 from kernels.timing import HOLD_CYCLES, Timing, time_cuda
 
 from ..candidates import Candidate
-from ..candidates.calling import _Fence  # os._exit during a candidate's call raises CandidateExit instead
+from ..candidates.fenced_call import Fence as _Fence  # os._exit during a candidate's call raises CandidateExit instead
 from ..compare.dense import read_answer
 from ..compare.verdicts import validity_failure
 from ..reports._atomic import write_atomic, write_json

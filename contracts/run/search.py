@@ -49,7 +49,7 @@ import torch
 import oracle
 
 from ..candidates import Candidate
-from ..candidates.calling import call_once
+from ..candidates.fenced_call import call_once
 from ..cases import CaseSpec
 from ..cases import strategies as strat
 from ..cases.build import Case
@@ -139,7 +139,7 @@ def check_input(route, contract: str, deviations: dict, scores, bias, topk, reno
     ``expert_scale``: the call's per-expert weight scale, passed to both (contracts that have one); ``context``: the
     call context's ``CaseSpec`` fields (grad mode, the bias as a Parameter, logits requiring grad, autocast, the default dtype,
     deterministic algorithms). The call
-    is the checks' (``contracts.candidates.calling``): private copies of the inputs, the context, a fence against
+    is the checks' (``contracts.candidates.fenced_call``): private copies of the inputs, the context, a fence against
     ``os._exit``, the answer copied from its memory at once."""
     scores_d, bias_d = _to_device(scores, device), _to_device(bias, device)
     scale_d = None if expert_scale is None else expert_scale.to(device)

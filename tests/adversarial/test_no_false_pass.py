@@ -440,7 +440,7 @@ def test_a_router_wrong_only_under_inference_mode_fails_in_a_worker(tmp_path):
 
 
 def test_every_call_context_is_pinned_in_every_launch_class_and_called_so():
-    from contracts.candidates.calling import _Inputs
+    from contracts.candidates.fenced_call import CallInputs
     from contracts.cases import build_case
 
     def context(c) -> tuple:
@@ -469,10 +469,10 @@ def test_every_call_context_is_pinned_in_every_launch_class_and_called_so():
                      torch.are_deterministic_algorithms_enabled()))  # fmt: skip
         return correct(scores, bias, topk, renormalize, rsf)
 
-    from contracts.candidates.calling import _call
+    from contracts.candidates.fenced_call import call_fenced
 
     for spec in specs + [s for s in iter_plan(["random_fp32"], 10, 0, 64, 4, max_batch=9) if s.grad_mode][:40]:
-        answer, error = _call(route, _Inputs(build_case(spec)))
+        answer, error = call_fenced(route, CallInputs(build_case(spec)))
         assert error is None and not answer[0].requires_grad, spec.replay_id
         grad, inference, kind, requires_grad, logits_grad, leaf, autocast, default_dtype, deterministic = seen[-1]
         assert autocast == {None: False, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.autocast], spec.replay_id
@@ -544,7 +544,7 @@ def test_an_answer_is_read_from_its_memory_not_through_its_subclass(isolate, tmp
 
 
 # Slow: Hypothesis shrinks the finding, about 9 s on the 2-core machine. One router: search reads answers through
-# calling.call_once, the call check makes, so the subclass whose memory differs from what torch ops
+# fenced_call.call_once, the call check makes, so the subclass whose memory differs from what torch ops
 # see (which search also missed on 3221a05) is caught there as in check (its check test above; its search took 60 s,
 # every torch op of a __torch_dispatch__ subclass running in Python).
 @pytest.mark.slow
