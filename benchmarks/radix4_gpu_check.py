@@ -296,7 +296,7 @@ def run_determinism(device) -> tuple[bool, dict]:
 
 def time_graph(fn, launches=LAUNCHES_PER_GRAPH, replays=REPLAYS) -> float:
     """Median us per launch of ``fn`` captured ``launches`` times in one CUDA graph (contracts.bench's timer)."""
-    from contracts.run.bench import time_cuda
+    from kernels.timing import time_cuda
 
     return statistics.median(time_cuda(fn, launches, replays, warmup=1).samples_us)
 

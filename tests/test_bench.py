@@ -12,7 +12,8 @@ import torch
 
 from contracts.commands.bench import main as bench_main
 from contracts.commands._common import ExitCode
-from contracts.run import bench
+from contracts.run import bench, bench_options, bench_results
+from contracts.run import bench_point as points
 from contracts.candidates import Candidate, all_candidates, register
 from kernels import timing
 from kernels.timing import time_cuda
@@ -175,16 +176,16 @@ def _curve(name, points):
 def test_crossover_is_interpolated_in_log_log_space():
     base = _curve("a", [(1, 10.0), (10, 10.0), (100, 10.0)])
     other = _curve("b", [(1, 5.0), (10, 20.0), (100, 40.0)])
-    (x,) = bench.crossovers(base, other)
+    (x,) = bench_results.crossovers(base, other)
     assert x["between_m"] == [1, 10] and x["faster_above"] == "a"
     assert math.isclose(x["m"], math.sqrt(10), rel_tol=0.02) and math.isclose(x["latency_us"], 10.0, rel_tol=1e-3)
-    assert bench.crossovers(base, _curve("c", [(1, 5.0), (10, 6.0), (100, 7.0)])) == []
+    assert bench_results.crossovers(base, _curve("c", [(1, 5.0), (10, 6.0), (100, 7.0)])) == []
 
 
 def test_inputs_of_a_batch_are_the_first_rows_of_every_larger_batch():
     # A curve over M must not rise and fall with where a kernel's slow rows happen to fall in each M's data.
     def make(M, rotate=2, seed=0):
-        return bench.make_inputs(M, experts=224, dtype=torch.float32, bias_dtype=torch.float32, device="cpu", seed=seed, rotate=rotate)
+        return points.make_inputs(M, experts=224, dtype=torch.float32, bias_dtype=torch.float32, device="cpu", seed=seed, rotate=rotate)
 
     (small, small2), bias = make(5)
     (large, large2), bias_large = make(200)
@@ -197,12 +198,12 @@ def test_inputs_of_a_batch_are_the_first_rows_of_every_larger_batch():
 def test_curve_reports_the_largest_fall_below_a_smaller_batch_and_the_time_above_the_floor():
     # 2.9 at M=256 then 2.6 at M=320: a launch shape switched too late (issue 37's 896/16 curve), a 10.3 % fall
     entry = _curve("r", [(1, 2.0), (64, 2.8), (256, 2.9), (320, 2.6), (1024, 3.1), (4096, 3.0)])
-    c = bench.curve(entry, 0.9)
+    c = bench_results.curve(entry, 0.9)
     assert (c["at_m"], c["below_m"]) == (320, 256) and c["largest_fall_pct"] == pytest.approx(100 * 0.3 / 2.9, abs=0.01)
     assert c["above_floor_us"] == {"1": 1.1, "64": 1.9, "256": 2.0, "320": 1.7, "1024": 2.2, "4096": 2.1}
-    rising = bench.curve(_curve("s", [(1, 1.0), (8, 1.0), (64, 1.5)]), None)
+    rising = bench_results.curve(_curve("s", [(1, 1.0), (8, 1.0), (64, 1.5)]), None)
     assert rising["at_m"] is None and rising["largest_fall_pct"] == 0.0 and "above_floor_us" not in rising
-    assert bench.curve({"name": "u", "results": [{"m": 1, "status": "error"}]}, 0.9) is None
+    assert bench_results.curve({"name": "u", "results": [{"m": 1, "status": "error"}]}, 0.9) is None
 
 
 def test_the_summary_prints_each_curve(cpu_run):
@@ -319,7 +320,7 @@ def test_bench_and_the_shape_sweep_share_the_one_cuda_timer(monkeypatch):
     one warm-up call and one untimed replay, and a launch that cannot be captured stops the sweep."""
     from kernels.radix4 import shape_sweep
 
-    assert bench.time_cuda is time_cuda
+    assert bench.time_cuda is points.time_cuda is time_cuda
     fake = _FakeCuda(elapsed_ms=0.06)
     fake.install(monkeypatch)
     calls = []
@@ -340,10 +341,10 @@ def test_bench_and_the_shape_sweep_share_the_one_cuda_timer(monkeypatch):
 def test_cuda_points_carry_the_timer_and_its_reason(monkeypatch):
     fake = _FakeCuda(elapsed_ms=0.1)
     fake.install(monkeypatch)
-    args = bench.BenchOptions(launches=10, replays=3, warmup=1)
+    args = bench_options.BenchOptions(launches=10, replays=3, warmup=1)
     candidate = all_candidates()["torch-native"]
-    inputs = bench.make_inputs(4, experts=896, dtype=torch.bfloat16, bias_dtype=torch.bfloat16, device="cpu", seed=0, rotate=2)
-    point = bench.bench_point(candidate, candidate.route, 4, inputs, args, "cuda")
+    inputs = points.make_inputs(4, experts=896, dtype=torch.bfloat16, bias_dtype=torch.bfloat16, device="cpu", seed=0, rotate=2)
+    point = points.bench_point(candidate, candidate.route, 4, inputs, args, "cuda")
     assert point["status"] == "timed" and point["timer"] == "cuda-graph" and point["median_us"] == pytest.approx(10.0)
 
     def host_sync(scores, *rest):
@@ -351,10 +352,10 @@ def test_cuda_points_carry_the_timer_and_its_reason(monkeypatch):
             raise RuntimeError("cudaErrorStreamCaptureUnsupported")
         return candidate.route(scores, *rest)
 
-    point = bench.bench_point(candidate, host_sync, 4, inputs, args, "cuda")
+    point = points.bench_point(candidate, host_sync, 4, inputs, args, "cuda")
     assert point["timer"] == "cuda-eager" and "graph capture failed" in point["reason"]
     report = {"m": [4], "baseline": "a", "candidates": [{"name": "a", "status": "ok", "results": [point]}]}
-    assert "*" in bench.results_table(report).iloc[0]["a"]
+    assert "*" in bench_results.results_table(report).iloc[0]["a"]
 
 
 def test_the_launch_floor_is_an_empty_kernel_timed_like_the_candidates(monkeypatch):
@@ -363,7 +364,7 @@ def test_the_launch_floor_is_an_empty_kernel_timed_like_the_candidates(monkeypat
     sleeps = []
     monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append((cycles, fake.capturing)))
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
-    args = bench.BenchOptions(launches=20, replays=5, warmup=2)
+    args = bench_options.BenchOptions(launches=20, replays=5, warmup=2)
     assert bench.launch_floor(args, "cuda") == pytest.approx(0.9)  # 0.018 ms / 20 launches
     assert sleeps.count((0, True)) == 20 and sleeps.count((0, False)) == 3  # captured in a graph, after warm-up calls
     assert bench.launch_floor(args, "cpu") is None
@@ -384,7 +385,7 @@ def test_the_floor_is_timed_again_before_each_ms_candidates_and_points_read_abov
         return torch.zeros(scores.shape[0], 8), torch.zeros(scores.shape[0], 8, dtype=torch.int32)  # an answer of the right form
 
     cand = Candidate(name="test-bench-floors", route=route, devices=("cuda",))
-    options = bench.BenchOptions(m=(1, 4), launches=20, replays=2, warmup=1, experts=224, topk=8)
+    options = bench_options.BenchOptions(m=(1, 4), launches=20, replays=2, warmup=1, experts=224, topk=8)
     report = bench.run_bench([cand], options, device="cuda", log=lambda _: None)
     assert report["method"]["launch_floor_us"] == 0.6 and report["method"]["launch_floor_by_m_us"] == {"1": 0.8, "4": 0.9}
     firsts = [order.index("floor"), order.index("route 1"), order.index("route 4")]
@@ -420,10 +421,10 @@ def test_plot_draws_crossovers_eager_points_and_unavailable_candidates(tmp_path)
         "device": "cuda", "environment": {"device_name": "a GPU"}, "m": [1, 64, 4096], "baseline": "a",
         "method": {"timer": bench.GRAPH_LABEL, "description": "d", "experts": 896, "topk": 16, "dtype": "bf16", "bias_dtype": "bf16"},
         "candidates": [base, other, {"name": "c", "status": "unavailable", "reason": "no GPU", "results": []}],
-        "crossovers": bench.crossovers(base, other),
+        "crossovers": bench_results.crossovers(base, other),
     }  # fmt: skip
     assert len(report["crossovers"]) == 1 and report["crossovers"][0]["faster_above"] == "b"
-    data = bench.write_plot(tmp_path / "bench.png", report).read_bytes()
+    data = bench_results.write_plot(tmp_path / "bench.png", report).read_bytes()
     assert data.startswith(PNG_SIGNATURE) and bench.GRAPH_LABEL.encode() in data
 
 
@@ -458,12 +459,12 @@ def test_an_engine_is_timed_through_its_bench_path_prepared_outside_the_timed_re
         return lambda: log.append(("launch", fake.capturing, widened.dtype)) or answer  # an engine's own dtypes
 
     cand = Candidate(name="test-bench-engine", route=route, prepare_launch=prepare)
-    args = bench.BenchOptions(launches=10, replays=3, warmup=2, rotate=2)
-    inputs = bench.make_inputs(4, experts=896, dtype=torch.bfloat16, bias_dtype=torch.bfloat16, device="cpu", seed=0, rotate=2)
+    args = bench_options.BenchOptions(launches=10, replays=3, warmup=2, rotate=2)
+    inputs = points.make_inputs(4, experts=896, dtype=torch.bfloat16, bias_dtype=torch.bfloat16, device="cpu", seed=0, rotate=2)
     event_samples = timing._event_samples  # the shared timer's timed region (kernels.timing)
     timed_from = []  # where the log stood when the helper's timed replays began
     monkeypatch.setattr(timing, "_event_samples", lambda *a: timed_from.append(len(log)) or event_samples(*a))
-    point = bench.bench_point(cand, cand.route, 4, inputs, args, "cuda")
+    point = points.bench_point(cand, cand.route, 4, inputs, args, "cuda")
     assert point["status"] == "timed" and point["path"] == "engine launch" and point["timer"] == "cuda-graph"
     prepares = [e for e in log if e[0] == "prepare"]
     assert prepares == [("prepare", False, 0)] * 2  # once per rotated buffer, before any capture or replay
@@ -474,12 +475,12 @@ def test_an_engine_is_timed_through_its_bench_path_prepared_outside_the_timed_re
     assert "launched" not in point  # counted by count_launched, after every timing
     launchers = []
     monkeypatch.setattr(bench, "count_kernels", lambda fn, graph: {"kernels": 1, "copies": 0, "graph": graph})
-    again = bench.bench_point(cand, cand.route, 4, inputs, args, "cuda", launchers)
+    again = points.bench_point(cand, cand.route, 4, inputs, args, "cuda", launchers)
     assert "launched" not in again and launchers[0][0] is again  # the profiler does not run between timings
     bench.count_launched(launchers)
     assert again["launched"] == {"kernels": 1, "copies": 0, "graph": True}
     # Without a bench path the same candidate is timed through route, and says so.
-    plain = bench.bench_point(all_candidates()["torch-native"], all_candidates()["torch-native"].route, 4, inputs, args, "cuda")
+    plain = points.bench_point(all_candidates()["torch-native"], all_candidates()["torch-native"].route, 4, inputs, args, "cuda")
     assert plain["path"] == "route"
 
 
@@ -510,15 +511,15 @@ def test_the_summary_prints_what_each_timed_call_launched(tmp_path, capsys):
 
 
 def test_a_contract_sets_the_shape_groups_bias_and_the_call_options_it_admits():
-    v3 = bench.options_for_contract("deepseek-v3", m=(1,))
+    v3 = bench_options.options_for_contract("deepseek-v3", m=(1,))
     assert (v3.experts, v3.topk, v3.group_args, v3.bias) == (256, 8, {"num_expert_group": 8, "topk_group": 4}, True)
     assert (v3.renormalize, v3.routed_scaling_factor) == (True, 2.5)
-    assert bench.options_for_contract("deepseek-v3", experts=128, topk=4).experts == 128  # a given shape wins
-    mixtral, gpt_oss = bench.options_for_contract("mixtral"), bench.options_for_contract("gpt-oss")
+    assert bench_options.options_for_contract("deepseek-v3", experts=128, topk=4).experts == 128  # a given shape wins
+    mixtral, gpt_oss = bench_options.options_for_contract("mixtral"), bench_options.options_for_contract("gpt-oss")
     assert not mixtral.bias and mixtral.group_args == {} and mixtral.routed_scaling_factor == 1.0  # no scaling admitted
     assert gpt_oss.renormalize is False  # its router never renormalizes: the bench calls it as it is called
     with pytest.raises(ValueError, match="per-expert weight scale"):
-        bench.options_for_contract("gemma4")
+        bench_options.options_for_contract("gemma4")
 
 
 def test_under_a_contract_every_route_gate_and_bench_path_gets_its_groups_and_others_are_unavailable():
@@ -543,7 +544,7 @@ def test_under_a_contract_every_route_gate_and_bench_path_gets_its_groups_and_ot
                         route_for_contract=route_for)  # fmt: skip
     engine = Candidate(name="test-bench-engine-v3", route=route_for("engine"), contracts=("deepseek-v3",), prepare_launch=prepare)
     other = Candidate(name="test-bench-aiter-only", route=route_for("aiter"))
-    options = bench.options_for_contract("deepseek-v3", m=(1, 4), repeats=1)
+    options = bench_options.options_for_contract("deepseek-v3", m=(1, 4), repeats=1)
     report = bench.run_bench([follows, engine, other], options, device="cpu", log=lambda _: None)
     status = {c["name"]: (c["status"], c["reason"]) for c in report["candidates"]}
     assert status["test-bench-aiter-only"] == ("unavailable", "test-bench-aiter-only follows contract aiter, not deepseek-v3")

@@ -16,7 +16,7 @@ def _boom(*_args, **_kwargs):
 
 
 def test_a_fault_of_the_harness_at_one_point_is_an_error_point_and_the_run_goes_on(tmp_path, monkeypatch):
-    real = bench.bench_point
+    real = bench.bench_point  # run_bench calls the name bound in contracts.run.bench
 
     def faulty(candidate, route, M, *args, **kwargs):
         if candidate.name == "oracle" and M == 4:

@@ -193,7 +193,7 @@ def test_check_isolated_takes_a_dense_answer_through_the_worker(tmp_path):
 @pytest.mark.parametrize("name,ok", [("right", True), ("one_more", True), ("map_int", False), ("probs_bf16", False)])
 def test_bench_times_a_dense_answer_a_check_takes(name, ok):
     """bench asks what a check asks of the answer as a whole (a row's fault is the check's finding, not bench's)."""
-    from contracts.run.bench import answer_problem
+    from contracts.run.bench_point import answer_problem
 
     c, case = _case(D.CONTRACT)
     value = D.make(name, c)(case.scores, case.bias, case.topk, case.renormalize, case.routed_scaling_factor)

@@ -78,7 +78,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 
 def print_summary(report: dict, out: Path) -> None:
-    from ..run.bench import launches_by_candidate, results_table
+    from ..run.bench_results import launches_by_candidate, results_table
 
     timer = report["method"]["timer"]
     table = results_table(report)
@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..candidates import CandidateLoadError, get_candidate
-    from ..run.bench import BenchOptions, options_for_contract, run_bench, write_bench
+    from ..run.bench import run_bench, write_bench
+    from ..run.bench_options import BenchOptions, options_for_contract
 
     timing = dict(m=tuple(args.m), dtype=args.dtype, bias_dtype=args.bias_dtype, replays=args.replays, launches=args.launches,
                   warmup=args.warmup, repeats=args.repeats, rotate=args.rotate, seed=args.seed)  # fmt: skip

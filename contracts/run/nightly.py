@@ -262,7 +262,8 @@ def _bench(names: list[str], device: str | None, seed: int, bundle: Path, wanted
     run_bench = _tool("contracts.run.bench", "run_bench")
     if run_bench is None:
         return {"status": "not available", "reason": "bench not available (contracts.bench is not in this checkout)"}
-    from .bench import BenchOptions, options_for_contract, write_bench
+    from .bench import write_bench
+    from .bench_options import BenchOptions, options_for_contract
 
     if contract and contract.endswith(".toml"):
         return {"status": "skipped", "reason": f"bench takes a built-in contract's name, not a contract file ({contract})"}
