@@ -9,7 +9,8 @@
 #             both under the host's own torch and CUDA (MAIN_ROWS=N: --rows N, where the device time is short): run before resolving any issue that touches compare/,
 #             cases/, candidates/, run/ or kernels/, its summary committed under reports/baselines/. The host needs
 #             pytest: a GPU host without internet gets it from the ignored folder .gpu-wheels/ (pure-Python wheels:
-#             pip download --no-deps -d .gpu-wheels pytest pytest-xdist execnet iniconfig pluggy safetensors tqdm).
+#             pip download --no-deps -d .gpu-wheels pytest pytest-xdist execnet iniconfig pluggy safetensors tqdm, and ruff, the
+#             lint test's tool, as a manylinux wheel for the host's Python: --only-binary=:all: --platform manylinux_2_17_x86_64).
 #             TESTS=0 leaves the tests out, MAIN=0 the check; MAIN_GROUPS runs the check as groups side by side
 #             (see main_in_groups: the whole job in one device call).
 #   build     every CUDA library once (radix4, radix4-serial, serial scan, block argmax), so the
@@ -93,7 +94,7 @@ phase_main() {
         fi
     fi
     if [ "${TESTS:-1}" != 0 ]; then
-        python3 -c "import pytest, xdist" 2>/dev/null || { [ -d .gpu-wheels ] && python3 -m pip install -q --no-index --find-links .gpu-wheels pytest pytest-xdist safetensors tqdm; }
+        python3 -c "import pytest, xdist, ruff" 2>/dev/null || { [ -d .gpu-wheels ] && python3 -m pip install -q --no-index --find-links .gpu-wheels pytest pytest-xdist safetensors tqdm ruff; }
         # The browser test fails (not skips) where chromium is missing, so that CI never skips it: the GPU host has none.
         TAIL=25 run "${TESTS_LIMIT:-420}" fast-tier.log python3 -m pytest -m "not slow" -q -n "$(nproc)" -p no:cacheprovider -rfE \
             --deselect tests/test_html_report.py::test_report_in_headless_chromium

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import BUILD_NOTICE_PREFIX
+
 __all__ = ["BuildError", "cache_dir", "compile_shared", "compile_to_assembly", "compiler_version", "load_library"]
 
 
@@ -87,7 +89,7 @@ PROGRESS_EVERY_S = 30.0
 
 def _notice(line: str) -> None:
     """One line on stderr about a build (stdout is the commands' reports)."""
-    print(line, file=sys.stderr, flush=True)
+    print(BUILD_NOTICE_PREFIX + line, file=sys.stderr, flush=True)
 
 
 def _timing_file(main_source: Path, compiler: str) -> Path:
@@ -124,13 +126,13 @@ def compile_shared(
     # One build per key on the machine: a second process asking for the same
     # library (pytest-xdist workers, parallel checks) waits for the first and
     # loads its result instead of compiling it again.
-    with _locked(target.with_suffix(".lock")):
+    name = f"{Path(main_source).name} with {compiler} ({' '.join(f for f in flags if 'arch' in f) or 'host'})"
+    with _locked(target.with_suffix(".lock"), waiting=f"waiting for another process's build of {name}"):
         if target.exists():
             return target
         # Build into a temporary name and rename: a process that does not
         # take the lock must never load a half-written library. The build says
         # what it is before it starts and how far it is while it runs.
-        name = f"{Path(main_source).name} with {compiler} ({' '.join(f for f in flags if 'arch' in f) or 'host'})"
         last = _last_seconds(main_source, compiler)
         _notice(f"building {name} (first use of this source and these flags{f'; the last build took {last:.0f} s' if last else ''}); "
                 f"cached in {cache_dir()}")
@@ -148,15 +150,22 @@ def compile_shared(
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive advisory lock on ``path`` (created if missing) for the block; none where fcntl is missing."""
+def _locked(path: Path, waiting: str = ""):
+    """An exclusive advisory lock on ``path`` (created if missing) for the block; none where fcntl is missing.
+    ``waiting``: said once when another process holds the lock (a second check building the same library waits
+    minutes on a cold cache, silent otherwise)."""
     try:
         import fcntl
     except ImportError:  # not POSIX: builds may repeat, the rename above keeps them safe
         yield
         return
     with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting:
+                _notice(waiting)
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:

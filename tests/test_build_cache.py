@@ -46,7 +46,7 @@ def stand_in(tmp_path, monkeypatch):
     _build.compiler_version.cache_clear()
 
 
-def test_two_builds_of_one_source_at_once_compile_once(tmp_path, stand_in):
+def test_two_builds_of_one_source_at_once_compile_once(tmp_path, stand_in, capsys):
     src = stand_in()
     results: list[Path] = []
     threads = [threading.Thread(target=lambda: results.append(_build.compile_shared(src, compiler="fakecc", flags=["-O2"])))
@@ -57,6 +57,8 @@ def test_two_builds_of_one_source_at_once_compile_once(tmp_path, stand_in):
         t.join()
     assert len(results) == 2 and results[0] == results[1] and results[0].read_text() == "lib"
     assert (tmp_path / "runs.log").read_text().splitlines() == ["run"], "the second caller compiled again instead of waiting for the first"
+    # the one that waits says so (two checks side by side on a cold cache: the second was silent for minutes)
+    assert "kernels: waiting for another process's build of k.cpp with fakecc (host)" in capsys.readouterr().err
 
 
 def test_a_build_says_what_it_builds_before_it_starts_how_far_it_is_and_how_long_it_took(tmp_path, monkeypatch, capsys, stand_in):
@@ -71,9 +73,9 @@ def test_a_build_says_what_it_builds_before_it_starts_how_far_it_is_and_how_long
     cached = capsys.readouterr().err
     _build.compile_shared(src, compiler="fakecc", flags=["-O3", "-arch=sm_90"])  # other flags: another library
     second = capsys.readouterr().err.splitlines()
-    assert first[0].startswith("building k.cpp with fakecc (-arch=sm_90) (first use") and f"cached in {tmp_path / 'cache'}" in first[0]
-    assert any(line.startswith("still building k.cpp with fakecc (-arch=sm_90): ") for line in first[1:-1]), first
-    assert first[-1].startswith("built k.cpp with fakecc (-arch=sm_90) in ")
+    assert first[0].startswith("kernels: building k.cpp with fakecc (-arch=sm_90) (first use") and f"cached in {tmp_path / 'cache'}" in first[0]
+    assert any(line.startswith("kernels: still building k.cpp with fakecc (-arch=sm_90): ") for line in first[1:-1]), first
+    assert first[-1].startswith("kernels: built k.cpp with fakecc (-arch=sm_90) in ")
     assert cached == ""
     assert re.search(r"the last build took \d+ s", second[0]), second
 

@@ -178,3 +178,15 @@ def test_fatal_kinds():
     assert fatal_kind(SystemExit(3)) == "exit"
     assert fatal_kind(RuntimeError("planted failure")) is None
     assert fatal_kind(ValueError("out of memory")) is None  # only allocator errors, not any message
+
+
+def test_a_build_inside_the_worker_is_told_on_the_parents_console(capfd):
+    # the README's main job on a GPU host said nothing for minutes while radix4 built in its worker (a file takes the
+    # worker's stderr): the build's own lines are passed on as they come, the candidate's other stderr is not
+    from contracts.candidates.worker import Worker
+
+    with Worker("tests.planted.builds_noisily:route", timeout=30) as worker:
+        worker.describe()
+    err = capfd.readouterr().err
+    assert "kernels: building fake.cu with fakecc (-arch=sm_90)" in err and "kernels: built fake.cu" in err, err
+    assert "some other chatter" not in err, err

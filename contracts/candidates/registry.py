@@ -350,12 +350,14 @@ def get_candidate(name: str) -> Candidate:
     )
 
 
-def device_for(candidate: Candidate, requested: str | None) -> str:
-    """The device to run ``candidate`` on: the one asked for, else cuda when it runs there and a GPU is present."""
+def device_for(candidate: Candidate | None, requested: str | None) -> str:
+    """The device to run ``candidate`` on: the one asked for, else cuda when it runs there and a GPU is present.
+    None: a candidate not loaded (``--plan`` of ``all``), taken to run on both."""
     import torch
 
     if requested:
         return requested
-    if "cuda" in candidate.devices and torch.cuda.is_available():
+    devices = candidate.devices if candidate is not None else ("cpu", "cuda")
+    if "cuda" in devices and torch.cuda.is_available():
         return "cuda"
-    return "cpu" if "cpu" in candidate.devices else candidate.devices[0]
+    return "cpu" if "cpu" in devices else devices[0]

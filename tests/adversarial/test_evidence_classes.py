@@ -185,3 +185,13 @@ def test_the_plugins_clause_tests_say_not_exercised(tmp_path, gemma4_logits):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "FAILED" in out and "test_scaling[captured.L0]" in out and "not exercised: per-expert scale" in out, out
+
+
+@pytest.mark.parametrize("device, expected", [(None, "cuda"), ("cpu", "cpu")])
+def test_the_plan_lists_the_device_the_check_would_take(monkeypatch, capsys, device, expected):
+    # seen on the GPU host: --plan listed a CPU plan (CPU call sizes) while the check ran the candidate on cuda
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    args = ["check", "--candidate", f"{ADV}:spy", "--plan", "--families", "random_fp32", "--rows", "3000", "--experts", "64",
+            "--topk", "4", "--contract", "aiter", *(["--device", device] if device else [])]  # fmt: skip
+    assert contracts_main(args) == 0
+    assert f"device {expected}," in capsys.readouterr().out
