@@ -162,14 +162,11 @@ def test_the_plan_and_the_search_draw_the_oracles_scaling_factors():
     # The plan writes the drawn factors out (importing oracle there would import torch before a command checks its
     # arguments); the search's strategy reads oracle's. The pinned-only factors are none of them.
     import oracle
-    import sys
 
-    from contracts.cases import strategies
+    from contracts.cases import pins, strategies
 
-    plan = sys.modules["contracts.cases.plan"]  # the module (contracts.cases.plan is also the name of a function)
-
-    assert plan.SCALING_FACTORS == oracle.SCALING_FACTORS == strategies.SCALING
-    assert not set(plan.UNUSUAL_SCALING_FACTORS) & set(oracle.SCALING_FACTORS)
+    assert pins.SCALING_FACTORS == oracle.SCALING_FACTORS == strategies.SCALING
+    assert not set(pins.UNUSUAL_SCALING_FACTORS) & set(oracle.SCALING_FACTORS)
 
 
 def test_a_replay_of_one_row_takes_the_contracts_admitted_options(capsys):
@@ -177,7 +174,7 @@ def test_a_replay_of_one_row_takes_the_contracts_admitted_options(capsys):
     renormalizes (mixtral, mcore-sigmoid) a case that drew renormalize=False ended in "renormalize=False is not an
     option of contract" and exit 2, so every such replay line of a report was dead (found replaying an mcore row)."""
     from contracts.cases.build import build_case
-    from contracts.cases.plan import CaseSpec
+    from contracts.cases.spec import CaseSpec
     from contracts.check import main
 
     seeds = [s for s in range(40) if not build_case(CaseSpec("random_fp32", s, 4, 8, 2)).renormalize][:3]

@@ -37,10 +37,10 @@ def _usage(capsys, argv):
 def test_the_plans_batch_sizes_refuse_what_is_not_a_batch_size_in_one_line(call, args, name):
     import sys
 
-    import contracts.cases.plan  # noqa: F401 -- the submodule (the package exports a function of that name)
+    import contracts.cases.batch_sizes  # noqa: F401
 
     with pytest.raises(ValueError, match=name) as info:
-        getattr(sys.modules["contracts.cases.plan"], call)(*args)
+        getattr(sys.modules["contracts.cases.batch_sizes"], call)(*args)
     assert "\n" not in str(info.value) and "pass " in str(info.value)
 
 

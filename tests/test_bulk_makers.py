@@ -9,7 +9,7 @@ import torch
 from contracts.cases import makers
 from contracts.cases.build import build_case
 from contracts.cases.families import FAMILIES
-from contracts.cases.plan import CaseSpec
+from contracts.cases.spec import CaseSpec
 
 ROWS, EXPERTS, TOPK = 4096, 896, 16
 # Bulk cases are drawn on the candidate's device: check the makers there too when there is a GPU.

@@ -11,15 +11,15 @@ import pandas as pd
 import pytest
 import torch
 
+from contracts.cases.plan import pinned_rows
+from contracts.reports.schema import Status
 from contracts.run.checks import run_checks
 from contracts.run.options import OptionError, parse_replay
-from contracts.reports.schema import Status
-from contracts.cases.plan import pinned_rows
 
 ROWS = 40_000  # random_fp32's coverage cases, then bulk cases of 16,384 rows
 
 
-# random_fp32's pinned dtype cases (contracts.cases.plan.pinned_specs); its budget (all ROWS) holds its max-batch case
+# random_fp32's pinned dtype cases (contracts.cases.pins.pinned_specs); its budget (all ROWS) holds its max-batch case
 PINNED = pinned_rows("random_fp32", 1025, experts=896, topk=16, contract="aiter", budget=ROWS)
 
 
@@ -74,7 +74,7 @@ def test_bulk_replay_ids_parse_and_bad_ones_name_the_form():
 
 def test_every_pinned_case_replays_from_its_id_and_builds_its_dtypes():
     from contracts.cases import build_case, iter_plan
-    from contracts.cases.plan import CALL_CONTEXTS
+    from contracts.cases.pins import CALL_CONTEXTS
 
     names = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     pinned = [s for s in iter_plan(["random_bf16", "random_fp32", "strided"], 10, 0, 64, 4, max_batch=9) if s.tags]

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 import oracle
 from contracts.cases.captured import CAPTURED_SIZES, CapturedError, captured_rows, iter_captured_plan, open_logits, plan_position
-from contracts.cases.plan import CALL_CONTEXTS
+from contracts.cases.pins import CALL_CONTEXTS
 from contracts.commands import main as contracts_main
 from contracts.run.checks import run_checks
 from contracts.run.options import OptionError
@@ -94,9 +94,11 @@ def checked(tmp_path_factory, captures):
 def _checked_rows(f, contract: str) -> int:
     """The file's rows once, the first layer's again in every call context at each launch class of the contract, and
     its first rows with each call option pair the model's own leave out (issue 55: those were never exercised)."""
+    from contracts.cases.batch_sizes import launch_class_sizes
     from contracts.cases.exercised import option_pairs
-    from contracts.cases.plan import launch_class_sizes, launch_points
-    from contracts.cases.plan import default_max_batch, switch_points
+    from contracts.cases.launch_points import launch_points
+    from contracts.cases.launch_points import switch_points
+    from contracts.cases.max_batch import default_max_batch
 
     c = oracle.get_contract(contract)
     sizes = launch_class_sizes(default_max_batch("cpu", switch_points()), launch_points(f.experts, f.topk or c.topk, c.name))

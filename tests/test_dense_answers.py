@@ -19,7 +19,7 @@ import torch
 import oracle
 from contracts.candidates.calling import Answer, CaseRunner, Malformed
 from contracts.cases.build import build_case
-from contracts.cases.plan import CaseSpec, admitted_fields
+from contracts.cases.spec import CaseSpec, admitted_fields
 from contracts.compare import compare_case, expected_for
 from contracts.compare import attribution as A
 from contracts.compare.dense import FAULT_FEWER, FAULT_MORE, FAULT_OUTSIDE, DenseAnswer, read_answer

@@ -21,7 +21,8 @@ import torch
 
 from contracts import check
 from contracts.cases import iter_plan, shard
-from contracts.cases.plan import default_max_batch, switch_points
+from contracts.cases.launch_points import switch_points
+from contracts.cases.max_batch import default_max_batch
 from contracts.reports.schema import CheckResult, ErrorRecord, FamilyCounts, Status, Summary
 from contracts.run.distributed import LOST_AFTER_S, World, WorldError
 from contracts.run.rank_merge import Part, combine_checks

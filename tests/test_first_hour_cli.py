@@ -253,7 +253,7 @@ def test_the_trace_diff_plots_title_fits_its_figure(monkeypatch):
 
 def test_a_rows_nan_count_counts_its_nan_logits():
     from contracts.cases.build import Case
-    from contracts.cases.plan import CaseSpec
+    from contracts.cases.spec import CaseSpec
     from contracts.compare.expected import expected_for
     from contracts.compare.verdicts import compare_case
 
@@ -297,8 +297,8 @@ def routes_ties_in_aiter_lane_order(scores, bias, topk, renormalize, rsf):
 
 
 def test_a_cpu_router_is_not_offered_a_gpu_lane_order():
-    from contracts.cases.plan import iter_plan
     from contracts.candidates.registry import get_candidate
+    from contracts.cases.plan import iter_plan
     from contracts.run.candidate_check import check_candidate
 
     c = oracle.get_contract("serial")

@@ -7,7 +7,7 @@ import torch
 
 from contracts.candidates.fenced_call import CallInputs
 from contracts.cases.build import build_case
-from contracts.cases.plan import CaseSpec
+from contracts.cases.spec import CaseSpec
 
 
 @pytest.mark.parametrize("family,rows", [("random_bf16", 3), ("random_fp32", 5), ("strided", 7)])  # odd sizes: a tail of bytes

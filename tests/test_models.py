@@ -113,7 +113,7 @@ def test_the_older_contracts_admit_the_options_their_router_code_reads(family):
 def test_the_plan_draws_only_admitted_options():
     from contracts.cases import iter_plan
     from contracts.cases.build import build_case
-    from contracts.cases.plan import admitted_fields
+    from contracts.cases.spec import admitted_fields
 
     for name in ("llama4", "jamba", "hunyuan-moe", "qwen3-next", "deepseek-v2"):
         c = oracle.get_contract(name)

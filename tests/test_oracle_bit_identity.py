@@ -29,7 +29,7 @@ import frozen_oracle
 import oracle
 from contracts.cases import CaseSpec, build_case
 from contracts.cases.families import families_for
-from contracts.cases.plan import admitted_fields
+from contracts.cases.spec import admitted_fields
 from oracle import _route, _scores
 
 

@@ -20,7 +20,9 @@ import oracle
 from contracts.cases.build import build_case
 from contracts.cases.exercised import regimes
 from contracts.cases.families import families_for
-from contracts.cases.plan import default_max_batch, iter_plan, switch_points
+from contracts.cases.launch_points import switch_points
+from contracts.cases.max_batch import default_max_batch
+from contracts.cases.plan import iter_plan
 from contracts.compare import compare_case, expected_for
 
 

@@ -12,8 +12,12 @@ import json
 import pytest
 
 import oracle
+from contracts.cases.batch_sizes import launch_class_sizes
 from contracts.cases.families import families_for
-from contracts.cases.plan import CPU_MAX_BATCH, QUICK_ROWS, _seed, iter_plan, launch_class_sizes, launch_points
+from contracts.cases.launch_points import launch_points
+from contracts.cases.max_batch import CPU_MAX_BATCH
+from contracts.cases.plan import _seed, iter_plan
+from contracts.cases.quick_look import QUICK_ROWS
 from contracts.commands import main as contracts_main
 from tests.test_plan_reaches_every_field import unreached
 

@@ -60,7 +60,7 @@ def test_the_model_contracts_switch_points_equal_the_c_entrys():
 
 
 def test_the_case_plans_pin_both_sides_of_every_switch_point():
-    from contracts.cases.plan import switch_points
+    from contracts.cases.launch_points import switch_points
 
     for first_warp in radix4.MODEL_BATCH_SWITCH_POINTS.values():
         assert first_warp in switch_points()
@@ -68,7 +68,7 @@ def test_the_case_plans_pin_both_sides_of_every_switch_point():
 
 def test_each_contracts_published_points_are_where_its_launch_shape_changes():
     # The case plan pins every dtype pair and layout at the first batch of each launch class switch_points_for names
-    # (contracts.cases.plan.launch_points): a point missing there is a launch shape no pinned pair or layout meets.
+    # (contracts.cases.launch_points.launch_points): a point missing there is a launch shape no pinned pair or layout meets.
     entries = {contract: ("serial" if contract == "serial" else rule.entry)
                for contract, rule in [*radix4.MODEL_RULES.items(), ("serial", None)]}  # fmt: skip
     for contract, entry in entries.items():

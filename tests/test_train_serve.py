@@ -24,7 +24,7 @@ import torch
 import oracle
 from contracts.candidates import Candidate, all_candidates, register
 from contracts.cases import build_case
-from contracts.cases.plan import CaseSpec
+from contracts.cases.spec import CaseSpec
 from contracts.compare import expected_for
 from contracts.compare.departures import explain_rows
 from contracts.reports.matrix import render_matrix_table

@@ -40,8 +40,9 @@ from typing import Callable
 import torch
 
 from ..cases import CaseSpec, build_case
+from ..cases.launch_points import candidate_points
 from ..cases.memory import reuse_freed_memory
-from ..cases.plan import bulk_rows_for, call_size, candidate_points
+from ..cases.plan import bulk_rows_for, call_size
 from ..compare.dense import DenseAnswer, is_dense
 from .calling import Answer, CallOutcome, CaseRunner, Fatal, Malformed, Raised, answered
 from .fenced_call import first_line, raised_message

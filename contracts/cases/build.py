@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from .families import FAMILIES
-from .plan import SCALING_FACTORS, CaseSpec  # the factors a case draws (the plan pins each per launch class too)
+from .pins import SCALING_FACTORS  # the factors a case draws (the plan pins each per launch class too)
+from .spec import CaseSpec
 
 __all__ = ["GAP", "SCALING_FACTORS", "Case", "build_case", "column_strided", "draw_expert_scale", "logits_dtype_name",
            "strided_bias", "transposed"]

@@ -51,7 +51,8 @@ from typing import Iterator
 
 import torch
 
-from .plan import CALL_CONTEXTS, CaseSpec
+from .pins import CALL_CONTEXTS
+from .spec import CaseSpec
 
 __all__ = ["CAPTURED_SIZES", "CapturedError", "LogitsFile", "build_captured", "family_name", "file_row", "iter_captured_plan",
            "captured_rows", "open_logits", "parse_captured_replay", "plan_position", "sha256_of"]  # fmt: skip

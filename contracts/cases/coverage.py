@@ -7,7 +7,9 @@ from typing import Iterable
 
 from .build import logits_dtype_name
 from .families import FAMILIES
-from .plan import ALIGNED_OFFSET, CaseSpec, call_sizes
+from .pins import ALIGNED_OFFSET
+from .plan import call_sizes
+from .spec import CaseSpec
 
 __all__ = ["coverage_of"]
 

@@ -223,7 +223,7 @@ def option_pairs(c) -> tuple[tuple[bool, float], ...]:
     once each (``contracts.cases.captured.iter_captured_plan``): every renormalize value it admits, and where it admits
     any factor but its own is 1.0, a factor that is not (2.5). A captured file's rows are the model's, its call
     options need not be: a router wrong only at the other option would pass the file's walk."""
-    from .plan import SCALING_FACTORS
+    from .pins import SCALING_FACTORS
 
     factors = [c.routed_scaling_factor]
     if c.admitted_scaling_factors is None and c.routed_scaling_factor == 1.0:

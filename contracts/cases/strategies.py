@@ -44,7 +44,7 @@ from hypothesis import strategies as st
 import oracle
 
 from .build import GAP, column_strided, draw_expert_scale, strided_bias, transposed
-from .plan import CALL_CONTEXTS
+from .pins import CALL_CONTEXTS
 
 __all__ = [
     "BIAS_PALETTE",

@@ -44,7 +44,7 @@ from ._common import (
 __all__ = ["add_arguments", "build_parser", "main", "run"]
 
 PROG = "python -m contracts.check"
-from ..cases.plan import QUICK_ROWS  # noqa: E402 -- light: no torch
+from ..cases.quick_look import QUICK_ROWS  # noqa: E402 -- light: no torch
 from ..run.options import DEFAULT_ROWS, DEFAULT_TIMEOUT_S, MAX_REPLAY_ROWS  # noqa: E402 -- light: no torch
 
 
@@ -313,7 +313,7 @@ def _replay_one_row(args: argparse.Namespace, names: list[str]) -> int:
 def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     """``check --plan``: what the run would cover, per contract, without running a candidate
     (``contracts.run.planning.describe_plan``)."""
-    from ..cases.plan import MAX_BATCH_ENV
+    from ..cases.max_batch import MAX_BATCH_ENV
     from ..run.options import OptionError
     from ..run.planning import describe_plan
 

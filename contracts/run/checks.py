@@ -20,7 +20,8 @@ from ..candidates import Candidate, CandidateLoadError, all_candidates, get_cand
 from ..candidates.registry import device_for
 from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_message
 from ..cases.coverage import coverage_of
-from ..cases.plan import bulk_rows_for, candidate_points, plan_bulk_rows
+from ..cases.launch_points import candidate_points
+from ..cases.plan import bulk_rows_for, plan_bulk_rows
 from ..reports.bundle import prepare_out, write_check_bundle, write_index, write_plain_bundle
 from ..reports.environment import environment
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary

@@ -52,13 +52,14 @@ from ..candidates.calling import Fatal, Malformed, Raised
 from ..candidates.worker import Interrupted, Worker, WorkerFailure
 from ..cases import CaseSpec
 from ..cases.memory import reuse_freed_memory
-from ..cases.plan import QUICK_ROWS, plan_bulk_rows
+from ..cases.plan import plan_bulk_rows
+from ..cases.quick_look import QUICK_ROWS
 from ..reports.bundle import prepare_out, write_matrix_bundle, write_matrix_json
 from ..reports.schema import AgainstSides, ErrorRecord, MatrixMember, MatrixPair, MatrixReport, PairExample, PairFamily, SplitView, Status
-from .containment import HarnessError, Handling, contained
 from .checks import Target, bundle_dirname, default_out, resolve, should_isolate
-from .planning import RunPlan, open_captured
+from .containment import HarnessError, Handling, contained
 from .options import MATRIX_DEFAULT_ROWS, CheckOptions, OptionError
+from .planning import RunPlan, open_captured
 from .progress import Progress
 from .replay import replay_command, replay_pythonpath
 
@@ -517,8 +518,8 @@ class _Loop:
 
     def _pair(self, tally: _PairTally, case, exp, answers, ok, missing, a: str, b: str, explained: dict) -> None:
         from ..compare import agrees, compare_case
-        from ..compare.departures import pair_causes
         from ..compare.dense import for_comparison
+        from ..compare.departures import pair_causes
 
         if a not in answers or b not in answers:
             tally.not_compared(case.spec.rows, missing.get(a) or missing[b])

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cases.plan import QUICK_ROWS, env_max_batch
+from ..cases.max_batch import env_max_batch
+from ..cases.quick_look import QUICK_ROWS
 
 __all__ = ["DEFAULT_ROWS", "DEFAULT_TIMEOUT_S", "MAX_REPLAY_ROWS", "CheckOptions", "OptionError", "check_quick", "parse_families", "parse_replay", "parse_shard", "parse_split"]
 
@@ -51,7 +52,8 @@ def parse_shard(text: str | None, *, option: str = "--shard") -> tuple[int, int]
 def parse_replay(text: str, experts: int, topk: int, *, option: str = "--replay"):
     """``FAMILY:SEED:ROWS`` or ``FAMILY:SEED:ROWS:bulk`` (a report's replay id) as a CaseSpec, every part checked."""
     from ..cases.families import FAMILIES, FAMILY_NAMES
-    from ..cases.plan import BIAS_PARAMETERS, GRAD_MODES, SCALING_FACTORS, UNUSUAL_SCALING_FACTORS, CaseSpec
+    from ..cases.pins import BIAS_PARAMETERS, GRAD_MODES, SCALING_FACTORS, UNUSUAL_SCALING_FACTORS
+    from ..cases.spec import CaseSpec
 
     parts = text.split(":")
     tags = parts[3:]  # what the case pins: bulk (drawn on the device), logits-fp16, bias-bf16 / -fp16 / -fp32, offset-N,
@@ -170,7 +172,7 @@ class CheckOptions:
 
     ``isolate``: None is the default, a worker process for every candidate
     (``--no-isolate`` asks for False). ``max_batch``: the largest batch of the
-    pinned batch-size sweep (None: ``contracts.cases.plan.default_max_batch``
+    pinned batch-size sweep (None: ``contracts.cases.max_batch.default_max_batch``
     of the device). ``allow_not_covered``: a ``not_covered`` check does not
     make the run fail (the status stays, the exit code does not).
     """
@@ -200,7 +202,7 @@ class CheckOptions:
     logits_bias: str | Path | None = None
     logits_sha256: str | None = None
     # a quick look (``check --quick``): QUICK_ROWS over the families and a thin sample of the pinned cases, in place of
-    # ``rows`` (contracts.cases.plan.quick_positions); its summary says so (``Summary.quick``)
+    # ``rows`` (contracts.cases.quick_look.quick_positions); its summary says so (``Summary.quick``)
     quick: bool = False
 
     def __post_init__(self):

@@ -12,9 +12,13 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..cases import FAMILIES, iter_plan, planned_rows, shard as shard_of
+from ..cases.batch_sizes import launch_class_sizes
 from ..cases.families import families_for
-from ..cases.plan import (QuickLook, admitted_fields, count_plan, default_max_batch, iter_plan_parts, launch_class_sizes, launch_points,
-                          quick_boundaries, shard_rows, switch_points)
+from ..cases.launch_points import launch_points, switch_points
+from ..cases.max_batch import default_max_batch
+from ..cases.plan import count_plan, iter_plan_parts, shard_rows
+from ..cases.quick_look import QuickLook, quick_boundaries
+from ..cases.spec import admitted_fields
 from .options import DEFAULT_ROWS, OptionError, parse_replay
 
 __all__ = ["PlanDescription", "PlannedShape", "RunPlan", "describe_plan", "open_captured", "planned_line", "quick_look"]
@@ -34,7 +38,7 @@ class RunPlan:
     replay_here: bool = True  # under torchrun only rank 0 runs a replayed case
     max_batch: int | None = None  # the pinned sweep's largest batch (None: the device's default)
     captured: object = None  # a contracts.cases.captured.LogitsFile: its rows are the cases (--logits)
-    quick: bool = False  # a quick look: QUICK_ROWS and a thin sample of the pinned cases (contracts.cases.plan.quick_positions)
+    quick: bool = False  # a quick look: QUICK_ROWS and a thin sample of the pinned cases (contracts.cases.quick_look.quick_positions)
 
     def shaped(self, c) -> "PlannedShape":
         """The cases of this plan under contract ``c``: its default shape where none was given, its families."""
@@ -235,7 +239,9 @@ def describe_plan(candidate, contract: str | None, *, device: str, rows: int, se
     import oracle
 
     from ..cases.coverage import coverage_of
-    from ..cases.plan import bulk_rows_for, candidate_points, env_max_batch, plan_bulk_rows
+    from ..cases.launch_points import candidate_points
+    from ..cases.max_batch import env_max_batch
+    from ..cases.plan import bulk_rows_for, plan_bulk_rows
 
     contract = contract or (candidate.contract if candidate is not None else "aiter")
     c = oracle.get_contract(contract)

@@ -508,7 +508,7 @@ def load_minimal(path: Path) -> dict:
 
 def _saved_context(context, path: Path) -> dict | None:
     """A minimal.pt's call context, one of ``CALL_CONTEXTS`` (None: the default); ``ValueError`` naming the file if not."""
-    from ..cases.plan import CALL_CONTEXTS
+    from ..cases.pins import CALL_CONTEXTS
 
     if not context:
         return None

@@ -63,7 +63,7 @@ import torch
 import oracle
 
 from ..cases.build import Case
-from ..cases.plan import CaseSpec
+from ..cases.spec import CaseSpec
 from ..compare import expected_for
 from ..compare.attribution import CLAUSE_ORDER, INDEX
 from ..compare.dense import DenseAnswer, read_answer

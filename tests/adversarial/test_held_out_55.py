@@ -16,7 +16,7 @@ import pytest
 
 import oracle
 from contracts.cases.build import build_case
-from contracts.cases.plan import CaseSpec, admitted_fields
+from contracts.cases.spec import CaseSpec, admitted_fields
 from contracts.commands import main as contracts_main
 from contracts.compare import compare_case, expected_for
 from tests.adversarial import data_classes as dc

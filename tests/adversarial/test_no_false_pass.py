@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from contracts.cases.families import FAMILIES
+from contracts.cases.batch_sizes import sweep_sizes
 from contracts.cases.coverage import coverage_of
-from contracts.cases.plan import CALL_CONTEXTS, GRAD_MODES, iter_plan, sweep_sizes
+from contracts.cases.families import FAMILIES
+from contracts.cases.pins import CALL_CONTEXTS, GRAD_MODES
+from contracts.cases.plan import iter_plan
 from contracts.run.checks import run_checks
 from contracts.run.options import parse_replay
 from tests.adversarial import call_contexts as call_contexts_module
@@ -88,7 +90,7 @@ def test_check_plan_prints_what_a_run_covers_without_running():
 
 @pytest.mark.slow  # three commands in subprocesses: ~9 s
 def test_the_environment_sets_the_default_sweep_and_says_so(monkeypatch):
-    from contracts.cases.plan import MAX_BATCH_ENV
+    from contracts.cases.max_batch import MAX_BATCH_ENV
 
     monkeypatch.setenv(MAX_BATCH_ENV, "513")
     code, out = _cli("check", "--candidate", f"{ADV}:calls_os_exit", "--plan", "--rows", "100")
@@ -166,7 +168,8 @@ def test_a_router_wrong_on_one_tail_of_a_row_tile_fails(router, tmp_path):
 
 
 def test_every_remainder_of_a_16_row_tile_runs_in_every_launch_class():
-    from contracts.cases.plan import ROW_TILE, launch_points
+    from contracts.cases.batch_sizes import ROW_TILE
+    from contracts.cases.launch_points import launch_points
 
     points = launch_points(896, 16, "aiter")
     sizes = {s.rows for s in iter_plan(["batch_sizes"], 1, 0, 896, 16, max_batch=16_385, contract="aiter")}
@@ -190,7 +193,9 @@ def test_a_router_wrong_only_with_a_zero_bias_fails(family, tmp_path):
 
 @pytest.mark.parametrize("rows", [1, 2_000, 250_000])
 def test_every_familys_rows_run_in_every_launch_class_at_every_rows(rows):
-    from contracts.cases.plan import FAMILY_DATA_PINNED_ELSEWHERE, ZERO_BIAS_FAMILIES, launch_class_sizes, launch_points
+    from contracts.cases.batch_sizes import launch_class_sizes
+    from contracts.cases.launch_points import launch_points
+    from contracts.cases.pins import FAMILY_DATA_PINNED_ELSEWHERE, ZERO_BIAS_FAMILIES
 
     classes = set(launch_class_sizes(4096, launch_points(896, 16, "aiter")))
     assert {1, 2, 7, 64, 1585} <= classes, classes
@@ -290,7 +295,8 @@ def test_the_pinned_call_options_are_only_those_the_contract_admits():
         factors = admitted["routed_scaling_factor"] or (1.0, 2.5, 2.827, 0.375, 16.0)
         wanted = {(r, f) for r in admitted["renormalize"] for f in factors}
         assert pairs == (wanted if len(wanted) > 1 else set()), (name, pairs)
-        from contracts.cases.plan import launch_class_sizes, launch_points
+        from contracts.cases.batch_sizes import launch_class_sizes
+        from contracts.cases.launch_points import launch_points
 
         classes = set(launch_class_sizes(64, launch_points(c.experts, c.topk, name)))  # aiter at 896/16: 1, 2, 7, 64
         assert {s.rows for s in specs} == (classes if pairs else set()) and all(

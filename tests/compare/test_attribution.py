@@ -18,7 +18,7 @@ import torch
 
 import oracle
 from contracts.cases.build import Case
-from contracts.cases.plan import CaseSpec
+from contracts.cases.spec import CaseSpec
 from contracts.compare import compare_case, expected_for
 
 
@@ -567,7 +567,7 @@ def test_the_shared_slot_is_compared(edit, clause, reason):
 def _jamba_row_460():
     """hf-jamba's row 460 of random_bf16:845177620:1024: its bf16 top-2 weights sum to exactly 1/2."""
     from contracts.cases import build_case
-    from contracts.cases.plan import admitted_fields
+    from contracts.cases.spec import admitted_fields
 
     c = oracle.get_contract("jamba")
     whole = build_case(CaseSpec("random_bf16", 845177620, 1024, c.experts, c.topk, bias=False, **admitted_fields(c.admitted_options())))

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 import oracle
 from contracts.cases.build import build_case
 from contracts.cases.families import families_for
-from contracts.cases.plan import CaseSpec, admitted_fields
+from contracts.cases.spec import CaseSpec, admitted_fields
 from contracts.compare import compare_case, expected_for
 from tests.compare.strict_torch import strict_broadcasting
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import oracle
 from contracts.cases.build import build_case
-from contracts.cases.plan import CaseSpec, plan
+from contracts.cases.plan import plan
+from contracts.cases.spec import CaseSpec
 from contracts.compare import compare_case, expected_for
 from contracts.reports.cells import SAMPLE_CELLS_PER_FAMILY
 from contracts.reports.schema import to_json

@@ -176,7 +176,7 @@ def test_declared_validity_never_turns_a_whole_case_into_expected():
 
     import oracle
     from contracts.cases.build import Case
-    from contracts.cases.plan import CaseSpec
+    from contracts.cases.spec import CaseSpec
     from contracts.compare import compare_case, expected_for
 
     x = torch.randn(4, 64)

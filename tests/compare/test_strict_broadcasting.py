@@ -15,7 +15,7 @@ import torch
 
 import oracle
 from contracts.cases.build import build_case
-from contracts.cases.plan import CaseSpec, admitted_fields
+from contracts.cases.spec import CaseSpec, admitted_fields
 from contracts.compare import compare_case, expected_for
 from tests.compare.strict_torch import StrictBroadcastError, strict_broadcasting
 

@@ -16,7 +16,7 @@ import torch
 
 import oracle
 from contracts.cases.build import Case
-from contracts.cases.plan import CaseSpec
+from contracts.cases.spec import CaseSpec
 from contracts.compare import compare_case, expected_for
 
 ZERO_MASK = ("deepseek-v2", "deepseek-v3-reference", "mistral4")
