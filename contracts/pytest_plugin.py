@@ -138,7 +138,8 @@ class ConformanceSession:
     def families(self, contract) -> list[str]:
         """The families the tests run: the contract's, or with --logits the captured file's layers."""
         if self.logits:
-            from .cases.captured import CapturedError, open_logits
+            from .cases.captured import CapturedError
+            from .cases.logits_file import open_logits
 
             try:
                 f = open_logits(self.logits, self.logits_bias)

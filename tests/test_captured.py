@@ -17,7 +17,8 @@ import torch
 from safetensors.torch import save_file
 
 import oracle
-from contracts.cases.captured import CAPTURED_SIZES, CapturedError, captured_rows, iter_captured_plan, open_logits, plan_position
+from contracts.cases.captured import CAPTURED_SIZES, CapturedError, captured_rows, iter_captured_plan, plan_position
+from contracts.cases.logits_file import open_logits
 from contracts.cases.pins import CALL_CONTEXTS
 from contracts.commands import main as contracts_main
 from contracts.run.checks import run_checks

@@ -7,7 +7,7 @@
 - ``pins``: the pinned cases every family runs on top of its budget, at the batch sizes of
   ``batch_sizes``, in the launch classes of ``launch_points``; ``max_batch``: where the case of
   ``--max-batch`` rows goes; ``quick_look``: the thin sample of ``--quick``;
-- ``captured``: a captured logits file's rows as cases;
+- ``captured``: a captured logits file's rows as cases (``logits_file``, ``logits_formats``: reading it);
 - ``build``: a spec's tensors, identical on every machine;
 - ``strategies``: Hypothesis strategies for the search.
 

@@ -287,7 +287,7 @@ def unexercised_clauses(fields: list[str]) -> dict[str, list[str]]:
 
 def _bias_varies(logits: str, bias: str | None, layer: int) -> bool:
     """Whether the captured layer's correction bias holds two different values (a constant one ranks as none)."""
-    from .captured import open_logits
+    from .logits_file import open_logits
 
     try:
         b = open_logits(logits, bias).bias(layer)

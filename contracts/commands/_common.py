@@ -219,7 +219,7 @@ def fraction(option: str):
     return parse
 
 
-SHA256_MIN_CHARS = 16  # a replay line's digest prefix (contracts.cases.captured.DIGEST_CHARS)
+SHA256_MIN_CHARS = 16  # a replay line's digest prefix (contracts.cases.logits_file.DIGEST_CHARS)
 
 
 def sha256_prefix(text: str) -> str:

@@ -164,7 +164,7 @@ class DeclaredDeviation:
 
 # The error kind of a check the harness's own code ended (``contracts.run.containment``): not the candidate's doing.
 HARNESS_ERROR = "harness_error"
-# The error kind of a check whose captured input file changed under it (``contracts.cases.captured.InputChanged``):
+# The error kind of a check whose captured input file changed under it (``contracts.cases.logits_file.InputChanged``):
 # neither the candidate's doing nor the harness's; the check is ERROR, its rows never blamed.
 INPUT_CHANGED = "input_changed"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ..candidates.worker import Interrupted
-from ..cases.captured import InputChanged
+from ..cases.logits_file import InputChanged
 from ..reports.schema import HARNESS_ERROR, INPUT_CHANGED, CheckResult, ErrorRecord, Status, Summary
 from .options import OptionError
 

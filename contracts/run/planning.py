@@ -37,7 +37,7 @@ class RunPlan:
     replay: str | None
     replay_here: bool = True  # under torchrun only rank 0 runs a replayed case
     max_batch: int | None = None  # the pinned sweep's largest batch (None: the device's default)
-    captured: object = None  # a contracts.cases.captured.LogitsFile: its rows are the cases (--logits)
+    captured: object = None  # a contracts.cases.logits_file.LogitsFile: its rows are the cases (--logits)
     quick: bool = False  # a quick look: QUICK_ROWS and a thin sample of the pinned cases (contracts.cases.quick_look.quick_positions)
 
     def shaped(self, c) -> "PlannedShape":
@@ -160,7 +160,8 @@ def open_captured(logits, bias, sha256: str | None, families):
         if bias is not None or sha256:
             raise OptionError(f"{'--bias' if bias is not None else '--logits-sha256'} needs --logits FILE (the captured logits it belongs to)")
         return None
-    from ..cases.captured import CapturedError, check_digest, open_logits
+    from ..cases.captured import CapturedError, check_digest
+    from ..cases.logits_file import open_logits
 
     if families:
         raise OptionError("--families does not apply to --logits (its layers are the families); drop --families")

@@ -145,7 +145,8 @@ def test_a_float64_bias_in_a_trace_is_taken_as_fp32(tmp_path, capsys):
 
 
 def test_a_safetensors_range_shorter_than_its_shape_is_refused_not_read_past(tmp_path, capsys):
-    from contracts.cases.captured import CapturedError, open_logits
+    from contracts.cases.captured import CapturedError
+    from contracts.cases.logits_file import open_logits
 
     path = dc.short_range_safetensors(tmp_path / "short.safetensors")
     with pytest.raises(CapturedError, match="safetensors"):
