@@ -35,7 +35,7 @@ import torch  # noqa: E402
 
 import oracle  # noqa: E402
 from contracts.commands._common import row_count  # noqa: E402
-from contracts.reports.schema import to_json  # noqa: E402
+from contracts.reports.json_records import to_json  # noqa: E402
 from contracts.run.checks import run_checks  # noqa: E402
 
 

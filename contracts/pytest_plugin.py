@@ -55,7 +55,7 @@ from pathlib import Path
 
 import pytest
 
-from .reports.schema import to_json
+from .reports.json_records import to_json
 
 __all__ = ["ConformanceSession", "DEFAULT_ROWS"]
 

@@ -302,7 +302,8 @@ def test_a_replay_line_rebuilt_from_the_summary_alone_names_the_file(tmp_path):
     save_file({"logits": _logits(2, 60, 16)}, str(tmp_path / "x.safetensors"))
     s = _check(tmp_path, "captured_routers:softmax_topk_unnormalized", "qwen3-moe", tmp_path / "x.safetensors", topk=4)
     record = json.loads((tmp_path / "bundle" / "summary.json").read_text())
-    from contracts.reports.schema import Summary, from_json
+    from contracts.reports.json_records import from_json
+    from contracts.reports.schema import Summary
 
     line = _fallback_replay(from_json(Summary, record, "summary"), "captured.L1:16:17", 3)
     assert f"--logits {tmp_path / 'x.safetensors'} --logits-sha256 {s.options['logits']['sha256'][:16]}" in line

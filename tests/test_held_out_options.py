@@ -94,8 +94,9 @@ def test_the_extreme_accepted_value_of_every_numeric_check_option_reads_back_fro
     reader refused it ("field seed ... out of range")."""
     from contracts.commands._common import INT64_MAX, INT64_MIN, MAX_EXPERTS
     from contracts.commands.check import build_parser
+    from contracts.reports.json_records import from_json, to_json
     from contracts.reports.schema import INT64_MAX as RECORD_MAX
-    from contracts.reports.schema import Summary, Status, from_json, to_json
+    from contracts.reports.schema import Status, Summary
     from contracts.run.options import CheckOptions
 
     assert INT64_MAX == RECORD_MAX

@@ -18,8 +18,9 @@ from contracts.candidates import get_candidate
 from contracts.cases import iter_plan
 from contracts.cases.plan import pinned_rows
 from contracts.reports.bundle import write_check_bundle
+from contracts.reports.json_records import to_json
 from contracts.reports.junit import entries_for_bundle, first_mismatch, write_junit
-from contracts.reports.schema import CheckResult, Determinism, FamilyCounts, RowDetail, Status, Summary, to_json
+from contracts.reports.schema import CheckResult, Determinism, FamilyCounts, RowDetail, Status, Summary
 from contracts.run.candidate_check import check_candidate
 from tests.aiter_model_families import PASSING_AITER_MODEL_FAMILIES
 

@@ -16,8 +16,9 @@ import pytest
 from contracts.candidates import Candidate
 from contracts.cases import iter_plan
 from contracts.check import main
+from contracts.reports.json_records import from_json
 from contracts.reports.junit import _fallback_replay
-from contracts.reports.schema import Summary, from_json
+from contracts.reports.schema import Summary
 from contracts.run.candidate_check import check_candidate
 from contracts.run.replay import candidate_lookup, module_root
 

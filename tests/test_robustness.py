@@ -14,14 +14,14 @@ import pytest
 
 import oracle
 from contracts import cases as families
-from contracts.check import main
 from contracts.candidates import Candidate, get_candidate
 from contracts.candidates.worker import Worker
 from contracts.cases import iter_plan, planned_rows
+from contracts.check import main
+from contracts.reports.json_records import to_json
 from contracts.run.candidate_check import check_candidate
 from contracts.run.checks import bundle_dirname
 from contracts.run.tally import DETAILS_PER_CLAUSE
-from contracts.reports.schema import to_json
 
 REPO = Path(__file__).resolve().parent.parent
 

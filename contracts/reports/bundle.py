@@ -35,20 +35,9 @@ from pathlib import Path
 from typing import Callable
 
 from ._atomic import write_json, write_text
-from .schema import (
-    INT64_MAX,
-    CELL_COLUMNS,
-    SCHEMA_VERSION,
-    CheckResult,
-    MatrixReport,
-    NightlyEnvelope,
-    RecordError,
-    RowDetail,
-    Status,
-    Summary,
-    from_json,
-    to_json,
-)
+from .json_records import from_json, to_json
+from .matrix_schema import MatrixReport
+from .schema import CELL_COLUMNS, CheckResult, INT64_MAX, NightlyEnvelope, RecordError, RowDetail, SCHEMA_VERSION, Status, Summary
 
 __all__ = [
     "BundleError",

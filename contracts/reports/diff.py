@@ -135,7 +135,7 @@ def _key_difference(old: Summary, new: Summary) -> str:
 class Bundle:
     source: str
     # label -> its summary.json as a record: an older bundle's reads with the defaults of the fields it lacks
-    # (schema.from_json), so every field is there to read, with its type
+    # (json_records.from_json), so every field is there to read, with its type
     checks: dict[str, Summary] = field(default_factory=dict)
     probes: dict[str, object] = field(default_factory=dict)  # relative path -> probe.json content
     benches: dict[str, object] = field(default_factory=dict)  # relative path -> bench.json content

@@ -38,7 +38,8 @@ import pandas as pd
 
 from ._atomic import write_atomic
 from .bundle import BundleError, find_checks, open_check, read_cells, read_details, read_nightly, refuse_mixed
-from .schema import FamilyCounts, RecordError, RowDetail, Status, Summary, from_json
+from .json_records import from_json
+from .schema import FamilyCounts, RecordError, RowDetail, Status, Summary
 from .text import clean
 
 __all__ = ["CheckEntry", "build_junit", "entries_for_bundle", "first_mismatch", "write_junit"]

@@ -18,7 +18,8 @@ import io
 import math
 from pathlib import Path
 
-from .schema import MatrixPair, MatrixReport, Status
+from .matrix_schema import MatrixPair, MatrixReport
+from .schema import Status
 from .text import clean
 
 __all__ = ["CAUSES_SHOWN", "HEATMAP", "PAGE", "TABLE", "cause_rows", "cell_text", "grid", "render_heatmap_png", "render_matrix_html",

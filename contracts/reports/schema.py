@@ -7,8 +7,9 @@ cells, ``nightly.json``): tools downstream read them.
 
 ``schema_version`` 1 is the layout before typed records; version 2 adds
 fields (every one optional, so a version-1 file reads as version 2 with
-defaults). ``from_json`` refuses a file whose fields have the wrong types,
-naming the file and the field.
+defaults). ``from_json`` (``contracts.reports.json_records``) refuses a file
+whose fields have the wrong types, naming the file and the field. The records
+of ``matrix.json`` are ``contracts.reports.matrix_schema``'s.
 
 Status rules live here once (``decide_status``, ``worst_status``): the
 check, the merge of shards and the distributed gather all use them.
@@ -16,13 +17,9 @@ check, the merge of shards and the distributed gather all use them.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import math
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 __all__ = [
     "CELL_COLUMNS",
@@ -37,22 +34,15 @@ __all__ = [
     "FamilyCounts",
     "HARNESS_ERROR",
     "INPUT_CHANGED",
-    "MatrixMember",
-    "MatrixPair",
-    "MatrixReport",
     "NightlyEnvelope",
     "OptionCounts",
-    "PairExample",
-    "PairFamily",
+    "PairDeparture",
     "RecordError",
     "ReplayTarget",
     "RowDetail",
     "Status",
-    "SplitView",
     "Summary",
     "decide_status",
-    "from_json",
-    "to_json",
     "top_reason",
     "worst_status",
 ]
@@ -417,38 +407,10 @@ class NightlyEnvelope:
     interrupted: str | None = None  # v2: the signal that stopped the nightly
 
 
-# ---------------------------------------------------------------- the agreement matrix (matrix.json)
+# ---------------------------------------------------------------- why a pair of candidates routes differently
 
-
-@dataclass
-class PairFamily:
-    """One pair's counts in one family."""
-
-    rows_compared: int = 0
-    rows_differing: int = 0
-    near_tie_rows: int = 0
-    causes: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class PairExample:
-    """One row on which the two sides of a pair differ, side by side, with the command that replays it."""
-
-    family: str
-    case: str  # the case's replay id, FAMILY:SEED:ROWS
-    row: int
-    cause: str  # the primary clause, or near_tie: how ``departs`` differs from the other side
-    reason: str
-    departs: str  # the side the cause describes: on this case the oracle agreed with the other side at least as often
-    a_ids: list[int]
-    b_ids: list[int]
-    a_weights: list[float]
-    b_weights: list[float]
-    oracle_ids: list[int] | None = None
-    oracle_weights: list[float] | None = None
-    renormalize: bool | None = None
-    routed_scaling_factor: float | None = None
-    replay: str = ""
+# Here, not with the matrix's records (contracts.reports.matrix_schema): contracts.compare.departures builds these
+# while it explains a case's rows, and the comparison reads no matrix record.
 
 
 @dataclass
@@ -471,273 +433,3 @@ class PairDeparture:
         if self.departs == "both":
             return f"{self.a} | {self.b}"
         return self.b if self.departs == "b" else self.a
-
-
-@dataclass
-class MatrixPair:
-    """Two candidates (or a candidate and the oracle, ``b == "oracle"``) on the same rows.
-
-    ``rows_differing``: rows whose ids differ (exactly, in the contract's
-    order) or whose weights differ beyond the contract's tolerance, near
-    ties included (``near_tie_rows`` of them): the rows the two route
-    differently. ``causes``: those rows by primary clause (``near_tie`` for
-    near ties). The clause names how one side departs from the other, taken
-    as the reference: per case, the side the oracle agrees with more often
-    is the reference (each example says which side departs). Against the
-    oracle, ``declared_rows`` of them differ only in clauses ``a`` declares.
-    """
-
-    a: str
-    b: str
-    rows_compared: int = 0
-    rows_differing: int = 0
-    near_tie_rows: int = 0
-    declared_rows: int = 0
-    causes: dict[str, int] = field(default_factory=dict)
-    clauses_broken: dict[str, int] = field(default_factory=dict)  # a row counted under every clause it breaks
-    families: dict[str, PairFamily] = field(default_factory=dict)
-    rows_not_compared: int = 0
-    not_compared: dict[str, int] = field(default_factory=dict)  # why -> rows
-    oracle_agrees: AgainstSides | None = None  # two candidates: differing rows by the side the oracle takes
-    examples: list[PairExample] = field(default_factory=list)
-    # the rows_differing again, by why each side routes them as it does (they add up to rows_differing), most first
-    departures: list[PairDeparture] = field(default_factory=list)
-    unexplained_rows: int = 0  # of them, rows where a side departs from the contract with no known cause
-
-    @property
-    def label(self) -> str:
-        return f"{self.a} vs {self.b}"
-
-    @property
-    def undeclared_rows(self) -> int:
-        return self.rows_differing - self.declared_rows
-
-
-@dataclass
-class MatrixMember:
-    """One candidate of a matrix: whether it ran, and what it answered."""
-
-    name: str
-    status: Status  # against the oracle, as a check would say (declared deviations allowed)
-    contract: str = ""  # the contract it claims
-    device: str = ""
-    description: str = ""
-    reason: str | None = None  # why it did not run (unavailable)
-    error: ErrorRecord | None = None  # what ended its run
-    isolated: bool = False
-    declared: dict[str, str] = field(default_factory=dict)  # its declared deviations under the matrix's contract
-    rows_answered: int = 0
-    rows_skipped: int = 0  # cases it does not cover
-    rows_raised: int = 0  # cases on which it raised
-    rows_invalid: int = 0  # answers that are not (weights, ids) of the right shape, or inputs modified
-    duration_s: float = 0.0  # its calls, seconds
-
-    def validate(self, source: str = "matrix member") -> "MatrixMember":
-        need = {Status.UNAVAILABLE: "reason", Status.ERROR: "error"}.get(self.status)
-        if need and getattr(self, need) in (None, ""):
-            raise RecordError(f"{source} {self.name!r}: status {self.status.value!r} needs field {need!r}")
-        return self
-
-
-@dataclass
-class SplitView:
-    """The prefill/decode view: the same rows routed by ``below`` in batches of fewer than ``split`` rows
-    and by ``above`` in batches of at least ``split`` rows; ``pair`` counts the rows whose routing changes."""
-
-    below: str
-    above: str
-    split: int
-    pair: MatrixPair  # a = below@M<split, b = above@M>=split
-    members: list[MatrixMember] = field(default_factory=list)  # the two sides, as they ran
-
-
-@dataclass
-class MatrixReport:
-    """``matrix.json``: several candidates on the same cases, every pair compared, and each against the oracle."""
-
-    contract: str
-    device: str
-    kind: str = "router-contracts-matrix"
-    schema_version: int = 1
-    candidates: list[MatrixMember] = field(default_factory=list)  # in --candidate order
-    pairs: list[MatrixPair] = field(default_factory=list)  # every two candidates, a before b in that order
-    oracle: list[MatrixPair] = field(default_factory=list)  # each candidate against the oracle (b == "oracle")
-    split: SplitView | None = None
-    rows: int = 0  # planned
-    rows_run: int = 0  # rows of the cases that ran
-    seed: int = 0
-    families: list[str] = field(default_factory=list)
-    experts: int = 896
-    topk: int = 16
-    weight_rtol: float = 0.0
-    weight_atol: float = 0.0
-    command: str = ""
-    interrupted: str | None = None
-    environment: dict | None = None
-    duration_s: float | None = None
-    files: dict[str, str] = field(default_factory=dict)  # the bundle's other files: role -> name
-    quick: bool = False  # a quick look (matrix --quick): the thin plan of check --quick; its statuses read "PASS (quick)"
-
-    def validate(self, source: str = "matrix.json") -> "MatrixReport":
-        if self.kind != "router-contracts-matrix":
-            raise RecordError(f"{source}: kind {self.kind!r} is not a matrix report")
-        names = [m.name for m in self.candidates]
-        for m in self.candidates:
-            m.validate(f"{source}: candidate")
-        for p in self.oracle:
-            if p.a not in names or p.b != "oracle":
-                raise RecordError(f"{source}: oracle pair {p.label!r} must be a candidate vs 'oracle'")
-        for p in self.pairs:
-            for side in (p.a, p.b):
-                if side not in names:
-                    raise RecordError(f"{source}: pair {p.label!r} names {side!r}, which is not one of its candidates")
-        if self.split is not None:
-            for m in self.split.members:
-                m.validate(f"{source}: split side")
-            if {self.split.pair.a, self.split.pair.b} != {m.name for m in self.split.members}:
-                raise RecordError(f"{source}: the split pair {self.split.pair.label!r} does not name its two sides")
-        for p in (*self.pairs, *self.oracle, *((self.split.pair,) if self.split else ())):
-            if not 0 <= p.rows_differing <= p.rows_compared:
-                raise RecordError(f"{source}: pair {p.label!r}: rows_differing={p.rows_differing} does not fit rows_compared={p.rows_compared}")
-        return self
-
-    def member(self, name: str) -> MatrixMember:
-        return next(m for m in self.candidates if m.name == name)
-
-    def pair(self, a: str, b: str) -> MatrixPair | None:
-        """The pair of candidates ``a`` and ``b``, in either order."""
-        return next((p for p in self.pairs if {p.a, p.b} == {a, b}), None)
-
-    def against_oracle(self, name: str) -> MatrixPair | None:
-        return next((p for p in self.oracle if p.a == name), None)
-
-
-# ---------------------------------------------------------------- JSON <-> records
-
-
-def _type_name(tp) -> str:
-    return getattr(tp, "__name__", str(tp).replace("typing.", ""))
-
-
-def _convert(tp, value, where: str):
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return value
-    if origin in (Union, types.UnionType):
-        options = typing.get_args(tp)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _convert(option, value, where)
-            except RecordError as exc:
-                errors.append(str(exc))
-        raise RecordError(errors[0] if errors else f"{where}: unexpected null")
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise RecordError(f"field {where}: expected an object, got {type(value).__name__}")
-        return _record(tp, value, where)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        try:
-            return tp(value)
-        except ValueError:
-            allowed = ", ".join(repr(m.value) for m in tp)
-            raise RecordError(f"field {where}: {value!r} is not one of {allowed}") from None
-    if origin is list or tp is list:
-        if not isinstance(value, list):
-            raise RecordError(f"field {where}: expected a list, got {type(value).__name__}")
-        (item,) = typing.get_args(tp) or (Any,)
-        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise RecordError(f"field {where}: expected an object, got {type(value).__name__}")
-        _, item = typing.get_args(tp) or (str, Any)
-        return {str(k): _convert(item, v, f"{where}.{k}") for k, v in value.items()}
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise RecordError(f"field {where}: expected true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise RecordError(f"field {where}: expected an integer, got {_short(value)}")
-        if not -INT64_MAX - 1 <= value <= INT64_MAX:
-            raise RecordError(f"field {where}: {_short(value)} is out of range; integers here are from {-INT64_MAX - 1:,} to {INT64_MAX:,}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise RecordError(f"field {where}: expected a number, got {_short(value)}")
-        try:
-            return float(value)
-        except OverflowError:
-            raise RecordError(f"field {where}: {_short(value)} is out of range for a number (at most about 1.8e308)") from None
-    if tp is str:
-        if not isinstance(value, str):
-            raise RecordError(f"field {where}: expected a string, got {value!r}")
-        return value
-    raise RecordError(f"field {where}: no rule for type {_type_name(tp)}")
-
-
-def _short(value) -> str:
-    """``repr(value)``, with an integer of many digits shown by its first digits and its length."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 128:
-        digits = str(abs(value)) if abs(value).bit_length() < 14000 else None
-        return f"{'-' if value < 0 else ''}{digits[:12]}... ({len(digits)} digits)" if digits else "an integer of over 4,000 digits"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-_HINTS: dict[type, dict] = {}
-
-
-def _hints(cls) -> dict:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
-def _record(cls, data: dict, where: str):
-    hints = _hints(cls)
-    values = {}
-    for f in dataclasses.fields(cls):
-        if f.name in data:
-            values[f.name] = _convert(hints[f.name], data[f.name], f"{where}.{f.name}" if where else f.name)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise RecordError(f"field {(where + '.') if where else ''}{f.name} is missing")
-    return cls(**values)
-
-
-def from_json(cls, data, source: str):
-    """``data`` (parsed JSON) as a ``cls`` record; ``RecordError`` naming ``source`` and the field."""
-    if not isinstance(data, dict):
-        raise RecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
-    version = data.get("schema_version", 1)
-    if "schema_version" in {f.name for f in dataclasses.fields(cls)} and version not in READABLE_SCHEMA_VERSIONS:
-        if not (cls is NightlyEnvelope and isinstance(version, int)):
-            raise RecordError(f"{source}: schema_version {version!r} is not one this harness reads ({READABLE_SCHEMA_VERSIONS})")
-    try:
-        record = _record(cls, data, "")
-    except RecordError as exc:
-        raise RecordError(f"{source}: {exc}") from None
-    return record.validate(source) if hasattr(record, "validate") else record
-
-
-def _plain(value):
-    if isinstance(value, enum.Enum):
-        return value.value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return value  # json writes NaN/Infinity; the readers of this project accept them
-    return value
-
-
-def to_json(record) -> dict:
-    """A record as plain JSON data (enums as their values), field order kept."""
-    return _plain(record)

@@ -64,7 +64,8 @@ from ..candidates import all_candidates, get_candidate
 from ..reports._atomic import write_json, write_text
 from ..reports.diff import status_regressed
 from ..reports.environment import environment, git_commit
-from ..reports.schema import NightlyEnvelope, to_json
+from ..reports.json_records import to_json
+from ..reports.schema import NightlyEnvelope
 from ..reports.text import clean
 from .checks import bundle_dirname, run_checks
 from .distributed import ONE_PROCESS

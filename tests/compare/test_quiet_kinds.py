@@ -8,7 +8,7 @@ from contracts.cases.plan import plan
 from contracts.cases.spec import CaseSpec
 from contracts.compare import compare_case, expected_for
 from contracts.reports.cells import SAMPLE_CELLS_PER_FAMILY
-from contracts.reports.schema import to_json
+from contracts.reports.json_records import to_json
 from contracts.run.candidate_check import check_candidate
 
 AITER = oracle.get_contract("aiter")
