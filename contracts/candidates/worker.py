@@ -39,6 +39,8 @@ from typing import Callable
 
 import torch
 
+from kernels import BUILD_NOTICE_PREFIX
+
 from ..cases import CaseSpec, build_case
 from ..cases.launch_points import candidate_points
 from ..cases.memory import reuse_freed_memory
@@ -215,6 +217,7 @@ class Worker:
         self._to: Connection | None = None
         self._from: Connection | None = None
         self._stderr = None
+        self._relayed = 0  # bytes of the worker's stderr file already looked through for build notices
         self._dead = False
         self._pending: collections.deque[CaseSpec] = collections.deque()
         self.current: CaseSpec | None = None  # the spec whose answer is awaited
@@ -224,6 +227,7 @@ class Worker:
         if self._dead:
             raise WorkerFailure("crash", "the worker is no longer running")
         self._stderr = tempfile.TemporaryFile(prefix="contracts-worker-", suffix=".stderr")
+        self._relayed = 0
         path = [os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or ".")]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
@@ -296,6 +300,24 @@ class Worker:
         self._stderr.truncate()
         self._stderr.write(b"[earlier worker stderr dropped]\n" + tail)
         self._stderr.flush()
+        self._relayed = self._stderr.tell()
+
+    def _relay_notices(self) -> None:
+        """Pass the kernel builds' notices the worker wrote since the last look on to this console (a cold build of a
+        kernel is minutes of silence otherwise). ``os.pread``: the worker shares this file's offset and appends at it,
+        so the parent reads without moving it."""
+        if self._stderr is None:
+            return
+        fd = self._stderr.fileno()
+        size = os.fstat(fd).st_size
+        if size <= self._relayed:
+            return
+        new = os.pread(fd, size - self._relayed, self._relayed)
+        whole = new[: new.rfind(b"\n") + 1]  # complete lines only; a half-written one waits for the next look
+        self._relayed += len(whole)
+        for line in whole.decode("utf-8", "replace").splitlines():
+            if line.startswith(BUILD_NOTICE_PREFIX):
+                print(line, file=sys.stderr, flush=True)
 
     def stderr_tail(self) -> str:
         if self._stderr is None:
@@ -319,6 +341,7 @@ class Worker:
         proc = self._proc
         deadline = time.monotonic() + timeout
         while True:
+            self._relay_notices()
             if self._from.poll(0):  # an answer already sent is kept, even after a stop: its case ran
                 break
             reason = self.should_stop()
@@ -338,6 +361,7 @@ class Worker:
                 )
             if self._from.poll(min(remaining, POLL_S)):
                 break
+        self._relay_notices()
         try:
             reply = pickle.loads(self._from.recv_bytes())
         except (EOFError, OSError):

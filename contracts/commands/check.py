@@ -313,13 +313,16 @@ def _replay_one_row(args: argparse.Namespace, names: list[str]) -> int:
 def _print_plan(args: argparse.Namespace, names: list[str], families) -> int:
     """``check --plan``: what the run would cover, per contract, without running a candidate
     (``contracts.run.planning.describe_plan``)."""
+    from ..candidates.registry import device_for
     from ..cases.max_batch import MAX_BATCH_ENV
     from ..run.options import OptionError
     from ..run.planning import describe_plan
 
-    device = _check_device(args.device) or "cpu"
+    # the device the check itself would take (a GPU host runs a cuda candidate there, in larger calls)
+    candidate = _plan_candidate(names[0])
+    device = device_for(candidate, _check_device(args.device))
     try:
-        p = describe_plan(_plan_candidate(names[0]), args.contract, device=device, rows=args.rows, seed=args.seed, families=families,
+        p = describe_plan(candidate, args.contract, device=device, rows=args.rows, seed=args.seed, families=families,
                           experts=args.experts, topk=args.topk, max_batch=args.max_batch, quick=args.quick)  # fmt: skip
     except OptionError as exc:
         raise UsageError(str(exc)) from None

@@ -255,7 +255,8 @@ def test_float64_logits_are_refused_in_one_line_by_check(tmp_path, capsys):
 def _shard(tmp_path, name, i, **kw):
     from contracts.run.checks import run_checks
 
-    kw = {"families": ["random_fp32"], "rows": 60, "max_batch": 64, **kw}
+    # on the CPU: the device field is one of the compared ones, and the test below sets it to cuda:0 on one shard
+    kw = {"families": ["random_fp32"], "rows": 60, "max_batch": 64, "device": "cpu", **kw}
     run_checks(["oracle"], shard=(i, 2), isolate=False, progress=False, out=tmp_path / name, force=True, **kw)
     return tmp_path / name
 
