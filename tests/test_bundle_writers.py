@@ -20,7 +20,8 @@ import pytest
 from contracts.check import main as check_main
 from contracts.commands.report import main as report_main
 from contracts.commands.diff import main as diff_main
-from contracts.reports.bundle import BundleExistsError, lock_path, prepare_out
+from contracts.reports.bundle_layout import BundleExistsError
+from contracts.reports.out_folder import lock_path, prepare_out
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = ["--families", "random_fp32", "--rows", "40", "--no-isolate", "--quiet"]
@@ -42,7 +43,7 @@ def _error_line(capsys, *needles):
 def test_a_second_writer_into_an_out_in_use_is_refused(tmp_path, capsys):
     out = tmp_path / "out"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from contracts.reports.bundle import prepare_out; "
+        [sys.executable, "-c", "import sys, time; from contracts.reports.out_folder import prepare_out; "
          "prepare_out(sys.argv[1]); print('held', flush=True); time.sleep(120)", str(out)],
         cwd=REPO, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -93,7 +94,7 @@ def test_force_removes_only_the_harness_files(tmp_path, capsys):
 
 def test_a_clean_exit_removes_the_lock_file(tmp_path):
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-c", "import sys; from contracts.reports.bundle import prepare_out; prepare_out(sys.argv[1])", str(out)],
+    done = subprocess.run([sys.executable, "-c", "import sys; from contracts.reports.out_folder import prepare_out; prepare_out(sys.argv[1])", str(out)],
                           cwd=REPO, capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert out.is_dir() and not lock_path(out).exists()

@@ -46,7 +46,7 @@ def _exit_code(merged, allow_not_covered: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..reports.bundle import prepare_out
+    from ..reports.out_folder import prepare_out
     from ..reports.merge import MergeError, merge_bundles
     from ..reports.terminal import reason_lines
 

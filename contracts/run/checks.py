@@ -22,8 +22,9 @@ from ..candidates.worker import Interrupted, Worker, WorkerFailure, load_error_m
 from ..cases.coverage import coverage_of
 from ..cases.launch_points import candidate_points
 from ..cases.plan import bulk_rows_for, plan_bulk_rows
-from ..reports.bundle import prepare_out, write_check_bundle, write_index, write_plain_bundle
+from ..reports.bundle import write_check_bundle, write_index, write_plain_bundle
 from ..reports.environment import environment
+from ..reports.out_folder import prepare_out
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
 from .candidate_check import check_candidate
 from .containment import HarnessError, Handling, contained, ended_by, write_contained

@@ -54,8 +54,9 @@ from ..cases import CaseSpec
 from ..cases.memory import reuse_freed_memory
 from ..cases.plan import plan_bulk_rows
 from ..cases.quick_look import QUICK_ROWS
-from ..reports.bundle import prepare_out, write_matrix_bundle, write_matrix_json
+from ..reports.bundle import write_matrix_bundle, write_matrix_json
 from ..reports.matrix_schema import MatrixMember, MatrixPair, MatrixReport, PairExample, PairFamily, SplitView
+from ..reports.out_folder import prepare_out
 from ..reports.schema import AgainstSides, ErrorRecord, Status
 from .checks import Target, bundle_dirname, default_out, resolve, should_isolate
 from .containment import HarnessError, Handling, contained
