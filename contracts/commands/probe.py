@@ -6,7 +6,7 @@ Examples::
     python -m contracts probe --candidate oracle --contract serial
     python -m contracts probe --candidate torch-native --device cuda --out reports/probe-tn-h200
 
-``contracts.run.probe`` explains the questions it asks and how it verifies
+``contracts.run.tie_probe`` explains the questions it asks and how it verifies
 the order it recovers. Exit codes here: 0 probe done (whatever the rule);
 1 the candidate raised or gave answers that are not a tie order at all.
 """
@@ -58,7 +58,8 @@ def _fmt_table(values: list[int], per_line: int = 16) -> str:
 def _report(run) -> None:
     import oracle
 
-    from ..run.probe import RULE_TEXT, dependence, short_ids
+    from ..run.probe import RULE_TEXT, dependence
+    from ..run.tie_probe import short_ids
 
     r, doc = run.result, run.doc
     print(f"probe {r.candidate} on {r.device}: contract {r.contract}, E={r.experts}, k={r.topk}, {r.dtype} logits, {r.bias_dtype} bias")
