@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -547,13 +548,45 @@ def test_under_a_contract_every_route_gate_and_bench_path_gets_its_groups_and_ot
     options = bench_options.options_for_contract("deepseek-v3", m=(1, 4), repeats=1)
     report = bench.run_bench([follows, engine, other], options, device="cpu", log=lambda _: None)
     status = {c["name"]: (c["status"], c["reason"]) for c in report["candidates"]}
-    assert status["test-bench-aiter-only"] == ("unavailable", "test-bench-aiter-only follows contract aiter, not deepseek-v3")
+    assert status["test-bench-aiter-only"] == ("unavailable", "test-bench-aiter-only follows contract aiter, not deepseek-v3, "
+                                                              "whose scoring, bias or groups differ")  # ungrouped: not the same work
     groups = {"num_expert_group": 8, "topk_group": 4}
     assert ("gate", 256, 8, 8, 4, "deepseek-v3") in seen
     assert any(e[0] == "route" for e in seen) and all(e[1:3] == ("deepseek-v3", 256) and e[4] == groups for e in seen if e[0] == "route")  # the contract's route
     assert [e for e in seen if e[0] == "prepare"] == [("prepare", 256, groups)] * 2  # the engine's path, once per M
     assert report["method"]["contract"] == "deepseek-v3" and report["method"]["groups"] == [8, 4]
     assert {c["contract"] for c in report["candidates"]} == {"deepseek-v3"}
+
+
+def test_under_a_contract_a_kernel_of_another_contract_that_serves_its_shape_is_timed_beside_and_marked(capsys):
+    # issue 60: under kimi-k2 the bench listed sglang-triton and FlashInfer's NoAuxTc as unavailable ("follows contract
+    # aiter"), though both serve K2's shape in production: the race users read could not be read from the bench
+    seen = []
+
+    def gate(*, rows, experts, topk, contract=None, **_):
+        seen.append(("gate", experts, topk, contract))
+        return True
+
+    def route(scores, bias, topk, renormalize, routed_scaling_factor):
+        seen.append(("route", scores.shape[1], topk, bias is not None))
+        return torch.zeros(scores.shape[0], topk), torch.zeros(scores.shape[0], topk, dtype=torch.int32)
+
+    aiter_kernel = Candidate(name="test-bench-aiter-kernel", route=route, covered=gate, gate_takes_contract=True)
+    softmax = Candidate(name="test-bench-softmax", route=route, contract="mixtral")  # another scoring: no race
+    options = bench_options.options_for_contract("kimi-k2", m=(1, 4), repeats=1)
+    report = bench.run_bench([all_candidates()["oracle"], aiter_kernel, softmax], options, device="cpu", log=lambda _: None)
+    entries = {c["name"]: c for c in report["candidates"]}
+    timed = entries["test-bench-aiter-kernel"]
+    assert timed["status"] == "ok" and timed["contract"] == "aiter" and "not kimi-k2" in timed["note"], timed
+    assert [p["status"] for p in timed["results"]] == ["timed", "timed"], timed["results"]
+    assert ("gate", 384, 8, "aiter") in seen and ("route", 384, 8, True) in seen  # K2's shape, its own routing
+    assert entries["test-bench-softmax"]["status"] == "unavailable" and "differ" in entries["test-bench-softmax"]["reason"]
+    assert entries["oracle"]["contract"] == "kimi-k2" and not entries["oracle"].get("note")
+    from contracts.commands.bench import print_summary
+
+    print_summary(report, Path("out"))
+    out = capsys.readouterr().out
+    assert "test-bench-aiter-kernel [aiter]" in out and "[aiter]: test-bench-aiter-kernel follows contract aiter, not kimi-k2" in out, out
 
 
 def test_a_contract_without_a_bias_times_every_candidate_with_bias_none(tmp_path):

@@ -103,6 +103,8 @@ def print_summary(report: dict, out: Path) -> None:
     if any(p.get("timer") == "cuda-eager" for c in report["candidates"] for p in c["results"]):
         print("* timed eagerly: the route could not be captured in a CUDA graph (bench.json says why)")
     for c in report["candidates"]:
+        if c.get("note"):
+            print(f"[{c['contract']}]: {c['name']} {c['note']}")
         if c["status"] != "ok":
             print(f"{c['status']}: {c['name']}: {c['reason']}")
         for p in c["results"]:

@@ -85,7 +85,7 @@ from kernels.timing import HOLD_CYCLES, time_cuda
 from ..candidates import Candidate
 from ..reports._atomic import write_json
 from ..reports.environment import environment
-from .bench_options import DTYPES, BenchOptions
+from .bench_options import DTYPES, BenchOptions, races_under_its_own
 from .bench_point import CPU_SAMPLE_SECONDS, CandidateFailed, bench_point, count_kernels, fenced, harness_fault, harness_point, make_inputs
 from .bench_results import crossovers, curve, write_plot
 
@@ -263,8 +263,15 @@ def _gate(cand: Candidate, report: _Report, running) -> None:
     except CandidateFailed as exc:  # a gate that raises or exits is the candidate's error, not the run's
         ok, why = False, f"available() {exc}"
         entry["error"] = why
-    if ok and args.contract and not cand.serves(args.contract):  # racing another contract's routing is not a race
-        ok, why = False, f"{cand.name} follows contract {cand.contract}, not {args.contract}"
+    if ok and args.contract and not cand.serves(args.contract):
+        if races_under_its_own(cand, args.contract):
+            # a kernel an engine serves this model's shape with, under the routing its own contract names (sglang's
+            # Triton and FlashInfer's NoAuxTc for Kimi K2 follow aiter): the race users read, marked as such
+            entry["contract"] = cand.contract
+            entry["note"] = (f"follows contract {cand.contract}, not {args.contract}: timed on {args.contract}'s shape and call "
+                             f"options under its own routing (contract {cand.contract})")  # fmt: skip
+        else:  # another scoring, bias or grouping: not the same work, not a race
+            ok, why = False, f"{cand.name} follows contract {cand.contract}, not {args.contract}, whose scoring, bias or groups differ"
     if not ok:
         entry.update(status="error" if "error" in entry else "unavailable", reason=why)
 
@@ -285,8 +292,8 @@ def _points_at(M: int, usable: list, report: _Report, *, dtype, bias_dtype, laun
     for cand, entry in usable:
         running(cand, "bench point", M)
         try:
-            route = cand.route_under(args.contract) if args.contract else cand.route
-            point = bench_point(cand, route, M, inputs, args, device, launchers)
+            route = cand.route_under(entry["contract"]) if args.contract and cand.serves(entry["contract"]) else cand.route
+            point = bench_point(cand, route, M, inputs, args, device, launchers, contract=entry["contract"])
         except Exception as exc:  # noqa: BLE001 -- bench_point fences the candidate's code; what is left is the harness's
             point = harness_point(harness_fault(exc, f"the bench point of {cand.name} at M={M}", candidate=cand.name, M=M))
         entry["results"].append(point)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["DEFAULT_M", "DTYPES", "BenchOptions", "options_for_contract"]
+__all__ = ["DEFAULT_M", "DTYPES", "BenchOptions", "options_for_contract", "races_under_its_own"]
 
 DEFAULT_M = (1, 8, 64, 256, 1024, 1536, 4096)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -68,3 +68,17 @@ def options_for_contract(contract: str, **options) -> BenchOptions:
     return BenchOptions(contract=c.name, bias=c.has_bias, renormalize=RENORMALIZE if RENORMALIZE in renorm else renorm[0],
                         routed_scaling_factor=ROUTED_SCALING_FACTOR if factors is None or ROUTED_SCALING_FACTOR in factors else factors[0],
                         **groups, **options)  # fmt: skip
+
+
+def races_under_its_own(candidate, contract: str) -> bool:
+    """Whether ``bench --contract contract`` times ``candidate``, which does not serve ``contract``, beside those that do,
+    under its own contract: both built-in contracts with the same scoring, bias and grouping, so that the two do the
+    same work on the model's shape and differ only in the contract's details (ties, NaN, rounding). sglang's Triton
+    router and FlashInfer's NoAuxTc follow aiter and serve Kimi K2 in production: the K2 race is theirs too."""
+    import oracle
+
+    try:
+        own, asked = oracle.get_contract(candidate.contract), oracle.get_contract(contract)
+    except Exception:  # noqa: BLE001 -- a contract file or an unknown name: no race to claim
+        return False
+    return (own.scoring, own.has_bias, own.is_grouped) == (asked.scoring, asked.has_bias, asked.is_grouped)

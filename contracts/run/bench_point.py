@@ -239,17 +239,20 @@ def _error_point(entry: dict, reason: str, tb: str | None = None) -> dict:
     return {**entry, "status": "error", "reason": reason, **({"traceback": tb} if tb else {}), "median_us": None, "spread": None, "samples": []}
 
 
-def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions, device: str, launchers: list | None = None) -> dict:
+def bench_point(candidate: Candidate, route, M: int, inputs, args: BenchOptions, device: str, launchers: list | None = None,
+                contract: str | None = None) -> dict:  # fmt: skip
     """One candidate at one M: skipped, an error, or timed. With ``launchers``, a timed point's call is appended as
     ``(point, call)``, for ``count_launched`` to profile after every timing is taken. Every call of the candidate's
-    code is fenced (``fenced``); the timed call's answers are checked before and after the timing."""
+    code is fenced (``fenced``); the timed call's answers are checked before and after the timing. ``contract``: the
+    one ``route`` follows (default --contract's, else the candidate's own)."""
+    contract = contract or args.contract or candidate.contract
     scores, bias = inputs
     entry: dict = {"m": M}
     shape = dict(rows=M, experts=args.experts, topk=args.topk, dtype=scores[0].dtype,
                  bias_dtype=scores[0].dtype if bias is None else bias.dtype, logits_strides=tuple(scores[0].stride()),
                  **({} if bias is None else {"bias_stride": bias.stride(0)}), **args.group_args)  # as a check asks a gate
-    try:  # under the contract the route follows: --contract's, else the candidate's own
-        covered = fenced(lambda: candidate.covers(**shape, renormalize=args.renormalize, contract=args.contract or candidate.contract), "cpu")
+    try:  # under the contract the route follows
+        covered = fenced(lambda: candidate.covers(**shape, renormalize=args.renormalize, contract=contract), "cpu")
     except CandidateFailed as exc:  # a gate must not take the run down
         return _error_point(entry, f"covered() {exc}", exc.tb)
     else:

@@ -88,6 +88,11 @@ def launches_by_candidate(report: dict) -> dict[str, str]:
     return found
 
 
+def _column(entry: dict) -> str:
+    """A candidate's column: its name, and the contract it was timed under where that is not --contract's."""
+    return f"{entry['name']} [{entry['contract']}]" if entry.get("note") else entry["name"]
+
+
 def results_table(report: dict) -> pd.DataFrame:
     """M x candidates: median us per launch, and each one's ratio to the first candidate."""
     timed = [c for c in report["candidates"] if c["status"] == "ok"]
@@ -101,12 +106,12 @@ def results_table(report: dict) -> pd.DataFrame:
         for c in timed:
             point = next(p for p in c["results"] if p["m"] == M)
             if point["status"] != "timed":
-                row[c["name"]] = point["status"]
+                row[_column(c)] = point["status"]
                 continue
             cell = f"{point['median_us']:.2f}" + ("*" if point.get("timer") == "cuda-eager" else "") + ("~" if point.get("noisy") else "")
             if c is not base:
                 cell += f" ({point['median_us'] / base_t[M]:.2f}x)" if M in base_t else " (-)"
-            row[c["name"]] = cell
+            row[_column(c)] = cell
         rows.append(row)
     return pd.DataFrame(rows)
 
