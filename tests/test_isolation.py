@@ -180,6 +180,7 @@ def test_fatal_kinds():
     assert fatal_kind(ValueError("out of memory")) is None  # only allocator errors, not any message
 
 
+@pytest.mark.slow  # a worker process importing torch and a candidate that takes a second to import: ~5 s of CPU
 def test_a_build_inside_the_worker_is_told_on_the_parents_console(capfd):
     # the README's main job on a GPU host said nothing for minutes while radix4 built in its worker (a file takes the
     # worker's stderr): the build's own lines are passed on as they come, the candidate's other stderr is not
