@@ -24,7 +24,8 @@ from contracts.cases import iter_plan, shard
 from contracts.cases.launch_points import switch_points
 from contracts.cases.max_batch import default_max_batch
 from contracts.reports.schema import CheckResult, ErrorRecord, FamilyCounts, Status, Summary
-from contracts.run.distributed import LOST_AFTER_S, World, WorldError
+from contracts.run.distributed import LOST_AFTER_S
+from contracts.run.world import World, WorldError
 from contracts.run.rank_merge import Part, combine_checks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -149,11 +150,12 @@ def _group_with(options_by_rank):
     """Rank 0's RankGroup over an in-memory store holding each rank's published info, as after the join."""
     import torch.distributed as dist
 
-    from contracts.run.distributed import RankGroup, _put
+    from contracts.run.distributed import RankGroup
+    from contracts.run.rank_store import put
 
     store = dist.HashStore()
     for rank, options in enumerate(options_by_rank):
-        _put(store, f"info/{rank}", {"host": f"h{rank}", "pid": rank, "gpu": None, "options": options})
+        put(store, f"info/{rank}", {"host": f"h{rank}", "pid": rank, "gpu": None, "options": options})
     world = World.from_env({"WORLD_SIZE": str(len(options_by_rank)), "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "x", "MASTER_PORT": "1"})
     return RankGroup(world, store, _Beating(), stop=lambda: None, gpu=None)
 

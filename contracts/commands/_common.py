@@ -349,7 +349,7 @@ def run_main(build_parser: Callable[[], argparse.ArgumentParser], run: Callable[
     from ..candidates.registry import CandidateLoadError, DuplicateCandidateError  # light: the registry imports no torch
     from ..reports.bundle import BundleError
     from ..reports.schema import RecordError
-    from ..run.distributed import WorldError
+    from ..run.world import WorldError
     from ..run.options import OptionError
 
     if argv is None:  # started as a command: an in-process run of a candidate is supervised (contracts.run.supervisor)

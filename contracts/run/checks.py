@@ -28,7 +28,7 @@ from ..reports.out_folder import prepare_out
 from ..reports.schema import CheckResult, ErrorRecord, Status, Summary
 from .candidate_check import check_candidate
 from .containment import HarnessError, Handling, contained, ended_by, write_contained
-from .distributed import ONE_PROCESS
+from .world import ONE_PROCESS
 from .options import DEFAULT_ROWS, DEFAULT_TIMEOUT_S, CheckOptions, OptionError
 from .planning import RunPlan, open_captured, planned_line, quick_look
 from .progress import Progress

@@ -1,7 +1,8 @@
 """One run over many processes, GPUs or hosts with torchrun: each rank checks its shard, rank 0 writes one bundle.
 
-This module is the plumbing (the world, the store, heartbeats, the gather, stops and exit codes); the
-merge of the ranks' records into one is ``contracts.run.rank_merge``.
+This module is the plumbing (joining the world, the gather, stops and exit codes); where a process
+stands is ``contracts.run.world``, the store's values, heartbeats and shared stop ``contracts.run.rank_store``,
+and the merge of the ranks' records into one ``contracts.run.rank_merge``.
 
 ``torchrun --nproc-per-node N -m contracts check ...`` (or ``nightly``,
 ``search``) starts N copies of the command. Each finds its place in the
@@ -61,44 +62,25 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
-import pickle
 import platform
 import sys
-import threading
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ..reports.schema import CheckResult, ErrorRecord
 from .rank_merge import Part, combine_checks
+from .rank_store import Heartbeat, SharedStop, has, put, store_error, take
+from .world import OneProcess, World, WorldError, gpu_for
 
-__all__ = [
-    "HEARTBEAT_S",
-    "JOIN_TIMEOUT_S",
-    "LOST_AFTER_S",
-    "ONE_PROCESS",
-    "OneProcess",
-    "RankGroup",
-    "RankReleased",
-    "World",
-    "WorldError",
-    "ranked",
-]
+__all__ = ["JOIN_TIMEOUT_S", "LOST_AFTER_S", "RankGroup", "RankReleased", "ranked"]
 
-HEARTBEAT_S = 1.0
 # Well under torchrun's 30 s between its SIGTERM and its SIGKILL: when one rank
 # dies, rank 0 must find out, and write the bundle, inside that grace period.
 LOST_AFTER_S = 10.0
 JOIN_TIMEOUT_S = 300.0  # every rank must reach the store and the process group within this
 POLL_S = 0.1
-STOP_POLL_S = 0.25  # a stop on another rank is seen within this (the store is not asked once per case)
-CHUNK = 4 << 20  # the store's libuv server refuses values over 8 MiB
 _USAGE = 2  # the commands' exit code for a usage error (commands._common.ExitCode.USAGE; run/ does not import commands/)
-
-
-class WorldError(RuntimeError):
-    """The torchrun environment is incomplete or inconsistent; the message names the variable."""
 
 
 class RankReleased(BaseException):
@@ -109,209 +91,10 @@ class RankReleased(BaseException):
     """
 
 
-# ---------------------------------------------------------------- where this process stands
-
-
-@dataclass(frozen=True)
-class World:
-    """This process's place in a torchrun world (``from_env``)."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    node_rank: int
-    master_addr: str
-    master_port: int
-    agent_store: bool  # torchrun's agent hosts the store; else rank 0 does
-    run_id: str
-    restart: int
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "World | None":
-        """The world torchrun describes in ``env`` (default ``os.environ``); None for one process (WORLD_SIZE unset or 1)."""
-        env = os.environ if env is None else env
-
-        def number(name: str, default: int | None = None) -> int:
-            text = env.get(name)
-            if text is None:
-                if default is None:
-                    raise WorldError(f"WORLD_SIZE={env.get('WORLD_SIZE')} but {name} is not set; launch with torchrun, "
-                                     "or set RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")  # fmt: skip
-                return default
-            try:
-                return int(text)
-            except ValueError:
-                raise WorldError(f"{name}={text!r} is not an integer") from None
-
-        size = number("WORLD_SIZE", 1)
-        if size <= 1:
-            return None
-        rank, local_rank = number("RANK"), number("LOCAL_RANK")
-        if not 0 <= rank < size:
-            raise WorldError(f"RANK={rank} is outside WORLD_SIZE={size} (0..{size - 1})")
-        if not env.get("MASTER_ADDR"):
-            raise WorldError("MASTER_ADDR is not set: the address of the store that the ranks share (torchrun sets it)")
-        return cls(
-            rank=rank, world_size=size, local_rank=local_rank, local_world_size=number("LOCAL_WORLD_SIZE", size),
-            node_rank=number("GROUP_RANK", 0), master_addr=env["MASTER_ADDR"], master_port=number("MASTER_PORT"),
-            agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
-            run_id=env.get("TORCHELASTIC_RUN_ID", "none"), restart=number("TORCHELASTIC_RESTART_COUNT", 0),
-        )  # fmt: skip
-
-    def shard_of(self, rank: int, user: tuple[int, int] | None) -> tuple[int, int]:
-        """Rank ``rank``'s slice of the cases (1-based ``(I, N)``), inside the user's ``--shard`` if one was given."""
-        i, n = user or (1, 1)
-        return i + n * rank, n * self.world_size
-
-
-def _gpu_for(local_rank: int, env: Mapping[str, str]) -> str | None:
-    """The GPU (as CUDA_VISIBLE_DEVICES names it) of this local rank; None when fewer are visible."""
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return str(local_rank)
-    choices = [v.strip() for v in visible.split(",") if v.strip()]
-    return choices[local_rank] if local_rank < len(choices) else None
-
-
-# ---------------------------------------------------------------- one process
-
-
-class OneProcess:
-    """The world of a plain run: rank 0 of 1. Library functions take this when not under torchrun."""
-
-    rank, world_size, writer = 0, 1, True
-    host = platform.node()
-
-    def __init__(self, stop: Callable[[], object] | None = None):
-        self.stop = stop or (lambda: None)
-
-    def shard(self, user: tuple[int, int] | None) -> tuple[int, int] | None:
-        return user
-
-    def runs_replay(self) -> bool:
-        return True
-
-    def gather(self, label: str, value) -> list["Part"]:
-        return [Part(0, self.host, "", value)]
-
-    def gather_check(self, result: CheckResult) -> CheckResult:
-        return result
-
-
-ONE_PROCESS = OneProcess()
-
-
-def _store_error(exc: BaseException) -> bool:
-    import torch.distributed as dist
-
-    return isinstance(exc, (dist.DistError, RuntimeError, ConnectionError, OSError))
-
-
-def _put(store, key: str, value) -> None:
-    blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    chunks = [blob[at : at + CHUNK] for at in range(0, len(blob), CHUNK)] or [b""]
-    for n, chunk in enumerate(chunks):
-        store.set(f"{key}/{n}", chunk)
-    store.set(f"{key}/n", str(len(chunks)))  # last: its presence means the value is whole
-
-
-def _has(store, key: str) -> bool:
-    return store.check([f"{key}/n"])
-
-
-def _take(store, key: str, *, delete: bool = True):
-    count = int(store.get(f"{key}/n"))
-    blob = b"".join(store.get(f"{key}/{n}") for n in range(count))
-    if delete:
-        for name in [*(f"{key}/{n}" for n in range(count)), f"{key}/n"]:
-            store.delete_key(name)
-    return pickle.loads(blob)
-
-
-class _Heartbeat(threading.Thread):
-    """Beats this rank's counter, and watches the counters of ``watched`` ranks (on its own store connection)."""
-
-    def __init__(self, connect: Callable, rank: int, watched: list[int]):
-        super().__init__(name="router-contracts-heartbeat", daemon=True)
-        self._connect, self._rank, self._watched = connect, rank, watched
-        self._halt = threading.Event()
-        self._lock = threading.Lock()
-        now = time.monotonic()
-        self._seen = {r: (-1, now) for r in watched}  # rank -> (counter, when it last moved)
-        self.store_gone: str | None = None
-
-    def run(self) -> None:
-        try:
-            store = self._connect()
-            while True:
-                store.add(f"hb/{self._rank}", 1)
-                for r in self._watched:
-                    beat = store.add(f"hb/{r}", 0)
-                    with self._lock:
-                        if beat != self._seen[r][0]:
-                            self._seen[r] = (beat, time.monotonic())
-                if self._halt.wait(HEARTBEAT_S):
-                    return
-        except Exception as exc:  # noqa: BLE001 -- the store is gone: every watched rank counts as lost
-            self.store_gone = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-
-    def silent_for(self, rank: int) -> float:
-        """Seconds since ``rank``'s counter last moved (infinite once the store is gone)."""
-        if self.store_gone:
-            return float("inf")
-        with self._lock:
-            return time.monotonic() - self._seen[rank][1]
-
-    def close(self) -> None:
-        self._halt.set()
-        self.join(timeout=2 * HEARTBEAT_S)
-
-
-class _SharedStop:
-    """The local stop (signals) joined with the world's: a stop on any rank is posted, and seen by every rank."""
-
-    def __init__(self, local: Callable[[], object], store, rank: int):
-        self._local, self._store, self._rank = local, store, rank
-        self._posted = False
-        self._remote: str | None = None
-        self._next_poll = 0.0
-
-    def __call__(self) -> str | None:
-        reason = self._local() or self._remote
-        if reason:
-            self.post(str(reason))
-            return str(reason)
-        now = time.monotonic()
-        if now >= self._next_poll:
-            self._next_poll = now + STOP_POLL_S
-            try:
-                if self._store.check(["stop"]):
-                    self._remote = self._store.get("stop").decode()
-                elif self._rank != 0 and self._store.check(["exit/n"]):
-                    self._remote = "rank 0 has finished"
-                if self._remote:
-                    self._posted = True
-                    if hasattr(self._local, "stop"):  # StopSignals: its exit code and reason follow
-                        self._local.stop(self._remote)
-            except Exception:  # noqa: BLE001 -- the store is gone; the waits find that out
-                pass
-        return self._remote
-
-    def post(self, reason: str) -> None:
-        if self._posted:
-            return
-        self._posted = True
-        try:
-            self._store.compare_set("stop", "", f"{reason} on rank {self._rank}")  # the first stop wins
-        except Exception:  # noqa: BLE001
-            pass
-
-
 class RankGroup:
     """A joined torchrun world (``join``): the shared store, the heartbeat, the process group, the gathers."""
 
-    def __init__(self, world: World, store, heartbeat: _Heartbeat, stop: _SharedStop, gpu: str | None):
+    def __init__(self, world: World, store, heartbeat: Heartbeat, stop: SharedStop, gpu: str | None):
         self.world = world
         self.rank, self.world_size, self.writer = world.rank, world.world_size, world.rank == 0
         self.host = platform.node()
@@ -336,7 +119,7 @@ class RankGroup:
         if torch.cuda.is_initialized():  # the narrowing below would not apply: every rank would use the same GPU
             raise WorldError(f"rank {world.rank}: CUDA was started before the rank chose its GPU (LOCAL_RANK {world.local_rank}); "
                              "nothing may touch the GPU before contracts.run.distributed.ranked() runs")  # fmt: skip
-        gpu = _gpu_for(world.local_rank, os.environ)
+        gpu = gpu_for(world.local_rank, os.environ)
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu if gpu is not None else ""  # before anything starts CUDA
 
         timeout = dt.timedelta(seconds=JOIN_TIMEOUT_S)
@@ -356,7 +139,7 @@ class RankGroup:
         session = base.add(f"{attempt}/commands/{world.rank}", 1)
         prefix = f"{attempt}/{session}/"
         store = dist.PrefixStore(prefix, base)
-        _put(store, f"info/{world.rank}", {"host": platform.node(), "pid": os.getpid(), "local_rank": world.local_rank,
+        put(store, f"info/{world.rank}", {"host": platform.node(), "pid": os.getpid(), "local_rank": world.local_rank,
                                            "node_rank": world.node_rank, "gpu": gpu,
                                            "options": dict(options) if options is not None else None})  # fmt: skip
         if not dist.is_initialized():
@@ -369,9 +152,9 @@ class RankGroup:
                                  f"{str(exc).splitlines()[0] if str(exc) else ''}); on several hosts, GLOO_SOCKET_IFNAME "
                                  "names the network interface to use") from None  # fmt: skip
         watched = [r for r in range(world.world_size) if r != world.rank] if world.rank == 0 else [0]
-        heartbeat = _Heartbeat(lambda: dist.PrefixStore(prefix, connect()), world.rank, watched)
+        heartbeat = Heartbeat(lambda: dist.PrefixStore(prefix, connect()), world.rank, watched)
         heartbeat.start()
-        return cls(world, store, heartbeat, _SharedStop(stop, store, world.rank), gpu)
+        return cls(world, store, heartbeat, SharedStop(stop, store, world.rank), gpu)
 
     def close(self) -> None:
         import torch.distributed as dist
@@ -383,7 +166,7 @@ class RankGroup:
     def info(self, rank: int) -> dict:
         if rank not in self._info:
             try:
-                self._info[rank] = _take(self._store, f"info/{rank}", delete=False)
+                self._info[rank] = take(self._store, f"info/{rank}", delete=False)
             except Exception:  # noqa: BLE001
                 self._info[rank] = {"host": "?", "pid": None, "gpu": None}
         return self._info[rank]
@@ -397,12 +180,12 @@ class RankGroup:
 
         Every rank reads every rank's options, so each comes to the same answer without a further exchange.
         """
-        first = self.info(0).get("options") if self._wait(lambda: _has(self._store, "info/0"), 0) == "ready" else None
+        first = self.info(0).get("options") if self._wait(lambda: has(self._store, "info/0"), 0) == "ready" else None
         if first is None:
             return None
         found = []
         for r in range(1, self.world_size):
-            if self._wait(lambda r=r: _has(self._store, f"info/{r}"), r) != "ready":
+            if self._wait(lambda r=r: has(self._store, f"info/{r}"), r) != "ready":
                 continue  # a lost rank is reported where its record is missing
             other = self.info(r).get("options")
             if other is None:
@@ -437,7 +220,7 @@ class RankGroup:
                 if on_exit and self._store.check(["exit/n"]):
                     return "exit"
             except Exception as exc:  # noqa: BLE001
-                if _store_error(exc):
+                if store_error(exc):
                     return "lost"
                 raise
             if self._heartbeat.silent_for(peer) > LOST_AFTER_S:
@@ -447,7 +230,7 @@ class RankGroup:
     def _left_record(self, rank: int) -> dict:
         if rank not in self._left:
             try:
-                self._left[rank] = _take(self._store, f"left/{rank}", delete=False)
+                self._left[rank] = take(self._store, f"left/{rank}", delete=False)
             except Exception:  # noqa: BLE001
                 self._left[rank] = {}
         return self._left[rank]
@@ -459,7 +242,7 @@ class RankGroup:
         device = getattr(value, "summary", None) and value.summary.device or ""
         mine = {"label": label, "value": value, "host": self.host, "device": self._device(device)}
         if self.rank != 0:
-            _put(self._store, f"{key}/{self.rank}", mine)
+            put(self._store, f"{key}/{self.rank}", mine)
             return None
         parts = [Part(0, self.host, mine["device"], value)]
         for r in range(1, self.world_size):
@@ -477,9 +260,9 @@ class RankGroup:
         host = self.info(r)["host"]
         device = self._device(kind, self.info(r).get("gpu"))  # the device it was to use, for records it did not send
         try:
-            how = self._wait(lambda: _has(self._store, f"{key}/{r}"), r)
+            how = self._wait(lambda: has(self._store, f"{key}/{r}"), r)
             if how == "ready":
-                got = _take(self._store, f"{key}/{r}")
+                got = take(self._store, f"{key}/{r}")
                 if got["label"] != label:
                     message = f"rank {r} sent its record for {got['label']!r} where rank 0 gathered {label!r}: the ranks ran different steps"
                     return Part(r, host, got["device"], missing="diverged", error=ErrorRecord("rank_diverged", f"rank {r}", message))
@@ -513,11 +296,11 @@ class RankGroup:
         key = f"whole/{self._seq}"
         if parts is not None:
             combined = combine_checks(parts, world=self.world)
-            _put(self._store, key, combined.summary)
+            put(self._store, key, combined.summary)
             return combined
-        how = self._wait(lambda: _has(self._store, key), 0, on_left=False, on_exit=True)
+        how = self._wait(lambda: has(self._store, key), 0, on_left=False, on_exit=True)
         if how == "ready":
-            return CheckResult(_take(self._store, key, delete=False))
+            return CheckResult(take(self._store, key, delete=False))
         raise RankReleased(how)
 
     # -------------------------------------------------------- ending
@@ -532,9 +315,9 @@ class RankGroup:
         elif self.stop():
             record["stopped"] = self.stop()
         try:
-            _put(self._store, f"left/{self.rank}", record)
+            put(self._store, f"left/{self.rank}", record)
             if self.rank == 0:
-                _put(self._store, "exit", 1 if code is None else code)
+                put(self._store, "exit", 1 if code is None else code)
         except Exception:  # noqa: BLE001 -- the store is gone; nobody is waiting any more
             pass
 
@@ -549,7 +332,7 @@ class RankGroup:
             print(f"rank {self.rank}: rank 0 was lost before it wrote the bundle; this rank's results are in no bundle", file=sys.stderr)
             return 1
         try:
-            exit_code = int(_take(self._store, "exit", delete=False))
+            exit_code = int(take(self._store, "exit", delete=False))
             self._store.set(f"bye/{self.rank}", "1")
         except Exception:  # noqa: BLE001
             return 1

@@ -68,7 +68,7 @@ from ..reports.json_records import to_json
 from ..reports.schema import NightlyEnvelope
 from ..reports.text import clean
 from .checks import bundle_dirname, run_checks
-from .distributed import ONE_PROCESS
+from .world import ONE_PROCESS
 from .options import OptionError
 
 __all__ = ["CPU_ROWS", "GPU_ROWS", "NIGHTLY_SCHEMA_VERSION", "PAIRS", "NightlyRun", "Pair", "execution_target", "nightly_gate", "run_nightly"]

@@ -25,7 +25,7 @@ PLAN_OPTIONS = ("rows", "families", "experts", "topk", "groups", "bulk_rows", "r
 
 
 class Shards(Protocol):
-    """How the cases were split over the ranks (``distributed.World`` is one)."""
+    """How the cases were split over the ranks (``contracts.run.world.World`` is one)."""
 
     world_size: int
 
