@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -74,7 +75,10 @@ def why_not(extras: set[str]) -> str | None:
         if req.marker is None or "extra" not in str(req.marker):
             recorded.add(str(req).replace(" ", ""))
         elif any(req.marker.evaluate({"extra": e}) for e in extras):
-            req.marker = None  # pyproject.toml lists an extra's requirements without the marker
+            # pyproject.toml lists an extra's requirements without the extra's clause, but with any other
+            # ('transformers>=5.24; python_version >= "3.11"' is recorded with 'and extra == "models"')
+            rest = re.sub(r'\s*\band\s+extra\s*==\s*"[^"]*"|\bextra\s*==\s*"[^"]*"\s*(and\b)?\s*', "", str(req.marker)).strip()
+            req.marker = Marker(rest) if rest else None
             recorded.add(str(req).replace(" ", ""))
     try:
         wanted = _wanted(extras)
