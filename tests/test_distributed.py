@@ -212,7 +212,7 @@ def _logits_file(path, tokens):
     many ties at the cutoff, which torch-native breaks its own declared way, so its expert load differs from the
     oracle's while it passes (no diagnosis to wait for). A bias that varies, since a file without one (or with one
     value everywhere) leaves aiter's bias unexercised: NOT COVERED (issue 55)."""
-    from contracts.run.capture import save_trace
+    from contracts.run.capture_file import save_trace
 
     return save_trace(path, logits=(torch.randn(2, tokens, 64, generator=torch.Generator().manual_seed(3)) * 2).bfloat16(),
                       bias=torch.cat([torch.full((2, 32), 0.25), torch.zeros(2, 32)], dim=1))

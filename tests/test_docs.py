@@ -246,7 +246,7 @@ def _table(text: str, header: tuple[str, ...]) -> list[list[str]]:
 
 def _installed_masks() -> dict[str, str]:
     """transformers module -> the group mask its grouped router's installed source writes ("-inf" / "0.0")."""
-    from contracts.run.capture import _mask_in_source
+    from contracts.run.capture_contract import _mask_in_source
     from kernels.models import ROUTERS
     from kernels.models._hf import _modeling
 

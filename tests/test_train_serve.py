@@ -154,7 +154,7 @@ def test_explain_rows_names_nan_first_and_leaves_a_shifted_expert_unexplained():
 
 
 def test_trace_diff_names_the_flips_causes_in_the_matrixs_words(tmp_path):
-    from contracts.run.capture import save_trace
+    from contracts.run.capture_file import save_trace
     from contracts.run.trace_diff import diff_traces
 
     c = oracle.get_contract(CONTRACT)

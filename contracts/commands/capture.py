@@ -67,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
     toml_path = _contract_file(args.out)
     import torch
 
-    from ..run.capture import CaptureError, capture, contract_for, contract_toml, load_model, read_tokens, routing_facts, verify_capture
-    from ..run.capture import write_capture
+    from ..run.capture import CaptureError, capture, load_model, read_tokens
+    from ..run.capture_contract import contract_for, contract_toml, routing_facts, verify_capture
+    from ..run.capture_file import write_capture
 
     try:
         model, tokenizer, how = load_model(args.model, seed=args.seed, dtype=getattr(torch, args.dtype) if args.dtype else None)
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _related(facts) -> tuple[str, ...]:
-    from ..run.capture import RELATED_CONTRACTS
+    from ..run.capture_contract import RELATED_CONTRACTS
 
     return RELATED_CONTRACTS.get(facts.router_class, ())
 
