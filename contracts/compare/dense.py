@@ -39,7 +39,7 @@ import dataclasses
 
 import torch
 
-from . import attribution as A
+from .attribution import clauses as A
 
 __all__ = ["FAULT_MORE", "FAULT_FEWER", "FAULT_OUTSIDE", "DenseAnswer", "add_faults", "dense_faults", "for_comparison", "is_dense",
            "order_free", "read_answer", "take_rows"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import attribution as A
+from .attribution import clauses as A
 
 __all__ = ["generic_reason", "reason_text"]
 

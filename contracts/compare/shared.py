@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import attribution as A
+from .attribution import clauses as A
+from .attribution.weights import known_factors
 from .tolerance import weights_close
 
 __all__ = ["SharedSlot", "add_to_blame", "split_shared"]
@@ -71,7 +72,7 @@ def split_shared(exp, actual, contract, case):
     close_own = weights_close(one(w_s), one(own), contract)[:, 0]
     weight_bad = ~close_contract & ~close_own
     by_factor = torch.zeros_like(weight_bad)
-    for f in A._factors(k, rsf):
+    for f in known_factors(k, rsf):
         by_factor |= weights_close(one(w_s), one(we_s * f), contract)[:, 0] | weights_close(one(w_s), one(own * f), contract)[:, 0]
     clause = torch.where(by_factor, A.INDEX["scaling"], A.INDEX["weight_accuracy"])
     bits = (w_s == we_s) | (torch.isnan(w_s) & torch.isnan(we_s))

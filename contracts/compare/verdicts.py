@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import attribution as A
+from .attribution.clauses import R_ACCURACY, R_GROUP_MASK_VALUE, R_SELECTION_FTZ
 from .dense import add_faults, dense_faults, for_comparison, order_free
 from .reasons import generic_reason, reason_text
 from .shared import add_to_blame, split_shared
@@ -214,19 +215,19 @@ def _declared_per_row(declared: torch.Tensor, blame, weights: torch.Tensor, boun
     within = {}
     if bounds.get("weight_accuracy") is not None and bool(declared[_WEIGHT_ACCURACY]):
         # the catch-all only: weights that are the contract's cast to bf16 or fp16 (an exact counterfactual) are bounded
-        catch_all = ((blame.weights == _WEIGHT_ACCURACY) & (blame.weights_code == A.R_ACCURACY)) | (
-            (blame.weights2 == _WEIGHT_ACCURACY) & (blame.weights2_code == A.R_ACCURACY))
+        catch_all = ((blame.weights == _WEIGHT_ACCURACY) & (blame.weights_code == R_ACCURACY)) | (
+            (blame.weights2 == _WEIGHT_ACCURACY) & (blame.weights2_code == R_ACCURACY))
         ok = within_declared_accuracy(weights, blame.reference_weights, bounds["weight_accuracy"])
         within[_WEIGHT_ACCURACY] = ok | ~catch_all
     if bounds.get("selection") is not None and bool(declared[_SELECTION]):
         # the catch-all only: a choice the flushed-subnormal counterfactual gives exactly is that rule's
-        ftz = (blame.ids == _SELECTION) & (blame.ids_code == A.R_SELECTION_FTZ)
+        ftz = (blame.ids == _SELECTION) & (blame.ids_code == R_SELECTION_FTZ)
         within[_SELECTION] = (blame.selection_departure <= bounds["selection"]) | ftz
     for clause in _GROUP_CLAUSES:
         name = A.CLAUSE_ORDER[clause]
         if bounds.get(name) is not None and bool(declared[clause]):
             # a leak the other mask value (-inf / 0.0) gives exactly is that rule's, whatever the bound
-            other_mask = (blame.ids == clause) & (blame.ids_code == A.R_GROUP_MASK_VALUE)
+            other_mask = (blame.ids == clause) & (blame.ids_code == R_GROUP_MASK_VALUE)
             within[clause] = (blame.group_departure <= bounds[name]) | other_mask
     if not within:
         return declared
